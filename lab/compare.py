@@ -1,0 +1,94 @@
+"""Compare a quantized model with the FP32 one: errors, error by input size, and a diagnosis."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from lab.data import INPUT_NAME
+from lab.graph import InputRuler, session
+
+
+def predict(model, x: np.ndarray, input_name: str = INPUT_NAME, threads: int = 1) -> np.ndarray:
+    """Run a model on float32 [N, 64] pixels and return its [N, 10] probabilities."""
+    return session(model, threads).run(None, {input_name: np.asarray(x, np.float32)})[0]
+
+
+def max_abs_error(reference: np.ndarray, output: np.ndarray) -> float:
+    """Largest absolute difference between two outputs of the same shape."""
+    reference, output = np.asarray(reference), np.asarray(output)
+    if reference.shape != output.shape:
+        raise ValueError(f"shapes differ: {reference.shape} vs {output.shape}")
+    return float(np.max(np.abs(reference.astype(np.float64) - output))) if reference.size else 0.0
+
+
+def sample_errors(reference: np.ndarray, output: np.ndarray) -> np.ndarray:
+    """Per-sample max absolute error over the 10 probabilities."""
+    return np.max(np.abs(np.asarray(reference, np.float64) - output), axis=1)
+
+
+def error_by_magnitude(magnitude: np.ndarray, errors: np.ndarray, edges=(0, 0.25, 0.5, 0.75, 1.0001)) -> list[dict]:
+    """Group per-item errors by a magnitude (e.g. each image's brightest pixel) into bins.
+
+    Clipping shows as error that grows with magnitude (only big inputs cross the range);
+    squashing shows as error present at every magnitude (every value sits on a coarse grid).
+    """
+    magnitude, errors = np.asarray(magnitude, float).ravel(), np.asarray(errors, float).ravel()
+    if magnitude.shape != errors.shape:
+        raise ValueError(f"magnitude and errors differ in length: {magnitude.size} vs {errors.size}")
+    rows = []
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        sel = (magnitude >= lo) & (magnitude < hi)
+        rows.append({"low": float(lo), "high": float(min(hi, edges[-1])), "count": int(sel.sum()),
+                     "mean_error": float(errors[sel].mean()) if sel.any() else 0.0,
+                     "max_error": float(errors[sel].max()) if sel.any() else 0.0})
+    return rows
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """Clipping, squashing or fine, with the numbers behind it."""
+
+    kind: str
+    clipped_fraction: float
+    grid_used_fraction: float
+    range_seen: float
+    deployed_range: float
+    reason: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.reason}"
+
+
+CLIP_LIMIT = 0.001  # more than 0.1 % of deployed values outside the ruler is clipping
+SQUASH_LIMIT = 0.5  # deployed data using under half of the grid's steps is squashing
+
+
+def diagnose(ruler: InputRuler, deployed: np.ndarray) -> Diagnosis:
+    """Judge an input ruler against the values it will meet in deployment.
+
+    clipping: more than 0.1 % of deployed values fall outside the ruler (they saturate);
+    squashing: the deployed values span under half the grid's steps (resolution wasted);
+    fine: neither.
+    """
+    x = np.asarray(deployed, np.float32).ravel()
+    lo, hi = ruler.interval
+    half = ruler.scale / 2
+    clipped = float(((x < lo - half) | (x > hi + half)).mean())
+    deployed_range = float(x.max() - min(float(x.min()), 0.0))
+    used = min(1.0, deployed_range / ruler.range_seen) if ruler.range_seen else 0.0
+    if clipped > CLIP_LIMIT:
+        kind = "clipping"
+        reason = (f"{clipped:.1%} of deployed values fall outside the ruler [{lo:.3g}, {hi:.3g}]; "
+                  f"the deployed data spans {deployed_range:.3g}")
+    elif used < SQUASH_LIMIT:
+        kind = "squashing"
+        reason = (f"the ruler spans {ruler.range_seen:.3g} but deployed data spans {deployed_range:.3g}: "
+                  f"only {used:.1%} of the {ruler.steps} steps are used")
+    else:
+        kind = "fine"
+        reason = (f"no clipping ({clipped:.2%} outside) and {used:.0%} of the {ruler.steps} steps in use")
+    return Diagnosis(kind, clipped, used, ruler.range_seen, deployed_range, reason)

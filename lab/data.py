@@ -1,0 +1,141 @@
+"""Fixture data, the deployed preprocessing path and the calibration sets.
+
+The deployed digit reader sees raw 8x8 pixels (integers 0..16) mapped to
+float32 in [0, 1]: ``pixels = raw / 16``. Everything here is a pure function.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+INPUT_NAME = "pixels"
+OUTPUT_NAME = "probabilities"
+N_FEATURES = 64
+N_CLASSES = 10
+RAW_MAX = 16
+NARROW_GAIN = 0.25  # the narrow set: only dark, faint scenes, at most a quarter of full brightness
+
+
+@dataclass(frozen=True)
+class Split:
+    """One fixture split: raw pixels (uint8 0..16), labels, and indices into the digits set."""
+
+    name: str
+    raw: np.ndarray
+    labels: np.ndarray
+    index: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @property
+    def pixels(self) -> np.ndarray:
+        """The split through the deployed preprocessing path."""
+        return preprocess(self.raw)
+
+
+def fixture_path(name: str) -> Path:
+    """Path of a fixture file, e.g. ``fixture_path("fp32.onnx")``."""
+    path = FIXTURES / name
+    if not path.exists():
+        raise FileNotFoundError(f"fixture {name!r} not found in {FIXTURES}; run `python -m fixtures.build`")
+    return path
+
+
+def load_split(name: str) -> Split:
+    """Load ``calibration``, ``evaluation`` or ``heldout`` from the fixtures."""
+    with np.load(fixture_path(f"{name}.npz")) as f:
+        return Split(name, f["raw"], f["labels"], f["index"])
+
+
+def preprocess(raw: np.ndarray) -> np.ndarray:
+    """The deployed path: raw 0..16 pixels to float32 [N, 64] in [0, 1]."""
+    raw = np.asarray(raw)
+    return (raw.reshape(-1, N_FEATURES).astype(np.float32) / np.float32(RAW_MAX))
+
+
+def narrow_pixels(raw: np.ndarray, gain: float = NARROW_GAIN) -> np.ndarray:
+    """Narrow calibration: dark, faint scenes only. Strokes never brighter than ``gain``."""
+    return preprocess(raw) * np.float32(gain)
+
+
+def wide_pixels(raw: np.ndarray) -> np.ndarray:
+    """Wide calibration: raw 0..16 pixels that skipped normalization (16 times the deployed range)."""
+    return np.asarray(raw).reshape(-1, N_FEATURES).astype(np.float32)
+
+
+CALIBRATION_SETS = {
+    "right": preprocess,
+    "narrow": narrow_pixels,
+    "wide": wide_pixels,
+}
+
+CALIBRATION_SET_NOTES = {
+    "right": "the deployed preprocessing path: raw / 16, pixels in [0, 1]",
+    "narrow": f"dark, faint scenes only: raw / 16 x {NARROW_GAIN}, pixels in [0, {NARROW_GAIN}]",
+    "wide": "raw 0..16 pixels that skipped normalization, pixels in [0, 16]",
+}
+
+
+def calibration_set(kind: str, raw: np.ndarray | None = None) -> np.ndarray:
+    """The ``right``, ``narrow`` or ``wide`` calibration set, float32 [N, 64], built from the same images."""
+    if kind not in CALIBRATION_SETS:
+        raise ValueError(f"unknown calibration set {kind!r}; expected one of {sorted(CALIBRATION_SETS)}")
+    if raw is None:
+        raw = load_split("calibration").raw
+    return CALIBRATION_SETS[kind](raw)
+
+
+def narrow_batches(n_batches: int, batch_size: int = 8, seed: int = 0,
+                   gain: float = NARROW_GAIN) -> np.ndarray:
+    """A stream of narrow (dark) batches, as many as asked: calibration images at random gains up to ``gain``.
+
+    Returns float32 [n_batches * batch_size, 64]. The same seed gives the same stream, and
+    a longer stream starts with the shorter one.
+    """
+    raw = load_split("calibration").raw
+    rng = np.random.default_rng(seed)
+    n = n_batches * batch_size
+    picks = rng.integers(0, len(raw), size=n)
+    gains = rng.uniform(0.4 * gain, gain, size=(n, 1)).astype(np.float32)
+    return preprocess(raw[picks]) * gains
+
+
+def data_sha256(x: np.ndarray) -> str:
+    """SHA-256 of a batch of samples as float32 bytes, in order.
+
+    Batching does not change it: a reader that serves the same samples in any batch
+    sizes records the same hash (see ``readers.RecordingReader``).
+    """
+    return hashlib.sha256(np.ascontiguousarray(x, dtype=np.float32).tobytes()).hexdigest()
+
+
+def row_hashes(x: np.ndarray) -> set[str]:
+    """One SHA-256 per sample (row), to check that two sets share no content."""
+    x = np.ascontiguousarray(np.asarray(x).reshape(len(x), -1))
+    return {hashlib.sha256(row.tobytes()).hexdigest() for row in x}
+
+
+def file_sha256(path: str | Path) -> str:
+    """SHA-256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def manifest() -> dict[str, str]:
+    """The committed fixture manifest: file name -> SHA-256."""
+    return json.loads(fixture_path("manifest.json").read_text())
+
+
+def verify_fixtures() -> dict[str, bool]:
+    """Check every fixture file against the manifest. Returns name -> matches."""
+    return {name: file_sha256(FIXTURES / name) == digest if (FIXTURES / name).exists() else False
+            for name, digest in manifest().items()}

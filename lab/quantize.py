@@ -1,0 +1,127 @@
+"""Thin wrappers over ONNX Runtime's converters that record everything that decided the result."""
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnxruntime.quantization import (CalibrationMethod, QuantFormat, QuantType, quantize_dynamic,
+                                      quantize_static)
+
+from lab.data import data_sha256, file_sha256
+from lab.readers import ArrayReader, RecordingReader
+
+# ORT logs "Please consider to run pre-processing" on every unprocessed model; the
+# lessons teach pre-processing in lesson 08, so keep the hint out of every cell.
+logging.getLogger().setLevel(logging.ERROR)
+
+
+def versions() -> dict[str, str]:
+    """The tool versions that decide a conversion's bytes."""
+    return {"python": platform.python_version(), "onnx": onnx.__version__,
+            "onnxruntime": ort.__version__, "numpy": np.__version__}
+
+
+@dataclass
+class QuantRecord:
+    """Everything that decided one conversion: inputs, settings, calibration data, versions."""
+
+    source: str
+    output: str
+    source_sha256: str
+    output_sha256: str
+    settings: dict
+    calibration_sha256: str | None
+    calibration_samples: int
+    calibration_batches: int
+    versions: dict = field(default_factory=versions)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+def _enum(kind, value):
+    return value if isinstance(value, kind) else kind[value]
+
+
+def quantize(source: str | Path, output: str | Path, calibration, *, quant_format: str = "QDQ",
+             activation_type: str = "QInt8", weight_type: str = "QInt8", per_channel: bool = False,
+             reduce_range: bool = False, calibrate_method: str = "MinMax", batch_size: int = 32,
+             nodes_to_exclude: list[str] | None = None, extra_options: dict | None = None,
+             calibration_cache_path: str | Path | None = None) -> QuantRecord:
+    """Static quantization of ``source`` into ``output``, calibrated on ``calibration``.
+
+    ``calibration`` is a float32 [N, 64] array (served in ``batch_size`` batches) or any
+    CalibrationDataReader; either way the served samples are hashed and counted.
+    Settings are names (``"QDQ"``, ``"QInt8"``, ``"MinMax"``) so the record is plain JSON.
+    """
+    source, output = Path(source), Path(output)
+    if source.resolve() == output.resolve():
+        raise ValueError(f"output {output} would overwrite its source; write to a new file")
+    reader = ArrayReader(calibration, batch_size) if isinstance(calibration, np.ndarray) else calibration
+    recorder = RecordingReader(reader) if reader is not None else None
+    settings = {"quant_format": str(quant_format), "activation_type": str(activation_type),
+                "weight_type": str(weight_type), "per_channel": bool(per_channel),
+                "reduce_range": bool(reduce_range), "calibrate_method": str(calibrate_method),
+                "nodes_to_exclude": list(nodes_to_exclude or []),
+                "extra_options": dict(extra_options or {})}
+    if isinstance(calibration, np.ndarray):
+        settings["batch_size"] = int(batch_size)
+    start = time.perf_counter()
+    quantize_static(str(source), str(output), recorder,
+                    quant_format=_enum(QuantFormat, quant_format),
+                    activation_type=_enum(QuantType, activation_type),
+                    weight_type=_enum(QuantType, weight_type),
+                    per_channel=per_channel, reduce_range=reduce_range,
+                    calibrate_method=_enum(CalibrationMethod, calibrate_method),
+                    nodes_to_exclude=nodes_to_exclude, extra_options=extra_options,
+                    calibration_cache_path=str(calibration_cache_path) if calibration_cache_path else None)
+    seconds = time.perf_counter() - start
+    served = recorder is not None and recorder.samples > 0
+    if isinstance(calibration, np.ndarray) and served:
+        assert recorder.sha256 == data_sha256(calibration)
+    return QuantRecord(str(source), str(output), file_sha256(source), file_sha256(output), settings,
+                       recorder.sha256 if served else None,
+                       recorder.samples if served else 0, recorder.batches if served else 0,
+                       seconds=round(seconds, 3))
+
+
+def quantize_both_formats(source: str | Path, out_dir: str | Path, calibration, *,
+                          stem: str = "model", **settings) -> dict[str, QuantRecord]:
+    """QDQ and QOperator models from the same calibration ranges.
+
+    Calibration runs once, for the QDQ model, and writes ``<stem>.calibration.json``;
+    the QOperator conversion loads those ranges from the cache and never sees the data.
+    """
+    out_dir = Path(out_dir)
+    cache = out_dir / f"{stem}.calibration.json"
+    cache.unlink(missing_ok=True)
+    qdq = quantize(source, out_dir / f"{stem}.qdq.onnx", calibration, quant_format="QDQ",
+                   calibration_cache_path=cache, **settings)
+    qop = quantize(source, out_dir / f"{stem}.qoperator.onnx", None, quant_format="QOperator",
+                   calibration_cache_path=cache, **settings)
+    qop.calibration_sha256, qop.calibration_samples = qdq.calibration_sha256, qdq.calibration_samples
+    qop.calibration_batches = qdq.calibration_batches
+    qop.settings["calibration_cache"] = qdq.settings["calibration_cache"] = cache.name
+    return {"QDQ": qdq, "QOperator": qop}
+
+
+def quantize_dynamic_model(source: str | Path, output: str | Path, weight_type: str = "QInt8",
+                           per_channel: bool = False) -> QuantRecord:
+    """Dynamic quantization: weights to INT8 now, activation ranges computed at run time."""
+    start = time.perf_counter()
+    quantize_dynamic(str(source), str(output), weight_type=_enum(QuantType, weight_type),
+                     per_channel=per_channel)
+    return QuantRecord(str(source), str(output), file_sha256(source), file_sha256(output),
+                       {"mode": "dynamic", "weight_type": weight_type, "per_channel": per_channel},
+                       None, 0, 0, seconds=round(time.perf_counter() - start, 3))

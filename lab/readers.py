@@ -1,0 +1,230 @@
+"""Calibration readers, and a check that drives any reader and says what it did.
+
+ONNX Runtime's calibrator loops ``inputs = reader.get_next(); if not inputs: break``.
+So a reader must return one ``{input_name: float32 array}`` dict per batch and
+then ``None``. Raising at the end escapes ``quantize_static``; a reader that is
+already exhausted gives no data at all ("No data is collected").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from onnxruntime.quantization import CalibrationDataReader
+
+from lab.data import INPUT_NAME, N_FEATURES
+from lab.errors import ReaderContractError
+
+
+class ArrayReader(CalibrationDataReader):
+    """Serve a float32 [N, 64] array in batches, then ``None``. ``rewind()`` starts again."""
+
+    def __init__(self, data: np.ndarray, batch_size: int = 32, input_name: str = INPUT_NAME):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        self.data = np.ascontiguousarray(data, dtype=np.float32)
+        self.batch_size = int(batch_size)
+        self.input_name = input_name
+        self._next = 0
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        if self._next >= len(self.data):
+            return None
+        batch = self.data[self._next:self._next + self.batch_size]
+        self._next += self.batch_size
+        return {self.input_name: batch}
+
+    def rewind(self) -> None:
+        self._next = 0
+
+    def __len__(self) -> int:
+        return -(-len(self.data) // self.batch_size)
+
+
+@dataclass
+class ReaderReport:
+    """What ``check_reader`` saw, in plain words. ``problems`` lists broken rules; empty means fine."""
+
+    batches: int = 0
+    samples: int = 0
+    input_names: list[str] = field(default_factory=list)
+    dtypes: list[str] = field(default_factory=list)
+    shapes: list[list[int]] = field(default_factory=list)
+    ending: str = ""
+    second_pass: str = ""
+    rewind: str = ""
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def lines(self) -> list[str]:
+        shapes = sorted({tuple(s) for s in self.shapes})
+        out = [
+            f"input names : {', '.join(self.input_names) or '-'}",
+            f"dtypes      : {', '.join(self.dtypes) or '-'}",
+            f"batch shapes: {', '.join(str(list(s)) for s in shapes[:4]) or '-'}"
+            + (" ..." if len(shapes) > 4 else ""),
+            f"batches     : {self.batches}",
+            f"samples     : {self.samples}",
+            f"ending      : {self.ending}",
+            f"second pass : {self.second_pass}",
+        ]
+        if self.rewind:
+            out.append(f"rewind()    : {self.rewind}")
+        out += [f"note        : {n}" for n in self.notes]
+        out += [f"PROBLEM     : {p}" for p in self.problems]
+        out.append("verdict     : " + ("OK, ready for quantize_static" if self.ok
+                                        else f"{len(self.problems)} problem(s), fix before converting"))
+        return out
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
+    def _repr_pretty_(self, p, cycle):
+        p.text(str(self))
+
+    def to_dict(self) -> dict:
+        return {"batches": self.batches, "samples": self.samples, "input_names": self.input_names,
+                "dtypes": self.dtypes, "ending": self.ending, "second_pass": self.second_pass,
+                "rewind": self.rewind, "problems": self.problems, "ok": self.ok}
+
+    def raise_for_problems(self) -> None:
+        """Raise ``ReaderContractError`` listing every broken rule, or return quietly."""
+        if self.problems:
+            raise ReaderContractError("the calibration reader breaks the contract:\n  - "
+                                      + "\n  - ".join(self.problems))
+
+
+def _one_pass(reader, report: ReaderReport | None, input_name: str, n_features: int,
+              max_batches: int) -> tuple[int, int, str]:
+    """Call get_next until it returns a falsy value, raises, or max_batches is reached."""
+    batches = samples = 0
+    while batches < max_batches:
+        try:
+            item = reader.get_next()
+        except StopIteration:
+            return batches, samples, "raise StopIteration"
+        except Exception as e:  # noqa: BLE001 - any exception is what we report
+            return batches, samples, f"raise {type(e).__name__}: {e}"
+        if not item:
+            return batches, samples, "None" if item is None else f"empty {type(item).__name__}"
+        batches += 1
+        if report is not None:
+            samples += _check_item(item, batches, report, input_name, n_features)
+        else:
+            value = item.get(input_name) if isinstance(item, dict) else None
+            samples += len(value) if hasattr(value, "__len__") else 0
+    return batches, samples, f"no end after {max_batches} batches"
+
+
+def _check_item(item, number: int, report: ReaderReport, input_name: str, n_features: int) -> int:
+    def problem(msg: str) -> None:
+        if len(report.problems) < 8 and msg not in report.problems:
+            report.problems.append(msg)
+
+    if not isinstance(item, dict):
+        problem(f"batch {number} is a {type(item).__name__}; get_next() must return a dict "
+                f"like {{'{input_name}': array}} or None")
+        return 0
+    for name in item:
+        if name not in report.input_names:
+            report.input_names.append(str(name))
+    if input_name not in item:
+        problem(f"batch {number} has keys {sorted(map(str, item))}; the model's input is named "
+                f"'{input_name}', so return {{'{input_name}': array}}")
+        return 0
+    value = item[input_name]
+    if not isinstance(value, np.ndarray):
+        problem(f"batch {number}: '{input_name}' is a {type(value).__name__}; return a numpy array "
+                f"(np.asarray(x, dtype=np.float32))")
+        return 0
+    if str(value.dtype) not in report.dtypes:
+        report.dtypes.append(str(value.dtype))
+    report.shapes.append(list(value.shape))
+    if value.dtype != np.float32:
+        problem(f"batch {number}: dtype is {value.dtype}; the model takes float32, "
+                f"so convert with .astype(np.float32)")
+    if value.ndim != 2 or value.shape[1] != n_features:
+        problem(f"batch {number}: shape is {list(value.shape)}; expected [batch, {n_features}] "
+                f"(reshape each 8x8 image to 64 values)")
+        return 0
+    if value.size and not np.all(np.isfinite(value)):
+        problem(f"batch {number}: holds NaN or infinity; calibration ranges would be meaningless")
+    return int(value.shape[0])
+
+
+def check_reader(reader, input_name: str = INPUT_NAME, n_features: int = N_FEATURES,
+                 expected_samples: int | None = None, max_batches: int = 100_000) -> ReaderReport:
+    """Drive ``reader`` the way ONNX Runtime's calibrator does, and report in plain words.
+
+    Catches the two classic mistakes: raising at the end instead of returning ``None``,
+    and reusing an exhausted reader (the second pass yields nothing unless ``rewind()``).
+    The reader is consumed; rewind it or make a new one before converting.
+    """
+    report = ReaderReport()
+    if not callable(getattr(reader, "get_next", None)):
+        report.problems.append(f"{type(reader).__name__} has no get_next() method; subclass "
+                               "onnxruntime.quantization.CalibrationDataReader and define get_next()")
+        return report
+    report.batches, report.samples, ending = _one_pass(reader, report, input_name, n_features, max_batches)
+    report.ending = {"None": "returned None (correct)"}.get(ending, ending)
+    if ending.startswith("raise"):
+        report.problems.append(f"get_next() must return None when the data runs out; it did {ending}. "
+                               "The calibrator stops on None, and any exception escapes quantize_static")
+    elif ending.startswith("no end"):
+        report.problems.append(f"get_next() never returned None ({ending}); calibration would never finish")
+    elif ending != "None":
+        report.notes.append(f"ended with an {ending}; the calibrator accepts it, but None is the contract")
+    if report.batches == 0:
+        report.problems.append("the first pass gave no batches: calibration would fail with "
+                               "'No data is collected'. Is the reader already used up?")
+    if expected_samples is not None and report.samples != expected_samples:
+        report.problems.append(f"gave {report.samples} samples; expected {expected_samples}")
+    if report.problems and ending.startswith(("raise", "no end")):
+        return report
+    again, _, _ = _one_pass(reader, None, input_name, n_features, max_batches=1)
+    report.second_pass = (f"yields data again ({again} batch seen)" if again else
+                          "yields nothing: reusing this object without rewind() ends in "
+                          "'No data is collected'; make a fresh reader or call rewind()")
+    if callable(getattr(reader, "rewind", None)):
+        try:
+            reader.rewind()
+            b, s, _ = _one_pass(reader, None, input_name, n_features, max_batches)
+            report.rewind = f"gives {b} batches, {s} samples again"
+            if report.batches and (b, s) != (report.batches, report.samples):
+                report.problems.append(f"after rewind() it gave {b} batches / {s} samples, but the first "
+                                       f"pass gave {report.batches} / {report.samples}; rewind() must "
+                                       "restart from the first batch")
+            reader.rewind()
+        except Exception as e:  # noqa: BLE001
+            report.problems.append(f"rewind() raised {type(e).__name__}: {e}")
+    return report
+
+
+class RecordingReader(CalibrationDataReader):
+    """Pass a reader's batches through unchanged, and record a hash and a count of what was served."""
+
+    def __init__(self, reader, input_name: str = INPUT_NAME):
+        import hashlib
+
+        self.reader = reader
+        self.input_name = input_name
+        self.samples = 0
+        self.batches = 0
+        self._hash = hashlib.sha256()
+
+    def get_next(self):
+        item = self.reader.get_next()
+        if item:
+            value = np.ascontiguousarray(item[self.input_name], dtype=np.float32)
+            self._hash.update(value.tobytes())
+            self.samples += len(value)
+            self.batches += 1
+        return item
+
+    @property
+    def sha256(self) -> str:
+        return self._hash.hexdigest()

@@ -1,0 +1,89 @@
+"""The ruler by hand: scale, zero point, quantize, dequantize, in numpy.
+
+Mirrors ONNX Runtime: ``compute_scale_zp`` widens the range to include 0, then
+``scale = (rmax - rmin) / (qmax - qmin)`` and ``zero_point = round(qmin - rmin / scale)``.
+QuantizeLinear is ``q = clip(round_half_even(x / scale) + zero_point, qmin, qmax)``
+and DequantizeLinear is ``x = (q - zero_point) * scale``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+QRANGES = {"int8": (-128, 127), "uint8": (0, 255)}
+
+
+def qrange(dtype: str = "int8", reduce_range: bool = False) -> tuple[int, int]:
+    """(qmin, qmax) of a quantized type; ``reduce_range`` uses 7 bits as ORT does."""
+    if dtype not in QRANGES:
+        raise ValueError(f"unknown quantized type {dtype!r}; expected int8 or uint8")
+    if reduce_range:
+        return (-64, 63) if dtype == "int8" else (0, 127)
+    return QRANGES[dtype]
+
+
+def scale_zero_point(rmin: float, rmax: float, dtype: str = "int8",
+                     symmetric: bool = False) -> tuple[np.float32, int]:
+    """Scale (float32) and zero point (int) for the range [rmin, rmax], the way ORT computes them."""
+    if not (np.isfinite(rmin) and np.isfinite(rmax)) or rmin > rmax:
+        raise ValueError(f"need finite rmin <= rmax, got [{rmin}, {rmax}]")
+    qmin, qmax = qrange(dtype)
+    rmin, rmax = min(float(rmin), 0.0), max(float(rmax), 0.0)
+    if symmetric:
+        absmax = max(abs(rmin), abs(rmax))
+        rmin, rmax = -absmax, absmax
+    scale = (rmax - rmin) / (qmax - qmin)
+    if scale < np.finfo(np.float32).tiny:
+        return np.float32(1.0), 0
+    if symmetric:
+        zp = int(np.round((qmin + qmax) / 2.0))
+    else:
+        zp = int(np.round(qmin - rmin / scale))
+    return np.float32(scale), zp
+
+
+def quantize(x: np.ndarray, scale: float, zero_point: int, dtype: str = "int8") -> np.ndarray:
+    """QuantizeLinear: round half to even, add the zero point, saturate."""
+    qmin, qmax = qrange(dtype)
+    q = np.rint(np.asarray(x, np.float32) / np.float32(scale)) + zero_point
+    return np.clip(q, qmin, qmax).astype(np.int8 if dtype == "int8" else np.uint8)
+
+
+def dequantize(q: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
+    """DequantizeLinear: ``(q - zero_point) * scale`` in float32."""
+    return ((np.asarray(q).astype(np.int32) - zero_point).astype(np.float32) * np.float32(scale))
+
+
+def round_trip(x: np.ndarray, scale: float, zero_point: int, dtype: str = "int8") -> np.ndarray:
+    """Quantize then dequantize: what the model sees after the QuantizeLinear/DequantizeLinear pair."""
+    return dequantize(quantize(x, scale, zero_point, dtype), scale, zero_point)
+
+
+def representable_range(scale: float, zero_point: int, dtype: str = "int8") -> tuple[float, float]:
+    """The real interval the grid covers: [(qmin - zp) * scale, (qmax - zp) * scale]."""
+    qmin, qmax = qrange(dtype)
+    return float((qmin - zero_point) * np.float32(scale)), float((qmax - zero_point) * np.float32(scale))
+
+
+def ruler_stats(x: np.ndarray, rmin: float, rmax: float, dtype: str = "int8") -> dict:
+    """What a calibration range [rmin, rmax] does to the values ``x``.
+
+    Returns the scale and zero point, the fraction of values clipped, the fraction of the
+    grid's steps the values actually use, and the max and mean absolute round-trip error.
+    """
+    x = np.asarray(x, np.float32).ravel()
+    scale, zp = scale_zero_point(rmin, rmax, dtype)
+    lo, hi = representable_range(scale, zp, dtype)
+    q = quantize(x, scale, zp, dtype)
+    err = np.abs(dequantize(q, scale, zp) - x)
+    qmin, qmax = qrange(dtype)
+    clipped = (x < lo - scale / 2) | (x > hi + scale / 2)
+    used = (min(x.max(), hi) - max(x.min(), lo)) / scale if x.size else 0.0
+    return {
+        "rmin": float(rmin), "rmax": float(rmax), "scale": float(scale), "zero_point": int(zp),
+        "clipped_fraction": float(clipped.mean()) if x.size else 0.0,
+        "steps_used": int(min(qmax - qmin, max(0.0, round(float(used))))),
+        "steps": qmax - qmin,
+        "max_abs_error": float(err.max()) if x.size else 0.0,
+        "mean_abs_error": float(err.mean()) if x.size else 0.0,
+        "bound": float(scale) / 2,
+    }

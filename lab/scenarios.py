@@ -1,0 +1,63 @@
+"""Named operating conditions for acceptance.
+
+Each scenario is a pure function on the deployed preprocessing path: it takes
+pixels in [0, 1] (float32 [N, 64]) and returns pixels in [0, 1], the way the
+camera would deliver the same digits under another condition. Randomness is
+seeded, so a scenario is the same every run.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+
+def daylight(x: np.ndarray, seed: int = 0) -> np.ndarray:
+    """As deployed: bright, centred, clean digits. The identity."""
+    return np.asarray(x, np.float32).copy()
+
+
+def dim(x: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Dusk: the whole scene at 60 % brightness."""
+    return (np.asarray(x, np.float32) * np.float32(0.6)).astype(np.float32)
+
+
+def low_contrast(x: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Fog or a grey background: paper at 0.35, strokes at most 0.85."""
+    return (np.float32(0.35) + np.float32(0.5) * np.asarray(x, np.float32)).astype(np.float32)
+
+
+def shifted(x: np.ndarray, seed: int = 0) -> np.ndarray:
+    """The digit sits one pixel right and one pixel down in the 8x8 frame."""
+    img = np.asarray(x, np.float32).reshape(-1, 8, 8)
+    out = np.zeros_like(img)
+    out[:, 1:, 1:] = img[:, :-1, :-1]
+    return out.reshape(-1, 64)
+
+
+def noisy(x: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Sensor noise: Gaussian, sigma 0.15, clipped back to [0, 1]."""
+    rng = np.random.default_rng(seed)
+    x = np.asarray(x, np.float32)
+    return np.clip(x + rng.normal(0.0, 0.15, size=x.shape).astype(np.float32), 0, 1).astype(np.float32)
+
+
+SCENARIOS: dict[str, Callable[..., np.ndarray]] = {
+    "daylight": daylight,
+    "dim": dim,
+    "low_contrast": low_contrast,
+    "shifted": shifted,
+    "noisy": noisy,
+}
+
+
+def apply(name: str, x: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Apply the named scenario to preprocessed pixels."""
+    if name not in SCENARIOS:
+        raise ValueError(f"unknown scenario {name!r}; expected one of {sorted(SCENARIOS)}")
+    return SCENARIOS[name](x, seed)
+
+
+def describe() -> dict[str, str]:
+    """Scenario name -> its one-line description."""
+    return {name: (fn.__doc__ or "").strip().splitlines()[0] for name, fn in SCENARIOS.items()}

@@ -1,0 +1,53 @@
+"""The student's workspace: one folder the lessons write into, never the fixtures."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from lab.data import file_sha256, fixture_path
+from lab.errors import WorkspaceError
+
+DEFAULT_WORK_DIR = "workspace"
+
+
+def make_workspace(work_dir: str | Path = DEFAULT_WORK_DIR) -> Path:
+    """Create ``work_dir`` (if needed), prove it is writable, and copy the FP32 model in as ``source.onnx``.
+
+    Conversions always read ``source.onnx``: ONNX Runtime's converter writes temporary
+    files next to its input, so it must never run on the fixture in place.
+    """
+    work = Path(work_dir).expanduser().resolve()
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=work, prefix=".write-test-"):
+            pass
+    except OSError as e:
+        raise WorkspaceError(f"WORK_DIR {str(work)!r} cannot be written ({e.strerror or e}); "
+                             "set WORK_DIR in the parameters cell to a folder you own") from None
+    source_model(work)
+    return work
+
+
+def source_model(work: str | Path) -> Path:
+    """``work/source.onnx``, a byte copy of the FP32 fixture (copied again if it drifted)."""
+    src, dst = fixture_path("fp32.onnx"), Path(work) / "source.onnx"
+    if not dst.exists() or file_sha256(dst) != file_sha256(src):
+        shutil.copyfile(src, dst)
+    return dst
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write text to ``path`` through a temporary file and a rename, so readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
