@@ -6,23 +6,14 @@ Submodules load on first use, so ``import lab`` stays quick and
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 __version__ = "0.1.0"
 
-_SUBMODULES = {
-    "data", "readers", "workspace", "quantize", "graph", "compare", "ruler",
-    "experiment", "run", "release", "submit", "metrics", "plots", "scenarios",
-    "recipe", "schemas", "toolbox", "widgets", "errors",
-}
-
 
 def __getattr__(name: str):
-    if name in _SUBMODULES:
-        return importlib.import_module(f"lab.{name}")
     if name == "check_reader":
         return importlib.import_module("lab.readers").check_reader
+    if not name.startswith("_") and importlib.util.find_spec(f"lab.{name}") is not None:
+        return importlib.import_module(f"lab.{name}")
     raise AttributeError(f"module 'lab' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(list(globals()) + list(_SUBMODULES) + ["check_reader"])

@@ -51,3 +51,14 @@ def format_table(rows: list[dict]) -> str:
         lines.append(f"{r['kind']:<7} {r['scale']:>10.6f} {r['zero_point']:>5d} {r['range_seen']:>11.4f} "
                      f"{r['calibration_range']:>12.4f} {r['max_abs_error']:>12.4f} {r['accuracy']:>9.4f}  {r['diagnosis']}")
     return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m lab table [--work-dir DIR]``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m lab table", description="narrow / right / wide, one table")
+    parser.add_argument("--work-dir", default="build/table-workspace")
+    args = parser.parse_args(argv)
+    print(format_table(narrow_right_wide(args.work_dir)))
+    return 0

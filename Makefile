@@ -1,0 +1,40 @@
+# Calibration Lab. `make lab` runs the workbook and grades it; `make test` runs every test.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+KERNEL := calibration-lab
+PORT   ?= 8888
+
+.PHONY: setup lab test jupyter bench fixtures release clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Calibration Lab" >/dev/null
+	touch $(STAMP)
+
+lab: setup
+	$(PY) -m lab run
+
+test: setup
+	$(PY) -m pytest
+
+jupyter: setup
+	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(PORT) --no-browser \
+	  --ServerApp.root_dir=notebooks --MultiKernelManager.default_kernel_name=$(KERNEL)
+
+bench: setup
+	$(PY) -m benchmarks
+
+fixtures: setup
+	$(PY) -m fixtures.build
+
+release: setup
+	$(PY) -m lab release --out release
+
+clean:
+	rm -rf build release grades workspace
