@@ -51,3 +51,22 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def load_module(work_dir: str | Path, name: str):
+    """Import ``work_dir/<name>.py`` fresh (edits since the last import are picked up).
+
+    This is how lessons use the student's own module files, so the code the grader
+    drives is exactly the code the notebook ran.
+    """
+    import importlib.util
+    import sys
+
+    path = Path(work_dir) / f"{name}.py"
+    if not path.exists():
+        raise WorkspaceError(f"{path} does not exist yet; run the exercise cell that writes {path.name}")
+    spec = importlib.util.spec_from_file_location(f"workspace_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.pop(spec.name, None)
+    spec.loader.exec_module(module)
+    return module
