@@ -125,3 +125,29 @@ def quantize_dynamic_model(source: str | Path, output: str | Path, weight_type: 
     return QuantRecord(str(source), str(output), file_sha256(source), file_sha256(output),
                        {"mode": "dynamic", "weight_type": weight_type, "per_channel": per_channel},
                        None, 0, 0, seconds=round(time.perf_counter() - start, 3))
+
+
+def calibrated_ranges(source: str | Path, calibration, method: str = "MinMax", batch_size: int = 32,
+                      extra_options: dict | None = None) -> dict[str, tuple[float, float]]:
+    """The ranges ONNX Runtime's own calibrator computes: tensor name -> (lowest, highest).
+
+    Uses ``create_calibrator`` / ``collect_data`` / ``compute_data`` in a temporary folder,
+    so ``source`` is never written next to. ``calibration`` is an array or a reader.
+    """
+    import tempfile
+
+    from onnxruntime.quantization.calibrate import create_calibrator
+
+    reader = ArrayReader(calibration, batch_size) if isinstance(calibration, np.ndarray) else calibration
+    with tempfile.TemporaryDirectory(prefix="lab-calib-") as tmp:
+        calibrator = create_calibrator(Path(source), augmented_model_path=str(Path(tmp) / "augmented.onnx"),
+                                       calibrate_method=_enum(CalibrationMethod, method),
+                                       extra_options=extra_options or {})
+        try:
+            calibrator.collect_data(reader)
+            data = calibrator.compute_data()
+        finally:
+            calibrator.clear_collected_data() if hasattr(calibrator, "clear_collected_data") else None
+    return {name: (float(np.asarray(td.range_value[0]).reshape(-1)[0]),
+                   float(np.asarray(td.range_value[1]).reshape(-1)[0]))
+            for name, td in data.data.items()}

@@ -1,0 +1,107 @@
+"""check_reader against good readers and the two classic mistakes, and the mistakes through ORT itself."""
+import numpy as np
+import pytest
+from onnxruntime.quantization import CalibrationDataReader, quantize_static
+
+from lab import data
+from lab.errors import ReaderContractError
+from lab.readers import ArrayReader, RecordingReader, check_reader
+
+X = data.calibration_set("right")
+
+
+class RaisesAtEnd(CalibrationDataReader):
+    def __init__(self, x, batch_size=36):
+        self.batches, self.i = [x[i:i + batch_size] for i in range(0, len(x), batch_size)], 0
+
+    def get_next(self):
+        batch = self.batches[self.i]  # IndexError after the last batch
+        self.i += 1
+        return {"pixels": batch}
+
+
+class Custom(CalibrationDataReader):
+    def __init__(self, items):
+        self.items = iter(items)
+
+    def get_next(self):
+        return next(self.items, None)
+
+
+def test_array_reader_serves_everything_then_none():
+    reader = ArrayReader(X, batch_size=50)
+    assert len(reader) == 8
+    report = check_reader(reader, expected_samples=360)
+    assert report.ok, report.problems
+    assert (report.batches, report.samples) == (8, 360)
+    assert report.ending == "returned None (correct)"
+    assert report.rewind == "gives 8 batches, 360 samples again"
+    assert "OK" in str(report)
+
+
+def test_raising_at_the_end_is_named():
+    report = check_reader(RaisesAtEnd(X))
+    assert not report.ok
+    assert "must return None" in report.problems[0] and "IndexError" in report.problems[0]
+    with pytest.raises(ReaderContractError, match="must return None"):
+        report.raise_for_problems()
+
+
+def test_exhausted_reader_is_named():
+    reader = Custom([{"pixels": X}])
+    reader.get_next()
+    report = check_reader(reader)
+    assert any("No data is collected" in p for p in report.problems)
+
+
+def test_second_pass_is_reported_in_plain_words():
+    report = check_reader(Custom([{"pixels": X}]))
+    assert report.ok and report.second_pass.startswith("yields nothing")
+
+
+@pytest.mark.parametrize("item, needle", [
+    ({"pixels": X.astype(np.float64)}, "dtype is float64"),
+    ({"input": X}, "input is named 'pixels'"),
+    ({"pixels": X.reshape(-1, 8, 8)}, "expected [batch, 64]"),
+    ({"pixels": X.tolist()}, "numpy array"),
+    ([X], "must return a dict"),
+])
+def test_contract_breaks_name_the_rule(item, needle):
+    report = check_reader(Custom([item]))
+    assert any(needle in p for p in report.problems), report.problems
+
+
+def test_reader_that_never_ends_is_caught():
+    class Forever(CalibrationDataReader):
+        def get_next(self):
+            return {"pixels": X[:1]}
+
+    report = check_reader(Forever(), max_batches=50)
+    assert any("never returned None" in p for p in report.problems)
+
+
+def test_wrong_sample_count_is_named():
+    assert any("expected 100" in p for p in check_reader(ArrayReader(X), expected_samples=100).problems)
+
+
+def test_not_a_reader_is_named():
+    assert "no get_next()" in check_reader(object()).problems[0]
+
+
+def test_the_classic_mistakes_fail_for_real_in_quantize_static(tmp_path):
+    source = tmp_path / "source.onnx"
+    source.write_bytes(data.fixture_path("fp32.onnx").read_bytes())
+    with pytest.raises(IndexError):
+        quantize_static(str(source), str(tmp_path / "a.onnx"), RaisesAtEnd(X))
+    used = ArrayReader(X, 36)
+    quantize_static(str(source), str(tmp_path / "b.onnx"), used)
+    with pytest.raises(ValueError, match="No data is collected"):
+        quantize_static(str(source), str(tmp_path / "c.onnx"), used)
+
+
+def test_recording_reader_hash_matches_the_data():
+    rec = RecordingReader(ArrayReader(X, 7))
+    while rec.get_next():
+        pass
+    assert (rec.samples, rec.batches) == (360, 52)
+    assert rec.sha256 == data.data_sha256(X)
