@@ -1,0 +1,357 @@
+"""``python -m lab run``: run every lesson headlessly with papermill, then summarize the workspace.
+
+Each lesson runs with the project's kernel, ``cwd`` = ``notebooks/``, a per-cell time limit,
+``WORK_DIR`` set to one absolute workspace and ``INTERACTIVE = False``. Executed copies go to a
+build folder (never over the sources). On a failure the partial output is kept, the notebook and
+the failing cell are named, and the exit code is non-zero.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import nbformat
+
+REPO = Path(__file__).resolve().parent.parent
+NOTEBOOKS = REPO / "notebooks"
+KERNEL = "calibration-lab"
+DEFAULT_WORK_DIR = "build/workspace"
+DEFAULT_OUT = "build/notebooks"
+DEFAULT_TIMEOUT = 900
+START_TIMEOUT = 120
+LESSON_GLOB = "[0-9][0-9]_*.ipynb"
+RUN_LOG = "run-log.json"
+KERNEL_LOG = "kernel-stderr.log"
+
+
+@dataclass(frozen=True)
+class LessonRun:
+    """One lesson's headless run: where its executed copy is, how long it took, and what failed."""
+
+    notebook: str
+    output: str
+    seconds: float
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def discover(notebooks_dir: str | Path = NOTEBOOKS) -> list[Path]:
+    """The lessons ``NN_topic.ipynb`` in ``notebooks_dir``, in lesson order."""
+    return sorted(Path(notebooks_dir).glob(LESSON_GLOB))
+
+
+def select(notebooks: list[Path], only: str | None) -> list[Path]:
+    """Keep the lessons whose number is in ``only`` (``"03,04"``); all of them when ``only`` is empty."""
+    if not only:
+        return list(notebooks)
+    wanted = [w.strip().zfill(2) for w in only.split(",") if w.strip()]
+    missing = [w for w in wanted if not any(nb.name.startswith(f"{w}_") for nb in notebooks)]
+    if missing:
+        have = ", ".join(nb.name[:2] for nb in notebooks) or "none"
+        raise ValueError(f"--only {only}: no lesson numbered {', '.join(missing)} (have {have})")
+    return [nb for nb in notebooks if nb.name[:2] in wanted]
+
+
+def parameters_cell(nb: nbformat.NotebookNode) -> nbformat.NotebookNode | None:
+    """The code cell tagged ``parameters``, or None."""
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "parameters" in cell.get("metadata", {}).get("tags", []):
+            return cell
+    return None
+
+
+def declared_parameters(notebook: str | Path | nbformat.NotebookNode) -> dict[str, object]:
+    """The names and literal values assigned in a notebook's ``parameters`` cell (empty if it has none)."""
+    nb = notebook if isinstance(notebook, nbformat.NotebookNode) else nbformat.read(notebook, as_version=4)
+    cell = parameters_cell(nb)
+    if cell is None:
+        return {}
+    declared: dict[str, object] = {}
+    for node in ast.parse(cell.source).body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name) and node.value is not None:
+                    try:
+                        declared[target.id] = ast.literal_eval(node.value)
+                    except ValueError:
+                        declared[target.id] = None
+    return declared
+
+
+def parse_value(text: str) -> object:
+    """A ``-p NAME VALUE`` value as papermill's command line reads it: int, float, bool, None, else str."""
+    for convert in (int, float):
+        try:
+            return convert(text)
+        except ValueError:
+            pass
+    return {"True": True, "False": False, "None": None}.get(text, text)
+
+
+def lesson_parameters(declared: dict[str, object], work_dir: Path,
+                      overrides: dict[str, object]) -> dict[str, object]:
+    """What to inject into one lesson: only the names it declares."""
+    wanted = {"WORK_DIR": str(work_dir), "INTERACTIVE": False, **overrides}
+    return {name: value for name, value in wanted.items() if name in declared}
+
+
+def source_cell_number(nb: nbformat.NotebookNode, cell_index: int) -> int:
+    """Map a cell index in papermill's output notebook back to the source notebook's cell index."""
+    injected = sum(1 for cell in nb.cells[:cell_index]
+                   if "injected-parameters" in cell.get("metadata", {}).get("tags", []))
+    return cell_index - injected
+
+
+def _first_line(source: str) -> str:
+    lines = [ln.strip() for ln in source.splitlines() if ln.strip()]
+    first = lines[0] if lines else "(empty cell)"
+    return first if len(first) <= 70 else first[:67] + "..."
+
+
+def describe_failure(exc: BaseException, output: Path) -> str:
+    """One paragraph naming the failing cell (by source index and first line) and the error."""
+    from papermill.exceptions import PapermillExecutionError
+
+    try:
+        nb = nbformat.read(output, as_version=4)
+    except Exception:  # the engine may have died before writing anything
+        nb = None
+    if isinstance(exc, PapermillExecutionError):
+        if nb is not None:
+            # papermill writes an error header at the top and an anchor before the cell: undo both
+            cells = [c for c in nb.cells if "papermill-error-cell-tag" not in c.get("metadata", {}).get("tags", [])]
+            index = source_cell_number(nbformat.from_dict({"cells": cells}), exc.cell_index)
+        else:
+            index = exc.cell_index
+        evalue = (exc.evalue or "").strip().splitlines()
+        return (f"cell {index} (In [{exc.exec_count}]: {_first_line(exc.source)}) raised "
+                f"{exc.ename}: {evalue[0] if evalue else ''}")
+    where = ""
+    if nb is not None:
+        for i, cell in enumerate(nb.cells):
+            if cell.get("metadata", {}).get("papermill", {}).get("status") == "running":
+                where = f"cell {source_cell_number(nb, i)} ({_first_line(cell.source)}): "
+                break
+    return f"{where}{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+
+
+def kernel_manager_logging_to(log_path: Path) -> type:
+    """A kernel manager whose kernel's own stderr (start-up chatter, crash messages) goes to ``log_path``.
+
+    Cell output, warnings included, still reaches the executed notebook; only the kernel process's
+    log lines are kept out of the terminal.
+    """
+    from jupyter_client.manager import AsyncKernelManager
+
+    class LoggingKernelManager(AsyncKernelManager):
+        async def _async_launch_kernel(self, kernel_cmd, **kw):
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(log_path, "ab") as log:
+                kw["stderr"] = log
+                await super()._async_launch_kernel(kernel_cmd, **kw)
+
+    return LoggingKernelManager
+
+
+def run_lesson(notebook: Path, out_dir: Path, parameters: dict[str, object],
+               timeout: float = DEFAULT_TIMEOUT, cwd: Path = NOTEBOOKS) -> LessonRun:
+    """Execute one lesson into ``out_dir`` with papermill; a failure is returned, not raised."""
+    import papermill
+
+    output = out_dir / notebook.name
+    if output.resolve() == notebook.resolve():
+        raise ValueError(f"{output}: the executed copy would overwrite the lesson; choose another --out")
+    start = time.perf_counter()
+    error = None
+    try:
+        papermill.execute_notebook(
+            str(notebook), str(output), parameters=parameters, kernel_name=KERNEL, cwd=str(cwd),
+            execution_timeout=timeout, start_timeout=START_TIMEOUT,
+            log_output=False, progress_bar=False,
+            kernel_manager_class=kernel_manager_logging_to(out_dir / KERNEL_LOG))
+    except Exception as exc:  # every failure becomes a value naming the cell
+        error = describe_failure(exc, output)
+    return LessonRun(notebook.name, str(output), round(time.perf_counter() - start, 2), error)
+
+
+def _scalar_leaves(obj: object, prefix: str = ""):
+    """(path, value) for every number, bool or short string in a JSON document; lists of numbers summarized."""
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            if key != "schema":
+                yield from _scalar_leaves(value, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(obj, list):
+        if obj and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in obj):
+            yield prefix, obj
+        else:
+            for i, value in enumerate(obj):
+                yield from _scalar_leaves(value, f"{prefix}[{i}]")
+    elif isinstance(obj, (bool, int, float)) or (isinstance(obj, str) and len(obj) <= 60):
+        yield prefix, obj
+
+
+def format_value(value: object) -> str:
+    """Numbers to 4 significant digits; lists of numbers as first..last with their length."""
+    if isinstance(value, list):
+        if len(value) <= 4:
+            return "[" + ", ".join(format_value(v) for v in value) + "]"
+        return f"[{format_value(value[0])} .. {format_value(value[-1])}] ({len(value)} values)"
+    if isinstance(value, float):
+        return f"{value:.4g}" if math.isfinite(value) else str(value)
+    return str(value)
+
+
+def summarize_json(path: Path, max_lines: int = 14) -> list[str]:
+    """Lines ``key = value`` for one workspace JSON file, read tolerantly (a broken file says so)."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        return [f"  (unreadable: {e})"]
+    leaves = list(_scalar_leaves(doc))
+    lines = [f"  {key} = {format_value(value)}" for key, value in leaves[:max_lines]]
+    if len(leaves) > max_lines:
+        lines.append(f"  ... and {len(leaves) - max_lines} more values")
+    return lines or ["  (no numbers)"]
+
+
+def summarize_workspace(work_dir: Path) -> list[str]:
+    """The key numbers of every JSON document the lessons wrote, file by file."""
+    lines: list[str] = []
+    for path in sorted(Path(work_dir).rglob("*.json")):
+        rel = path.relative_to(work_dir)
+        if any(part.startswith(".") for part in rel.parts) or path.stat().st_size > 1_000_000:
+            continue
+        try:
+            schema = json.loads(path.read_text(encoding="utf-8")).get("schema", "")
+        except (OSError, ValueError, AttributeError, UnicodeDecodeError):
+            schema = ""
+        lines.append(f"{rel.as_posix()}" + (f"  ({schema})" if schema else ""))
+        lines.extend(summarize_json(path))
+    models = sorted(Path(work_dir).rglob("*.onnx"))
+    if models:
+        size = sum(m.stat().st_size for m in models)
+        lines.append(f"{len(models)} ONNX models in the workspace, {size / 1e6:.1f} MB")
+    return lines
+
+
+def timing_table(runs: list[LessonRun]) -> list[str]:
+    """Per-lesson wall time and status, slowest marked."""
+    if not runs:
+        return []
+    width = max(len(r.notebook) for r in runs)
+    slowest = max(runs, key=lambda r: r.seconds)
+    lines = [f"{'lesson':<{width}}  {'seconds':>8}  status"]
+    for r in runs:
+        mark = "  <- slowest" if r is slowest and len(runs) > 1 else ""
+        lines.append(f"{r.notebook:<{width}}  {r.seconds:>8.1f}  {'ok' if r.ok else 'FAILED'}{mark}")
+    lines.append(f"{'total':<{width}}  {sum(r.seconds for r in runs):>8.1f}")
+    return lines
+
+
+def grade_workspace(work_dir: Path):
+    """Grade the workspace with ``grader.grade`` when the grader is installed; None when it is not."""
+    try:
+        import grader
+    except ImportError:
+        return None
+    grade = getattr(grader, "grade", None)
+    if not callable(grade):
+        return None
+    return grade(Path(work_dir))
+
+
+def _parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m lab run", description=__doc__.splitlines()[0])
+    parser.add_argument("--work-dir", default=DEFAULT_WORK_DIR, help="the one workspace every lesson writes into")
+    parser.add_argument("--out", default=DEFAULT_OUT, help="folder for the executed copies of the lessons")
+    parser.add_argument("--only", default=None, help="lesson numbers to run, e.g. 03,04 (default: all)")
+    parser.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+                        help="set a parameter in every lesson that declares it, e.g. -p MAX_BATCHES 16")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds allowed per cell")
+    parser.add_argument("--notebooks", default=str(NOTEBOOKS), help=argparse.SUPPRESS)
+    parser.add_argument("--no-grade", action="store_true", help="do not grade the workspace afterwards")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(sys.argv[1:] if argv is None else argv)
+    notebooks_dir = Path(args.notebooks).resolve()
+    try:
+        lessons = select(discover(notebooks_dir), args.only)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if not lessons:
+        print(f"error: no lessons ({LESSON_GLOB}) in {notebooks_dir}", file=sys.stderr)
+        return 2
+    work_dir, out_dir = Path(args.work_dir).resolve(), Path(args.out).resolve()
+    if out_dir == notebooks_dir:
+        print(f"error: --out {args.out} is the lessons' own folder; executed copies never go over the sources",
+              file=sys.stderr)
+        return 2
+    overrides = {name: parse_value(value) for name, value in args.parameter}
+    declared = {nb.name: declared_parameters(nb) for nb in lessons}
+    unknown = sorted(n for n in overrides if not any(n in d for d in declared.values()))
+    if unknown:
+        print(f"error: -p {', '.join(unknown)}: no selected lesson declares it in its parameters cell",
+              file=sys.stderr)
+        return 2
+    work_dir.mkdir(parents=True, exist_ok=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / KERNEL_LOG).unlink(missing_ok=True)
+    print(f"Running {len(lessons)} lesson(s); workspace {work_dir}, executed copies in {out_dir}", flush=True)
+
+    runs: list[LessonRun] = []
+    for i, nb in enumerate(lessons, 1):
+        print(f"[{i}/{len(lessons)}] {nb.name} ...", end=" ", flush=True)
+        run = run_lesson(nb, out_dir, lesson_parameters(declared[nb.name], work_dir, overrides),
+                         timeout=args.timeout, cwd=notebooks_dir)
+        runs.append(run)
+        print(f"{'ok' if run.ok else 'FAILED'} ({run.seconds:.1f} s)", flush=True)
+        if not run.ok:
+            break
+    (out_dir / RUN_LOG).write_text(json.dumps(
+        {"work_dir": str(work_dir), "lessons": [asdict(r) for r in runs],
+         "total_seconds": round(sum(r.seconds for r in runs), 2)}, indent=2, sort_keys=True) + "\n")
+
+    print("\nKey numbers from the workspace")
+    print("\n".join(summarize_workspace(work_dir)) or "  (no JSON documents yet)")
+    print("\nWall time per lesson")
+    print("\n".join(timing_table(runs)))
+
+    failed = next((r for r in runs if not r.ok), None)
+    if failed is not None:
+        skipped = len(lessons) - len(runs)
+        print(f"\nFAILED: {failed.notebook}, {failed.error}\n  partial output kept in {failed.output}"
+              + (f"\n  {skipped} later lesson(s) not run" if skipped else ""), file=sys.stderr)
+        return 1
+    return 0 if args.no_grade else _print_grade(work_dir)
+
+
+def _print_grade(work_dir: Path) -> int:
+    """Grade the workspace and print the score; 1 if the grader itself crashed."""
+    try:
+        result = grade_workspace(work_dir)
+    except Exception as e:
+        print(f"\nGrade: the grader crashed on {work_dir} ({type(e).__name__}: {e})", file=sys.stderr)
+        return 1
+    if result is None:
+        print("\nGrade: skipped (no grader.grade() available)")
+        return 0
+    score, max_score = getattr(result, "score", None), getattr(result, "max_score", None)
+    print(f"\nGrade: {format_value(score)} / {format_value(max_score)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
