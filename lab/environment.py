@@ -1,0 +1,227 @@
+"""Is this the environment the lessons expect? Versions against the pins, fixtures against the manifest, the kernel.
+
+``check()`` gathers the facts; every judgement is a pure function of plain values, so the
+rules can be tested without changing the machine.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+from lab.errors import LabError
+
+REPO = Path(__file__).resolve().parent.parent
+KERNEL_NAME = "calibration-lab"
+KERNEL_DISPLAY_NAME = "Calibration Lab"
+# A mismatch here changes the bytes of every converted model: the lessons' numbers stop matching.
+CORE_PACKAGES = ("onnx", "onnxruntime", "numpy")
+
+
+class EnvironmentProblem(LabError):
+    """The environment cannot reproduce the lessons' numbers."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the environment table. ``status`` is ``ok``, ``warn`` or ``fail``."""
+
+    topic: str
+    name: str
+    found: str
+    expected: str
+    status: str
+    fix: str = ""
+
+
+@dataclass
+class EnvironmentReport:
+    """Every check, a readable table, and a short summary with no machine-specific text."""
+
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if c.status == "fail"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def table(self, every_pin: bool = False) -> str:
+        """The checks as a fixed-width table, with a fix under each line that is not ok.
+
+        Pins outside the core packages are folded into one line while they all match,
+        unless ``every_pin``.
+        """
+        quiet = [] if every_pin else [c for c in self.checks if c.topic == "versions"
+                                      and c.name not in CORE_PACKAGES and c.status == "ok"]
+        shown = [c for c in self.checks if c not in quiet]
+        rows = [(c.status.upper(), c.topic, c.name, c.found, c.expected) for c in shown]
+        if quiet:
+            at = max(i for i, c in enumerate(shown) if c.topic == "versions") + 1
+            shown.insert(at, None)
+            rows.insert(at, ("OK", "versions", f"{len(quiet)} other pins", "all match", "requirements.txt"))
+        head = ("", "topic", "name", "found", "expected")
+        widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(4)]
+        lines = ["  ".join(str(v).ljust(w) for v, w in zip(head, widths)) + "  " + head[4]]
+        for c, r in zip(shown, rows):
+            lines.append("  ".join(str(v).ljust(w) for v, w in zip(r, widths)) + "  " + r[4])
+            if c is not None and c.status != "ok" and c.fix:
+                lines.append(" " * (widths[0] + 2) + "-> " + c.fix)
+        return "\n".join(lines)
+
+    def summary(self) -> str:
+        """One line per topic, worded to be the same text on every machine where all is well."""
+        lines = []
+        for topic in dict.fromkeys(c.topic for c in self.checks):
+            cs = [c for c in self.checks if c.topic == topic]
+            bad = [c for c in cs if c.status != "ok"]
+            if topic == "fixtures":
+                text = f"{len(cs) - len(bad)}/{len(cs)} match the manifest"
+            elif not bad:
+                text = {"python": f"ok ({cs[0].expected})", "versions": "every pin in requirements.txt matches",
+                        "kernel": "the project's kernel and virtualenv"}.get(topic, "ok")
+            else:
+                text = f"{len(bad)} of {len(cs)} need attention: " + ", ".join(c.name for c in bad)
+            lines.append(f"{topic + ':':<10}{text}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def _repr_pretty_(self, p, cycle):
+        p.text(self.table())
+
+    def raise_for_problems(self) -> None:
+        """Raise ``EnvironmentProblem`` naming every failed check and its fix, or return quietly."""
+        if self.failures:
+            raise EnvironmentProblem("the environment cannot reproduce the lessons:\n  - " + "\n  - ".join(
+                f"{c.name}: found {c.found}, expected {c.expected}. {c.fix}" for c in self.failures))
+
+
+def parse_pins(text: str) -> dict[str, str]:
+    """``name==version`` lines of a requirements file -> {normalized name: version}; other lines are skipped."""
+    pins = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "==" in line and not line.startswith("-"):
+            name, version = (s.strip() for s in line.split("==", 1))
+            pins[normalize(name)] = version
+    return pins
+
+
+def normalize(name: str) -> str:
+    """Package names compare case-insensitively, with ``-``, ``_`` and ``.`` alike (PEP 503)."""
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+def version_checks(pins: dict[str, str], installed: dict[str, str | None],
+                   core: tuple[str, ...] = CORE_PACKAGES) -> list[Check]:
+    """Installed version against each pin. A core package that differs fails; any other warns."""
+    checks = []
+    for name in sorted(pins, key=lambda n: (n not in core, n)):
+        want, have = pins[name], installed.get(name)
+        if have == want:
+            checks.append(Check("versions", name, have, f"=={want}", "ok"))
+            continue
+        checks.append(Check("versions", name, have or "not installed", f"=={want}",
+                            "fail" if name in core else "warn",
+                            "run `make setup` from the repository root, then restart the kernel"))
+    return checks
+
+
+def python_check(version: str, requires: str | None) -> Check:
+    """The running Python against ``requires-python`` (e.g. ``>=3.11``)."""
+    if not requires:
+        return Check("python", "python", version, "(no requirement found)", "warn",
+                     "pyproject.toml has no requires-python")
+    from packaging.specifiers import SpecifierSet
+
+    ok = SpecifierSet(requires).contains(version)
+    return Check("python", "python", version, requires, "ok" if ok else "fail",
+                 "" if ok else f"install a Python {requires} and run `make setup` with it")
+
+
+def fixture_checks(matches: dict[str, bool]) -> list[Check]:
+    """One check per fixture file: its SHA-256 against the committed manifest."""
+    return [Check("fixtures", name, "sha256 matches" if ok else "missing or changed", "manifest sha256",
+                  "ok" if ok else "fail",
+                  "" if ok else "restore the file: `git checkout -- fixtures/` (lessons never write there)")
+            for name, ok in sorted(matches.items())]
+
+
+def kernel_checks(prefix: str, project_venv: str, kernel_python: str | None,
+                  kernel_name: str = KERNEL_NAME) -> list[Check]:
+    """Is this Python the project's virtualenv, and does the project's kernel launch it?
+
+    ``kernel_python`` is the interpreter the ``kernel_name`` kernelspec starts (None when the
+    kernel is not registered). Paths are compared without resolving symlinks: a virtualenv's
+    ``python`` is usually a link to the system interpreter.
+    """
+    here = os.path.normpath(os.path.abspath(prefix))
+    venv = os.path.normpath(os.path.abspath(project_venv))
+    choose = f"choose the kernel '{KERNEL_DISPLAY_NAME}' (Kernel > Change Kernel)"
+    checks = [Check("kernel", "python environment", "the project's .venv" if here == venv else "another one",
+                    "the project's .venv", "ok" if here == venv else "warn",
+                    "" if here == venv else f"this kernel runs Python from outside the project's .venv; {choose}")]
+    if kernel_python is None:
+        checks.append(Check("kernel", f"kernel '{kernel_name}'", "not registered", "registered", "warn",
+                            "run `make setup`: it registers the kernel"))
+    else:
+        kernel_prefix = os.path.normpath(os.path.dirname(os.path.dirname(os.path.abspath(kernel_python))))
+        same = kernel_prefix == here
+        checks.append(Check("kernel", f"kernel '{kernel_name}'",
+                            "runs this Python" if same else "runs another Python",
+                            "runs this Python", "ok" if same else "warn", "" if same else choose))
+    return checks
+
+
+def installed_versions(names) -> dict[str, str | None]:
+    """Installed distribution versions (None when a package is missing)."""
+    found = {}
+    for name in names:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def kernelspec_python(kernel_name: str = KERNEL_NAME) -> str | None:
+    """The interpreter the named kernelspec launches, or None if it is not registered."""
+    try:
+        from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+    except ImportError:
+        return None
+    try:
+        return KernelSpecManager().get_kernel_spec(kernel_name).argv[0]
+    except (NoSuchKernel, IndexError):
+        return None
+
+
+def requires_python(pyproject: Path) -> str | None:
+    """``project.requires-python`` from a pyproject.toml, or None."""
+    import tomllib
+
+    if not pyproject.exists():
+        return None
+    return tomllib.loads(pyproject.read_text()).get("project", {}).get("requires-python")
+
+
+def check(repo: Path = REPO) -> EnvironmentReport:
+    """Check this machine: Python, pinned versions, fixture checksums, and the kernel."""
+    from lab.data import verify_fixtures
+
+    requirements = repo / "requirements.txt"
+    pins = parse_pins(requirements.read_text()) if requirements.exists() else {}
+    checks = [python_check(".".join(map(str, sys.version_info[:3])), requires_python(repo / "pyproject.toml"))]
+    checks += version_checks(pins, installed_versions(pins))
+    if not pins:
+        checks.append(Check("versions", "requirements.txt", "not found", "pins", "warn",
+                            "the pins live in requirements.txt at the repository root"))
+    checks += fixture_checks(verify_fixtures())
+    checks += kernel_checks(sys.prefix, str(repo / ".venv"), kernelspec_python())
+    return EnvironmentReport(checks)

@@ -1,0 +1,74 @@
+"""The environment check: each rule on plain values, then the real check on this checkout."""
+import sys
+
+import pytest
+
+from lab import environment as env
+
+
+def test_parse_pins_keeps_exact_pins_only():
+    text = "# the stack\nonnx==1.23.2\nNumPy == 2.4.6  # comment\n-e .\nscikit_learn==1.9.1\nloose>=1\n"
+    assert env.parse_pins(text) == {"onnx": "1.23.2", "numpy": "2.4.6", "scikit-learn": "1.9.1"}
+
+
+def test_a_core_mismatch_fails_and_another_mismatch_warns():
+    pins = {"onnxruntime": "1.32.0", "tqdm": "4.70.1", "numpy": "2.4.6"}
+    installed = {"onnxruntime": "1.31.0", "tqdm": "4.0.0", "numpy": "2.4.6"}
+    checks = {c.name: c for c in env.version_checks(pins, installed)}
+    assert checks["onnxruntime"].status == "fail"
+    assert checks["tqdm"].status == "warn"
+    assert checks["numpy"].status == "ok"
+    assert "make setup" in checks["onnxruntime"].fix
+
+
+def test_a_missing_package_is_named():
+    [c] = env.version_checks({"onnx": "1.23.2"}, {"onnx": None})
+    assert (c.status, c.found) == ("fail", "not installed")
+
+
+@pytest.mark.parametrize("version, status", [("3.11.7", "ok"), ("3.12.1", "ok"), ("3.10.14", "fail")])
+def test_python_against_requires_python(version, status):
+    assert env.python_check(version, ">=3.11").status == status
+
+
+def test_a_changed_fixture_fails_with_a_fix():
+    checks = env.fixture_checks({"fp32.onnx": False, "calibration.npz": True})
+    report = env.EnvironmentReport(checks)
+    assert not report.ok
+    assert "fixtures: 1/2 match the manifest" in report.summary()
+    with pytest.raises(env.EnvironmentProblem, match="fp32.onnx: found missing or changed"):
+        report.raise_for_problems()
+
+
+def test_kernel_from_the_project_venv_passes():
+    checks = env.kernel_checks("/repo/.venv", "/repo/.venv", "/repo/.venv/bin/python")
+    assert [c.status for c in checks] == ["ok", "ok"]
+
+
+def test_another_python_or_an_unregistered_kernel_warns_and_says_what_to_choose():
+    other = env.kernel_checks("/usr", "/repo/.venv", "/repo/.venv/bin/python")
+    assert [c.status for c in other] == ["warn", "warn"]
+    assert "Calibration Lab" in other[0].fix
+    missing = env.kernel_checks("/repo/.venv", "/repo/.venv", None)
+    assert missing[1].found == "not registered" and "make setup" in missing[1].fix
+    # a warning is not a failure: the notebook goes on
+    env.EnvironmentReport(other + missing).raise_for_problems()
+
+
+def test_table_folds_matching_pins_and_shows_fixes():
+    checks = env.version_checks({"onnx": "1", "tqdm": "2", "pytest": "3"}, {"onnx": "0", "tqdm": "2", "pytest": "3"})
+    report = env.EnvironmentReport(checks)
+    table = report.table()
+    assert "2 other pins" in table and "-> run `make setup`" in table
+    assert "tqdm" in report.table(every_pin=True)
+    assert report.summary() == "versions: 1 of 3 need attention: onnx"
+
+
+def test_this_checkout_passes_the_real_check():
+    report = env.check()
+    assert report.ok, report.table()
+    assert "fixtures: 5/5 match the manifest" in report.summary()
+    python = next(c for c in report.checks if c.topic == "python")
+    assert python.found == ".".join(map(str, sys.version_info[:3]))
+    pins = [c for c in report.checks if c.topic == "versions"]
+    assert {"onnx", "onnxruntime", "numpy"} <= {c.name for c in pins}
