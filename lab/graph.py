@@ -169,3 +169,22 @@ def output_scale(model, output_name: str = OUTPUT_NAME) -> float | None:
             return float(inits[node.input[3]].reshape(()))
         node = producer.get(node.input[0]) if node.input else None
     return None
+
+
+def tensor_values(model, x: np.ndarray, names: list[str], input_name: str = INPUT_NAME) -> dict[str, np.ndarray]:
+    """Values of intermediate float tensors ``names`` (e.g. ``relu1.out``) when the model runs on ``x``.
+
+    Adds them as graph outputs to a copy of the model. Meant for FP32 models: in a quantized
+    model extra outputs can stop ONNX Runtime fusing nodes, which changes its arithmetic.
+    """
+    m = onnx.ModelProto()
+    m.CopyFrom(load(model))
+    have = {o.name for o in m.graph.output}
+    known = {o for n in m.graph.node for o in n.output}
+    for name in names:
+        if name not in known:
+            raise ModelContractError(f"{_name(model)}: no tensor named '{name}' (node outputs: {sorted(known)})")
+        if name not in have:
+            m.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+    values = session(m).run(list(names), {input_name: np.asarray(x, np.float32)})
+    return dict(zip(names, values))

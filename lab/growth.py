@@ -1,0 +1,114 @@
+"""Grow a calibration set batch by batch and watch what the ruler and the error do.
+
+Lesson 04: more batches of the wrong distribution never widen the ruler past what that
+distribution holds, so the error stays where it was; one or two batches of the right data
+beat them all. Each batch count gets its own model, ``<kind>-NNN.onnx``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+
+from lab import graph
+from lab.data import data_sha256, file_sha256
+from lab.errors import ReaderContractError
+from lab.formats import scorecard
+from lab.quantize import quantize
+
+Row = dict
+Progress = Callable[[Row], None]
+
+
+def doubling_counts(max_batches: int) -> list[int]:
+    """Batch counts 1, 2, 4, ... up to ``max_batches`` (which ends the list even if not a power of two)."""
+    if max_batches < 1:
+        raise ValueError(f"max_batches must be at least 1, got {max_batches}")
+    counts, n = [], 1
+    while n < max_batches:
+        counts.append(n)
+        n *= 2
+    return counts + [max_batches]
+
+
+def model_name(kind: str, batches: int) -> str:
+    """File name of the model calibrated on ``batches`` batches of ``kind``: ``narrow-004.onnx``."""
+    return f"{kind}-{batches:03d}.onnx"
+
+
+def calibration_range(pixels: np.ndarray) -> float:
+    """Width of the range a MinMax calibrator sees in ``pixels``; 0 is always inside (as ORT widens it)."""
+    x = np.asarray(pixels, np.float32)
+    return float(max(float(x.max()), 0.0) - min(float(x.min()), 0.0))
+
+
+def grow(source: str | Path, out_dir: str | Path, counts: Iterable[int],
+         make_reader: Callable[[np.ndarray], object], stream: np.ndarray, *, kind: str,
+         batch_size: int, x: np.ndarray, labels: np.ndarray, reference: np.ndarray,
+         progress: Progress | None = None, **settings) -> list[Row]:
+    """Quantize ``source`` once per batch count, calibrated on the first ``n x batch_size`` samples of ``stream``.
+
+    ``make_reader(pixels)`` builds the calibration reader (the student's ``DigitReader``).
+    Each model is measured against ``reference`` (the FP32 outputs on ``x``). Returns one row per
+    count: batches, samples, the calibration hash and range, the input ruler read back from the
+    graph, max abs error and accuracy. ``progress(row)`` is called after each model.
+    ``settings`` go to ``lab.quantize.quantize`` (QDQ, QInt8, per-tensor, MinMax by default).
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stream = np.asarray(stream, np.float32)
+    rows = []
+    for n in counts:
+        want = int(n) * int(batch_size)
+        if want > len(stream):
+            raise ValueError(f"{n} batches of {batch_size} need {want} samples; the {kind} stream has "
+                             f"{len(stream)}. Draw a longer stream (lab.data.narrow_batches)")
+        pixels = stream[:want]
+        model = out_dir / model_name(kind, n)
+        record = quantize(source, model, make_reader(pixels), **settings)
+        if record.calibration_samples != want:
+            raise ReaderContractError(f"the reader served {record.calibration_samples} samples for {kind} x {n} "
+                                      f"batches; expected {want}: serve every sample once, in batches, then None")
+        ruler = graph.input_ruler(model)
+        rows.append({
+            "kind": kind, "batches": int(n), "batch_size": int(batch_size), "samples": want,
+            "model": model.name, "model_sha256": file_sha256(model),
+            "calibration_sha256": data_sha256(pixels), "calibration_range": calibration_range(pixels),
+            "scale": ruler.scale, "zero_point": ruler.zero_point, "range_seen": ruler.range_seen,
+            **scorecard(model, x, labels, reference),
+        })
+        if progress is not None:
+            progress(rows[-1])
+    return rows
+
+
+def verdict(rows: list[Row], wrong: str = "narrow", right: str = "right") -> dict:
+    """Does the most-grown ``wrong`` set still lose to every ``right`` model? The numbers behind the answer."""
+    wrong_rows = [r for r in rows if r["kind"] == wrong]
+    right_rows = [r for r in rows if r["kind"] == right]
+    if not wrong_rows or not right_rows:
+        raise ValueError(f"need rows of both kinds {wrong!r} and {right!r}; have {sorted({r['kind'] for r in rows})}")
+    most = max(wrong_rows, key=lambda r: r["batches"])
+    worst_right = max(right_rows, key=lambda r: r["max_abs_error"])
+    return {
+        "wrong": wrong, "right": right,
+        "wrong_most_batches": most["batches"],
+        "wrong_most_batches_max_abs_error": most["max_abs_error"],
+        "wrong_most_batches_accuracy": most["accuracy"],
+        "wrong_best_max_abs_error": min(r["max_abs_error"] for r in wrong_rows),
+        "right_batches": sorted(r["batches"] for r in right_rows),
+        "right_worst_max_abs_error": worst_right["max_abs_error"],
+        "right_worst_accuracy": min(r["accuracy"] for r in right_rows),
+        "wrong_stays_worse": min(r["max_abs_error"] for r in wrong_rows) > worst_right["max_abs_error"],
+    }
+
+
+def format_table(rows: list[Row]) -> str:
+    """Rows as a fixed-width table, ranges to 4 decimals, errors to 3, accuracy to 3."""
+    head = f"{'set':<7} {'batches':>7} {'samples':>7} {'calib range':>11} {'range seen':>10} {'max abs err':>11} {'accuracy':>8}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r['kind']:<7} {r['batches']:>7d} {r['samples']:>7d} {r['calibration_range']:>11.4f} "
+                     f"{r['range_seen']:>10.4f} {r['max_abs_error']:>11.3f} {r['accuracy']:>8.3f}")
+    return "\n".join(lines)

@@ -1,0 +1,115 @@
+"""Figures for lessons 03-05. Pure: each takes arrays or rows and returns a matplotlib Figure."""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from lab.ruler import round_trip
+
+COLORS = {"narrow": "tab:orange", "right": "tab:green", "wide": "tab:blue",
+          "QDQ": "tab:purple", "QOperator": "tab:brown"}
+FLOOR = 1e-5  # errors below this are drawn at this height on a log axis
+
+
+def _color(name: str, i: int) -> str:
+    return COLORS.get(name, f"C{i}")
+
+
+def binned_round_trip_error(values: np.ndarray, ruler, bins: int = 40) -> tuple[np.ndarray, np.ndarray]:
+    """Mean round-trip error of ``values`` on ``ruler`` (anything with scale, zero_point, dtype), by value.
+
+    Returns (bin centres, mean absolute error) over ``bins`` equal bins from 0 to the largest value;
+    empty bins are left out, so a handful of distinct values gives a handful of points.
+    """
+    v = np.asarray(values, np.float32).ravel()
+    err = np.abs(round_trip(v, ruler.scale, ruler.zero_point, ruler.dtype).astype(np.float64) - v)
+    lo, hi = float(min(v.min(), 0.0)), float(v.max())
+    edges = np.linspace(lo, hi + (hi - lo) * 1e-6 + 1e-12, bins + 1)
+    which = np.clip(np.digitize(v, edges) - 1, 0, bins - 1)
+    counts = np.bincount(which, minlength=bins)
+    sums = np.bincount(which, weights=err, minlength=bins)
+    sums_v = np.bincount(which, weights=v.astype(np.float64), minlength=bins)
+    keep = counts > 0
+    return sums_v[keep] / counts[keep], sums[keep] / counts[keep]
+
+
+def round_trip_figure(panels: Sequence[Mapping]) -> Figure:
+    """One panel per tensor: mean round-trip error against value, one line per ruler, log scale.
+
+    Each panel is a mapping with ``title``, ``xlabel``, ``values`` (the FP32 values the tensor takes)
+    and ``rulers`` (name -> ruler with scale, zero_point, dtype and interval). A dotted line marks
+    where each ruler ends. Clipping: error near 0 up to the ruler's end, then growing with the value.
+    Squashing: error of about scale/4 at every value, far above the right ruler's.
+    """
+    fig = Figure(figsize=(5.5 * len(panels), 4.2), layout="constrained")
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, panel in zip(axes, panels):
+        top = float(np.max(panel["values"]))
+        for i, (name, ruler) in enumerate(panel["rulers"].items()):
+            centres, err = binned_round_trip_error(panel["values"], ruler)
+            ax.plot(centres, np.maximum(err, FLOOR), marker="o", ms=3.5, lw=1.5,
+                    color=_color(name, i), label=f"{name} (scale {ruler.scale:.3g})")
+            end = ruler.interval[1]
+            if end < top:
+                ax.axvline(end, color=_color(name, i), ls=":", lw=1.2)
+                ax.annotate(f"{name} ruler ends", (end, FLOOR * 3), rotation=90, fontsize=8,
+                            color=_color(name, i), ha="right", va="bottom")
+        ax.set_yscale("log")
+        ax.set_ylim(FLOOR / 2, None)
+        ax.set_title(panel["title"])
+        ax.set_xlabel(panel["xlabel"])
+        ax.set_ylabel("mean |round trip - value|")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8, loc="lower right")
+    fig.suptitle("Round-trip error by value: clipping grows past the ruler's end, squashing is everywhere")
+    return fig
+
+
+def growth_figure(rows: Sequence[Mapping], deployed_range: float = 1.0) -> Figure:
+    """Range seen and max abs error against the number of calibration batches (log2 axis), one line per set."""
+    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    ax_range, ax_err = fig.subplots(1, 2)
+    kinds = list(dict.fromkeys(r["kind"] for r in rows))
+    for i, kind in enumerate(kinds):
+        mine = sorted((r for r in rows if r["kind"] == kind), key=lambda r: r["batches"])
+        n = [r["batches"] for r in mine]
+        style = dict(marker="o", ms=5, lw=1.5, color=_color(kind, i), label=f"{kind} data")
+        ax_range.plot(n, [r["range_seen"] for r in mine], **style)
+        ax_err.plot(n, [r["max_abs_error"] for r in mine], **style)
+    ax_range.axhline(deployed_range, color="grey", ls="--", lw=1)
+    ax_range.annotate("deployed pixels span this", (1, deployed_range), xytext=(0, -12),
+                      textcoords="offset points", fontsize=8, color="grey")
+    ax_range.set_ylim(0, deployed_range * 1.15)
+    ax_range.set_title("Input range seen (scale x 255)")
+    ax_range.set_ylabel("range seen")
+    ax_err.set_title("Max abs error on the evaluation set")
+    ax_err.set_ylabel("max |INT8 - FP32| probability")
+    ax_err.set_ylim(0, 1.05)
+    for ax in (ax_range, ax_err):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("calibration batches")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=9)
+    fig.suptitle("More batches of the wrong data do not widen the ruler")
+    return fig
+
+
+def difference_histogram(a: np.ndarray, b: np.ndarray, step: float, names: tuple[str, str] = ("QDQ", "QOperator")) -> Figure:
+    """Histogram of ``b - a`` over every output element, with the output grid's step marked."""
+    d = (np.asarray(b, np.float64) - np.asarray(a, np.float64)).ravel()
+    fig = Figure(figsize=(8, 4), layout="constrained")
+    ax = fig.subplots()
+    reach = max(float(np.abs(d).max()), 3 * step)
+    ax.hist(d, bins=np.linspace(-reach, reach, 81), color="tab:gray", edgecolor="white")
+    ax.set_yscale("log")
+    for s in (-step, step):
+        ax.axvline(s, color="tab:red", ls=":", lw=1.2)
+    ax.annotate(f"one output step ({step:.4f})", (step, 1), xytext=(4, 4), textcoords="offset points",
+                fontsize=8, color="tab:red")
+    ax.set_title(f"{names[1]} - {names[0]}, every output probability ({d.size} elements)")
+    ax.set_xlabel("difference in probability")
+    ax.set_ylabel("elements (log scale)")
+    ax.grid(alpha=0.3)
+    return fig
