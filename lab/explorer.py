@@ -1,0 +1,169 @@
+"""The range explorer: what a calibration range does to real values, as numbers, a figure and a widget.
+
+``explore`` and ``draw`` are pure; ``range_explorer`` is a thin ipywidgets wrapper over them,
+so the static figure (papermill, nbval) and the live widget (JupyterLab) show the same thing.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from lab import data
+from lab.ruler import dequantize, quantize, qrange, representable_range, ruler_stats
+
+PRESET_KINDS = ("narrow", "right", "wide")
+PRESET_COLORS = {"narrow": "tab:red", "right": "tab:green", "wide": "tab:purple"}
+CLIP_COLOR = "tab:red"
+
+
+def explore(values: np.ndarray, rmin: float, rmax: float, dtype: str = "int8") -> dict:
+    """What the calibration range [rmin, rmax] does to ``values``.
+
+    ``lab.ruler.ruler_stats`` (scale, zero point, clipped fraction, steps used, max and mean
+    round-trip error, the scale/2 bound) plus the interval the grid covers (``low``, ``high``)
+    and a one-line ``text``.
+    """
+    stats = ruler_stats(values, rmin, rmax, dtype)
+    stats["low"], stats["high"] = representable_range(stats["scale"], stats["zero_point"], dtype)
+    stats["text"] = stats_text(stats)
+    return stats
+
+
+def stats_text(stats: dict) -> str:
+    """``clipped 12.3% · steps used 64/255 · max error 0.0123 · mean error 0.0012``."""
+    return (f"clipped {stats['clipped_fraction']:.1%} · steps used {stats['steps_used']}/{stats['steps']} · "
+            f"max error {stats['max_abs_error']:.4g} · mean error {stats['mean_abs_error']:.2g}")
+
+
+def layer_values(model: str | Path, pixels: np.ndarray, tensor: str = "relu1.out") -> np.ndarray:
+    """The values of one tensor inside the FP32 model, for a batch of pixels (``"pixels"`` gives the input)."""
+    import onnx
+
+    from lab.graph import load, session
+
+    x = np.asarray(pixels, np.float32)
+    if tensor == data.INPUT_NAME:
+        return x
+    m = load(model)
+    produced = {o for n in m.graph.node for o in n.output}
+    if tensor not in produced:
+        raise ValueError(f"{Path(str(model)).name}: no tensor named {tensor!r}; "
+                         f"expected one of {sorted(produced)}")
+    m = onnx.ModelProto.FromString(m.SerializeToString())
+    del m.graph.output[:]
+    m.graph.output.append(onnx.helper.make_tensor_value_info(tensor, onnx.TensorProto.FLOAT, None))
+    return session(m).run(None, {data.INPUT_NAME: x})[0]
+
+
+def calibration_ranges(model: str | Path, tensor: str = "relu1.out",
+                       kinds: tuple[str, ...] = PRESET_KINDS) -> dict[str, tuple[float, float]]:
+    """The range a MinMax calibrator records for ``tensor`` with each calibration set.
+
+    The lowest and highest value over the whole set, widened to include 0 as ONNX Runtime does.
+    """
+    ranges = {}
+    for kind in kinds:
+        v = layer_values(model, data.calibration_set(kind), tensor)
+        ranges[kind] = (min(float(v.min()), 0.0), max(float(v.max()), 0.0))
+    return ranges
+
+
+def _grid(stats: dict, dtype: str) -> np.ndarray:
+    qmin, qmax = qrange(dtype)
+    return (np.arange(qmin, qmax + 1) - stats["zero_point"]) * np.float32(stats["scale"])
+
+
+def draw(values: np.ndarray, ranges: dict[str, tuple[float, float]], dtype: str = "int8",
+         title: str = "", value_label: str = "value", bins: int = 80):
+    """One panel per named range: the values' histogram, the grid, what gets clipped, and the round trip.
+
+    Grey bars: the real values. Coloured outline: the same values after quantize/dequantize
+    (clipping piles them up at the edge; squashing leaves a few spikes). Ticks along the bottom:
+    the grid steps (a solid band means fine steps). Red band: values the ruler cannot reach.
+    Returns a ``matplotlib.figure.Figure`` (not shown by pyplot; display it or save it).
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.transforms import blended_transform_factory
+
+    x = np.asarray(values, np.float32).ravel()
+    lo_x, hi_x = min(float(x.min()), 0.0), float(x.max())
+    pad = 0.04 * (hi_x - lo_x or 1.0)
+    xlim = (lo_x - pad, hi_x + pad)
+    edges = np.linspace(xlim[0], xlim[1], bins + 1)
+    fig = Figure(figsize=(9, 2.3 * len(ranges) + 0.6), layout="constrained")
+    axes = fig.subplots(len(ranges), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, (name, (rmin, rmax)) in zip(axes, ranges.items()):
+        s = explore(x, rmin, rmax, dtype)
+        color = PRESET_COLORS.get(name, "tab:blue")
+        back = dequantize(quantize(x, s["scale"], s["zero_point"], dtype), s["scale"], s["zero_point"])
+        ax.hist(x, bins=edges, color="0.75", label="real values")
+        ax.hist(back, bins=edges, histtype="step", linewidth=1.6, color=color, label="after the round trip")
+        ax.set_yscale("log")
+        above, below = s["high"] + s["scale"] / 2, s["low"] - s["scale"] / 2
+        if (x > above).any():
+            ax.axvspan(above, xlim[1], color=CLIP_COLOR, alpha=0.12, label=f"clipped: above {s['high']:.3g}")
+        if (x < below).any():
+            ax.axvspan(xlim[0], below, color=CLIP_COLOR, alpha=0.12, label=f"clipped: below {s['low']:.3g}")
+        grid = _grid(s, dtype)
+        grid = grid[(grid >= xlim[0]) & (grid <= xlim[1])]
+        ax.vlines(grid, 0, 0.07, transform=blended_transform_factory(ax.transData, ax.transAxes),
+                  color=color, linewidth=0.8)
+        beyond = f" (the ruler runs on to {s['high']:.3g})" if s["high"] > xlim[1] else ""
+        ax.set_title(f"{name}: range [{rmin:.3g}, {rmax:.3g}], scale {s['scale']:.3g}{beyond}\n"
+                     f"{s['text']}", fontsize=10, loc="left")
+        ax.set_ylabel("count (log)")
+        ax.legend(loc="upper right", fontsize=8, framealpha=0.9)
+    axes[-1].set_xlim(xlim)
+    axes[-1].set_xlabel(f"{value_label}   (ticks along the bottom: the grid's steps)")
+    if title:
+        fig.suptitle(title, fontsize=12)
+    return fig
+
+
+def range_explorer(values: np.ndarray, presets: dict[str, tuple[float, float]], dtype: str = "int8",
+                   value_label: str = "value", start: str = "right"):
+    """A widget: drag the calibration range over the values' histogram; the stats and figure follow.
+
+    Preset buttons set the range to each calibration set's. CSS classes for tests and styling:
+    ``cl-range-explorer`` (the whole widget), ``cl-range-slider``, ``cl-range-presets``,
+    ``cl-range-stats``.
+    """
+    import ipywidgets as w
+    from IPython.display import display
+
+    x = np.asarray(values, np.float32).ravel()
+    lowest = min(float(x.min()), 0.0, *(lo for lo, _ in presets.values()))
+    highest = max(float(x.max()), *(hi for _, hi in presets.values())) * 1.02
+    slider = w.FloatRangeSlider(value=presets.get(start, (lowest, float(x.max()))), min=lowest, max=highest,
+                                step=(highest - lowest) / 2000, readout_format=".3f", continuous_update=False,
+                                description="range", layout=w.Layout(width="95%"))
+    slider.add_class("cl-range-slider")
+    buttons = w.ToggleButtons(options=list(presets), value=start if start in presets else None,
+                              description="preset")
+    buttons.add_class("cl-range-presets")
+    stats = w.HTML()
+    stats.add_class("cl-range-stats")
+    out = w.Output()
+
+    def update(*_):
+        rmin, rmax = slider.value
+        s = explore(x, rmin, rmax, dtype)
+        stats.value = f"<code>{s['text']} · scale {s['scale']:.4g}</code>"
+        if buttons.value and not np.allclose(presets[buttons.value], slider.value, atol=slider.step):
+            buttons.value = None
+        name = buttons.value or "your range"
+        with out:
+            out.clear_output(wait=True)
+            display(draw(x, {name: (rmin, rmax)}, dtype, value_label=value_label))
+
+    def pick(change):
+        if change["new"] is not None:
+            slider.value = presets[change["new"]]
+
+    slider.observe(update, names="value")
+    buttons.observe(pick, names="value")
+    update()
+    box = w.VBox([buttons, slider, stats, out])
+    box.add_class("cl-range-explorer")
+    return box
