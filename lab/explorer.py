@@ -37,23 +37,11 @@ def stats_text(stats: dict) -> str:
 
 
 def layer_values(model: str | Path, pixels: np.ndarray, tensor: str = "relu1.out") -> np.ndarray:
-    """The values of one tensor inside the FP32 model, for a batch of pixels (``"pixels"`` gives the input)."""
-    import onnx
-
-    from lab.graph import load, session
+    """The values of one tensor inside the FP32 model for a batch of pixels; ``"pixels"`` gives the input itself."""
+    from lab.graph import tensor_values
 
     x = np.asarray(pixels, np.float32)
-    if tensor == data.INPUT_NAME:
-        return x
-    m = load(model)
-    produced = {o for n in m.graph.node for o in n.output}
-    if tensor not in produced:
-        raise ValueError(f"{Path(str(model)).name}: no tensor named {tensor!r}; "
-                         f"expected one of {sorted(produced)}")
-    m = onnx.ModelProto.FromString(m.SerializeToString())
-    del m.graph.output[:]
-    m.graph.output.append(onnx.helper.make_tensor_value_info(tensor, onnx.TensorProto.FLOAT, None))
-    return session(m).run(None, {data.INPUT_NAME: x})[0]
+    return x if tensor == data.INPUT_NAME else tensor_values(model, x, [tensor])[tensor]
 
 
 def calibration_ranges(model: str | Path, tensor: str = "relu1.out",

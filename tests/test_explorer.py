@@ -5,6 +5,7 @@ import pytest
 from onnx import numpy_helper
 
 from lab import data, explorer, graph, quantize, workspace
+from lab.errors import ModelContractError
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +68,7 @@ def test_hidden_layer_presets_match_the_scales_onnx_runtime_writes(tmp_path):
 
 
 def test_layer_values_names_a_missing_tensor(pixels):
-    with pytest.raises(ValueError, match="fp32.onnx: no tensor named 'relu9'"):
+    with pytest.raises(ModelContractError, match="fp32.onnx: no tensor named 'relu9'"):
         explorer.layer_values(data.fixture_path("fp32.onnx"), pixels, "relu9")
 
 
