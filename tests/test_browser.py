@@ -1,0 +1,284 @@
+"""The lessons in a real JupyterLab, driven by Debian's Chromium through Playwright.
+
+Runs lesson 01 through the UI, moves the range explorer's slider and checks the numbers change,
+then runs lesson 00 and checks no output holds an error. Screenshots go to artifacts/browser/.
+Skipped when Chromium is absent, except in CI (CI=true), where that is a failure.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from browser_support import (CHROMIUM_ARGS, JupyterServer, ServerStartError, chromium_path,
+                             copy_notebooks, free_port, start_jupyter, stop_jupyter)
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = REPO / "notebooks"
+ARTIFACTS = REPO / "artifacts" / "browser"
+KERNEL = "calibration-lab"
+RULER = "01_the_ruler.ipynb"
+PANEL = "#jp-main-dock-panel .jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook on screen
+RUN_TIMEOUT_S = 420        # one lesson, all cells, on a busy 2-core machine
+WIDGET_TIMEOUT_MS = 30_000  # a widget round trip: browser -> kernel -> browser
+# Console messages that point at the lab's own widgets (ipywidgets and our cl-* classes).
+WIDGET_ERROR = re.compile(r"jupyter-widgets|ipywidgets|widget|cl-range|comm", re.IGNORECASE)
+
+pytestmark = pytest.mark.browser
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def skip_unless_ci(reason: str) -> None:
+    """Skip locally; in CI the browser test must run, so the same reason is a failure."""
+    if in_ci():
+        pytest.fail(f"CI=true but the browser test cannot run: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def test_ci_has_chromium():
+    """In CI the browser test must not be skipped: .ci/run installs Debian's chromium package."""
+    if not in_ci():
+        pytest.skip("only checked in CI (CI=true)")
+    assert chromium_path() is not None, "CI=true but /usr/bin/chromium is missing: apt-get install chromium"
+
+
+# --- the harness's own failure modes: fast, no browser needed ------------------------------------
+
+def test_port_in_use_is_named(tmp_path):
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(ServerStartError, match=f"port {port} .*already in use"):
+            start_jupyter(tmp_path, tmp_path / "state", kernel=KERNEL, port=port, timeout=10)
+
+
+def test_missing_kernel_is_named(tmp_path):
+    with pytest.raises(ServerStartError, match="kernel 'no-such-kernel' is not registered"):
+        start_jupyter(tmp_path, tmp_path / "state", kernel="no-such-kernel", port=free_port(), timeout=10)
+
+
+# --- fixtures -------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def lab_root(tmp_path_factory) -> Path:
+    """A temp copy of notebooks/; lessons then write ../workspace next to it, not into the repo."""
+    return copy_notebooks(NOTEBOOKS, tmp_path_factory.mktemp("browser"))
+
+
+@pytest.fixture(scope="module")
+def jupyter(lab_root) -> JupyterServer:
+    if chromium_path() is None:
+        skip_unless_ci("Chromium is not installed at /usr/bin/chromium (Debian: apt-get install chromium)")
+    server = start_jupyter(lab_root, lab_root.parent / "server", kernel=KERNEL)
+    try:
+        yield server
+    finally:
+        code = stop_jupyter(server)
+        print(f"JupyterLab on port {server.port} stopped (exit code {code})")
+
+
+@pytest.fixture(scope="module")
+def browser(jupyter):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(chromium_path()), headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    """A fresh page whose console errors (and uncaught exceptions) collect in ``page_errors``."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.on("pageerror", lambda e: errors.append(f"uncaught: {e}"))
+    try:
+        yield page, errors
+    finally:
+        context.close()
+
+
+# --- UI steps -------------------------------------------------------------------------------------
+
+def shot(target, name: str) -> Path:
+    """Screenshot a page or an element into artifacts/browser/ and return the path."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / name
+    target.screenshot(path=str(path))
+    return path
+
+
+def open_notebook(page, server: JupyterServer, name: str) -> None:
+    """Open ``name`` alone (``reset`` drops the tabs of the last visit) and wait for its idle kernel."""
+    page.goto(server.lab_url(name).replace("?", "?reset&", 1), timeout=60_000)
+    page.locator("#jp-main-dock-panel .lm-TabBar-tab.lm-mod-current", has_text=name).wait_for(timeout=90_000)
+    page.locator(f"{PANEL} .jp-Notebook-ExecutionIndicator").wait_for(timeout=60_000)
+    page.wait_for_function("() => document.querySelector('#jp-main-statusbar')?.innerText.includes('Idle')",
+                           timeout=90_000)
+
+
+def run_all_cells(page) -> None:
+    """Run > Run All Cells through the menu bar, as a student would."""
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click(timeout=15_000)
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click(timeout=15_000)
+
+
+CELL_STATE = """() => {
+  const panel = document.querySelector('%s');
+  const prompts = [...panel.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')].map(p => p.innerText.trim());
+  const status = panel.querySelector('.jp-Notebook-ExecutionIndicator')?.dataset.status;
+  return {prompts, status};
+}""" % PANEL
+
+
+def wait_until_run(page, timeout_s: float = RUN_TIMEOUT_S) -> list[str]:
+    """Wait (bounded) until no cell is queued or running and the kernel is idle; return the prompts."""
+    deadline, quiet_since, seen_busy = time.monotonic() + timeout_s, None, False
+    state = page.evaluate(CELL_STATE)
+    while time.monotonic() < deadline:
+        state = page.evaluate(CELL_STATE)
+        busy = state["status"] != "idle" or any("*" in p for p in state["prompts"])
+        all_ran = all(re.fullmatch(r"\[\d+\]:", p) for p in state["prompts"])
+        seen_busy = seen_busy or busy
+        if busy or not (seen_busy or all_ran):
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since > 2.0:  # idle between two queued cells is brief
+            return state["prompts"]
+        time.sleep(0.5)
+    running = [i for i, p in enumerate(state["prompts"]) if "*" in p]
+    raise AssertionError(f"lesson still running after {timeout_s:.0f} s: code cells {running} "
+                         f"not finished, kernel {state['status']}")
+
+
+def save_and_read(page, root: Path, name: str) -> dict:
+    """Save the notebook through the UI (Ctrl+S) and read it back from disk."""
+    path = root / name
+    before = path.stat().st_mtime_ns
+    page.locator(f"{PANEL} .jp-Notebook").click(position={"x": 5, "y": 5})
+    page.keyboard.press("Control+s")
+    deadline = time.monotonic() + 30
+    while path.stat().st_mtime_ns == before and time.monotonic() < deadline:
+        time.sleep(0.25)
+    assert path.stat().st_mtime_ns != before, f"{name} was not saved within 30 s of Ctrl+S"
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def output_problems(page, notebook: dict, name: str) -> list[str]:
+    """Error outputs in the saved notebook, and tracebacks shown on the page."""
+    problems = []
+    for index, cell in enumerate(notebook["cells"]):
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                problems.append(f"{name} cell {index}: {out.get('ename')}: {out.get('evalue')}")
+    for text in page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]').all_inner_texts():
+        if "Traceback" in text:
+            problems.append(f"{name} shows a traceback: {text[:400]}")
+    return problems
+
+
+def unexecuted(notebook: dict) -> list[int]:
+    return [i for i, c in enumerate(notebook["cells"]) if c["cell_type"] == "code"
+            and c.get("source") and c.get("execution_count") is None]
+
+
+def widget_errors(errors: list[str]) -> list[str]:
+    return [m for m in errors if WIDGET_ERROR.search(m)]
+
+
+def say(capsys, text: str) -> None:
+    """Print to the terminal even when pytest captures output (CI logs keep it)."""
+    with capsys.disabled():
+        print(f"\n[browser] {text}", flush=True)
+
+
+# --- the test -------------------------------------------------------------------------------------
+
+@pytest.mark.timeout(1200)  # a backstop: every wait inside is bounded on its own
+def test_ruler_explorer_and_start_here_in_jupyterlab(jupyter, lab_root, page, capsys):
+    page, errors = page
+    if not (lab_root / RULER).exists():
+        skip_unless_ci(f"notebooks/{RULER} does not exist yet")
+    start_here = sorted(p.name for p in lab_root.glob("00_*.ipynb"))
+    if not start_here:
+        skip_unless_ci("notebooks/00_*.ipynb does not exist yet")
+    t0 = time.monotonic()
+    try:
+        drive_lessons(page, errors, jupyter, lab_root, start_here[0], capsys)
+    except BaseException:
+        failure_png = shot(page, "failure.png")
+        say(capsys, f"failed; page screenshot {failure_png}; server log {jupyter.log_path}")
+        say(capsys, f"server log tail:\n{jupyter.log_tail(15)}")
+        raise
+    finally:
+        (ARTIFACTS / "console-errors.txt").write_text("\n".join(errors) + "\n", encoding="utf-8")
+        say(capsys, f"browser test wall time {time.monotonic() - t0:.0f} s")
+
+
+def drive_lessons(page, errors: list[str], jupyter: JupyterServer, lab_root: Path, start_here: str, capsys) -> None:
+    t0 = time.monotonic()
+    # Lesson 01: run everything through the menu, then use the range explorer.
+    open_notebook(page, jupyter, RULER)
+    run_all_cells(page)
+    wait_until_run(page)
+    saved = save_and_read(page, lab_root, RULER)
+    assert not output_problems(page, saved, RULER), output_problems(page, saved, RULER)
+    assert not unexecuted(saved), f"{RULER}: code cells {unexecuted(saved)} did not run"
+    say(capsys, f"{RULER} ran all cells in {time.monotonic() - t0:.0f} s")
+
+    explorer = page.locator(".cl-range-explorer").first
+    explorer.wait_for(state="visible", timeout=WIDGET_TIMEOUT_MS)
+    stats = explorer.locator(".cl-range-stats")
+    before_text = stats.inner_text(timeout=WIDGET_TIMEOUT_MS).strip()
+    assert re.search(r"clipped .*%.*steps used \d+/\d+.*max error \d", before_text), \
+        f"range explorer stats read {before_text!r}, expected 'clipped …% · steps used …/… · max error …'"
+    explorer.scroll_into_view_if_needed()
+    before_png = shot(explorer, "01-range-explorer-before.png")
+
+    handle = explorer.locator(".cl-range-slider .noUi-handle").last  # the upper end of the range
+    handle.focus()
+    for _ in range(12):  # narrow the range from above: bright strokes start to clip
+        handle.press("ArrowLeft")
+    page.wait_for_function(
+        "([el, old]) => el.innerText.trim() !== old", arg=[stats.element_handle(), before_text],
+        timeout=WIDGET_TIMEOUT_MS)
+    page.wait_for_timeout(500)  # let the figure redraw before the screenshot
+    after_text = stats.inner_text().strip()
+    after_png = shot(explorer, "01-range-explorer-after.png")
+    assert after_text != before_text
+    say(capsys, f"range explorer: {before_text!r} -> {after_text!r}")
+    say(capsys, f"screenshots: {before_png} {after_png}")
+    assert not widget_errors(errors), f"console errors from the lab's widgets: {widget_errors(errors)}"
+
+    # The lesson's WORK_DIR ("../workspace") lands next to the temp copy, never in the repo.
+    assert (lab_root.parent / "workspace" / "source.onnx").exists(), \
+        f"lesson 01 did not write {lab_root.parent / 'workspace' / 'source.onnx'}"
+
+    # Lesson 00: every cell runs, and no output holds an error.
+    name = start_here
+    open_notebook(page, jupyter, name)
+    run_all_cells(page)
+    wait_until_run(page)
+    saved = save_and_read(page, lab_root, name)
+    page_png = shot(page, "00-start-here.png")
+    assert not output_problems(page, saved, name), output_problems(page, saved, name)
+    assert not unexecuted(saved), f"{name}: code cells {unexecuted(saved)} did not run"
+    assert not widget_errors(errors), f"console errors from the lab's widgets: {widget_errors(errors)}"
+    say(capsys, f"{name} ran clean; page screenshot {page_png}; "
+                f"{len(errors)} console errors in all (none from widgets)")
