@@ -38,6 +38,8 @@ class LessonRun:
     output: str
     seconds: float
     error: str | None = None
+    failed_cell: int | None = None
+    ename: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -118,8 +120,17 @@ def _first_line(source: str) -> str:
     return first if len(first) <= 70 else first[:67] + "..."
 
 
-def describe_failure(exc: BaseException, output: Path) -> str:
-    """One paragraph naming the failing cell (by source index and first line) and the error."""
+@dataclass(frozen=True)
+class Failure:
+    """Where a lesson stopped: the source cell index (None if unknown), the error's name, and one line to show."""
+
+    cell: int | None
+    ename: str
+    message: str
+
+
+def describe_failure(exc: BaseException, output: Path) -> Failure:
+    """Name the failing cell (by source index and first line) and the error."""
     from papermill.exceptions import PapermillExecutionError
 
     try:
@@ -127,22 +138,23 @@ def describe_failure(exc: BaseException, output: Path) -> str:
     except Exception:  # the engine may have died before writing anything
         nb = None
     if isinstance(exc, PapermillExecutionError):
+        index = exc.cell_index
         if nb is not None:
-            # papermill writes an error header at the top and an anchor before the cell: undo both
+            # papermill adds an error header at the top and an anchor before the cell: leave them out
             cells = [c for c in nb.cells if "papermill-error-cell-tag" not in c.get("metadata", {}).get("tags", [])]
             index = source_cell_number(nbformat.from_dict({"cells": cells}), exc.cell_index)
-        else:
-            index = exc.cell_index
         evalue = (exc.evalue or "").strip().splitlines()
-        return (f"cell {index} (In [{exc.exec_count}]: {_first_line(exc.source)}) raised "
-                f"{exc.ename}: {evalue[0] if evalue else ''}")
-    where = ""
+        return Failure(index, exc.ename, f"cell {index} (In [{exc.exec_count}]: {_first_line(exc.source)}) "
+                                         f"raised {exc.ename}: {evalue[0] if evalue else ''}")
+    index, where = None, ""
     if nb is not None:
         for i, cell in enumerate(nb.cells):
             if cell.get("metadata", {}).get("papermill", {}).get("status") == "running":
-                where = f"cell {source_cell_number(nb, i)} ({_first_line(cell.source)}): "
+                index = source_cell_number(nb, i)
+                where = f"cell {index} ({_first_line(cell.source)}): "
                 break
-    return f"{where}{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    text = str(exc).strip().splitlines()
+    return Failure(index, type(exc).__name__, f"{where}{type(exc).__name__}: {text[0] if text else ''}")
 
 
 def kernel_manager_logging_to(log_path: Path) -> type:
@@ -172,7 +184,7 @@ def run_lesson(notebook: Path, out_dir: Path, parameters: dict[str, object],
     if output.resolve() == notebook.resolve():
         raise ValueError(f"{output}: the executed copy would overwrite the lesson; choose another --out")
     start = time.perf_counter()
-    error = None
+    failure = None
     try:
         papermill.execute_notebook(
             str(notebook), str(output), parameters=parameters, kernel_name=KERNEL, cwd=str(cwd),
@@ -180,8 +192,11 @@ def run_lesson(notebook: Path, out_dir: Path, parameters: dict[str, object],
             log_output=False, progress_bar=False,
             kernel_manager_class=kernel_manager_logging_to(out_dir / KERNEL_LOG))
     except Exception as exc:  # every failure becomes a value naming the cell
-        error = describe_failure(exc, output)
-    return LessonRun(notebook.name, str(output), round(time.perf_counter() - start, 2), error)
+        failure = describe_failure(exc, output)
+    seconds = round(time.perf_counter() - start, 2)
+    if failure is None:
+        return LessonRun(notebook.name, str(output), seconds)
+    return LessonRun(notebook.name, str(output), seconds, failure.message, failure.cell, failure.ename)
 
 
 def _scalar_leaves(obj: object, prefix: str = ""):

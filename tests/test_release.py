@@ -1,0 +1,211 @@
+"""The student release: no solution text survives, it is byte-for-byte deterministic, and released
+lessons run up to their first exercise and stop there with NotImplementedError."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from lab import release, run
+from lab.release import ReleaseError
+
+LESSONS = run.discover()
+NAMES = [nb.name for nb in LESSONS]
+
+
+def notebook(*cells) -> nbformat.NotebookNode:
+    nb = new_notebook(cells=list(cells))
+    nb.metadata.kernelspec = {"name": "calibration-lab", "display_name": "Calibration Lab", "language": "python"}
+    return nb
+
+
+def region_lines(source: str, begin: str, end: str) -> list[str]:
+    """The stripped, non-empty lines strictly inside every ``begin``..``end`` region."""
+    inside, lines = False, []
+    for line in source.splitlines():
+        if begin in line:
+            inside = True
+        elif end in line:
+            inside = False
+        elif inside and line.strip():
+            lines.append(line.strip())
+    return lines
+
+
+def secret_lines(nb: nbformat.NotebookNode) -> set[str]:
+    """Lines that occur only inside solution or hidden-test regions of ``nb`` (not elsewhere in it)."""
+    secret, public = set(), set()
+    for cell in nb.cells:
+        hidden = (region_lines(cell.source, release.BEGIN_SOLUTION, release.END_SOLUTION)
+                  + region_lines(cell.source, release.BEGIN_HIDDEN, release.END_HIDDEN))
+        secret.update(hidden)
+        remaining = list(cell.source.splitlines())
+        for line in hidden:
+            for i, candidate in enumerate(remaining):
+                if candidate.strip() == line:
+                    del remaining[i]
+                    break
+        public.update(ln.strip() for ln in remaining if ln.strip())
+    return secret - public
+
+
+def released_lines(nb: nbformat.NotebookNode) -> set[str]:
+    return {ln.strip() for cell in nb.cells for ln in cell.source.splitlines()}
+
+
+# --- the pipeline on small notebooks written here ----------------------------------------------
+
+EXERCISE = notebook(
+    new_markdown_cell("You will be able to write a reader."),
+    new_code_cell("%%writefile {WORK_DIR}/reader.py\nclass R:\n    def get_next(self):\n"
+                  "        ### BEGIN SOLUTION\n        secret_answer = 42\n        return secret_answer\n"
+                  "        ### END SOLUTION\n", execution_count=3,
+                  outputs=[nbformat.v4.new_output("stream", name="stdout", text="Writing reader.py\n")],
+                  metadata={"nbgrader": {"solution": True, "grade_id": "reader"}, "tags": ["exercise"]}),
+    new_code_cell("assert True\n### BEGIN HIDDEN TESTS\nassert hidden_check() == 7\n### END HIDDEN TESTS"),
+    new_code_cell("### BEGIN HIDDEN TESTS\nassert only_hidden()\n### END HIDDEN TESTS"),
+    new_markdown_cell("Why?\n### BEGIN SOLUTION\nBecause the ruler clips.\n### END SOLUTION"),
+)
+
+
+def test_solutions_become_stubs_at_their_indentation_inside_writefile_modules():
+    out = release.release_notebook(nbformat.from_dict(EXERCISE), "notebooks/99_x.ipynb")
+    code = out.cells[1].source
+    assert code.splitlines()[-1] == "        raise NotImplementedError()"
+    assert code.startswith("%%writefile {WORK_DIR}/reader.py")
+    compile("\n".join(code.splitlines()[1:]), "reader.py", "exec")  # the written module still parses
+    assert "secret_answer" not in code
+
+
+def test_hidden_tests_go_and_a_cell_left_empty_goes_too():
+    out = release.release_notebook(nbformat.from_dict(EXERCISE), "notebooks/99_x.ipynb")
+    text = release.dumps(out)
+    assert "hidden_check" not in text and "only_hidden" not in text
+    assert [c.source for c in out.cells if c.cell_type == "code"][1] == "assert True"
+    assert len(out.cells) == len(EXERCISE.cells) - 1
+
+
+def test_markdown_solutions_become_your_answer_here():
+    out = release.release_notebook(nbformat.from_dict(EXERCISE), "notebooks/99_x.ipynb")
+    assert out.cells[-1].source == "Why?\nYOUR ANSWER HERE"
+
+
+def test_outputs_counts_and_instructor_metadata_are_cleared():
+    nb = nbformat.from_dict(EXERCISE)
+    nb.metadata["nbgrader"] = {"__altered__": False}
+    nb.metadata["papermill"] = {"parameters": {}}
+    out = release.release_notebook(nb, "notebooks/99_x.ipynb")
+    cell = out.cells[1]
+    assert cell.outputs == [] and cell.execution_count is None
+    assert cell.metadata == {"tags": ["exercise"]}
+    assert set(out.metadata) == {"kernelspec"}
+    nbformat.validate(out)
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("x = 1\n### BEGIN SOLUTION\ny = 2", "cell 1: '### BEGIN SOLUTION' on line 2 has no '### END SOLUTION' after it"),
+    ("y = 2\n### END SOLUTION", "cell 1: '### END SOLUTION' on line 2 has no '### BEGIN SOLUTION' before it"),
+    ("### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION", "cell 1: '### BEGIN SOLUTION' on line 2 comes before"),
+    ("### BEGIN HIDDEN TESTS\nassert x", "cell 1: '### BEGIN HIDDEN TESTS' on line 1 has no '### END HIDDEN TESTS'"),
+])
+def test_unbalanced_markers_name_the_notebook_and_cell(source, expected):
+    nb = notebook(new_markdown_cell("You will be able to ..."), new_code_cell(source))
+    with pytest.raises(ReleaseError) as info:
+        release.release_notebook(nb, "notebooks/42_broken.ipynb")
+    assert str(info.value).startswith("notebooks/42_broken.ipynb, " + expected)
+
+
+def test_release_refuses_a_folder_that_is_not_an_earlier_release(tmp_path):
+    (tmp_path / "precious.txt").write_text("keep me")
+    with pytest.raises(ReleaseError, match="not an earlier release"):
+        release.release(tmp_path)
+    assert (tmp_path / "precious.txt").read_text() == "keep me"
+
+
+def test_cli_reports_a_broken_notebook_and_writes_nothing(tmp_path, capsys):
+    src = tmp_path / "notebooks"
+    src.mkdir()
+    nbformat.write(notebook(new_code_cell("### BEGIN SOLUTION\nx = 1")), src / "07_broken.ipynb")
+    assert release.main(["--out", str(tmp_path / "rel"), "--notebooks", str(src)]) == 1
+    assert "notebooks/07_broken.ipynb, cell 0: '### BEGIN SOLUTION' on line 1" in capsys.readouterr().err
+    assert not (tmp_path / "rel").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".rel.")], "staging folder left behind"
+
+
+# --- the real lessons -------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def released(tmp_path_factory) -> Path:
+    return release.release(tmp_path_factory.mktemp("release") / "student")
+
+
+def tree_bytes(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_student_kit_has_the_package_and_fixtures_but_no_grader_tests_or_benchmarks(released):
+    top = {p.name for p in released.iterdir()}
+    assert {"lab", "fixtures", "notebooks", "requirements.txt", "pyproject.toml", "Makefile"} <= top
+    assert not {"grader", "tests", "benchmarks", ".git", ".venv", "workspace", "build"} & top
+    assert (released / "lab" / "__init__.py").exists() and (released / "fixtures" / "fp32.onnx").exists()
+    assert not [p for p in released.rglob("*") if p.name in {"__pycache__", ".ipynb_checkpoints"}]
+    assert sorted(p.name for p in (released / "notebooks").glob("*.ipynb")) == sorted(NAMES)
+
+
+def test_release_is_byte_for_byte_deterministic(released, tmp_path):
+    again = release.release(tmp_path / "again")
+    first, second = tree_bytes(released), tree_bytes(again)
+    assert sorted(first) == sorted(second)
+    assert [k for k in first if first[k] != second[k]] == [], "files differ between two releases"
+    assert release.release(again) == again and tree_bytes(again) == second  # a re-release replaces in place
+
+
+def test_no_solution_text_survives_the_release(released):
+    if not NAMES:
+        pytest.skip("no lessons yet")
+    checked = 0
+    for path in LESSONS:
+        secret = secret_lines(nbformat.read(path, as_version=4))
+        out = nbformat.read(released / "notebooks" / path.name, as_version=4)
+        leaked = secret & released_lines(out)
+        assert not leaked, f"{path.name}: solution or hidden-test lines survive the release: {sorted(leaked)}"
+        text = (released / "notebooks" / path.name).read_text()
+        for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"):
+            assert marker not in text, f"{path.name}: marker {marker!r} survives"
+        assert not any(c.get("outputs") for c in out.cells), f"{path.name}: outputs survive"
+        checked += len(secret)
+    if checked == 0:
+        pytest.skip("no lesson has a solution region yet")
+
+
+def first_stub_cell(nb: nbformat.NotebookNode) -> int | None:
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "code" and release.CODE_STUB in cell.source:
+            return index
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NAMES)
+def test_released_lesson_stops_at_its_first_exercise_with_not_implemented(lesson_suite, released, tmp_path, name):
+    """Each released lesson runs in a workspace where the earlier lessons were done (a copy of the
+    instructor's), so it reaches its own first exercise, and must stop there with NotImplementedError."""
+    path = released / "notebooks" / name
+    nb = nbformat.read(path, as_version=4)
+    work_dir = tmp_path / "ws"
+    if lesson_suite.work_dir.exists():
+        shutil.copytree(lesson_suite.work_dir, work_dir)
+    params = run.lesson_parameters(run.declared_parameters(nb), work_dir, {"MAX_BATCHES": 16})
+    result = run.run_lesson(path, tmp_path / "executed", params, timeout=600, cwd=path.parent)
+    stub = first_stub_cell(nb)
+    if stub is None:
+        assert result.ok, f"released {name} has no exercise, so it should run through: {result.error}"
+        return
+    assert not result.ok, f"released {name} ran through although cell {stub} is a stub"
+    assert result.ename == "NotImplementedError", \
+        f"released {name} should stop with NotImplementedError at its first exercise, got {result.error}"
+    assert result.failed_cell is not None and result.failed_cell >= stub, \
+        f"released {name} failed at cell {result.failed_cell}, before its first exercise (cell {stub})"

@@ -1,0 +1,132 @@
+"""``python -m lab run`` on small lessons written here: parameters, the build folder, the summary,
+and a failure that names the notebook and the cell and keeps the partial output."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from lab import run
+
+
+def lesson(*sources: str, parameters: str = 'WORK_DIR = "../workspace"\nSEED = 0\nINTERACTIVE = True') -> nbformat.NotebookNode:
+    cells = [new_markdown_cell("You will be able to ..."), new_code_cell("import lab, json, pathlib")]
+    if parameters is not None:
+        cells.append(new_code_cell(parameters, metadata={"tags": ["parameters"]}))
+    cells += [new_code_cell(s) for s in sources]
+    nb = new_notebook(cells=cells)
+    nb.metadata.kernelspec = {"name": "calibration-lab", "display_name": "Calibration Lab", "language": "python"}
+    return nb
+
+
+@pytest.fixture
+def lessons(tmp_path) -> Path:
+    """Two lessons that pass a number through the workspace, and a third that fails in cell 4."""
+    src = tmp_path / "notebooks"
+    src.mkdir()
+    nbformat.write(lesson(
+        'w = pathlib.Path(WORK_DIR)\nw.mkdir(parents=True, exist_ok=True)\nassert INTERACTIVE is False\n'
+        '(w / "results.json").write_text(json.dumps({"schema": "results/1", "right": '
+        '{"max_abs_error": 0.104166, "accuracy": 0.975}, "steps": list(range(10))}))',
+        parameters='WORK_DIR = "../workspace"\nSEED = 0\nINTERACTIVE = True\nMAX_BATCHES = 512'), src / "00_first.ipynb")
+    nbformat.write(lesson(
+        'r = json.loads((pathlib.Path(WORK_DIR) / "results.json").read_text())\n'
+        'assert r["right"]["accuracy"] == 0.975'), src / "01_second.ipynb")
+    nbformat.write(lesson("x = 1", "y = 1 / 0", "z = 3"), src / "02_broken.ipynb")
+    (src / "notes.ipynb").write_text("not a lesson: the glob needs NN_")
+    return src
+
+
+def test_discover_finds_lessons_in_order_and_select_picks_by_number(lessons):
+    found = run.discover(lessons)
+    assert [p.name for p in found] == ["00_first.ipynb", "01_second.ipynb", "02_broken.ipynb"]
+    assert [p.name for p in run.select(found, "2, 00")] == ["00_first.ipynb", "02_broken.ipynb"]
+    with pytest.raises(ValueError, match="no lesson numbered 07 .have 00, 01, 02."):
+        run.select(found, "01,07")
+
+
+def test_only_declared_parameters_are_injected(lessons):
+    declared = run.declared_parameters(lessons / "01_second.ipynb")
+    assert declared == {"WORK_DIR": "../workspace", "SEED": 0, "INTERACTIVE": True}
+    params = run.lesson_parameters(declared, Path("/ws"), {"MAX_BATCHES": 16, "SEED": 3})
+    assert params == {"WORK_DIR": "/ws", "INTERACTIVE": False, "SEED": 3}
+    assert run.declared_parameters(lesson("x = 1", parameters=None)) == {}
+
+
+@pytest.mark.parametrize("text, value", [("16", 16), ("0.5", 0.5), ("False", False), ("None", None), ("narrow", "narrow")])
+def test_parameter_values_parse_like_papermill(text, value):
+    assert run.parse_value(text) == value and type(run.parse_value(text)) is type(value)
+
+
+def test_summary_reads_workspace_json_tolerantly(tmp_path):
+    (tmp_path / "growth").mkdir()
+    (tmp_path / "results.json").write_text(json.dumps({"schema": "results/1", "right": {"max_abs_error": 0.1041666,
+                                                       "ok": True}, "sizes": [1, 2, 4, 8, 16, 32]}))
+    (tmp_path / "growth" / "broken.json").write_text("{not json")
+    (tmp_path / ".hidden.json").write_text("{}")
+    lines = run.summarize_workspace(tmp_path)
+    assert lines[:4] == ["growth/broken.json", lines[1], "results.json  (results/1)", "  right.max_abs_error = 0.1042"]
+    assert lines[1].startswith("  (unreadable:")
+    assert "  sizes = [1 .. 32] (6 values)" in lines
+    assert not any("hidden" in ln for ln in lines)
+
+
+def test_timing_table_marks_the_slowest():
+    runs = [run.LessonRun("00_a.ipynb", "o", 1.0), run.LessonRun("01_b.ipynb", "o", 3.5, "cell 2 ...", 2, "ValueError")]
+    table = run.timing_table(runs)
+    assert table[2] == "01_b.ipynb       3.5  FAILED  <- slowest"
+    assert table[-1].split() == ["total", "4.5"]
+
+
+@pytest.mark.slow
+def test_run_writes_executed_copies_and_summarizes(lessons, tmp_path, capsys):
+    work, out = tmp_path / "ws", tmp_path / "build"
+    code = run.main(["--notebooks", str(lessons), "--work-dir", str(work), "--out", str(out),
+                     "--only", "00,01", "-p", "MAX_BATCHES", "16", "--no-grade"])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert sorted(p.name for p in out.glob("*.ipynb")) == ["00_first.ipynb", "01_second.ipynb"]
+    executed = nbformat.read(out / "00_first.ipynb", as_version=4)
+    injected = [c for c in executed.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    assert len(injected) == 1 and f"WORK_DIR = \"{work}\"" in injected[0].source
+    assert "MAX_BATCHES = 16" in injected[0].source
+    assert "MAX_BATCHES" not in next(c for c in nbformat.read(out / "01_second.ipynb", as_version=4).cells
+                                     if "injected-parameters" in c.metadata.get("tags", [])).source
+    assert not any(c.get("outputs") for c in nbformat.read(lessons / "00_first.ipynb", as_version=4).cells)
+    assert "right.max_abs_error = 0.1042" in printed and "right.accuracy = 0.975" in printed
+    assert "00_first.ipynb" in printed.split("Wall time per lesson")[1]
+    log = json.loads((out / run.RUN_LOG).read_text())
+    assert [r["notebook"] for r in log["lessons"]] == ["00_first.ipynb", "01_second.ipynb"]
+
+
+@pytest.mark.slow
+def test_a_failure_names_notebook_and_cell_keeps_partial_output_and_exits_nonzero(lessons, tmp_path, capsys):
+    out = tmp_path / "build"
+    nbformat.write(lesson("x = 1"), lessons / "03_after.ipynb")
+    code = run.main(["--notebooks", str(lessons), "--work-dir", str(tmp_path / "ws"), "--out", str(out), "--no-grade"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "FAILED: 02_broken.ipynb, cell 4 (In [" in err and "raised ZeroDivisionError: division by zero" in err
+    assert "1 later lesson(s) not run" in err and not (out / "03_after.ipynb").exists()
+    partial = nbformat.read(out / "02_broken.ipynb", as_version=4)
+    ran = [c for c in partial.cells if c.cell_type == "code" and c.source == "x = 1"]
+    assert ran and ran[0].execution_count is not None
+    failed = json.loads((out / run.RUN_LOG).read_text())["lessons"][-1]
+    assert (failed["failed_cell"], failed["ename"]) == (4, "ZeroDivisionError")
+
+
+def test_bad_arguments_exit_2_without_running(lessons, tmp_path, capsys):
+    assert run.main(["--notebooks", str(lessons), "--out", str(lessons)]) == 2
+    assert "never go over the sources" in capsys.readouterr().err
+    assert run.main(["--notebooks", str(lessons), "--out", str(tmp_path / "o"), "-p", "MAX_BATHCES", "4"]) == 2
+    assert "MAX_BATHCES: no selected lesson declares it" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_grade_hook_returns_none_or_a_result_with_a_score(tmp_path):
+    result = run.grade_workspace(tmp_path)
+    if result is not None:
+        assert hasattr(result, "score") and hasattr(result, "max_score")
