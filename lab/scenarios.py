@@ -61,3 +61,17 @@ def apply(name: str, x: np.ndarray, seed: int = 0) -> np.ndarray:
 def describe() -> dict[str, str]:
     """Scenario name -> its one-line description."""
     return {name: (fn.__doc__ or "").strip().splitlines()[0] for name, fn in SCENARIOS.items()}
+
+
+def flash(x: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Camera flash: strokes overexposed to 1.5 x; the deployed path (raw / 16) never clips, so pixels reach 1.5."""
+    return (np.asarray(x, np.float32) * np.float32(1.5)).astype(np.float32)
+
+
+BEYOND_UNIT_RANGE: dict[str, Callable[..., np.ndarray]] = {"flash": flash}
+"""Conditions whose pixels leave [0, 1]: the deployed preprocessing divides by 16 and does not clip."""
+
+
+def acceptance_conditions() -> dict[str, Callable[..., np.ndarray]]:
+    """Every named condition a release is accepted against: ``SCENARIOS`` plus ``BEYOND_UNIT_RANGE``."""
+    return {**SCENARIOS, **BEYOND_UNIT_RANGE}

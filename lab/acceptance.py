@@ -1,0 +1,310 @@
+"""Accept or reject a quantized model: summaries, probability checks, evidence, and the decision.
+
+These are the lab's reference functions. Lesson 06 uses them beside the student's own
+``metrics.summarize``; the grader recomputes every number in ``regression.json`` with them.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from lab.data import N_CLASSES, file_sha256
+from lab.errors import LabError, WorkspaceError
+
+FLOOR = 0.95  # the FP32 model must reach this accuracy before any candidate is judged against it
+LIMIT = 0.01  # the largest accuracy loss we accept: one percentage point, absolute
+EPSILON = 1e-9  # float slack when comparing a loss with the limit (0.96 - 0.95 is 0.010000000000000009)
+FLOAT_SUM_TOLERANCE = 1e-4  # an FP32 Softmax sums to 1 within float32 rounding over 10 terms
+REGRESSION_SCHEMA = "regression/1"
+
+
+class SummaryError(LabError, ValueError):
+    """Predictions and labels that cannot be summarized."""
+
+
+# --- summaries ---------------------------------------------------------------------------------
+
+def _digits(values, what: str) -> np.ndarray:
+    arr = np.asarray(values)
+    if arr.size and not np.issubdtype(arr.dtype, np.number):
+        raise SummaryError(f"{what} must hold digits 0-9; got {arr.dtype} values such as {arr.ravel()[0]!r}")
+    if arr.ndim != 1:
+        raise SummaryError(f"{what} must be a flat list of digits; got shape {list(arr.shape)}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        if not np.all(np.equal(np.mod(arr, 1), 0)):
+            raise SummaryError(f"{what} must be whole digits 0-9; got {arr.dtype} values such as {arr[0]!r}")
+        arr = arr.astype(np.int64)
+    bad = (arr < 0) | (arr >= N_CLASSES)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise SummaryError(f"{what}[{i}] is {arr[i]}; every {what[:-1]} must be a digit 0-{N_CLASSES - 1}")
+    return arr.astype(np.int64)
+
+
+def summarize(predictions: Sequence[int], labels: Sequence[int]) -> dict:
+    """Count, correct, accuracy (0-1) and the 10x10 confusion matrix (rows actual, columns predicted).
+
+    An actual 1 read as 2 increments ``confusion[1][2]``. Raises ``SummaryError`` on empty input,
+    mismatched lengths, or a value outside 0-9.
+    """
+    if len(predictions) != len(labels):
+        raise SummaryError(f"predictions has {len(predictions)} items but labels has {len(labels)}; "
+                           "they must pair up one to one")
+    if len(labels) == 0:
+        raise SummaryError("predictions and labels are empty; there is nothing to summarize")
+    p, y = _digits(predictions, "predictions"), _digits(labels, "labels")
+    confusion = np.zeros((N_CLASSES, N_CLASSES), dtype=np.int64)
+    np.add.at(confusion, (y, p), 1)
+    correct = int(np.trace(confusion))
+    return {"count": int(len(y)), "correct": correct, "accuracy": correct / len(y),
+            "confusion": confusion.tolist()}
+
+
+def top_confusions(confusion: Sequence[Sequence[int]], k: int = 5) -> list[tuple[int, int, int]]:
+    """The ``k`` largest off-diagonal cells as (actual, predicted, count), largest first."""
+    c = np.array(confusion, dtype=np.int64)
+    np.fill_diagonal(c, 0)
+    cells = [(int(a), int(p), int(c[a, p])) for a, p in zip(*np.nonzero(c))]
+    return sorted(cells, key=lambda t: (-t[2], t[0], t[1]))[:k]
+
+
+# --- probability checks ------------------------------------------------------------------------
+
+def probability_tolerance(output_scale: float | None, classes: int = N_CLASSES) -> float:
+    """How far a row of probabilities may sum from 1.
+
+    A quantized Softmax output sits on a grid of ``output_scale`` steps (1/255 for QDQ INT8).
+    Each of the ``classes`` values is rounded to the nearest step, so each is off by at most
+    half a step and the row's sum by at most ``classes x scale / 2`` (10 / 510 = 0.0196).
+    A float output (``output_scale`` None) only carries float32 rounding: 1e-4.
+    """
+    if output_scale is None:
+        return FLOAT_SUM_TOLERANCE
+    return classes * float(output_scale) / 2
+
+
+@dataclass(frozen=True)
+class ProbabilityCheck:
+    """Negative values, non-finite values, and rows whose sum is farther from 1 than the tolerance."""
+
+    rows: int
+    negative: int
+    nonfinite: int
+    far_rows: int
+    min_sum: float
+    max_sum: float
+    tolerance: float
+
+    @property
+    def ok(self) -> bool:
+        return self.rows > 0 and not (self.negative or self.nonfinite or self.far_rows)
+
+    @property
+    def problems(self) -> list[str]:
+        out = []
+        if self.rows == 0:
+            out.append("no rows to check")
+        if self.nonfinite:
+            out.append(f"{self.nonfinite} value(s) are NaN or infinite")
+        if self.negative:
+            out.append(f"{self.negative} value(s) are negative; a probability is at least 0")
+        if self.far_rows:
+            out.append(f"{self.far_rows} row(s) sum farther than {self.tolerance:.4f} from 1 "
+                       f"(sums seen {self.min_sum:.4f} .. {self.max_sum:.4f})")
+        return out
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "ok": self.ok, "problems": self.problems}
+
+    def __str__(self) -> str:
+        verdict = "ok" if self.ok else "; ".join(self.problems)
+        return (f"{self.rows} rows, sums {self.min_sum:.4f} .. {self.max_sum:.4f} "
+                f"(tolerance {self.tolerance:.4f}): {verdict}")
+
+
+def check_probabilities(probabilities: np.ndarray, tolerance: float) -> ProbabilityCheck:
+    """Check an [N, 10] output: no negatives, nothing non-finite, every row sums to 1 within ``tolerance``."""
+    p = np.asarray(probabilities, dtype=np.float64)
+    if p.ndim != 2 or p.shape[1] != N_CLASSES:
+        raise ValueError(f"probabilities have shape {list(p.shape)}; expected [N, {N_CLASSES}]")
+    finite = np.isfinite(p)
+    sums = np.where(finite, p, 0.0).sum(axis=1)
+    rows_ok = finite.all(axis=1)
+    far = rows_ok & (np.abs(sums - 1.0) > tolerance + EPSILON)
+    ok_sums = sums[rows_ok]
+    return ProbabilityCheck(rows=int(len(p)), negative=int((np.where(finite, p, 0.0) < 0).sum()),
+                            nonfinite=int((~finite).sum()), far_rows=int(far.sum()),
+                            min_sum=float(ok_sums.min()) if ok_sums.size else float("nan"),
+                            max_sum=float(ok_sums.max()) if ok_sums.size else float("nan"),
+                            tolerance=float(tolerance))
+
+
+# --- four kinds of evidence --------------------------------------------------------------------
+
+def evidence(model: str | Path, x: np.ndarray, labels: np.ndarray) -> dict:
+    """Four kinds of evidence, kept apart.
+
+    ``size_bytes`` is about storage, ``weight_dtypes`` about representation, ``kernels`` (from an
+    ORT profile of one run) about the execution path, ``accuracy`` about quality on this data only.
+    """
+    from lab import compare, graph
+
+    predictions = compare.predict(model, x).argmax(axis=1)
+    return {"size_bytes": Path(model).stat().st_size,
+            "weight_dtypes": graph.weight_dtypes(model),
+            "kernels": graph.kernels_run(model, x[:8]),
+            "accuracy": float((predictions == np.asarray(labels)).mean())}
+
+
+def format_evidence(rows: Mapping[str, Mapping]) -> str:
+    """The evidence of several models as a fixed-width table."""
+    def fmt(d: Mapping[str, int]) -> str:
+        return ", ".join(f"{k} {v}" for k, v in d.items())
+
+    lines = [f"{'model':<10} {'size':>9}  {'accuracy':>8}  weight dtypes", "-" * 60]
+    for name, e in rows.items():
+        lines.append(f"{name:<10} {e['size_bytes'] / 1024:>7.1f}KB  {e['accuracy']:>8.4f}  {fmt(e['weight_dtypes'])}")
+    lines.append("")
+    lines.append("kernels that ran (ORT profile, one batch):")
+    for name, e in rows.items():
+        lines.append(f"  {name:<10} {fmt(e['kernels'])}")
+    return "\n".join(lines)
+
+
+# --- the decision ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Decision:
+    """Accept or reject one model against the FP32 reference, with the numbers and the reason."""
+
+    accept: bool
+    loss: float
+    reason: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        return f"{'ACCEPT' if self.accept else 'REJECT'}: {self.reason}"
+
+
+def decide(fp32_accuracy: float, accuracy: float, *, probabilities_ok: bool = True,
+           floor: float = FLOOR, limit: float = LIMIT, epsilon: float = EPSILON) -> Decision:
+    """Decide from the numbers, in order.
+
+    1. The FP32 reference must reach ``floor``; otherwise nothing can be judged against it.
+    2. The model's probabilities must pass their checks.
+    3. The loss ``fp32_accuracy - accuracy`` must be at most ``limit`` (absolute). A loss equal
+       to the limit is accepted: the limit is the largest loss agreed to; ``epsilon`` absorbs
+       float rounding, so FP32 0.96 against 0.95 (a loss of 0.010000000000000009) is accepted.
+    """
+    loss = float(fp32_accuracy) - float(accuracy)
+    if fp32_accuracy + epsilon < floor:
+        return Decision(False, loss, f"the FP32 reference reaches only {fp32_accuracy:.4f} < {floor:.2f}; "
+                                     "fix the reference before judging any candidate")
+    if not probabilities_ok:
+        return Decision(False, loss, "its outputs fail the probability checks")
+    if loss <= limit + epsilon:
+        return Decision(True, loss, f"accuracy {accuracy:.4f} vs FP32 {fp32_accuracy:.4f}: "
+                                    f"loss {loss:+.4f} is within the limit {limit:.2f}")
+    return Decision(False, loss, f"accuracy {accuracy:.4f} vs FP32 {fp32_accuracy:.4f}: "
+                                 f"loss {loss:+.4f} exceeds the limit {limit:.2f}")
+
+
+# --- the figure --------------------------------------------------------------------------------
+
+def confusion_figure(confusions: Mapping[str, Sequence[Sequence[int]]]):
+    """One confusion matrix per model, side by side: rows the actual digit, columns the predicted one."""
+    import matplotlib.pyplot as plt
+
+    n = len(confusions)
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 4.4), squeeze=False)
+    for ax, (name, conf) in zip(axes[0], confusions.items()):
+        c = np.array(conf)
+        ax.imshow(c, cmap="Blues", vmin=0, vmax=max(1, c.max()))
+        acc = np.trace(c) / max(1, c.sum())
+        ax.set_title(f"{name}: accuracy {acc:.3f}")
+        ax.set_xlabel("predicted digit")
+        ax.set_ylabel("actual digit")
+        ax.set_xticks(range(N_CLASSES))
+        ax.set_yticks(range(N_CLASSES))
+        for a in range(N_CLASSES):
+            for p in range(N_CLASSES):
+                if c[a, p]:
+                    ax.text(p, a, str(c[a, p]), ha="center", va="center", fontsize=7,
+                            color="white" if c[a, p] > c.max() / 2 else ("black" if a == p else "crimson"))
+    fig.suptitle("Confusion matrices on the evaluation set (off-diagonal in red: misreads)")
+    fig.tight_layout()
+    return fig
+
+
+# --- regression.json ---------------------------------------------------------------------------
+
+def model_entry(file: str | Path, summary: Mapping, probabilities: ProbabilityCheck,
+                evidence_row: Mapping) -> dict:
+    """One model's record in ``regression.json``."""
+    return {"file": Path(file).name, "sha256": file_sha256(file),
+            "count": int(summary["count"]), "correct": int(summary["correct"]),
+            "accuracy": float(summary["accuracy"]), "confusion": [list(map(int, r)) for r in summary["confusion"]],
+            "probabilities": {"min_sum": probabilities.min_sum, "max_sum": probabilities.max_sum,
+                              "tolerance": probabilities.tolerance, "ok": probabilities.ok},
+            "evidence": {"size_bytes": int(evidence_row["size_bytes"]),
+                         "weight_dtypes": dict(evidence_row["weight_dtypes"]),
+                         "kernels": dict(evidence_row["kernels"])}}
+
+
+def regression(models: Mapping[str, Mapping], evaluation_sha256: str,
+               floor: float = FLOOR, limit: float = LIMIT) -> dict:
+    """Assemble ``regression.json`` (schema regression/1) from the three model entries.
+
+    ``models`` has ``fp32``, ``candidate`` and ``bad``, each from ``model_entry``. Both decisions
+    are computed here from the accuracies and the probability checks, never passed in.
+    """
+    missing = {"fp32", "candidate", "bad"} - set(models)
+    if missing:
+        raise ValueError(f"regression needs models fp32, candidate and bad; missing {sorted(missing)}")
+    fp32 = models["fp32"]["accuracy"]
+    cand = decide(fp32, models["candidate"]["accuracy"], probabilities_ok=models["candidate"]["probabilities"]["ok"],
+                  floor=floor, limit=limit)
+    bad = decide(fp32, models["bad"]["accuracy"], probabilities_ok=models["bad"]["probabilities"]["ok"],
+                 floor=floor, limit=limit)
+    doc = {"schema": REGRESSION_SCHEMA,
+           "evaluation": {"split": "evaluation", "count": int(models["fp32"]["count"]), "sha256": evaluation_sha256},
+           "floor": floor, "limit": limit, "epsilon": EPSILON,
+           "models": {k: dict(models[k]) for k in ("fp32", "candidate", "bad")},
+           "loss": cand.loss, "bad_loss": bad.loss,
+           "accept_candidate": cand.accept, "reject_bad": not bad.accept,
+           "reasons": {"candidate": str(cand), "bad": str(bad)}}
+    from lab import schemas
+
+    return schemas.validate("regression", doc)
+
+
+def write_regression(path: str | Path, doc: Mapping) -> Path:
+    """Validate and write ``regression.json`` atomically."""
+    import json
+
+    from lab import schemas
+    from lab.workspace import atomic_write_text
+
+    schemas.validate("regression", doc, Path(path).name)
+    return atomic_write_text(path, json.dumps(doc, indent=2) + "\n")
+
+
+# --- the student's files -----------------------------------------------------------------------
+
+def student_reader(work_dir: str | Path):
+    """The ``DigitReader`` class from the student's ``calibration_reader.py`` (written in lesson 02)."""
+    from lab.workspace import load_module
+
+    path = Path(work_dir) / "calibration_reader.py"
+    if not path.exists():
+        raise WorkspaceError(f"{path.name} is not in WORK_DIR ({Path(work_dir)}): run lesson 02 "
+                             "(the calibration reader) first; it writes the DigitReader this lesson calibrates with")
+    module = load_module(work_dir, "calibration_reader")
+    if not hasattr(module, "DigitReader"):
+        raise WorkspaceError(f"{path.name} defines no class DigitReader; lesson 02's exercise writes it")
+    return module.DigitReader

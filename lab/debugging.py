@@ -1,0 +1,123 @@
+"""Where does a quantized model part from FP32? Per-tensor SQNR with ORT's ``qdq_loss_debug``.
+
+SQNR (signal to quantization noise ratio) is ``20 log10(|reference| / |reference - quantized|)``
+in dB: 40 dB means the error is 1 % of the signal, 20 dB means 10 %. Two numbers per tensor:
+``own`` compares the tensor just before and just after its QuantizeLinear/DequantizeLinear pair in
+the INT8 model (what that one ruler does), ``vs_fp32`` compares the INT8 model's tensor with the
+FP32 model's (everything accumulated so far).
+"""
+from __future__ import annotations
+
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from lab.graph import load
+from lab.readers import ArrayReader
+
+
+@dataclass(frozen=True)
+class LayerSQNR:
+    """One tensor's SQNR in dB: its own quantization, and the INT8 model against FP32."""
+
+    tensor: str
+    own: float
+    vs_fp32: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def tensor_order(model) -> list[str]:
+    """The float model's inputs, then every node output, in graph order."""
+    m = load(model)
+    names = [i.name for i in m.graph.input]
+    for node in m.graph.node:
+        names += [o for o in node.output if o not in names]
+    return names
+
+
+def _reader(data, batch_size: int = 100):
+    if isinstance(data, np.ndarray):
+        return ArrayReader(data, batch_size)
+    if not callable(getattr(data, "rewind", None)):
+        raise TypeError(f"{type(data).__name__} has no rewind(); the float and INT8 runs must see the same "
+                        "batches, so pass an array or a reader with rewind()")
+    return data
+
+
+def layer_sqnr(float_model: str | Path, qdq_model: str | Path, data, work_dir: str | Path) -> list[LayerSQNR]:
+    """Per-tensor SQNR of a QDQ model against its FP32 source on ``data`` (an array or a reader).
+
+    Uses ``modify_model_output_intermediate_tensors``, ``collect_activations`` (the reader is
+    rewound before each model), ``create_activation_matching`` and ``compute_activation_error``.
+    The augmented models live in a temporary folder inside ``work_dir``. Rows follow graph order;
+    tensors without a QDQ pair (such as an Add fused behind a Relu) are left out.
+    """
+    from onnxruntime.quantization import qdq_loss_debug as qd
+
+    reader = _reader(data)
+    with tempfile.TemporaryDirectory(dir=work_dir, prefix=".debug-") as tmp:
+        aug_float, aug_qdq = Path(tmp) / "float.onnx", Path(tmp) / "qdq.onnx"
+        qd.modify_model_output_intermediate_tensors(str(float_model), str(aug_float))
+        qd.modify_model_output_intermediate_tensors(str(qdq_model), str(aug_qdq))
+        reader.rewind()
+        float_acts = qd.collect_activations(str(aug_float), reader)
+        reader.rewind()
+        qdq_acts = qd.collect_activations(str(aug_qdq), reader)
+        reader.rewind()
+    matching = qd.create_activation_matching(qdq_acts, float_acts)
+    matching = {k: v for k, v in matching.items() if "float" in v}  # compute_activation_error needs a float match
+    errors = qd.compute_activation_error(matching)
+    order = tensor_order(float_model)
+    return [LayerSQNR(name, float(errors[name]["qdq_err"]), float(errors[name]["xmodel_err"]))
+            for name in order if name in errors]
+
+
+def entry_point(rows: Sequence[LayerSQNR], reference: Sequence[LayerSQNR], drop_db: float = 10.0) -> LayerSQNR | None:
+    """The first tensor, in graph order, whose SQNR against FP32 is ``drop_db`` below the reference run's.
+
+    The reference is the same comparison on a condition that passes (daylight): the first large drop
+    is where the error enters; every later tensor inherits it.
+    """
+    ref = {r.tensor: r.vs_fp32 for r in reference}
+    for r in rows:
+        if r.tensor in ref and r.vs_fp32 < ref[r.tensor] - drop_db:
+            return r
+    return None
+
+
+def format_sqnr(runs: Mapping[str, Sequence[LayerSQNR]]) -> str:
+    """Several runs side by side: one row per tensor, own and vs-FP32 SQNR per run, rounded to 1 dB."""
+    names = list(runs)
+    tensors = [r.tensor for r in next(iter(runs.values()))]
+    head = f"{'tensor':<14}" + "".join(f"{n + ' own':>16}{n + ' vs FP32':>18}" for n in names)
+    lines = [head, "-" * len(head)]
+    for t in tensors:
+        cells = ""
+        for n in names:
+            row = next((r for r in runs[n] if r.tensor == t), None)
+            cells += f"{row.own:>16.0f}{row.vs_fp32:>18.0f}" if row else f"{'-':>16}{'-':>18}"
+        lines.append(f"{t:<14}{cells}")
+    return "\n".join(lines)
+
+
+def sqnr_figure(runs: Mapping[str, Sequence[LayerSQNR]], title: str = "Where the INT8 model parts from FP32"):
+    """SQNR against FP32 per tensor, in graph order, one line per run (higher is closer to FP32)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for name, rows in runs.items():
+        ax.plot([r.tensor for r in rows], [r.vs_fp32 for r in rows], marker="o", label=name)
+    ax.axhline(20, color="grey", linestyle=":", linewidth=1)
+    ax.text(0, 21, "20 dB: error 10 % of the signal", color="grey", fontsize=8)
+    ax.set_xlabel("tensor, in graph order (input first)")
+    ax.set_ylabel("SQNR vs FP32 (dB)")
+    ax.set_title(title)
+    ax.legend()
+    ax.tick_params(axis="x", rotation=30)
+    fig.tight_layout()
+    return fig

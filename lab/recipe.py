@@ -1,0 +1,441 @@
+"""Calibrate the deployed representation: named scenarios, the calibration selection, and the recipe.
+
+A release is three files in ``WORK_DIR/release/``: ``model.onnx`` (its metadata carries the release id,
+the recipe's SHA-256 and the recipe itself), ``recipe.json`` (schema recipe/1) and ``scenarios.json``
+(schema scenarios/1). ``verify(model, recipe)`` says exactly what differs when they do not belong together.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from lab import data, scenarios
+from lab.acceptance import FLOOR, LIMIT
+from lab.errors import LabError
+
+BOUNDARY_MARGIN = 0.25
+"""FP32's top-1 minus top-2 probability below which a changed answer is an accepted difference.
+
+Where calibration is right (daylight) INT8 moves any probability by about 0.1 at most; swapping
+FP32's top two classes needs the gap to close from both sides, about 2 x 0.1. Changed answers on
+images FP32 read with a larger margin are defects of the quantized model.
+"""
+RECIPE_SCHEMA, SCENARIOS_SCHEMA = "recipe/1", "scenarios/1"
+META_RELEASE, META_SHA, META_RECIPE = "calibration_lab.release_id", "calibration_lab.recipe_sha256", "calibration_lab.recipe"
+ACTIVATION_DTYPES = {"QInt8": "int8", "QUInt8": "uint8"}
+WEIGHT_DTYPES = {"QInt8": "INT8", "QUInt8": "UINT8"}
+
+
+class ReleaseError(LabError):
+    """A release's files do not belong together, or a selection overlaps the acceptance set."""
+
+
+# --- named scenarios ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ScenarioResult:
+    """FP32 against INT8 under one named condition, with its own verdict."""
+
+    name: str
+    description: str
+    count: int
+    fp32_accuracy: float
+    int8_accuracy: float
+    loss: float
+    changed: int
+    accepted_differences: int
+    defects: int
+    max_abs_error: float
+    verdict: str
+    note: str
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "pass"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def describe(fn: Callable) -> str:
+    return (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else fn.__name__
+
+
+def judge(name: str, fp32: np.ndarray, int8: np.ndarray, labels: np.ndarray, description: str = "",
+          limit: float = LIMIT, margin: float = BOUNDARY_MARGIN) -> ScenarioResult:
+    """Compare FP32 and INT8 probabilities on one scenario.
+
+    Passes when the accuracy loss is within ``limit`` and no image FP32 read with a margin of at
+    least ``margin`` changed its answer. Changed answers under that margin are accepted differences:
+    FP32 itself was unsure there.
+    """
+    fp32, int8, labels = np.asarray(fp32), np.asarray(int8), np.asarray(labels)
+    f, q = fp32.argmax(1), int8.argmax(1)
+    top2 = np.sort(fp32, axis=1)[:, -2:]
+    gap = top2[:, 1] - top2[:, 0]
+    changed = f != q
+    defects = int((changed & (gap >= margin)).sum())
+    fa, qa = float((f == labels).mean()), float((q == labels).mean())
+    loss = fa - qa
+    problems = []
+    if loss > limit + 1e-9:
+        problems.append(f"loses {loss:.4f} accuracy (limit {limit:.2f})")
+    if defects:
+        problems.append(f"{defects} confident FP32 answer(s) changed")
+    note = "; ".join(problems)
+    if fa + 1e-9 < FLOOR:
+        note = "; ".join(filter(None, [note, f"FP32 itself reads only {fa:.0%} here: a model limit, "
+                                             "not a calibration one"]))
+    return ScenarioResult(name, description, int(len(labels)), fa, qa, loss, int(changed.sum()),
+                          int(changed.sum()) - defects, defects,
+                          float(np.max(np.abs(fp32.astype(np.float64) - int8))),
+                          "needs work" if problems else "pass", note)
+
+
+def compare_scenarios(float_model, int8_model, x: np.ndarray, labels: np.ndarray,
+                      conditions: Mapping[str, Callable] | None = None, seed: int = 0,
+                      limit: float = LIMIT, margin: float = BOUNDARY_MARGIN) -> list[ScenarioResult]:
+    """Every named condition (default: ``scenarios.acceptance_conditions()``) applied to the acceptance set."""
+    from lab.compare import predict
+
+    conditions = conditions or scenarios.acceptance_conditions()
+    out = []
+    for name, fn in conditions.items():
+        xs = fn(x, seed)
+        out.append(judge(name, predict(float_model, xs), predict(int8_model, xs), labels,
+                         describe(fn), limit, margin))
+    return out
+
+
+def format_scenarios(results: Sequence[ScenarioResult]) -> str:
+    """A fixed-width table: one row per scenario."""
+    head = f"{'scenario':<13}{'FP32':>7}{'INT8':>7}{'loss':>8}{'changed':>9}{'accepted':>9}{'defects':>8}{'max err':>8}  verdict"
+    lines = [head, "-" * (len(head) + 6)]
+    for r in results:
+        lines.append(f"{r.name:<13}{r.fp32_accuracy:>7.3f}{r.int8_accuracy:>7.3f}{r.loss:>+8.4f}{r.changed:>9d}"
+                     f"{r.accepted_differences:>9d}{r.defects:>8d}{r.max_abs_error:>8.3f}  {r.verdict}"
+                     + (f" ({r.note})" if r.note else ""))
+    return "\n".join(lines)
+
+
+def format_before_after(before: Sequence[ScenarioResult], after: Sequence[ScenarioResult],
+                        labels: tuple[str, str] = ("before", "after")) -> str:
+    """Two runs side by side per scenario: INT8 accuracy, defects, max abs error and verdict."""
+    b, a = labels
+    head = f"{'scenario':<13}{'FP32':>7} | {b + ' INT8':>12}{'defects':>8}{'max err':>8} {'verdict':<11}| {a + ' INT8':>11}{'defects':>8}{'max err':>8} verdict"
+    lines = [head, "-" * len(head)]
+    after_by = {r.name: r for r in after}
+    for r in before:
+        s = after_by[r.name]
+        lines.append(f"{r.name:<13}{r.fp32_accuracy:>7.3f} | {r.int8_accuracy:>12.3f}{r.defects:>8d}{r.max_abs_error:>8.3f} "
+                     f"{r.verdict:<11}| {s.int8_accuracy:>11.3f}{s.defects:>8d}{s.max_abs_error:>8.3f} {s.verdict}")
+    return "\n".join(lines)
+
+
+def scenario_figure(runs: Mapping[str, Sequence[ScenarioResult]]):
+    """Max abs error and defects per scenario, one bar per run."""
+    import matplotlib.pyplot as plt
+
+    names = [r.name for r in next(iter(runs.values()))]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    width = 0.8 / len(runs)
+    for i, (label, rows) in enumerate(runs.items()):
+        pos = np.arange(len(names)) + i * width
+        axes[0].bar(pos, [r.max_abs_error for r in rows], width, label=label)
+        axes[1].bar(pos, [r.defects for r in rows], width, label=label)
+    for ax, title, ylabel in ((axes[0], "Largest probability change vs FP32", "max abs error"),
+                              (axes[1], f"Confident FP32 answers changed (margin >= {BOUNDARY_MARGIN})", "images")):
+        ax.set_xticks(np.arange(len(names)) + 0.4 - width / 2, names, rotation=20)
+        ax.set_title(title)
+        ax.set_xlabel("scenario")
+        ax.set_ylabel(ylabel)
+        ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+# --- the calibration selection -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Selection:
+    """Calibration samples: which images of which split, under which condition, in order."""
+
+    split: str
+    parts: tuple[tuple[str, tuple[int, ...]], ...]  # (condition, positions in the split)
+    pixels: np.ndarray = field(repr=False, compare=False)
+    dataset_index: tuple[tuple[int, ...], ...] = field(repr=False, compare=False)
+
+    @property
+    def sha256(self) -> str:
+        return data.data_sha256(self.pixels)
+
+    @property
+    def conditions(self) -> list[str]:
+        return [c for c, _ in self.parts]
+
+    def __len__(self) -> int:
+        return len(self.pixels)
+
+    def to_dict(self) -> dict:
+        return {"split": self.split, "count": len(self), "sha256": self.sha256,
+                "parts": [{"condition": c, "positions": list(p), "dataset_index": list(d)}
+                          for (c, p), d in zip(self.parts, self.dataset_index)]}
+
+
+def select(parts: Sequence[tuple[str, Sequence[int] | slice | None]], split: str = "calibration",
+           seed: int = 0) -> Selection:
+    """Build a calibration selection from ``(condition, positions)`` pairs over one fixture split.
+
+    ``positions`` index the split (None or a slice for many); the condition is applied to those
+    images' deployed pixels. Example: ``select([("daylight", None), ("flash", slice(0, None, 6))])``.
+    """
+    s = data.load_split(split)
+    conditions = scenarios.acceptance_conditions()
+    chunks, rec, idx = [], [], []
+    for condition, positions in parts:
+        if condition not in conditions:
+            raise ValueError(f"unknown condition {condition!r}; expected one of {sorted(conditions)}")
+        pos = np.arange(len(s))[positions if positions is not None else slice(None)]
+        pos = np.asarray(pos, dtype=np.int64).ravel()
+        if pos.size == 0 or pos.min() < 0 or pos.max() >= len(s):
+            raise ValueError(f"positions for {condition!r} must be 0..{len(s) - 1} and not empty")
+        chunks.append(conditions[condition](s.pixels[pos], seed))
+        rec.append((condition, tuple(int(p) for p in pos)))
+        idx.append(tuple(int(i) for i in s.index[pos]))
+    return Selection(split, tuple(rec), np.concatenate(chunks).astype(np.float32), tuple(idx))
+
+
+def shared_rows(selection: np.ndarray, acceptance: np.ndarray,
+                conditions: Mapping[str, Callable] | None = None, seed: int = 0) -> dict[str, int]:
+    """Rows the calibration selection shares with the acceptance set under each condition, by content hash."""
+    conditions = conditions or scenarios.acceptance_conditions()
+    mine = data.row_hashes(np.asarray(selection, np.float32))
+    return {name: len(mine & data.row_hashes(np.asarray(fn(acceptance, seed), np.float32)))
+            for name, fn in conditions.items()}
+
+
+def check_disjoint(selection: np.ndarray, acceptance: np.ndarray, **kwargs) -> dict[str, int]:
+    """``shared_rows``, raising ``ReleaseError`` if any condition shares a row."""
+    shared = shared_rows(selection, acceptance, **kwargs)
+    bad = {k: v for k, v in shared.items() if v}
+    if bad:
+        raise ReleaseError("the calibration selection shares images with the acceptance set: "
+                           + ", ".join(f"{v} under {k}" for k, v in bad.items())
+                           + "; draw calibration images from the calibration split only")
+    return shared
+
+
+# --- the recipe --------------------------------------------------------------------------------
+
+def preprocessing() -> dict:
+    """The deployed preprocessing configuration."""
+    return {"input_name": data.INPUT_NAME, "formula": f"pixels = raw / {data.RAW_MAX}", "raw_range": [0, data.RAW_MAX],
+            "dtype": "float32", "shape": ["N", data.N_FEATURES], "clip": False}
+
+
+def _per_channel(model) -> bool:
+    from onnx import numpy_helper
+
+    from lab.graph import load
+
+    m = load(model)
+    inits = {i.name: i for i in m.graph.initializer}
+    for node in m.graph.node:
+        if node.op_type == "DequantizeLinear" and node.input[0].endswith("weight_quantized"):
+            scale = inits.get(node.input[1])
+            if scale is not None and numpy_helper.to_array(scale).size > 1:
+                return True
+    return False
+
+
+def recipe(release_id: str, source_model: str | Path, selection: Selection, settings: Mapping,
+           batch_size: int, acceptance: data.Split, results: Sequence[ScenarioResult], model: str | Path,
+           not_covered: str, reader: str = "calibration_reader.DigitReader") -> dict:
+    """Assemble ``recipe.json`` (schema recipe/1): everything that decided the released model."""
+    from lab import schemas
+    from lab.graph import input_ruler
+    from lab.quantize import versions
+
+    ruler = input_ruler(model)
+    doc = {
+        "schema": RECIPE_SCHEMA,
+        "release_id": release_id,
+        "source_model": {"file": Path(source_model).name, "sha256": data.file_sha256(source_model)},
+        "preprocessing": preprocessing(),
+        "calibration": {**selection.to_dict(), "reader": reader, "batch_size": int(batch_size),
+                        "conditions": sorted(set(selection.conditions)), "not_covered": not_covered,
+                        "input_ruler": {"scale": ruler.scale, "zero_point": ruler.zero_point, "dtype": ruler.dtype}},
+        "quantization": {k: settings[k] for k in ("quant_format", "activation_type", "weight_type", "per_channel",
+                                                  "reduce_range", "calibrate_method", "nodes_to_exclude",
+                                                  "extra_options")},
+        "versions": versions(),
+        "acceptance": {"split": acceptance.name, "count": len(acceptance), "sha256": data.data_sha256(acceptance.pixels),
+                       "shared_rows_with_calibration": sum(shared_rows(selection.pixels, acceptance.pixels).values())},
+        "scenarios": {"limit": LIMIT, "boundary_margin": BOUNDARY_MARGIN,
+                      "results": [r.to_dict() for r in results],
+                      "accepted": [f"{r.name}: {r.accepted_differences} changed answer(s) where FP32's margin was under "
+                                   f"{BOUNDARY_MARGIN}" + (f"; {r.note}" if r.note else "")
+                                   for r in results if r.passed and (r.accepted_differences or r.note)]},
+    }
+    return schemas.validate("recipe", doc)
+
+
+def scenarios_record(release_id: str, model: str | Path, recipe_path: str | Path, acceptance: data.Split,
+                     results: Sequence[ScenarioResult]) -> dict:
+    """Assemble ``scenarios.json`` (schema scenarios/1) for the released model."""
+    from lab import schemas
+
+    doc = {"schema": SCENARIOS_SCHEMA, "release_id": release_id,
+           "model_sha256": data.file_sha256(model), "recipe_sha256": data.file_sha256(recipe_path),
+           "acceptance": {"split": acceptance.name, "count": len(acceptance), "sha256": data.data_sha256(acceptance.pixels)},
+           "limit": LIMIT, "boundary_margin": BOUNDARY_MARGIN,
+           "results": [r.to_dict() for r in results],
+           "all_pass": all(r.passed for r in results)}
+    return schemas.validate("scenarios", doc)
+
+
+def stamp(model_in: str | Path, model_out: str | Path, release_id: str, recipe_path: str | Path) -> Path:
+    """Copy the model with the release id, the recipe's SHA-256 and the recipe text in its metadata."""
+    import onnx
+
+    m = onnx.load(str(model_in))
+    props = {p.key: p.value for p in m.metadata_props}
+    props.update({META_RELEASE: release_id, META_SHA: data.file_sha256(recipe_path),
+                  META_RECIPE: Path(recipe_path).read_text(encoding="utf-8")})
+    onnx.helper.set_model_props(m, props)
+    Path(model_out).parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(m, str(model_out))
+    return Path(model_out)
+
+
+def write_release(release_dir: str | Path, draft_model: str | Path, recipe_doc: Mapping,
+                  acceptance: data.Split, results: Sequence[ScenarioResult]) -> dict[str, Path]:
+    """Write ``recipe.json``, then ``model.onnx`` stamped with its hash, then ``scenarios.json``."""
+    from lab import schemas
+    from lab.workspace import atomic_write_text
+
+    out = Path(release_dir)
+    schemas.validate("recipe", recipe_doc, "recipe.json")
+    recipe_path = atomic_write_text(out / "recipe.json", json.dumps(recipe_doc, indent=2) + "\n")
+    model = stamp(draft_model, out / "model.onnx", recipe_doc["release_id"], recipe_path)
+    record = scenarios_record(recipe_doc["release_id"], model, recipe_path, acceptance, results)
+    scen = atomic_write_text(out / "scenarios.json", json.dumps(record, indent=2) + "\n")
+    return {"model": model, "recipe": recipe_path, "scenarios": scen}
+
+
+# --- verify ------------------------------------------------------------------------------------
+
+@dataclass
+class Verification:
+    """Whether a model and a recipe belong together, and every difference found."""
+
+    model: str
+    recipe: str
+    differences: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.differences
+
+    def __str__(self) -> str:
+        if self.ok:
+            return f"{self.model} and {self.recipe} belong together"
+        return (f"{self.model} and {self.recipe} do not belong together:\n  - " + "\n  - ".join(self.differences))
+
+    def _repr_pretty_(self, p, cycle):
+        p.text(str(self))
+
+    def raise_for_differences(self) -> None:
+        if not self.ok:
+            raise ReleaseError(str(self))
+
+
+def _leaves(obj, prefix: str = "") -> dict[str, object]:
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            out.update(_leaves(v, f"{prefix}/{k}" if prefix else str(k)))
+        return out
+    if isinstance(obj, list) and obj and isinstance(obj[0], (dict, list)):
+        out = {}
+        for i, v in enumerate(obj):
+            out.update(_leaves(v, f"{prefix}/{i}"))
+        return out
+    return {prefix: obj}
+
+
+def _short(v) -> str:
+    text = json.dumps(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def verify(model_path: str | Path, recipe_path: str | Path, max_fields: int = 8) -> Verification:
+    """Check that ``model_path`` was released with ``recipe_path``; list exactly what differs.
+
+    Reads the recipe (a schema error names the field) and checks the model's inputs and outputs;
+    then compares the release id and the recipe hash stamped in the model's metadata, the recipe
+    the model carries field by field, and the graph itself (format, per-channel weights, weight
+    and activation types, the input ruler) with the recipe's settings.
+    """
+    from lab import schemas
+    from lab.graph import check_io, input_ruler, load, quant_format, weight_dtypes
+
+    model_path, recipe_path = Path(model_path), Path(recipe_path)
+    doc = schemas.read("recipe", recipe_path)
+    check_io(model_path)
+    v = Verification(model_path.name, recipe_path.name)
+    diff = v.differences.append
+    meta = {p.key: p.value for p in load(model_path).metadata_props}
+    if META_RELEASE not in meta or META_SHA not in meta:
+        diff(f"the model's metadata has no {META_RELEASE} / {META_SHA}: it was never stamped with a recipe")
+    else:
+        if meta[META_RELEASE] != doc["release_id"]:
+            diff(f"release_id: the model says {meta[META_RELEASE]!r}, {recipe_path.name} says {doc['release_id']!r}")
+        actual = data.file_sha256(recipe_path)
+        if meta[META_SHA] != actual:
+            diff(f"recipe SHA-256: the model was stamped with {meta[META_SHA][:12]}..., {recipe_path.name} "
+                 f"hashes to {actual[:12]}... (edited after the release, or another release's recipe)")
+    if META_RECIPE in meta:
+        try:
+            carried = json.loads(meta[META_RECIPE])
+        except ValueError:
+            carried = None
+            diff(f"the recipe in the model's metadata ({META_RECIPE}) is not valid JSON")
+        if carried is not None:
+            a, b = _leaves(carried), _leaves(doc)
+            fields = [k for k in sorted(set(a) | set(b)) if a.get(k, "<missing>") != b.get(k, "<missing>")]
+            for k in fields[:max_fields]:
+                diff(f"{k}: the model's recipe has {_short(a.get(k, '<missing>'))}, "
+                     f"{recipe_path.name} has {_short(b.get(k, '<missing>'))}")
+            if len(fields) > max_fields:
+                diff(f"... and {len(fields) - max_fields} more field(s) differ")
+    q = doc["quantization"]
+    fmt = quant_format(model_path)
+    if fmt != q["quant_format"]:
+        diff(f"quantization/quant_format: the graph is {fmt}, the recipe says {q['quant_format']}")
+    pc = _per_channel(model_path)
+    if pc != bool(q["per_channel"]):
+        diff(f"quantization/per_channel: the graph's weights are {'per channel' if pc else 'per tensor'}, "
+             f"the recipe says per_channel={q['per_channel']}")
+    want_w = WEIGHT_DTYPES.get(q["weight_type"])
+    if want_w and want_w not in weight_dtypes(model_path):
+        diff(f"quantization/weight_type: the graph stores no {want_w} weights (has {weight_dtypes(model_path)}), "
+             f"the recipe says {q['weight_type']}")
+    try:
+        ruler = input_ruler(model_path)
+    except LabError as e:
+        diff(f"calibration/input_ruler: {e}")
+    else:
+        want = doc["calibration"]["input_ruler"]
+        if ruler.dtype != ACTIVATION_DTYPES.get(q["activation_type"], ruler.dtype):
+            diff(f"quantization/activation_type: the graph quantizes the input to {ruler.dtype}, "
+                 f"the recipe says {q['activation_type']}")
+        if not math.isclose(ruler.scale, want["scale"], rel_tol=1e-6) or ruler.zero_point != want["zero_point"]:
+            diff(f"calibration/input_ruler: the graph's input scale {ruler.scale:.6g} zero point {ruler.zero_point}, "
+                 f"the recipe's {want['scale']:.6g} / {want['zero_point']} (calibrated on other data)")
+    return v
