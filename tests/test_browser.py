@@ -79,6 +79,9 @@ def lab_root(tmp_path_factory) -> Path:
 def jupyter(lab_root) -> JupyterServer:
     if chromium_path() is None:
         skip_unless_ci("Chromium is not installed at /usr/bin/chromium (Debian: apt-get install chromium)")
+    for pattern in (RULER, "00_*.ipynb"):
+        if not any(lab_root.glob(pattern)):
+            skip_unless_ci(f"notebooks/{pattern} does not exist yet")
     server = start_jupyter(lab_root, lab_root.parent / "server", kernel=KERNEL)
     try:
         yield server
@@ -144,6 +147,24 @@ CELL_STATE = """() => {
   const status = panel.querySelector('.jp-Notebook-ExecutionIndicator')?.dataset.status;
   return {prompts, status};
 }""" % PANEL
+
+
+def drag_upper_handle(page, explorer, keep: float) -> None:
+    """Drag the slider's upper handle with the mouse until the range keeps ``keep`` of its width."""
+    lower = explorer.locator(".cl-range-slider .noUi-handle-lower").bounding_box(timeout=WIDGET_TIMEOUT_MS)
+    upper = explorer.locator(".cl-range-slider .noUi-handle-upper").bounding_box(timeout=WIDGET_TIMEOUT_MS)
+    x0, y = lower["x"] + lower["width"] / 2, upper["y"] + upper["height"] / 2
+    x1 = upper["x"] + upper["width"] / 2
+    page.mouse.move(x1, y)
+    page.mouse.down()
+    page.mouse.move(x0 + keep * (x1 - x0), y, steps=10)
+    page.mouse.up()
+
+
+def clipped_percent(text: str) -> float:
+    found = re.search(r"clipped (\d+(?:\.\d+)?)%", text)
+    assert found, f"range explorer stats {text!r} have no 'clipped N%'"
+    return float(found.group(1))
 
 
 def wait_until_run(page, timeout_s: float = RUN_TIMEOUT_S) -> list[str]:
@@ -213,11 +234,7 @@ def say(capsys, text: str) -> None:
 @pytest.mark.timeout(1200)  # a backstop: every wait inside is bounded on its own
 def test_ruler_explorer_and_start_here_in_jupyterlab(jupyter, lab_root, page, capsys):
     page, errors = page
-    if not (lab_root / RULER).exists():
-        skip_unless_ci(f"notebooks/{RULER} does not exist yet")
     start_here = sorted(p.name for p in lab_root.glob("00_*.ipynb"))
-    if not start_here:
-        skip_unless_ci("notebooks/00_*.ipynb does not exist yet")
     t0 = time.monotonic()
     try:
         drive_lessons(page, errors, jupyter, lab_root, start_here[0], capsys)
@@ -238,7 +255,8 @@ def drive_lessons(page, errors: list[str], jupyter: JupyterServer, lab_root: Pat
     run_all_cells(page)
     wait_until_run(page)
     saved = save_and_read(page, lab_root, RULER)
-    assert not output_problems(page, saved, RULER), output_problems(page, saved, RULER)
+    problems = output_problems(page, saved, RULER)
+    assert not problems, "cells show errors:\n" + "\n".join(problems)
     assert not unexecuted(saved), f"{RULER}: code cells {unexecuted(saved)} did not run"
     say(capsys, f"{RULER} ran all cells in {time.monotonic() - t0:.0f} s")
 
@@ -251,24 +269,17 @@ def drive_lessons(page, errors: list[str], jupyter: JupyterServer, lab_root: Pat
     explorer.scroll_into_view_if_needed()
     before_png = shot(explorer, "01-range-explorer-before.png")
 
-    handle = explorer.locator(".cl-range-slider .noUi-handle").last  # the upper end of the range
-    handle.focus()
-    for _ in range(12):  # narrow the range from above: bright strokes start to clip
-        handle.press("ArrowLeft")
-    page.wait_for_function(
-        "([el, old]) => el.innerText.trim() !== old", arg=[stats.element_handle(), before_text],
-        timeout=WIDGET_TIMEOUT_MS)
+    drag_upper_handle(page, explorer, keep=0.5)  # halve the range from above: the top must clip
+    page.wait_for_function("([el, old]) => el.innerText.trim() !== old",
+                           arg=[stats.element_handle(), before_text], timeout=WIDGET_TIMEOUT_MS)
     page.wait_for_timeout(500)  # let the figure redraw before the screenshot
     after_text = stats.inner_text().strip()
     after_png = shot(explorer, "01-range-explorer-after.png")
-    assert after_text != before_text
+    assert clipped_percent(after_text) > clipped_percent(before_text), \
+        f"moving the range's top down should clip more: {before_text!r} -> {after_text!r}"
     say(capsys, f"range explorer: {before_text!r} -> {after_text!r}")
     say(capsys, f"screenshots: {before_png} {after_png}")
     assert not widget_errors(errors), f"console errors from the lab's widgets: {widget_errors(errors)}"
-
-    # The lesson's WORK_DIR ("../workspace") lands next to the temp copy, never in the repo.
-    assert (lab_root.parent / "workspace" / "source.onnx").exists(), \
-        f"lesson 01 did not write {lab_root.parent / 'workspace' / 'source.onnx'}"
 
     # Lesson 00: every cell runs, and no output holds an error.
     name = start_here
@@ -277,8 +288,12 @@ def drive_lessons(page, errors: list[str], jupyter: JupyterServer, lab_root: Pat
     wait_until_run(page)
     saved = save_and_read(page, lab_root, name)
     page_png = shot(page, "00-start-here.png")
-    assert not output_problems(page, saved, name), output_problems(page, saved, name)
+    problems = output_problems(page, saved, name)
+    assert not problems, "cells show errors:\n" + "\n".join(problems)
     assert not unexecuted(saved), f"{name}: code cells {unexecuted(saved)} did not run"
     assert not widget_errors(errors), f"console errors from the lab's widgets: {widget_errors(errors)}"
+    # The lessons' WORK_DIR ("../workspace") lands next to the temp copy, never in the repo.
+    workspace = lab_root.parent / "workspace"
+    assert (workspace / "source.onnx").is_file(), f"the lessons did not write {workspace / 'source.onnx'}"
     say(capsys, f"{name} ran clean; page screenshot {page_png}; "
                 f"{len(errors)} console errors in all (none from widgets)")
