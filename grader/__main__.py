@@ -1,0 +1,58 @@
+"""``python -m grader grade PATH`` or ``python -m grader batch DIR --out OUT [-j N] [--resume]``."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from grader.sandbox import Limits
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m grader", description="Calibration Lab grader")
+    sub = parser.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("grade", help="grade one submission (a zip or a folder) and print its feedback")
+    g.add_argument("path")
+    g.add_argument("--json", action="store_true", help="print the result as JSON instead of Markdown")
+    g.add_argument("--gradescope", metavar="FILE", help="also write Gradescope's results.json here")
+    b = sub.add_parser("batch", help="grade every submission in DIR")
+    b.add_argument("folder")
+    b.add_argument("--out", required=True)
+    b.add_argument("-j", "--jobs", type=int, default=2)
+    b.add_argument("--resume", action="store_true", help="skip submissions already graded by this version")
+    b.add_argument("--no-progress", action="store_true")
+    for p in (g, b):
+        p.add_argument("--timeout", type=float, default=Limits.wall, help="wall-clock seconds per student-code run")
+        p.add_argument("--memory-mib", type=int, default=Limits.memory >> 20, help="memory limit of student code")
+    args = parser.parse_args(argv)
+    limits = Limits(wall=args.timeout, cpu=max(1, int(args.timeout)), memory=args.memory_mib << 20)
+    if args.command == "grade":
+        from grader.core import grade
+
+        if not Path(args.path).exists():
+            print(f"grade: {args.path} does not exist", file=sys.stderr)
+            return 2
+        result = grade(args.path, limits)
+        print(result.to_json() if args.json else result.to_markdown())
+        if args.gradescope:
+            Path(args.gradescope).write_text(json.dumps(result.to_gradescope(), indent=2))
+        print(f"{result.student}: {result.status}, score {result.score:g} / {result.max_score:g}",
+              file=sys.stderr)
+        return 0 if result.status == "graded" else 1
+    from grader.batch import batch
+
+    if not Path(args.folder).is_dir():
+        print(f"batch: {args.folder} is not a folder of submissions", file=sys.stderr)
+        return 2
+    rows = batch(args.folder, args.out, args.jobs, args.resume, limits, progress=not args.no_progress)
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    print(f"{len(rows)} submission(s): " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+          + f"; gradebook: {Path(args.out) / 'gradebook.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One check module per lesson group."""

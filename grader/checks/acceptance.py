@@ -1,0 +1,297 @@
+"""Lesson 06 (acceptance) and the hidden checks: summaries, summarize(), probabilities, decisions.
+
+Cross-CPU policy: an INT8 prediction may differ from the student's report only on a sample
+whose top-2 margin is within the output grid (``MARGIN``): another CPU's kernels can move a
+probability by a grid step there and flip the argmax. Those samples are named in the feedback.
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+
+import numpy as np
+
+from grader import sandbox
+from grader.context import Context, check, entry, evaluation, fp32_outputs, number, value
+from grader.results import Evidence
+
+PART = "acceptance"
+GATE = 0.95
+LOSS_LIMIT = 0.01
+HELDOUT_LIMIT = 0.02
+MARGIN = 2 / 255  # two Softmax grid steps: one for each of the top-2 probabilities
+NAMES = {"fp32": ("fp32", "FP32", "source"), "candidate": ("candidate", "int8"),
+         "bad": ("bad", "bad_calibration", "bad-calibration")}
+WHY_PROB = "10 classes x one 1/255 grid step: a row of 10 quantized probabilities can miss 1 by that much"
+
+
+def summary(probs: np.ndarray, labels: np.ndarray) -> dict:
+    """The grader's own summary: count, correct, accuracy, confusion (rows actual, columns predicted)."""
+    pred = probs.argmax(1)
+    confusion = np.zeros((10, 10), int)
+    np.add.at(confusion, (labels, pred), 1)
+    correct = int((pred == labels).sum())
+    return {"count": int(len(labels)), "correct": correct, "accuracy": correct / len(labels),
+            "confusion": confusion.tolist(), "predictions": pred.tolist()}
+
+
+def near_boundary(probs: np.ndarray) -> np.ndarray:
+    """Indices of samples whose top-2 probabilities are within ``MARGIN``."""
+    top2 = np.sort(probs, axis=1)[:, -2:]
+    return np.flatnonzero(top2[:, 1] - top2[:, 0] <= MARGIN)
+
+
+def _probs(ctx: Context, name: str) -> np.ndarray:
+    from lab import compare, data
+
+    if name == "fp32":
+        return fp32_outputs()
+    if name == "bad":
+        return compare.predict(data.fixture_path("bad-calibration.onnx"), evaluation()[0])
+    return ctx.outputs("candidate.onnx")
+
+
+def _reported(doc: dict, name: str) -> dict:
+    for alias in NAMES[name]:
+        rec = entry(doc, alias, "models", "summaries", "results")
+        if rec is not None:
+            return rec
+    return {}
+
+
+def run(ctx: Context) -> list:
+    from lab import data, graph
+
+    doc = ctx.doc("regression.json")
+    _, labels = evaluation()
+    probs = {name: _probs(ctx, name) for name in NAMES}
+    mine = {name: summary(p, labels) for name, p in probs.items()}
+    out = [check(PART, "fp32_gate", float(mine["fp32"]["accuracy"] >= GATE),
+                 f"FP32 accuracy {mine['fp32']['accuracy']:.4f} on {len(labels)} evaluation images "
+                 f"(gate {GATE})")]
+    good, msgs, ev = 0, [], []
+    for name in NAMES:
+        rep = _reported(doc, name)
+        ok, msg, evs = _compare_summary(name, rep, mine[name], probs[name], exact=(name == "fp32"))
+        good += ok
+        msgs.append(msg)
+        ev += evs
+    out.append(check(PART, "summaries", good / 3, "; ".join(msgs), ev))
+    out.append(_probabilities(doc, probs))
+    out.append(_decisions(doc, mine, probs))
+    model = ctx.model("candidate.onnx")
+    fmt = graph.quant_format(model)
+    same = ctx.sub.files.get("candidate.onnx") == data.file_sha256(data.fixture_path("fp32.onnx"))
+    per_channel = any(n.op_type == "DequantizeLinear" and any(a.name == "axis" for a in n.attribute)
+                      or n.op_type == "DequantizeLinear" and _is_vector_scale(model, n) for n in model.graph.node)
+    ok = fmt == "QDQ" and per_channel and not same
+    why = ("candidate.onnx is the FP32 model renamed (same SHA-256 as fixtures/fp32.onnx)" if same else
+           f"candidate.onnx is a {fmt} model, weights {'per channel' if per_channel else 'per tensor'}")
+    out.append(check(PART, "candidate", float(ok), why + ("" if ok else "; expected quantize_static with "
+                                                          "quant_format QDQ and per_channel=True")))
+    return out
+
+
+def _is_vector_scale(model, node) -> bool:
+    for init in model.graph.initializer:
+        if init.name == node.input[1]:
+            return int(np.prod(init.dims)) > 1
+    return False
+
+
+def _compare_summary(name: str, rep: dict, mine: dict, probs: np.ndarray, exact: bool):
+    if not rep:
+        return False, f"{name}: no summary reported in regression.json", []
+    count_rep, correct_rep = value(rep, "count"), value(rep, "correct")
+    acc_rep = number(value(rep, "accuracy"))
+    conf_rep = np.asarray(value(rep, "confusion", default=[]), dtype=object)
+    near = [] if exact else near_boundary(probs).tolist()
+    allowed = len(near)
+    why = ("FP32: exact, the float model is the fixture" if exact else
+           f"near-boundary policy: {allowed} sample(s) with a top-2 margin within {MARGIN:.4f} may flip")
+    ev = [Evidence(f"{name} count", count_rep, mine["count"], 0, "exact"),
+          Evidence(f"{name} correct", correct_rep, mine["correct"], allowed, why),
+          Evidence(f"{name} accuracy", acc_rep, mine["accuracy"], allowed / mine["count"] + 1e-9, why)]
+    problems = []
+    if count_rep != mine["count"]:
+        problems.append(f"count {count_rep}, expected {mine['count']}")
+    if not isinstance(correct_rep, int) or abs(correct_rep - mine["correct"]) > allowed:
+        problems.append(f"correct {correct_rep}, recomputed {mine['correct']}")
+    if acc_rep is None or abs(acc_rep - mine["accuracy"]) > allowed / mine["count"] + 1e-9:
+        problems.append(f"accuracy {acc_rep}, recomputed {mine['accuracy']:.4f} (a 0-1 ratio)")
+    if conf_rep.shape != (10, 10):
+        problems.append("confusion is not 10x10")
+    else:
+        conf_rep = np.asarray(conf_rep.tolist(), dtype=float)
+        diff = np.abs(conf_rep - np.asarray(mine["confusion"])).sum()
+        transposed = np.abs(conf_rep - np.asarray(mine["confusion"]).T).sum()
+        if diff > 2 * allowed:
+            hint = " (it is the transpose: rows must be the actual class)" if transposed == 0 else ""
+            problems.append(f"confusion differs from the recomputed one in {int(diff)} count(s){hint}")
+    preds = value(rep, "predictions")
+    if isinstance(preds, list) and len(preds) == len(mine["predictions"]):
+        differ = [i for i, (a, b) in enumerate(zip(preds, mine["predictions"])) if a != b]
+        outside = [i for i in differ if i not in set(near)]
+        if differ:
+            ev.append(Evidence(f"{name} samples predicted differently", differ[:20], near[:20], "near-boundary only",
+                               "these sample indices differ; allowed only where the top-2 margin is within the grid"))
+        if outside:
+            problems.append(f"predictions differ on samples {outside[:10]}, which are not near a decision boundary")
+    if problems:
+        return False, f"{name}: " + ", ".join(problems), ev
+    note = f" (samples near a boundary: {near[:10]})" if near else ""
+    return True, f"{name}: {mine['correct']}/{mine['count']} recomputed{note}", ev
+
+
+def _probabilities(doc: dict, probs: dict):
+    tol = 10 / 255
+    ok_count, msgs, ev = 0, [], []
+    for name, p in probs.items():
+        s = p.sum(1)
+        mins = float(s.min())
+        rep = number(value(_reported(doc, name), "probabilities.min_sum", "min_probability_sum", "min_sum"))
+        rules = bool(np.isfinite(p).all() and (p >= 0).all() and np.all(np.abs(s - 1) <= tol))
+        ev.append(Evidence(f"{name} minimum row sum", rep, mins, tol, WHY_PROB))
+        good = rep is not None and abs(rep - mins) <= tol
+        ok_count += good
+        msgs.append(f"{name}: min row sum {mins:.4f}, rules {'hold' if rules else 'broken'}"
+                    + ("" if good else f" (reported {rep})"))
+    return check(PART, "probabilities", ok_count / len(probs), "; ".join(msgs)
+                 + ("" if ok_count == len(probs) else ". Report each model's minimum row sum as probabilities.min_sum"), ev)
+
+
+def _decisions(doc: dict, mine: dict, probs: dict):
+    fp32 = mine["fp32"]["accuracy"]
+    n = mine["fp32"]["count"]
+    loss = fp32 - mine["candidate"]["accuracy"]
+    bad_loss = fp32 - mine["bad"]["accuracy"]
+    slack = len(near_boundary(probs["candidate"])) / n
+    accept = fp32 >= GATE and loss <= LOSS_LIMIT + 1e-12
+    reject = bad_loss > LOSS_LIMIT + 1e-12 or fp32 < GATE
+    rep_accept, rep_reject = value(doc, "accept_candidate"), value(doc, "reject_bad")
+    score, msgs = 0.0, []
+    borderline = abs(loss - LOSS_LIMIT) <= slack
+    if rep_accept is accept or (borderline and isinstance(rep_accept, bool)):
+        score += 0.5
+        msgs.append(f"accept_candidate {rep_accept}: loss {loss:.4f} vs limit {LOSS_LIMIT}"
+                    + (" (on the boundary: either decision accepted)" if borderline else ""))
+    else:
+        msgs.append(f"accept_candidate is {rep_accept}, but the recomputed loss {loss:.4f} against the limit "
+                    f"{LOSS_LIMIT} says {accept}: compute the decision from the numbers")
+    if rep_reject is reject:
+        score += 0.5
+        msgs.append(f"reject_bad {rep_reject}: the bad model loses {bad_loss:.4f}")
+    else:
+        msgs.append(f"reject_bad is {rep_reject}, but the bad model's recomputed loss {bad_loss:.4f} says {reject}: "
+                    "a decision must follow from the numbers, not be written in")
+    ev = [Evidence("candidate loss", number(value(doc, "loss")), loss, slack, "near-boundary policy on the candidate"),
+          Evidence("accept_candidate", rep_accept, accept, None, "recomputed from the grader's accuracies"),
+          Evidence("reject_bad", rep_reject, reject, None, "recomputed from the grader's accuracies")]
+    return check(PART, "decisions", score, "; ".join(msgs), ev)
+
+
+# ----- hidden checks: held-out data and the instructor's secret -----
+
+def summarize_cases(seed_text: str | None) -> list[dict]:
+    """Short lists for summarize(): the lesson's example, the transposition trap, the errors it must raise."""
+    cases = [{"name": "example", "labels": [1, 2, 1, 0, 9], "predictions": [2, 2, 1, 0, 8]},
+             {"name": "mismatched lengths", "labels": [1, 2, 3], "predictions": [1, 2], "must_raise": True},
+             {"name": "label outside 0-9", "labels": [1, 12], "predictions": [1, 2], "must_raise": True},
+             {"name": "empty", "labels": [], "predictions": [], "must_raise": True}]
+    rng = random.Random(hashlib.sha256((seed_text or "calibration-lab").encode()).digest())
+    labels = [rng.randrange(10) for _ in range(23)]
+    preds = [t if rng.random() < 0.6 else rng.randrange(10) for t in labels]
+    cases.append({"name": "secret", "labels": labels, "predictions": preds})
+    return cases
+
+
+def expected_summary(case: dict) -> dict:
+    labels, preds = np.asarray(case["labels"]), np.asarray(case["predictions"])
+    confusion = np.zeros((10, 10), int)
+    np.add.at(confusion, (labels, preds), 1)
+    correct = int((labels == preds).sum())
+    return {"count": len(labels), "correct": correct, "accuracy": correct / len(labels), "confusion": confusion.tolist()}
+
+
+def _same(got, want: dict) -> str:
+    if not isinstance(got, dict):
+        return f"returned a {type(got).__name__}, expected a dict with count, correct, accuracy, confusion"
+    for key in ("count", "correct"):
+        if got.get(key) != want[key]:
+            return f"{key} is {got.get(key)!r}, expected {want[key]}"
+    acc = number(got.get("accuracy"))
+    if acc is None or abs(acc - want["accuracy"]) > 1e-9:
+        return f"accuracy is {got.get('accuracy')!r}, expected {want['accuracy']:.4f} (a 0-1 ratio)"
+    conf = got.get("confusion")
+    try:
+        conf = np.asarray(conf, dtype=float)
+    except (TypeError, ValueError):
+        return "confusion is not a 10x10 table of counts"
+    if conf.shape != (10, 10):
+        return f"confusion has shape {list(conf.shape)}, expected 10x10"
+    if not np.array_equal(conf, want["confusion"]):
+        if np.array_equal(conf.T, want["confusion"]):
+            return ("confusion is transposed: rows must be the actual class and columns the predicted one "
+                    "(an actual 1 read as 2 increments confusion[1][2])")
+        return "confusion does not match the counts"
+    return ""
+
+
+def run_summarize(ctx: Context) -> list:
+    cases = summarize_cases(sandbox.secret())
+    pixels_labels = evaluation()[1]
+    candidate_pred = fp32_outputs().argmax(1).tolist()
+    cases.append({"name": "fp32 on the evaluation set", "labels": pixels_labels.tolist(),
+                  "predictions": candidate_pred})
+    child = sandbox.run(ctx.sub.root, {"task": "metrics", "module": "metrics", "function": "summarize",
+                                       "cases": [{k: c[k] for k in ("name", "labels", "predictions")} for c in cases]},
+                        limits=ctx.limits)
+    if child.status != "ok" or not child.data.get("ok"):
+        if child.status == "timeout":
+            ctx.timed_out = True
+        why = child.message or child.data.get("error", "")
+        return [check(PART, "summarize_code", 0, f"metrics.py could not be run: {why}"),
+                check("hidden", "secret_summarize", 0, f"metrics.py could not be run: {why}", hidden=True)]
+    got = {c.get("name"): c for c in child.data.get("cases", []) if isinstance(c, dict)}
+    score, msgs, secret_msg = 0.0, [], ""
+    weights = {"example": 0.5, "mismatched lengths": 0.1, "label outside 0-9": 0.1, "empty": 0.05,
+               "fp32 on the evaluation set": 0.25}
+    for case in cases:
+        res = got.get(case["name"], {})
+        if case.get("must_raise"):
+            problem = "" if "raised" in res else f"returned {str(res.get('returned'))[:60]} instead of raising an error"
+        elif "raised" in res:
+            problem = f"raised {res['raised']}: {res.get('message', '')}"
+        else:
+            problem = _same(res.get("returned"), expected_summary(case))
+        if case["name"] == "secret":
+            secret_msg = problem
+            continue
+        if not problem:
+            score += weights[case["name"]]
+        else:
+            msgs.append(f"{case['name']}: {problem}")
+    main = check(PART, "summarize_code", score,
+                 "summarize() passes the lesson's example, the transposition trap, the error cases and the "
+                 "evaluation set" if not msgs else "summarize() " + "; ".join(msgs))
+    hidden = check("hidden", "secret_summarize", 0.0 if secret_msg else 1.0,
+                   f"summarize() on the instructor's lists: {secret_msg or 'correct'}", hidden=True)
+    return [main, hidden]
+
+
+def run_heldout(ctx: Context) -> list:
+    from lab import compare, data
+
+    split = data.load_split("heldout")
+    cand = ctx.outputs("candidate.onnx", split.pixels, key="heldout")
+    fp32 = compare.predict(data.fixture_path("fp32.onnx"), split.pixels)
+    acc_c = float((cand.argmax(1) == split.labels).mean())
+    acc_f = float((fp32.argmax(1) == split.labels).mean())
+    loss = acc_f - acc_c
+    ok = loss <= HELDOUT_LIMIT
+    return [check("hidden", "heldout", float(ok),
+                  f"on {len(split)} held-out images the candidate reaches {acc_c:.4f} against FP32 {acc_f:.4f}: "
+                  f"loss {loss:.4f} (limit {HELDOUT_LIMIT})" + ("" if ok else "; the candidate does not generalize: "
+                                                                "check its calibration data"),
+                  [Evidence("held-out loss against FP32", None, loss, HELDOUT_LIMIT,
+                            "the limit for data no one tuned on: twice the acceptance limit")], hidden=True)]

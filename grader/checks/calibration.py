@@ -1,0 +1,125 @@
+"""Lesson 03: narrow / right / wide (and dynamic), every number recomputed from the models handed in."""
+from __future__ import annotations
+
+from grader.context import (SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, Missing, check, entry, evaluation,
+                            fp32_outputs, number, value)
+from grader.models import ModelRefused
+from grader.results import Evidence
+
+PART = "calibration"
+KINDS = ("narrow", "right", "wide")
+EXPECTED_DIAGNOSIS = {"narrow": "clipping", "wide": "squashing"}
+SCALE_REL = 1e-6
+RANGE_REL = 1e-5
+
+
+def _ruler(ctx: Context, kind: str):
+    from lab import graph
+
+    return graph.input_ruler(ctx.model(f"{kind}.onnx"))
+
+
+def run(ctx: Context) -> list:
+    from lab import compare, data, graph, ruler
+
+    results_doc = ctx.doc("results.json") if ctx.has("results.json") else {}
+    x, _ = evaluation()
+    per = {name: [] for name in ("quantized", "ruler_reported", "range_seen", "max_abs_error")}
+    found = {}
+    for kind in KINDS:
+        rel = f"{kind}.onnx"
+        rep = entry(results_doc, kind, "models", "results", "rows", "sets") or {}
+        try:
+            model = ctx.model(rel)
+        except (Missing, ModelRefused) as e:
+            why = f"{rel} is missing" if isinstance(e, Missing) else str(e)
+            for name in per:
+                per[name].append((False, f"{kind}: {why}", []))
+            continue
+        fmt = graph.quant_format(model)
+        try:
+            r = graph.input_ruler(model)
+        except Exception as e:  # noqa: BLE001 - the message is the feedback
+            per["quantized"].append((False, f"{kind}: {e}; quantize it with quantize_static (QDQ)", []))
+            for name in ("ruler_reported", "range_seen", "max_abs_error"):
+                per[name].append((False, f"{kind}: not quantized", []))
+            continue
+        found[kind] = r
+        per["quantized"].append((fmt == "QDQ", f"{kind}: {fmt} model with a {r.dtype} ruler on 'pixels'", []))
+        # reported ruler
+        s_rep, z_rep = number(value(rep, "scale", "input_scale")), value(rep, "zero_point", "input_zero_point")
+        ok = s_rep is not None and abs(s_rep - r.scale) <= SCALE_REL * r.scale and z_rep == r.zero_point
+        per["ruler_reported"].append((ok, f"{kind}: reported scale {s_rep} / zero point {z_rep}, graph has "
+                                          f"{r.scale:.9g} / {r.zero_point}",
+                                      [Evidence(f"{kind} input scale", s_rep, r.scale, SCALE_REL * r.scale, WHY_SCALE),
+                                       Evidence(f"{kind} zero point", z_rep, r.zero_point, 0, "an integer: exact")]))
+        # the range the named calibration set implies
+        calib = data.calibration_set(kind)
+        exp_scale, exp_zp = ruler.scale_zero_point(float(calib.min()), float(calib.max()), r.dtype)
+        ok = abs(r.scale - float(exp_scale)) <= RANGE_REL * float(exp_scale) and r.zero_point == exp_zp
+        range_rep = number(value(rep, "range_seen"))
+        ev = [Evidence(f"{kind} scale from the named set", r.scale, float(exp_scale), RANGE_REL * float(exp_scale),
+                       f"MinMax over lab.data.calibration_set('{kind}'), relative 1e-5")]
+        if range_rep is not None:
+            ev.append(Evidence(f"{kind} range seen (scale x {r.steps})", range_rep, r.range_seen,
+                               r.scale / 2, "scale/2: half a grid step"))
+            ok = ok and abs(range_rep - r.range_seen) <= r.scale / 2
+        per["range_seen"].append((ok, f"{kind}: the ruler spans {r.range_seen:.4g}; the {kind} set "
+                                      f"implies {float(exp_scale) * r.steps:.4g}" +
+                                  ("" if ok else f" -- calibrate with lab.data.calibration_set('{kind}')"), ev))
+        # max abs error on the evaluation set
+        err = compare.max_abs_error(fp32_outputs(), ctx.outputs(rel))
+        err_rep = number(value(rep, "max_abs_error", "error"))
+        ok = err_rep is not None and abs(err_rep - err) <= SOFTMAX_STEP
+        per["max_abs_error"].append((ok, f"{kind}: max abs error {err:.4f} on the {len(x)} evaluation images "
+                                         f"(reported {err_rep})",
+                                     [Evidence(f"{kind} max abs error", err_rep, err, SOFTMAX_STEP, WHY_OUTPUT)]))
+    out = []
+    hints = {"quantized": "each of narrow.onnx, right.onnx, wide.onnx must be a QDQ model from quantize_static",
+             "ruler_reported": "report the scale and zero point read back with lab.graph.input_ruler(model)",
+             "range_seen": "each model must be calibrated on its own named set",
+             "max_abs_error": "recompute with lab.compare.max_abs_error(fp32_out, int8_out) on the evaluation set"}
+    for name, rows in per.items():
+        good = sum(ok for ok, _, _ in rows)
+        msg = "; ".join(m for _, m, _ in rows)
+        if good < len(rows):
+            msg += f". Expected: {hints[name]}"
+        out.append(check(PART, name, good / len(KINDS), msg, [e for _, _, evs in rows for e in evs]))
+    out.append(_diagnosis(ctx, results_doc, found))
+    out.append(_dynamic(ctx, results_doc))
+    return out
+
+
+def _diagnosis(ctx: Context, doc: dict, rulers: dict):
+    from lab import compare
+
+    x, _ = evaluation()
+    ok_count, msgs, ev = 0, [], []
+    for kind, expected in EXPECTED_DIAGNOSIS.items():
+        rep = value(entry(doc, kind, "models", "results", "rows", "sets") or {}, "diagnosis", "diagnosis.kind")
+        got = compare.diagnose(rulers[kind], x).kind if kind in rulers else None
+        ev.append(Evidence(f"{kind} diagnosis", rep, got, None, "compare.diagnose on the evaluation set"))
+        if rep == expected and got == expected:
+            ok_count += 1
+            msgs.append(f"{kind}: {expected}, as reported")
+        else:
+            msgs.append(f"{kind}: reported {rep!r}, the model shows {got!r}; expected {expected!r} "
+                        f"(look at the error split by input size in lesson 03)")
+    return check(PART, "diagnosis", ok_count / 2, "; ".join(msgs), ev)
+
+
+def _dynamic(ctx: Context, doc: dict):
+    from lab import compare, graph
+
+    try:
+        model = ctx.model("dynamic.onnx")
+    except Missing:
+        return check(PART, "dynamic", 0, "dynamic.onnx is missing; lesson 03 writes it with quantize_dynamic")
+    fmt = graph.quant_format(model)
+    err = compare.max_abs_error(fp32_outputs(), ctx.outputs("dynamic.onnx"))
+    rep = number(value(value(doc, "dynamic") or {}, "max_abs_error", "error"))
+    ok = fmt == "dynamic" and rep is not None and abs(rep - err) <= SOFTMAX_STEP
+    msg = (f"dynamic.onnx is a {fmt} model; max abs error {err:.4f} (reported {rep})"
+           + ("" if ok else ". Expected a quantize_dynamic model and its error in results.json under 'dynamic'"))
+    return check(PART, "dynamic", 1.0 if ok else 0.0, msg,
+                 [Evidence("dynamic max abs error", rep, err, SOFTMAX_STEP, WHY_OUTPUT)])

@@ -1,0 +1,154 @@
+"""What every check shares: the submission, the rubric, the grader's own predictions, tolerances.
+
+Predictions are computed here, in the grader's process, with one intra-op thread, from the
+models the student handed in (after ``grader.models.load_checked``). Nothing reported is used
+as an input to a recomputation.
+"""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from grader.models import load_checked
+from grader.results import Check, Evidence
+from grader.sandbox import Limits
+from grader.submission import Submission
+
+RUBRIC_PATH = Path(__file__).resolve().with_name("rubric.toml")
+
+# Tolerances, and the reason each one is what it is. Feedback quotes the reason.
+SOFTMAX_STEP = 1 / 255
+WHY_OUTPUT = ("one step of the Softmax output grid (1/255): the same model can land one grid step "
+              "apart on another CPU's kernels")
+WHY_SCALE = "float32 rounding of the scale: a reported scale must be the graph's scale, printed in full"
+WHY_EXACT = "an integer count: it must match exactly"
+
+
+@lru_cache(maxsize=1)
+def rubric() -> dict:
+    """The rubric file: part -> {title, check -> points}."""
+    with open(RUBRIC_PATH, "rb") as f:
+        return tomllib.load(f)
+
+
+def points(part: str, name: str) -> float:
+    try:
+        return float(rubric()[part][name])
+    except KeyError:
+        raise KeyError(f"rubric.toml has no [{part}] {name}") from None
+
+
+@lru_cache(maxsize=4)
+def evaluation() -> tuple[np.ndarray, np.ndarray]:
+    from lab import data
+
+    split = data.load_split("evaluation")
+    return split.pixels, split.labels
+
+
+@lru_cache(maxsize=1)
+def fp32_outputs() -> np.ndarray:
+    from lab import compare, data
+
+    return compare.predict(data.fixture_path("fp32.onnx"), evaluation()[0])
+
+
+@dataclass
+class Context:
+    """One submission being graded."""
+
+    sub: Submission
+    limits: Limits = field(default_factory=Limits)
+    notes: list[str] = field(default_factory=list)
+    timed_out: bool = False
+    _models: dict = field(default_factory=dict)
+    _outputs: dict = field(default_factory=dict)
+    _docs: dict = field(default_factory=dict)
+
+    def has(self, rel: str) -> bool:
+        return self.sub.has(rel)
+
+    def model(self, rel: str):
+        """The checked ``onnx.ModelProto`` of a submitted file (raises ``ModelRefused`` or ``Missing``)."""
+        if rel not in self._models:
+            if not self.has(rel):
+                raise Missing(rel)
+            self._models[rel] = load_checked(self.sub.path(rel), rel)
+        return self._models[rel]
+
+    def outputs(self, rel: str, x: np.ndarray | None = None, key: str = "evaluation") -> np.ndarray:
+        """The model's probabilities on the evaluation set (or ``x``), computed here, cached."""
+        from lab import compare
+
+        cache_key = (rel, key)
+        if cache_key not in self._outputs:
+            model = self.model(rel)
+            self._outputs[cache_key] = compare.predict(model, evaluation()[0] if x is None else x)
+        return self._outputs[cache_key]
+
+    def doc(self, name: str) -> dict:
+        """A reported JSON document (already validated at intake)."""
+        from lab.schemas import loads
+
+        if name not in self._docs:
+            if not self.has(name):
+                raise Missing(name)
+            self._docs[name] = loads(self.sub.path(name).read_text(encoding="utf-8"))
+        return self._docs[name]
+
+
+class Missing(Exception):
+    """A file the check needs is not in the submission."""
+
+    def __init__(self, rel: str):
+        super().__init__(rel)
+        self.rel = rel
+
+
+def check(part: str, name: str, fraction: float, message: str, evidence: list[Evidence] | None = None,
+          hidden: bool = False) -> Check:
+    """A ``Check`` worth ``fraction`` of its rubric points."""
+    full = points(part, name)
+    return Check(part, name, round(full * max(0.0, min(1.0, fraction)), 4), full, message,
+                 evidence or [], hidden)
+
+
+# ----- reading reported values, whatever shape the lesson's document took -----
+
+def entry(doc, key: str, *containers: str) -> dict | None:
+    """The record for ``key`` (e.g. ``"right"``): ``doc[c][key]``, or the row of ``doc[c]`` whose kind/name is ``key``."""
+    for c in containers or ("models",):
+        node = doc.get(c) if isinstance(doc, dict) else None
+        if isinstance(node, dict) and isinstance(node.get(key), dict):
+            return node[key]
+        if isinstance(node, list):
+            for row in node:
+                if isinstance(row, dict) and key in (row.get("kind"), row.get("name"), row.get("set"),
+                                                     row.get("model"), row.get("format")):
+                    return row
+    if isinstance(doc, dict) and isinstance(doc.get(key), dict):
+        return doc[key]
+    return None
+
+
+def value(record, *names, default=None):
+    """The first of ``names`` present in ``record`` (``a.b`` reaches into a nested dict)."""
+    if not isinstance(record, dict):
+        return default
+    for name in names:
+        node = record
+        for part in name.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is not None:
+            return node
+    return default
+
+
+def number(x) -> float | None:
+    if isinstance(x, bool):
+        return None
+    return float(x) if isinstance(x, (int, float)) else None

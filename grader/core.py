@@ -1,0 +1,112 @@
+"""Grade one submission: intake, then each lesson group's checks; a crash in a check is a failed check.
+
+``grade(path)`` is a pure function of the submission (and the fixtures, the rubric and the
+instructor's secret): path in, ``GradeResult`` out. It never raises for a bad submission.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from grader import __version__
+from grader.checks import acceptance, calibration, growth, reader
+from grader.context import Context, Missing, check, rubric
+from grader.models import ModelRefused, load_checked
+from grader.results import GradeResult
+from grader.sandbox import Limits
+from grader.submission import SubmissionInvalid, open_submission, sha256_of_input, student_from_path
+
+
+@dataclass(frozen=True)
+class Group:
+    """One lesson group: the rubric checks it produces, the files it needs, and the function that checks."""
+
+    lesson: str
+    part: str
+    names: tuple[str, ...]
+    needs: tuple[str, ...]
+    run: Callable[[Context], list]
+
+
+GROUPS = (
+    Group("02", "reader", ("contract", "range_from_reader"), ("calibration_reader.py",), reader.run),
+    Group("03", "calibration", ("quantized", "ruler_reported", "range_seen", "max_abs_error", "diagnosis",
+                                "dynamic"), ("results.json",), calibration.run),
+    Group("04", "growth", ("series", "lesson_point"), ("growth.json",), growth.run_growth),
+    Group("05", "formats", ("two_formats", "same_scales", "same_order", "elementwise"),
+          ("formats.json", "formats/model.qdq.onnx", "formats/model.qoperator.onnx"), growth.run_formats),
+    Group("06", "acceptance", ("fp32_gate", "summaries", "probabilities", "decisions", "candidate"),
+          ("regression.json", "candidate.onnx"), acceptance.run),
+    Group("06", "acceptance", ("summarize_code",), ("metrics.py",), acceptance.run_summarize),
+    Group("06", "hidden", ("heldout",), ("candidate.onnx",), acceptance.run_heldout),
+)
+HIDDEN_NAMES = {"secret_summarize", "heldout"}
+
+
+def _failed_group(group: Group, message: str) -> list:
+    out = [check(group.part, name, 0, message, hidden=name in HIDDEN_NAMES) for name in group.names]
+    if group.run is acceptance.run_summarize:
+        out.append(check("hidden", "secret_summarize", 0, message, hidden=True))
+    return out
+
+
+def intake_models(ctx: Context) -> None:
+    """Every ONNX file in the submission passes the model checks before any is run."""
+    for rel in sorted(ctx.sub.files):
+        if rel.endswith(".onnx"):
+            ctx._models[rel] = load_checked(ctx.sub.path(rel), rel)
+
+
+def run_groups(ctx: Context) -> list:
+    checks = []
+    for group in GROUPS:
+        missing = [rel for rel in group.needs if not ctx.has(rel)]
+        if missing:
+            checks += _failed_group(group, f"{missing[0]} is not in the submission: lesson {group.lesson} "
+                                           "writes it into the workspace; run that lesson, then hand in again")
+            continue
+        try:
+            got = group.run(ctx)
+        except Missing as e:
+            got = _failed_group(group, f"{e.rel} is not in the submission: lesson {group.lesson} writes it")
+        except Exception as e:  # noqa: BLE001 - a crash in a check is a failed check with its reason
+            got = _failed_group(group, f"the grader could not check this ({type(e).__name__}: {e}); the files "
+                                       f"lesson {group.lesson} wrote may not have the expected shape")
+        checks += got
+    return checks
+
+
+def grade(path: str | Path, limits: Limits | None = None) -> GradeResult:
+    """Grade one submission (a zip or a folder). Never raises for anything the submission holds."""
+    start = time.monotonic()
+    path = Path(path)
+    student = student_from_path(path)
+    rubric()  # a broken rubric is the instructor's error: raise it, do not blame the student
+    scratch = Path(tempfile.mkdtemp(prefix="grader-sub-"))
+    common = {"grader_version": __version__}
+    try:
+        common["submission_sha256"] = sha256_of_input(path) if path.exists() else ""
+        try:
+            sub = open_submission(path, scratch / "submission")
+            ctx = Context(sub, limits or Limits())
+            intake_models(ctx)
+        except (SubmissionInvalid, ModelRefused) as e:
+            return GradeResult.without_results(student, "invalid", str(e), seconds=time.monotonic() - start,
+                                               **common)
+        checks = run_groups(ctx)
+        notes = list(ctx.notes)
+        if sub.student != student:
+            notes.append(f"submission.json names student {sub.student!r}; the file is named {student!r}")
+        status = "timeout" if ctx.timed_out else "graded"
+        reason = ("student code hit its time limit; the checks that needed it scored 0"
+                  if ctx.timed_out else "")
+        return GradeResult(student, status, checks, reason, notes, seconds=time.monotonic() - start, **common)
+    except Exception as e:  # noqa: BLE001 - the grader's own failure is a status, not a crash
+        return GradeResult.without_results(student, "error", f"the grader failed: {type(e).__name__}: {e}",
+                                           seconds=time.monotonic() - start, **common)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -1,0 +1,245 @@
+"""Open an untrusted submission (a zip or a folder) into a private folder, or refuse it.
+
+Refused, before anything is parsed: absolute paths and ``..`` (zip slip), symlinks, device
+files, archives or files over their size caps, too many files, and files whose SHA-256 does
+not match ``submission.json``. JSON is parsed strictly (no NaN or Infinity) and checked
+against its schema; ONNX files are checked in ``grader.models``.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from lab.errors import LabError
+
+MAX_ARCHIVE_BYTES = 64 << 20      # the zip as handed in
+MAX_UNPACKED_BYTES = 128 << 20    # everything inside, unpacked
+MAX_FILE_BYTES = 32 << 20         # any one file
+MAX_FILES = 200
+MAX_DEPTH = 4
+ALLOWED_SUFFIXES = {".py", ".json", ".onnx", ".md", ".txt"}
+
+
+class SubmissionInvalid(LabError):
+    """The submission cannot be graded as handed in; the message says which file and why."""
+
+
+@dataclass
+class Submission:
+    """An unpacked, checked submission: its folder, manifest, and the hash that identifies it."""
+
+    root: Path
+    student: str
+    manifest: dict
+    files: dict[str, str] = field(default_factory=dict)  # relative path -> sha256
+    sha256: str = ""
+
+    def path(self, rel: str) -> Path:
+        return self.root / rel
+
+    def has(self, rel: str) -> bool:
+        return rel in self.files
+
+
+def _safe_name(name: str, where: str) -> str:
+    if "\\" in name or "\x00" in name:
+        raise SubmissionInvalid(f"{where}: entry {name!r} has a backslash or NUL in its name; refused")
+    p = PurePosixPath(name)
+    if p.is_absolute() or name.startswith("/"):
+        raise SubmissionInvalid(f"{where}: entry {name!r} is an absolute path; refused "
+                                "(entries must be relative to the workspace)")
+    if any(part == ".." for part in p.parts):
+        raise SubmissionInvalid(f"{where}: entry {name!r} climbs out of the archive with '..' "
+                                "(zip slip); refused")
+    if len(p.parts) > MAX_DEPTH:
+        raise SubmissionInvalid(f"{where}: entry {name!r} is nested deeper than {MAX_DEPTH} folders")
+    if p.suffix not in ALLOWED_SUFFIXES:
+        raise SubmissionInvalid(f"{where}: entry {name!r} has an unexpected type; a submission holds only "
+                                f"{', '.join(sorted(ALLOWED_SUFFIXES))} files")
+    return str(p)
+
+
+def _unzip(archive: Path, dest: Path) -> None:
+    where = archive.name
+    size = archive.stat().st_size
+    if size > MAX_ARCHIVE_BYTES:
+        raise SubmissionInvalid(f"{where}: the archive is {size / 2**20:.1f} MiB; the limit is "
+                                f"{MAX_ARCHIVE_BYTES >> 20} MiB")
+    try:
+        zf = zipfile.ZipFile(archive)
+    except (zipfile.BadZipFile, OSError) as e:
+        raise SubmissionInvalid(f"{where}: not a readable zip archive ({e})") from None
+    with zf:
+        infos = [i for i in zf.infolist() if not i.is_dir()]
+        if len(infos) > MAX_FILES:
+            raise SubmissionInvalid(f"{where}: {len(infos)} files; the limit is {MAX_FILES}")
+        declared = 0
+        for info in zf.infolist():
+            mode = info.external_attr >> 16
+            name = info.filename
+            if stat.S_ISLNK(mode):
+                raise SubmissionInvalid(f"{where}: entry {name!r} is a symbolic link; refused")
+            kind = stat.S_IFMT(mode)
+            if kind and kind not in (stat.S_IFREG, stat.S_IFDIR):
+                raise SubmissionInvalid(f"{where}: entry {name!r} is a device or special file; refused")
+            if info.is_dir():
+                _safe_dir(name, where)
+                continue
+            _safe_name(name, where)
+            if info.file_size > MAX_FILE_BYTES:
+                raise SubmissionInvalid(f"{where}: {name} unpacks to {info.file_size / 2**20:.1f} MiB; "
+                                        f"the limit per file is {MAX_FILE_BYTES >> 20} MiB")
+            declared += info.file_size
+        if declared > MAX_UNPACKED_BYTES:
+            raise SubmissionInvalid(f"{where}: unpacks to {declared / 2**20:.1f} MiB; the limit is "
+                                    f"{MAX_UNPACKED_BYTES >> 20} MiB (archive too large)")
+        written = 0
+        for info in infos:
+            target = dest / _safe_name(info.filename, where)
+            if target.exists():
+                raise SubmissionInvalid(f"{where}: entry {info.filename!r} appears twice")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(info) as src, open(target, "wb") as out:
+                # never trust the declared size: count what really comes out
+                while chunk := src.read(1 << 20):
+                    written += len(chunk)
+                    if written > MAX_UNPACKED_BYTES or out.tell() + len(chunk) > MAX_FILE_BYTES:
+                        raise SubmissionInvalid(f"{where}: {info.filename} unpacks past the size limit "
+                                                "(archive too large)")
+                    out.write(chunk)
+
+
+def _safe_dir(name: str, where: str) -> None:
+    p = PurePosixPath(name)
+    if p.is_absolute() or any(part == ".." for part in p.parts):
+        raise SubmissionInvalid(f"{where}: folder {name!r} is outside the archive (zip slip); refused")
+
+
+def _copy_folder(src: Path, dest: Path) -> None:
+    where = src.name
+    count = total = 0
+    for dirpath, dirnames, filenames in os.walk(src, followlinks=False):
+        for d in list(dirnames):
+            full = Path(dirpath) / d
+            if full.is_symlink():
+                raise SubmissionInvalid(f"{where}: {full.relative_to(src)} is a symbolic link; refused")
+            if d in ("__pycache__", ".ipynb_checkpoints"):
+                dirnames.remove(d)
+        for f in filenames:
+            full = Path(dirpath) / f
+            rel = full.relative_to(src).as_posix()
+            st = full.lstat()
+            if stat.S_ISLNK(st.st_mode):
+                raise SubmissionInvalid(f"{where}: {rel} is a symbolic link; refused")
+            if not stat.S_ISREG(st.st_mode):
+                raise SubmissionInvalid(f"{where}: {rel} is a device or special file; refused")
+            if f.endswith(".pyc"):
+                continue
+            _safe_name(rel, where)
+            count += 1
+            total += st.st_size
+            if count > MAX_FILES:
+                raise SubmissionInvalid(f"{where}: more than {MAX_FILES} files")
+            if st.st_size > MAX_FILE_BYTES or total > MAX_UNPACKED_BYTES:
+                raise SubmissionInvalid(f"{where}: {rel} is past the size limit "
+                                        f"({MAX_FILE_BYTES >> 20} MiB a file, {MAX_UNPACKED_BYTES >> 20} MiB in all)")
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(full, dest / rel, follow_symlinks=False)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def student_from_path(path: str | Path) -> str:
+    """The student id a gradebook row uses before the manifest is read: the file or folder name."""
+    p = Path(path)
+    return p.stem if p.suffix == ".zip" else p.name
+
+
+def open_submission(path: str | Path, dest: str | Path) -> Submission:
+    """Unpack or copy ``path`` into the empty folder ``dest`` and check it; raise ``SubmissionInvalid``."""
+    from lab import schemas
+
+    path, dest = Path(path), Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink():
+        raise SubmissionInvalid(f"{path.name}: is a symbolic link; refused")
+    if path.is_dir():
+        _copy_folder(path, dest)
+    elif path.suffix == ".zip" and path.is_file():
+        _unzip(path, dest)
+    else:
+        raise SubmissionInvalid(f"{path.name}: expected a .zip made by `python -m lab submit`, or a folder")
+    files = {p.relative_to(dest).as_posix(): _sha256(p) for p in sorted(dest.rglob("*")) if p.is_file()}
+    if "submission.json" not in files:
+        raise SubmissionInvalid(f"{path.name}: no submission.json; hand in with "
+                                "`python -m lab submit --student ID`, which writes it")
+    manifest_path = dest / "submission.json"
+    try:
+        manifest = schemas.read("submission", manifest_path)
+    except schemas.SchemaError as e:
+        raise SubmissionInvalid(str(e)) from None
+    listed = manifest["files"]
+    for rel, digest in sorted(listed.items()):
+        _safe_name(rel, "submission.json")
+        if rel not in files:
+            raise SubmissionInvalid(f"submission.json lists {rel}, but the archive does not hold it")
+        if files[rel] != digest:
+            raise SubmissionInvalid(f"{rel}: SHA-256 {files[rel][:12]}... does not match submission.json "
+                                    f"({digest[:12]}...); the file changed after hand-in. Run "
+                                    "`python -m lab submit` again")
+    extra = sorted(set(files) - set(listed) - {"submission.json"})
+    if extra:
+        raise SubmissionInvalid(f"{extra[0]} is in the archive but not listed in submission.json "
+                                f"({len(extra)} unlisted file(s)); run `python -m lab submit` again")
+    for rel in files:
+        if rel.endswith(".json") and rel != "submission.json":
+            _check_json(dest / rel, rel)
+    whole = hashlib.sha256("".join(f"{k}:{v}\n" for k, v in sorted(files.items())).encode()).hexdigest()
+    return Submission(dest, str(manifest["student"]), manifest, files, whole)
+
+
+def _check_json(path: Path, rel: str) -> None:
+    """Strict JSON; if it names a schema the repo has, it must match it."""
+    from lab import schemas
+
+    if path.stat().st_size == 0:
+        raise SubmissionInvalid(f"{rel}: the file is empty; expected a JSON document written by the lesson")
+    try:
+        obj = schemas.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise SubmissionInvalid(f"{rel}: not valid JSON ({e})") from None
+    name = Path(rel).name[: -len(".json")]
+    declared = obj.get("schema") if isinstance(obj, dict) else None
+    if name in schemas.names():
+        try:
+            schemas.validate(name, obj, rel)
+        except schemas.SchemaError as e:
+            raise SubmissionInvalid(str(e)) from None
+    elif isinstance(declared, str) and declared.split("/")[0] in schemas.names():
+        try:
+            schemas.validate(declared.split("/")[0], obj, rel)
+        except schemas.SchemaError as e:
+            raise SubmissionInvalid(str(e)) from None
+
+
+def sha256_of_input(path: str | Path) -> str:
+    """A cheap identity of what was handed in (the zip bytes, or every file of a folder), for --resume."""
+    p = Path(path)
+    if p.is_file():
+        return _sha256(p)
+    h = hashlib.sha256()
+    for f in sorted(p.rglob("*")):
+        if f.is_file() and not f.is_symlink():
+            h.update(f"{f.relative_to(p).as_posix()}:{_sha256(f)}\n".encode())
+    return h.hexdigest()

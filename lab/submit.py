@@ -1,0 +1,121 @@
+"""``python -m lab submit --student ID``: pack the workspace into ``ID.zip`` for the grader.
+
+The zip holds ``submission.json`` (schema ``submission/1``: student id, time, versions, platform,
+and the SHA-256 of every file), the student's modules, the models and the reported JSON files.
+Only files the lessons write are taken: never the fixtures (``source.onnx`` is a fixture copy),
+never anything outside the workspace, never a symbolic link.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import re
+import sys
+import zipfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+from lab.errors import LabError
+
+REQUIRED = ("calibration_reader.py", "narrow.onnx", "right.onnx", "wide.onnx", "dynamic.onnx", "results.json")
+OPTIONAL = ("growth.json", "formats.json", "formats/model.qdq.onnx", "formats/model.qoperator.onnx",
+            "formats/model.calibration.json", "metrics.py", "candidate.onnx", "regression.json",
+            "toolbox.json", "choice.onnx")
+PATTERNS = (re.compile(r"^growth/(narrow|right)-\d{3}\.onnx$"), re.compile(r"^release/[A-Za-z0-9_.-]+\.(onnx|json)$"))
+STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+MAX_FILE_BYTES = 32 << 20
+
+
+class SubmitError(LabError):
+    """The workspace cannot be handed in as it is; the message says what to do."""
+
+
+def wanted(rel: str) -> bool:
+    """Is ``rel`` (a path inside the workspace) one of the files the lessons write?"""
+    return rel in REQUIRED or rel in OPTIONAL or any(p.match(rel) for p in PATTERNS)
+
+
+def collect(work: Path) -> dict[str, Path]:
+    """Workspace files to hand in: relative path -> path. Raises ``SubmitError`` if a required one is missing."""
+    if not work.is_dir():
+        raise SubmitError(f"workspace {work} does not exist; run the lessons first (WORK_DIR in each notebook)")
+    files: dict[str, Path] = {}
+    for path in sorted(work.rglob("*")):
+        rel = path.relative_to(work).as_posix()
+        if not wanted(rel):
+            continue
+        if path.is_symlink():
+            raise SubmitError(f"{rel} is a symbolic link; hand in the file itself (copy it into the workspace)")
+        if not path.is_file():
+            continue
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise SubmitError(f"{rel} is {path.stat().st_size >> 20} MiB; the grader takes files up to "
+                              f"{MAX_FILE_BYTES >> 20} MiB")
+        files[rel] = path
+    missing = [rel for rel in REQUIRED if rel not in files]
+    if missing:
+        raise SubmitError(f"the workspace {work} has no {', '.join(missing)}; run the lesson that writes "
+                          f"{'it' if len(missing) == 1 else 'them'} (see docs/workspace.md), then hand in again")
+    empty = [rel for rel, p in files.items() if p.stat().st_size == 0]
+    if empty:
+        raise SubmitError(f"{empty[0]} is empty; re-run the lesson cell that writes it")
+    return files
+
+
+def manifest(student: str, files: dict[str, Path]) -> dict:
+    from lab import __version__
+    from lab.data import file_sha256
+    from lab.quantize import versions
+
+    return {"schema": "submission/1", "student": student,
+            "submitted_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "lab_version": __version__, "versions": versions(), "platform": platform.platform(),
+            "missing": [rel for rel in OPTIONAL if rel not in files],
+            "files": {rel: file_sha256(p) for rel, p in sorted(files.items())}}
+
+
+def submit(student: str, work_dir: str | Path = "workspace", out_dir: str | Path = ".") -> Path:
+    """Write ``out_dir/<student>.zip`` from the workspace and return its path."""
+    from lab import schemas
+
+    if not STUDENT_ID.match(student or ""):
+        raise SubmitError(f"student id {student!r}: use letters, digits, '_', '.' or '-' (at most 64), "
+                          "starting with a letter or digit")
+    work = Path(work_dir).expanduser().resolve()
+    files = collect(work)
+    doc = schemas.validate("submission", manifest(student, files), "submission.json")
+    out = Path(out_dir).expanduser().resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / f"{student}.zip"
+    if target.resolve().is_relative_to(work):
+        raise SubmitError(f"--out {out} is inside the workspace; write the zip somewhere else")
+    tmp = target.with_name(f".{target.name}.part")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        info = zipfile.ZipInfo("submission.json", date_time=datetime.now().timetuple()[:6])
+        info.external_attr = 0o100644 << 16
+        info.compress_type = zipfile.ZIP_DEFLATED
+        zf.writestr(info, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        for rel, path in sorted(files.items()):
+            zf.write(path, rel)
+    tmp.replace(target)
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lab submit", description=__doc__.splitlines()[0])
+    parser.add_argument("--student", required=True, help="your student id")
+    parser.add_argument("--work-dir", default="workspace", help="the workspace the lessons wrote (default: workspace)")
+    parser.add_argument("--out", default=".", help="folder for ID.zip (default: the current folder)")
+    args = parser.parse_args(argv)
+    try:
+        path = submit(args.student, args.work_dir, args.out)
+    except SubmitError as e:
+        print(f"submit: {e}", file=sys.stderr)
+        return 2
+    with zipfile.ZipFile(path) as zf:
+        doc = json.loads(zf.read("submission.json"))
+    print(f"wrote {path} ({len(doc['files'])} files)")
+    if doc["missing"]:
+        print(f"not yet written (optional for now): {', '.join(doc['missing'])}")
+    return 0
