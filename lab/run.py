@@ -28,6 +28,7 @@ START_TIMEOUT = 120
 LESSON_GLOB = "[0-9][0-9]_*.ipynb"
 RUN_LOG = "run-log.json"
 KERNEL_LOG = "kernel-stderr.log"
+HEADLESS_STUDENT = "headless-run"
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,7 @@ def run_lesson(notebook: Path, out_dir: Path, parameters: dict[str, object],
     """Execute one lesson into ``out_dir`` with papermill; a failure is returned, not raised."""
     import papermill
 
+    out_dir.mkdir(parents=True, exist_ok=True)
     output = out_dir / notebook.name
     if output.resolve() == notebook.resolve():
         raise ValueError(f"{output}: the executed copy would overwrite the lesson; choose another --out")
@@ -226,6 +228,14 @@ def format_value(value: object) -> str:
     return str(value)
 
 
+def format_bytes(size: int) -> str:
+    """``812 B``, ``45.3 kB``, ``1.2 MB``."""
+    for unit, scale in (("MB", 1e6), ("kB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} B"
+
+
 def summarize_json(path: Path, max_lines: int = 14) -> list[str]:
     """Lines ``key = value`` for one workspace JSON file, read tolerantly (a broken file says so)."""
     try:
@@ -255,7 +265,7 @@ def summarize_workspace(work_dir: Path) -> list[str]:
     models = sorted(Path(work_dir).rglob("*.onnx"))
     if models:
         size = sum(m.stat().st_size for m in models)
-        lines.append(f"{len(models)} ONNX models in the workspace, {size / 1e6:.1f} MB")
+        lines.append(f"{len(models)} ONNX model(s) in the workspace, {format_bytes(size)}")
     return lines
 
 
@@ -273,8 +283,12 @@ def timing_table(runs: list[LessonRun]) -> list[str]:
     return lines
 
 
-def grade_workspace(work_dir: Path):
-    """Grade the workspace with ``grader.grade`` when the grader is installed; None when it is not."""
+def grade_workspace(work_dir: Path, out_dir: Path | None = None):
+    """Hand the workspace in (``lab.submit``) and grade it with ``grader.grade``; None without a grader.
+
+    The submission zip goes to ``out_dir`` (default: a temporary folder). A workspace that cannot be
+    handed in raises ``lab.submit.SubmitError``, which names the missing file.
+    """
     try:
         import grader
     except ImportError:
@@ -282,7 +296,14 @@ def grade_workspace(work_dir: Path):
     grade = getattr(grader, "grade", None)
     if not callable(grade):
         return None
-    return grade(Path(work_dir))
+    from lab.submit import submit
+
+    if out_dir is None:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="lab-run-grade-") as tmp:
+            return grade(submit(HEADLESS_STUDENT, work_dir, tmp))
+    return grade(submit(HEADLESS_STUDENT, work_dir, out_dir))
 
 
 def _parse_args(argv: list[str]) -> argparse.Namespace:
@@ -350,21 +371,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nFAILED: {failed.notebook}, {failed.error}\n  partial output kept in {failed.output}"
               + (f"\n  {skipped} later lesson(s) not run" if skipped else ""), file=sys.stderr)
         return 1
-    return 0 if args.no_grade else _print_grade(work_dir)
+    return 0 if args.no_grade else _print_grade(work_dir, out_dir)
 
 
-def _print_grade(work_dir: Path) -> int:
-    """Grade the workspace and print the score; 1 if the grader itself crashed."""
+def _print_grade(work_dir: Path, out_dir: Path) -> int:
+    """Grade the workspace and print the score; 1 if it could not be graded (status other than graded)."""
+    from lab.submit import SubmitError
+
     try:
-        result = grade_workspace(work_dir)
-    except Exception as e:
-        print(f"\nGrade: the grader crashed on {work_dir} ({type(e).__name__}: {e})", file=sys.stderr)
-        return 1
+        result = grade_workspace(work_dir, out_dir)
+    except SubmitError as e:
+        print(f"\nGrade: skipped, the workspace cannot be handed in yet ({e})")
+        return 0
     if result is None:
         print("\nGrade: skipped (no grader.grade() available)")
         return 0
-    score, max_score = getattr(result, "score", None), getattr(result, "max_score", None)
-    print(f"\nGrade: {format_value(score)} / {format_value(max_score)}")
+    print(f"\nGrade: {format_value(result.score)} / {format_value(result.max_score)} ({result.status})")
+    for check in getattr(result, "checks", []):
+        if check.points < check.max_points:
+            print(f"  lost {format_value(check.max_points - check.points)}: {check.part}: {check.name}: {check.message}")
+    if result.status != "graded":
+        print(f"Grade: {result.status}: {result.reason}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -193,6 +193,10 @@ def first_stub_cell(nb: nbformat.NotebookNode) -> int | None:
 def test_released_lesson_stops_at_its_first_exercise_with_not_implemented(lesson_suite, released, tmp_path, name):
     """Each released lesson runs in a workspace where the earlier lessons were done (a copy of the
     instructor's), so it reaches its own first exercise, and must stop there with NotImplementedError."""
+    broken = [n for n, r in lesson_suite.runs.items() if n <= name and not r.ok]
+    if broken:
+        pytest.skip(f"the instructor's {broken[0]} does not run (test_notebooks reports why), "
+                    f"so the released {name} has no workspace to start from")
     path = released / "notebooks" / name
     nb = nbformat.read(path, as_version=4)
     work_dir = tmp_path / "ws"
