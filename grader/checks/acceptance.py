@@ -187,7 +187,27 @@ def _decisions(doc: dict, mine: dict, probs: dict):
     ev = [Evidence("candidate loss", number(value(doc, "loss")), loss, slack, "near-boundary policy on the candidate"),
           Evidence("accept_candidate", rep_accept, accept, None, "recomputed from the grader's accuracies"),
           Evidence("reject_bad", rep_reject, reject, None, "recomputed from the grader's accuracies")]
+    own = _own_decisions(doc)
+    if own is not None:
+        own_accept, own_reject = own
+        if (rep_accept, rep_reject) != (own_accept, own_reject):
+            score = 0.0
+            msgs.append(f"the decisions do not follow from your own numbers in regression.json (they give "
+                        f"accept_candidate {own_accept}, reject_bad {own_reject}): compute each decision from "
+                        "the accuracies, never write it in")
     return check(PART, "decisions", score, "; ".join(msgs), ev)
+
+
+def _own_decisions(doc: dict) -> tuple[bool, bool] | None:
+    """The decisions the student's own reported accuracies imply (None if they are not all there)."""
+    acc = {name: number(value(_reported(doc, name), "accuracy")) for name in NAMES}
+    if any(v is None for v in acc.values()):
+        return None
+    floor = number(value(doc, "floor")) or GATE
+    limit = number(value(doc, "limit")) or LOSS_LIMIT
+    gate = acc["fp32"] >= floor
+    return (gate and acc["fp32"] - acc["candidate"] <= limit + 1e-9,
+            not (gate and acc["fp32"] - acc["bad"] <= limit + 1e-9))
 
 
 # ----- hidden checks: held-out data and the instructor's secret -----
