@@ -1,0 +1,140 @@
+"""Lesson 07: scenarios, the calibration selection, the recipe, the stamp and verify."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+
+from lab import data, recipe, schemas, scenarios
+from lab.errors import ModelContractError
+from lab.quantize import quantize
+
+RELEASE_ID = "digits-int8-test"
+
+
+@pytest.fixture(scope="module")
+def drafts(tmp_path_factory):
+    """The daylight-only model and the daylight + flash model, converted for real."""
+    work = tmp_path_factory.mktemp("release")
+    source = work / "source.onnx"
+    shutil.copyfile(data.fixture_path("fp32.onnx"), source)
+    daylight = recipe.select([("daylight", None)])
+    fixed = recipe.select([("daylight", None), ("flash", slice(0, None, 6))])
+    rec_d = quantize(source, work / "daylight.onnx", daylight.pixels, per_channel=True, batch_size=36)
+    rec_f = quantize(source, work / "fixed.onnx", fixed.pixels, per_channel=True, batch_size=36)
+    ev = data.load_split("evaluation")
+    before = recipe.compare_scenarios(source, work / "daylight.onnx", ev.pixels, ev.labels)
+    after = recipe.compare_scenarios(source, work / "fixed.onnx", ev.pixels, ev.labels)
+    return {"work": work, "source": source, "fixed": fixed, "settings": rec_f.settings, "ev": ev,
+            "before": {r.name: r for r in before}, "after": {r.name: r for r in after},
+            "daylight_settings": rec_d.settings}
+
+
+def test_judge_separates_confident_changes_from_accepted_differences():
+    labels = np.array([0, 1])
+    fp32 = np.array([[0.9, 0.1] + [0.0] * 8, [0.45, 0.55] + [0.0] * 8])
+    int8 = np.array([[0.2, 0.8] + [0.0] * 8, [0.55, 0.45] + [0.0] * 8])  # both answers change
+    r = recipe.judge("x", fp32, int8, labels)
+    assert (r.changed, r.defects, r.accepted_differences) == (2, 1, 1)
+    assert r.verdict == "needs work"
+    r = recipe.judge("y", fp32[1:], int8[1:], labels[1:])
+    assert r.defects == 0 and r.loss == 1.0 and r.verdict == "needs work"  # a loss over the limit fails too
+    same = recipe.judge("z", fp32, fp32, labels)
+    assert same.passed and same.changed == 0
+
+
+def test_daylight_passes_and_flash_needs_work_with_daylight_calibration(drafts):
+    before = drafts["before"]
+    assert before["daylight"].passed
+    assert not before["flash"].passed and before["flash"].defects > 0
+    assert before["flash"].loss <= recipe.LIMIT  # accuracy alone would have let it through
+
+
+def test_the_fixed_selection_passes_every_scenario(drafts):
+    after = drafts["after"]
+    assert set(after) == set(scenarios.acceptance_conditions())
+    assert all(r.passed for r in after.values()), {k: r.note for k, r in after.items() if not r.passed}
+    assert after["flash"].max_abs_error < drafts["before"]["flash"].max_abs_error / 3
+
+
+def test_selection_records_samples_and_hash(drafts):
+    sel = drafts["fixed"]
+    d = sel.to_dict()
+    assert d["count"] == 360 + 60 and sel.conditions == ["daylight", "flash"]
+    assert d["sha256"] == data.data_sha256(sel.pixels)
+    cal = data.load_split("calibration")
+    assert d["parts"][1]["dataset_index"] == [int(i) for i in cal.index[::6]]
+    np.testing.assert_array_equal(sel.pixels[360:], scenarios.flash(cal.pixels[::6]))
+    with pytest.raises(ValueError, match="unknown condition"):
+        recipe.select([("sunset", None)])
+
+
+def test_disjointness_is_checked_by_content(drafts):
+    ev = drafts["ev"]
+    assert set(recipe.check_disjoint(drafts["fixed"].pixels, ev.pixels).values()) == {0}
+    flashed_acceptance = scenarios.flash(ev.pixels[:7])
+    with pytest.raises(recipe.ReleaseError, match="7 under flash"):
+        recipe.check_disjoint(np.concatenate([drafts["fixed"].pixels, flashed_acceptance]), ev.pixels)
+
+
+@pytest.fixture(scope="module")
+def release(drafts):
+    doc = recipe.recipe(RELEASE_ID, drafts["source"], drafts["fixed"], drafts["settings"], 36, drafts["ev"],
+                        list(drafts["after"].values()), drafts["work"] / "fixed.onnx", "shifted and foggy digits")
+    return recipe.write_release(drafts["work"] / "release", drafts["work"] / "fixed.onnx", doc, drafts["ev"],
+                                list(drafts["after"].values()))
+
+
+def test_release_files_match_their_schemas_and_the_model_carries_the_recipe(release):
+    doc = schemas.read("recipe", release["recipe"])
+    rec = schemas.read("scenarios", release["scenarios"])
+    assert doc["release_id"] == rec["release_id"] == RELEASE_ID and rec["all_pass"] is True
+    assert doc["source_model"]["sha256"] == data.manifest()["fp32.onnx"]
+    assert doc["acceptance"]["shared_rows_with_calibration"] == 0
+    assert rec["model_sha256"] == data.file_sha256(release["model"])
+    meta = {p.key: p.value for p in onnx.load(str(release["model"])).metadata_props}
+    assert meta[recipe.META_RELEASE] == RELEASE_ID
+    assert meta[recipe.META_SHA] == data.file_sha256(release["recipe"])
+    assert json.loads(meta[recipe.META_RECIPE]) == doc
+    assert recipe.verify(release["model"], release["recipe"]).ok
+
+
+def test_verify_names_what_differs(drafts, release, tmp_path):
+    other = recipe.verify(drafts["work"] / "daylight.onnx", release["recipe"])
+    assert not other.ok
+    assert any("never stamped" in d for d in other.differences)
+    assert any("input_ruler" in d for d in other.differences)
+    edited = json.loads(release["recipe"].read_text())
+    edited["release_id"] = "digits-int8-other"
+    edited["calibration"]["batch_size"] = 64
+    (tmp_path / "recipe.json").write_text(json.dumps(edited))
+    v = recipe.verify(release["model"], tmp_path / "recipe.json")
+    text = str(v)
+    assert "release_id: the model says 'digits-int8-test'" in text
+    assert "recipe SHA-256" in text and "calibration/batch_size" in text
+    with pytest.raises(recipe.ReleaseError):
+        v.raise_for_differences()
+
+
+def test_verify_compares_the_graph_with_the_settings(drafts, release, tmp_path):
+    edited = json.loads(release["recipe"].read_text())
+    edited["quantization"]["per_channel"] = False
+    (tmp_path / "recipe.json").write_text(json.dumps(edited))
+    assert any(d.startswith("quantization/per_channel: the graph's weights are per channel")
+               for d in recipe.verify(release["model"], tmp_path / "recipe.json").differences)
+
+
+def test_bad_recipe_and_bad_model_are_refused_with_the_field_or_expectation(release, tmp_path):
+    edited = json.loads(release["recipe"].read_text())
+    del edited["calibration"]["not_covered"]
+    (tmp_path / "recipe.json").write_text(json.dumps(edited))
+    with pytest.raises(schemas.SchemaError, match="calibration.*not_covered"):
+        recipe.verify(release["model"], tmp_path / "recipe.json")
+    m = onnx.load(str(release["model"]))
+    m.graph.input[0].name = "image"
+    onnx.save(m, str(tmp_path / "renamed.onnx"))
+    with pytest.raises(ModelContractError, match="expected an input named 'pixels'"):
+        recipe.verify(tmp_path / "renamed.onnx", release["recipe"])
