@@ -25,8 +25,9 @@ RULER = "01_the_ruler.ipynb"
 PANEL = "#jp-main-dock-panel .jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook on screen
 RUN_TIMEOUT_S = 420        # one lesson, all cells, on a busy 2-core machine
 WIDGET_TIMEOUT_MS = 30_000  # a widget round trip: browser -> kernel -> browser
-# Console messages that point at the lab's own widgets (ipywidgets and our cl-* classes).
-WIDGET_ERROR = re.compile(r"jupyter-widgets|ipywidgets|widget|cl-range|comm", re.IGNORECASE)
+# Console errors that come from the lab's own widgets: ipywidgets' models and views, our cl-* classes.
+WIDGET_ERROR = re.compile(r"jupyter-widgets|ipywidgets|could not (create|render|display)|"
+                          r"widget (model|view|state)|comm_id|cl-range", re.IGNORECASE)
 
 pytestmark = pytest.mark.browser
 
@@ -92,8 +93,10 @@ def jupyter(lab_root) -> JupyterServer:
 
 @pytest.fixture(scope="module")
 def browser(jupyter):
-    from playwright.sync_api import sync_playwright
-
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        skip_unless_ci("Playwright for Python is not installed (it is in requirements.txt: run `make setup`)")
     with sync_playwright() as p:
         chromium = p.chromium.launch(executable_path=str(chromium_path()), headless=True, args=CHROMIUM_ARGS)
         try:
@@ -104,7 +107,7 @@ def browser(jupyter):
 
 @pytest.fixture
 def page(browser):
-    """A fresh page whose console errors (and uncaught exceptions) collect in ``page_errors``."""
+    """A fresh page, and the list its console errors (and uncaught exceptions) collect in."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
     errors: list[str] = []
