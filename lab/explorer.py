@@ -109,11 +109,21 @@ def draw(values: np.ndarray, ranges: dict[str, tuple[float, float]], dtype: str 
     return fig
 
 
+def slider_span(values: np.ndarray, rng: tuple[float, float]) -> float:
+    """Upper end of the slider's track: twice the largest value, or a little past ``rng`` if it reaches further.
+
+    A track long enough for the wide preset would squeeze the data into a few pixels, so the
+    track rescales only when a preset needs it.
+    """
+    return float(max(2 * float(np.max(values)), 1.02 * rng[1]))
+
+
 def range_explorer(values: np.ndarray, presets: dict[str, tuple[float, float]], dtype: str = "int8",
                    value_label: str = "value", start: str = "right"):
     """A widget: drag the calibration range over the values' histogram; the stats and figure follow.
 
-    Preset buttons set the range to each calibration set's. CSS classes for tests and styling:
+    Preset buttons set the range to each calibration set's; the track spans twice the largest
+    value, and stretches when a preset reaches further (see ``slider_span``). CSS classes for tests and styling:
     ``cl-range-explorer`` (the whole widget), ``cl-range-slider``, ``cl-range-presets``,
     ``cl-range-stats``.
     """
@@ -122,9 +132,10 @@ def range_explorer(values: np.ndarray, presets: dict[str, tuple[float, float]], 
 
     x = np.asarray(values, np.float32).ravel()
     lowest = min(float(x.min()), 0.0, *(lo for lo, _ in presets.values()))
-    highest = max(float(x.max()), *(hi for _, hi in presets.values())) * 1.02
-    slider = w.FloatRangeSlider(value=presets.get(start, (lowest, float(x.max()))), min=lowest, max=highest,
-                                step=(highest - lowest) / 2000, readout_format=".3f", continuous_update=False,
+    first = presets.get(start, (lowest, float(x.max())))
+    span = slider_span(x, first)
+    slider = w.FloatRangeSlider(value=first, min=lowest, max=span, step=(span - lowest) / 2000,
+                                readout_format=".3f", continuous_update=False,
                                 description="range", layout=w.Layout(width="95%"))
     slider.add_class("cl-range-slider")
     buttons = w.ToggleButtons(options=list(presets), value=start if start in presets else None,
@@ -146,8 +157,16 @@ def range_explorer(values: np.ndarray, presets: dict[str, tuple[float, float]], 
             display(draw(x, {name: (rmin, rmax)}, dtype, value_label=value_label))
 
     def pick(change):
-        if change["new"] is not None:
-            slider.value = presets[change["new"]]
+        if change["new"] is None:
+            return
+        lo, hi = presets[change["new"]]
+        span = slider_span(x, (lo, hi))
+        if span > slider.max:  # widen the track first, so the value is not clamped
+            slider.max, slider.step = span, (span - slider.min) / 2000
+            slider.value = (lo, hi)
+        else:
+            slider.value = (lo, hi)
+            slider.max, slider.step = span, (span - slider.min) / 2000
 
     slider.observe(update, names="value")
     buttons.observe(pick, names="value")

@@ -100,3 +100,15 @@ def test_widget_has_stable_classes_and_follows_the_slider(pixels, presets):
     assert buttons.value is None
     buttons.value = "wide"
     assert slider.value == presets["wide"] and "steps used 16/255" in stats.value
+    assert slider.max >= presets["wide"][1]
+
+
+def test_slider_track_fits_the_data_and_stretches_only_for_a_far_preset():
+    values = explorer.layer_values(data.fixture_path("fp32.onnx"), data.load_split("evaluation").pixels)
+    ranges = explorer.calibration_ranges(data.fixture_path("fp32.onnx"))
+    buttons, slider, _, _ = explorer.range_explorer(values, ranges).children
+    assert slider.max == pytest.approx(2 * values.max())
+    buttons.value = "wide"
+    assert slider.value == ranges["wide"] and slider.max > ranges["wide"][1]
+    buttons.value = "narrow"
+    assert slider.value == ranges["narrow"] and slider.max == pytest.approx(2 * values.max())
