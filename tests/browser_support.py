@@ -130,6 +130,8 @@ def start_jupyter(root_dir: Path, state_dir: Path, *, kernel: str = "calibration
     Raises ServerStartError naming the cause: the port is in use, the kernel is missing, the
     server exited, or it did not answer in time (with the tail of its log).
     """
+    if not Path(root_dir).is_dir():
+        raise ServerStartError(f"root_dir {root_dir} is not a folder; JupyterLab has nothing to serve")
     check_kernel(kernel)
     port = free_port() if port is None else port
     if port_in_use(port):
