@@ -1,0 +1,178 @@
+"""The grader on real submissions: full marks for the reference run, the bad corpus, batch and resume.
+
+One reference workspace is built with ``lab`` calls (grader.reference) and handed in with
+``lab.submit``; the bad corpus is generated from it and graded in one batch run with -j 2.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bad_submissions import corpus
+from grader import core, reference, sandbox
+from grader.results import GradeResult
+from lab import schemas
+from lab.submit import submit
+
+REPO = Path(__file__).resolve().parent.parent
+TIMEOUT = "5"
+
+
+@pytest.fixture(scope="module")
+def good_zip(tmp_path_factory) -> Path:
+    work = reference.build(tmp_path_factory.mktemp("reference") / "workspace")
+    return submit("reference", work, tmp_path_factory.mktemp("handed-in"))
+
+
+@pytest.fixture(scope="module")
+def corpus_run(good_zip, tmp_path_factory) -> tuple[Path, Path, list[corpus.Case]]:
+    folder = tmp_path_factory.mktemp("corpus")
+    cases = corpus.build(good_zip, folder)
+    (folder / "good.zip").write_bytes(good_zip.read_bytes())
+    out = tmp_path_factory.mktemp("graded")
+    proc = subprocess.run([sys.executable, "-m", "grader", "batch", str(folder), "--out", str(out), "-j", "2",
+                           "--timeout", TIMEOUT, "--no-progress"], cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return folder, out, cases
+
+
+def test_reference_run_grades_full_marks(good_zip):
+    result = core.grade(good_zip)
+    failed = [f"{c.part}.{c.name}: {c.message}" for c in result.checks if not c.passed]
+    assert result.status == "graded", result.reason
+    assert not failed, failed
+    assert result.max_score >= 40 and result.score == result.max_score
+    doc = result.to_dict()
+    schemas.validate("grade", doc)
+    assert {"reader", "calibration", "growth", "formats", "acceptance", "hidden"} <= set(doc["parts"])
+    md = result.to_markdown()
+    assert f"Score: {result.score:g} / {result.max_score:g}" in md and "| reported | recomputed |" in md
+    gs = result.to_gradescope()
+    assert gs["score"] == result.score and len(gs["tests"]) == len(result.checks)
+    assert all({"name", "score", "max_score", "output", "visibility"} <= set(t) for t in gs["tests"])
+
+
+def test_every_bad_submission_gets_its_status_and_message(corpus_run):
+    folder, out, cases = corpus_run
+    assert len(cases) >= 25
+    wrong = []
+    for case in cases:
+        if case.needs_bwrap and not sandbox.bwrap_available():
+            continue
+        result = json.loads((out / "results" / f"{case.name}.json").read_text())
+        schemas.validate("grade", {k: v for k, v in result.items() if k != "feedback"})
+        text = corpus.feedback_text(result)
+        if result["status"] != case.status or case.message not in text:
+            wrong.append(f"{case.name}: got {result['status']}, want {case.status} with {case.message!r}; "
+                         f"{text[:300]}")
+        assert (out / "feedback" / f"{case.name}.md").exists()
+    assert not wrong, "\n".join(wrong)
+
+
+def test_gradebook_has_one_row_per_submission(corpus_run):
+    folder, out, cases = corpus_run
+    with open(out / "gradebook.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert sorted(r["student"] for r in rows) == sorted([c.name for c in cases] + ["good"])
+    assert set(rows[0]) >= {"student", "status", "score", "max", "reader", "calibration", "grader_version"}
+    by = {r["student"]: r for r in rows}
+    assert by["good"]["status"] == "graded" and float(by["good"]["score"]) == float(by["good"]["max"]) > 0
+    assert {r["status"] for r in rows} <= {"graded", "invalid", "timeout", "error"}
+    # a hard-coded number costs points, and the feedback shows reported beside recomputed
+    assert float(by["numbers_hard_coded"]["score"]) < float(by["good"]["score"])
+    md = (out / "feedback" / "numbers_hard_coded.md").read_text()
+    assert "| right max abs error | 0.01 | 0.10" in md
+
+
+def test_reader_cannot_write_outside_its_folder(corpus_run):
+    if not sandbox.bwrap_available():
+        pytest.skip("bubblewrap is not available: the rlimit fallback does not isolate the filesystem")
+    assert not (REPO / "ESCAPED_BY_READER.txt").exists()
+
+
+def test_child_gets_no_secret_and_no_network(good_zip, tmp_path, monkeypatch):
+    from grader.submission import open_submission
+
+    sub = open_submission(good_zip, tmp_path / "sub")
+    (sub.root / "metrics.py").write_text(
+        "import os, socket\n"
+        "def summarize(p, l):\n"
+        "    s = socket.socket()\n"
+        "    s.settimeout(2)\n"
+        "    try:\n"
+        "        s.connect(('127.0.0.1', 9))\n"
+        "        net = 'connected'\n"
+        "    except OSError as e:\n"
+        "        net = type(e).__name__ + ': ' + str(e)\n"
+        "    return {'env': dict(os.environ), 'net': net}\n")
+    monkeypatch.setenv("GRADER_SECRET", "s3cret-value")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "leak")
+    child = sandbox.run(sub.root, {"task": "metrics", "module": "metrics", "function": "summarize",
+                                   "cases": [{"name": "x", "labels": [1], "predictions": [1]}]})
+    assert child.status == "ok", child.message + child.stderr
+    got = child.data["cases"][0]["returned"]
+    assert "s3cret-value" not in json.dumps(got) and "AWS_SECRET_ACCESS_KEY" not in got["env"]
+    if sandbox.bwrap_available():
+        assert got["net"] != "connected"
+
+
+def test_a_crash_in_a_check_is_a_failed_check(good_zip, monkeypatch):
+    def boom(ctx):
+        raise RuntimeError("boom")
+
+    groups = tuple(core.Group(g.lesson, g.part, g.names, g.needs, boom if g.part == "growth" else g.run)
+                   for g in core.GROUPS)
+    monkeypatch.setattr(core, "GROUPS", groups)
+    result = core.grade(good_zip)
+    growth = [c for c in result.checks if c.part == "growth"]
+    assert result.status == "graded" and growth and all(c.points == 0 for c in growth)
+    assert "RuntimeError: boom" in growth[0].message
+    assert result.score == result.max_score - sum(c.max_points for c in growth)
+
+
+def test_without_results_is_a_value():
+    r = GradeResult.without_results("s1", "error", "the grader failed")
+    assert r.score == 0 and r.to_dict()["status"] == "error" and "the grader failed" in r.to_markdown()
+    with pytest.raises(ValueError):
+        GradeResult("s1", "passed")
+
+
+def test_batch_killed_midway_resumes_without_regrading(good_zip, tmp_path):
+    folder, out = tmp_path / "class", tmp_path / "out"
+    folder.mkdir()
+    for i in range(6):
+        (folder / f"s{i}.zip").write_bytes(good_zip.read_bytes())
+    cmd = [sys.executable, "-m", "grader", "batch", str(folder), "--out", str(out), "-j", "1", "--no-progress"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list((out / "results").glob("*.json"))) < 2:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finished = {p.name: p.stat().st_mtime_ns for p in (out / "results").glob("*.json")}
+    assert 2 <= len(finished) < 6, "the batch should have been stopped midway"
+    for name in finished:
+        assert json.loads((out / "results" / name).read_text())["status"] == "graded"  # nothing half-written
+    resumed = subprocess.run(cmd + ["--resume"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"{len(finished)} already graded" in resumed.stderr
+    for name, mtime in finished.items():
+        assert (out / "results" / name).stat().st_mtime_ns == mtime, f"{name} was graded again"
+    with open(out / "gradebook.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["student"] for r in rows] == [f"s{i}" for i in range(6)]
+    assert all(r["status"] == "graded" and r["score"] == r["max"] for r in rows)

@@ -1,0 +1,70 @@
+"""``python -m lab submit``: what goes into the zip, what never does, and the refusals."""
+from __future__ import annotations
+
+import hashlib
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from lab import schemas
+from lab.submit import REQUIRED, SubmitError, main, submit
+
+
+def make_workspace(root: Path) -> Path:
+    work = root / "workspace"
+    (work / "growth").mkdir(parents=True)
+    for rel in REQUIRED:
+        (work / rel).write_text(f"content of {rel}\n")
+    (work / "growth" / "narrow-001.onnx").write_bytes(b"model bytes")
+    (work / "source.onnx").write_bytes(b"the fp32 fixture copy")
+    (work / "notes.ipynb").write_text("{}")
+    (work / "growth" / "narrow-1.onnx").write_bytes(b"not the naming contract")
+    return work
+
+
+def test_zip_holds_manifest_and_workspace_files_only(tmp_path):
+    work = make_workspace(tmp_path)
+    (tmp_path / "outside.py").write_text("secret = 1")
+    path = submit("s-001", work, tmp_path / "out")
+    assert path == tmp_path / "out" / "s-001.zip"
+    with zipfile.ZipFile(path) as zf:
+        names = set(zf.namelist())
+        doc = json.loads(zf.read("submission.json"))
+        for rel, digest in doc["files"].items():
+            assert hashlib.sha256(zf.read(rel)).hexdigest() == digest
+    schemas.validate("submission", doc)
+    assert names == set(doc["files"]) | {"submission.json"}
+    assert set(REQUIRED) | {"growth/narrow-001.onnx"} == set(doc["files"])
+    assert "source.onnx" not in names and "notes.ipynb" not in names and "outside.py" not in names
+    assert doc["student"] == "s-001" and {"python", "onnx", "onnxruntime", "numpy"} <= set(doc["versions"])
+    assert "metrics.py" in doc["missing"]
+
+
+def test_refuses_a_missing_required_file(tmp_path):
+    work = make_workspace(tmp_path)
+    (work / "right.onnx").unlink()
+    with pytest.raises(SubmitError, match="right.onnx"):
+        submit("s1", work, tmp_path)
+
+
+def test_refuses_empty_files_symlinks_and_bad_ids(tmp_path):
+    work = make_workspace(tmp_path)
+    with pytest.raises(SubmitError, match="student id"):
+        submit("../evil", work, tmp_path)
+    (work / "results.json").write_text("")
+    with pytest.raises(SubmitError, match="results.json is empty"):
+        submit("s1", work, tmp_path)
+    (work / "results.json").unlink()
+    (work / "results.json").symlink_to("/etc/passwd")
+    with pytest.raises(SubmitError, match="symbolic link"):
+        submit("s1", work, tmp_path)
+
+
+def test_cli_prints_the_refusal(tmp_path, capsys):
+    assert main(["--student", "s1", "--work-dir", str(tmp_path / "nowhere"), "--out", str(tmp_path)]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    work = make_workspace(tmp_path)
+    assert main(["--student", "s1", "--work-dir", str(work), "--out", str(tmp_path)]) == 0
+    assert "wrote" in capsys.readouterr().out
