@@ -24,7 +24,7 @@ test: setup
 	$(PY) -m pytest
 
 jupyter: setup
-	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(PORT) --no-browser \
+	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(PORT) --no-browser $(if $(filter 0,$(shell id -u)),--allow-root) \
 	  --ServerApp.root_dir=notebooks --MultiKernelManager.default_kernel_name=$(KERNEL)
 
 bench: setup
