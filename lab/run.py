@@ -201,24 +201,39 @@ def run_lesson(notebook: Path, out_dir: Path, parameters: dict[str, object],
     return LessonRun(notebook.name, str(output), seconds, failure.message, failure.cell, failure.ename)
 
 
-def _scalar_leaves(obj: object, prefix: str = ""):
-    """(path, value) for every number, bool or short string in a JSON document; lists of numbers summarized."""
+# The fields a summary line shows, in this order, and the fields that name a row of a list.
+KEY_FIELDS = ("calibration_range", "range_seen", "output_scale", "max_abs_error", "accuracy", "diagnosis",
+              "size_bytes", "bytes", "max_abs_difference", "fraction_elements_differ", "predictions_differ",
+              "loss", "bad_loss", "accept_candidate", "reject_bad")
+LABEL_FIELDS = ("kind", "name", "calibration", "method", "batches")
+
+
+def _label(obj: dict, fallback: str) -> str:
+    parts = [str(obj[k]) for k in LABEL_FIELDS if isinstance(obj.get(k), (str, int)) and not isinstance(obj.get(k), bool)]
+    return " ".join(parts) if parts else fallback
+
+
+def key_rows(obj: object, path: str = "") -> list[tuple[str, dict[str, object]]]:
+    """(where, {field: value}) for every object in a JSON document that holds one of ``KEY_FIELDS``."""
+    rows: list[tuple[str, dict[str, object]]] = []
     if isinstance(obj, dict):
+        found = {k: obj[k] for k in KEY_FIELDS if k in obj and not isinstance(obj[k], (dict, list))}
+        if found:
+            rows.append((path or "(document)", found))
         for key, value in obj.items():
-            if key != "schema":
-                yield from _scalar_leaves(value, f"{prefix}.{key}" if prefix else str(key))
+            if isinstance(value, (dict, list)):
+                rows.extend(key_rows(value, f"{path}.{key}" if path else str(key)))
     elif isinstance(obj, list):
-        if obj and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in obj):
-            yield prefix, obj
-        else:
-            for i, value in enumerate(obj):
-                yield from _scalar_leaves(value, f"{prefix}[{i}]")
-    elif isinstance(obj, (bool, int, float)) or (isinstance(obj, str) and len(obj) <= 60):
-        yield prefix, obj
+        for i, value in enumerate(obj):
+            if isinstance(value, dict):
+                rows.extend(key_rows(value, f"{path}: {_label(value, f'[{i}]')}"))
+    return rows
 
 
 def format_value(value: object) -> str:
     """Numbers to 4 significant digits; lists of numbers as first..last with their length."""
+    if isinstance(value, bool) or value is None:
+        return str(value)
     if isinstance(value, list):
         if len(value) <= 4:
             return "[" + ", ".join(format_value(v) for v in value) + "]"
@@ -236,32 +251,37 @@ def format_bytes(size: int) -> str:
     return f"{size} B"
 
 
-def summarize_json(path: Path, max_lines: int = 14) -> list[str]:
-    """Lines ``key = value`` for one workspace JSON file, read tolerantly (a broken file says so)."""
+def summarize_json(path: Path, max_rows: int = 12) -> list[str]:
+    """One line per measured thing in a workspace JSON document, read tolerantly (a broken file says so)."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, UnicodeDecodeError) as e:
         return [f"  (unreadable: {e})"]
-    leaves = list(_scalar_leaves(doc))
-    lines = [f"  {key} = {format_value(value)}" for key, value in leaves[:max_lines]]
-    if len(leaves) > max_lines:
-        lines.append(f"  ... and {len(leaves) - max_lines} more values")
-    return lines or ["  (no numbers)"]
+    rows = key_rows(doc)
+    lines = [f"  {where}: " + ", ".join(f"{k} {format_value(v)}" for k, v in fields.items())
+             for where, fields in rows[:max_rows]]
+    if len(rows) > max_rows:
+        lines.append(f"  ... and {len(rows) - max_rows} more rows")
+    return lines or ["  (no key numbers)"]
 
 
 def summarize_workspace(work_dir: Path) -> list[str]:
-    """The key numbers of every JSON document the lessons wrote, file by file."""
+    """The key numbers of every versioned JSON document the lessons wrote (those with a ``schema`` field)."""
     lines: list[str] = []
     for path in sorted(Path(work_dir).rglob("*.json")):
         rel = path.relative_to(work_dir)
-        if any(part.startswith(".") for part in rel.parts) or path.stat().st_size > 1_000_000:
+        if any(part.startswith(".") for part in rel.parts) or path.stat().st_size > 5_000_000:
             continue
         try:
-            schema = json.loads(path.read_text(encoding="utf-8")).get("schema", "")
-        except (OSError, ValueError, AttributeError, UnicodeDecodeError):
-            schema = ""
-        lines.append(f"{rel.as_posix()}" + (f"  ({schema})" if schema else ""))
-        lines.extend(summarize_json(path))
+            schema = json.loads(path.read_text(encoding="utf-8")).get("schema")
+        except (OSError, ValueError, UnicodeDecodeError):
+            lines += [rel.as_posix(), "  (unreadable JSON)"]
+            continue
+        except AttributeError:  # valid JSON, but not an object
+            continue
+        if isinstance(schema, str):
+            lines.append(f"{rel.as_posix()}  ({schema})")
+            lines.extend(summarize_json(path))
     models = sorted(Path(work_dir).rglob("*.onnx"))
     if models:
         size = sum(m.stat().st_size for m in models)

@@ -88,6 +88,19 @@ def test_lesson_runs_headless_with_small_parameters(lesson_suite, name):
                    if not c.source.lstrip().startswith("# NBVAL_CHECK_OUTPUT")), "the source was written over"
 
 
+@pytest.mark.slow
+def test_the_headless_workspace_is_graded_in_full(lesson_suite, tmp_path):
+    """What `make lab` does after the lessons: hand the workspace in and grade it."""
+    if not all(r.ok for r in lesson_suite.runs.values()) or not NAMES:
+        pytest.skip("a lesson failed (reported above), so the workspace is incomplete")
+    result = run.grade_workspace(lesson_suite.work_dir, tmp_path)
+    if result is None:
+        pytest.skip("no grader.grade() available")
+    lost = [f"{c.part}: {c.name}: {c.message}" for c in result.checks if c.points < c.max_points]
+    assert result.status == "graded", f"the solutions' workspace was not graded: {result.reason}"
+    assert result.max_score > 0 and not lost, f"the solutions lose points: {lost}"
+
+
 # --- nbval over copies of the lessons ----------------------------------------------------------
 
 def point_parameters(nb: nbformat.NotebookNode, values: dict[str, object]) -> nbformat.NotebookNode:

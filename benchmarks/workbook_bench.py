@@ -1,0 +1,124 @@
+"""The workbook benchmark: ``python -m lab run`` against a floor measured in the same run.
+
+The floor is the same number of trivial notebooks (same names, same parameters cell) that only
+import ``lab`` and the libraries the lessons use, run by the same command, engine and kernel. So
+the ratio is what the lessons' own work costs on top of starting kernels and importing libraries.
+The floor is measured before and after the lessons and the faster of the two is used.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from lab import run
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "build" / "bench"
+TARGET_RATIO = 1.5
+FLOOR_IMPORTS = ("import lab\nimport matplotlib\nimport matplotlib.pyplot as plt\nimport numpy as np\n"
+                 "import onnx\nimport onnxruntime as ort\n"
+                 "print(lab.__version__, np.__version__, onnx.__version__, ort.__version__)")
+
+
+@dataclass
+class Timing:
+    """One ``python -m lab run``: its wall time, exit code and each lesson's seconds from the run log."""
+
+    label: str
+    seconds: float
+    returncode: int
+    lessons: dict[str, float] = field(default_factory=dict)
+
+
+def floor_notebook(name: str) -> nbformat.NotebookNode:
+    """A trivial lesson: the same kernel, parameters cell and imports, and nothing else."""
+    nb = new_notebook(cells=[
+        new_markdown_cell(f"Floor for {name}: imports only."),
+        new_code_cell(FLOOR_IMPORTS),
+        new_code_cell('WORK_DIR = "../workspace"\nSEED = 0\nINTERACTIVE = True', metadata={"tags": ["parameters"]}),
+    ])
+    nb.metadata.kernelspec = {"name": run.KERNEL, "display_name": "Calibration Lab", "language": "python"}
+    return nb
+
+
+def write_floor(names: list[str], dest: Path) -> Path:
+    """One trivial notebook per lesson name in ``dest`` (emptied first)."""
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    for name in names:
+        nbformat.write(floor_notebook(name), dest / name)
+    return dest
+
+
+def timed_run(label: str, notebooks: Path, base: Path) -> Timing:
+    """Run ``python -m lab run`` over ``notebooks`` into a fresh ``base``; its output goes to ``base.log``."""
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
+    cmd = [sys.executable, "-m", "lab", "run", "--notebooks", str(notebooks), "--work-dir", str(base / "workspace"),
+           "--out", str(base / "notebooks"), "--no-grade"]
+    start = time.perf_counter()
+    with open(base.with_suffix(".log"), "w") as log:
+        code = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT).returncode
+    seconds = time.perf_counter() - start
+    log_path = base / "notebooks" / run.RUN_LOG
+    lessons = {}
+    if log_path.exists():
+        lessons = {r["notebook"]: r["seconds"] for r in json.loads(log_path.read_text())["lessons"]}
+    return Timing(label, round(seconds, 2), code, lessons)
+
+
+def table(names: list[str], lessons: Timing, floor: Timing) -> list[str]:
+    """Per-lesson seconds beside the floor notebook of the same name, and the totals."""
+    width = max([len(n) for n in names] + [len("whole run (wall)")])
+    lines = [f"{'lesson':<{width}}  {'lessons s':>9}  {'floor s':>7}  {'ratio':>6}"]
+    for name in names:
+        a, b = lessons.lessons.get(name), floor.lessons.get(name)
+        ratio = f"{a / b:6.2f}" if a is not None and b else "     -"
+        lines.append(f"{name:<{width}}  {a if a is not None else float('nan'):>9.1f}  "
+                     f"{b if b is not None else float('nan'):>7.1f}  {ratio}")
+    lines.append(f"{'whole run (wall)':<{width}}  {lessons.seconds:>9.1f}  {floor.seconds:>7.1f}  "
+                 f"{lessons.seconds / floor.seconds:6.2f}")
+    return lines
+
+
+def main() -> int:
+    names = [p.name for p in run.discover()]
+    if not names:
+        print("no lessons in notebooks/; nothing to time")
+        return 1
+    OUT.mkdir(parents=True, exist_ok=True)
+    floor_dir = write_floor(names, OUT / "floor-notebooks")
+    print(f"timing {len(names)} lessons against {len(names)} trivial notebooks (papermill, kernel {run.KERNEL})",
+          flush=True)
+    floors = [timed_run("floor (before)", floor_dir, OUT / "floor")]
+    lessons = timed_run("lessons", run.NOTEBOOKS, OUT / "lessons")
+    floors.append(timed_run("floor (after)", floor_dir, OUT / "floor"))
+    floor = min(floors, key=lambda t: t.seconds)
+    ratio = lessons.seconds / floor.seconds
+    slowest = max(lessons.lessons.items(), key=lambda kv: kv[1], default=("-", 0.0))
+
+    print("\n".join(table(names, lessons, floor)))
+    print(f"floor runs: {', '.join(f'{t.seconds:.1f} s' for t in floors)} (the faster is used)")
+    print(f"slowest lesson: {slowest[0]} ({slowest[1]:.1f} s)")
+    print(f"ratio {ratio:.2f}x the floor; target <= {TARGET_RATIO}x: {'met' if ratio <= TARGET_RATIO else 'NOT met'}")
+    if lessons.returncode:
+        print(f"python -m lab run failed (exit {lessons.returncode}); see {OUT / 'lessons.log'}", file=sys.stderr)
+
+    report = {"benchmark": "workbook", "lessons_seconds": lessons.seconds, "floor_seconds": floor.seconds,
+              "ratio": round(ratio, 3), "target_ratio": TARGET_RATIO, "met": ratio <= TARGET_RATIO,
+              "slowest_lesson": {"notebook": slowest[0], "seconds": slowest[1]},
+              "runs": [asdict(t) for t in [*floors, lessons]],
+              "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}}
+    (OUT / "workbook.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    print(f"wrote {OUT / 'workbook.json'}")
+    return 1 if lessons.returncode or any(t.returncode for t in floors) else 0
