@@ -1,0 +1,215 @@
+"""lab.toolbox: real conversions of the digit reader with each knob, and the exercise's requirement."""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+from onnxruntime.quantization import calibrate as ort_calibrate
+
+from lab import data, graph, schemas
+from lab import toolbox as tb
+from lab.workspace import make_workspace
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    return make_workspace(tmp_path_factory.mktemp("toolbox"))
+
+
+@pytest.fixture(scope="module")
+def source(work):
+    return work / "source.onnx"
+
+
+@pytest.fixture(scope="module")
+def ev(source):
+    return tb.evaluation(source)
+
+
+@pytest.fixture(scope="module")
+def right():
+    return data.calibration_set("right")
+
+
+@pytest.fixture(scope="module")
+def baseline(source, work, right):
+    model = work / "baseline.onnx"
+    tb.build(source, model, right, {})
+    return model
+
+
+# --- Entropy: what the defaults try -------------------------------------------------------------
+
+@pytest.mark.parametrize("bins, quantized, expected", [(128, 128, 1), (512, 128, 193), (2048, 128, 961), (64, 128, 0)])
+def test_entropy_candidates_formula(bins, quantized, expected):
+    assert tb.entropy_candidates(bins, quantized) == expected
+
+
+@pytest.mark.parametrize("bins", [128, 512])
+def test_entropy_candidates_match_the_calibrators_own_loop(monkeypatch, bins):
+    """Count the KL divergences ORT's get_entropy_threshold really computes for one histogram."""
+    calls = []
+    real = ort_calibrate.entropy
+    monkeypatch.setattr(ort_calibrate, "entropy", lambda p, q, *a, **k: calls.append(1) or real(p, q, *a, **k))
+    values = np.random.default_rng(0).standard_normal(20_000).astype(np.float32)
+    collector = ort_calibrate.HistogramCollector("entropy", False, bins, 128, None, None)
+    collector.collect({"t": values})
+    collector.get_entropy_threshold(collector.histogram_dict["t"], 128)
+    assert len(calls) == tb.entropy_candidates(bins, 128)
+
+
+def test_default_entropy_tries_one_threshold_and_equals_minmax(source, right):
+    finding = tb.entropy_finding(source, right)
+    assert finding["histogram_bins"] == [128]
+    assert finding["candidates_per_tensor"] == [1] == [finding["formula_candidates"]]
+    assert finding["same_ranges_as_minmax"] is True
+
+
+def test_calibrate_passes_bins_through_and_trims_tails(source, right):
+    minmax = tb.calibrate(source, right, "MinMax")
+    tuned = tb.calibrate(source, right, "Entropy", {"num_bins": 1024})
+    assert set(tuned.bins.values()) == {1024}
+    assert set(tuned.candidates().values()) == {tb.entropy_candidates(1024)}
+    assert tuned.ranges["relu1.out"][1] < minmax.ranges["relu1.out"][1]  # the long tail is clipped
+    assert tuned.ranges["pixels"] == pytest.approx(minmax.ranges["pixels"])
+
+
+def test_quantize_calibrated_uses_exactly_the_calibrated_input_range(source, work, right):
+    out = work / "pct.onnx"
+    record = tb.quantize_calibrated(source, out, right * 0.5, "Percentile", {"percentile": 99.0, "symmetric": False})
+    lo, hi = tb.calibrate(source, right * 0.5, "Percentile", {"percentile": 99.0, "symmetric": False}).ranges["pixels"]
+    ruler = graph.input_ruler(out)
+    assert ruler.scale == pytest.approx((max(hi, 0) - min(lo, 0)) / 255, rel=1e-6)
+    assert record.settings["calibrator_options"] == {"percentile": 99.0, "symmetric": False}
+    assert record.calibration_samples == len(right) and (work / "pct.calibration.json").exists()
+
+
+# --- outliers ---------------------------------------------------------------------------------------
+
+def test_hot_pixel_raw_sticks_one_pixel_in_n_images_and_leaves_the_input_alone():
+    raw = data.load_split("calibration").raw
+    before = raw.copy()
+    hot = tb.hot_pixel_raw(raw, 5, seed=3)
+    assert np.array_equal(raw, before)
+    changed = np.argwhere(hot.reshape(len(raw), -1) != raw.reshape(len(raw), -1))
+    assert len(changed) == 5 and len(set(changed[:, 0])) == 5
+    assert (hot.reshape(len(raw), -1)[changed[:, 0], changed[:, 1]] == tb.HOT_PIXEL_RAW).all()
+    assert data.preprocess(hot).max() == pytest.approx(tb.HOT_PIXEL_RAW / 16)
+
+
+def test_percentile_beats_minmax_when_a_few_pixels_are_stuck(source, work, ev):
+    rows = {(r["method"], tuple(r["options"].items())): r
+            for r in tb.outlier_table(source, work, ev, n_hot=5, percentile=99.9, entropy_bins=256)}
+    minmax, default_pct = rows[("MinMax", ())], rows[("Percentile", ())]
+    tuned = rows[("Percentile", (("percentile", 99.9),))]
+    assert minmax["input_range"][1] == pytest.approx(12.5, abs=0.1)  # the stuck pixels set the ruler
+    assert default_pct["input_range"][1] > 10  # 99.999 % keeps 5 values out of 23040
+    assert tuned["input_range"][1] <= 1.0 + 1e-3
+    assert tuned["max_abs_error"] < minmax["max_abs_error"]
+    assert tuned["accuracy"] >= minmax["accuracy"]
+
+
+# --- settings, candidates, requirement --------------------------------------------------------------
+
+def test_build_rejects_unknown_settings(source, work, right):
+    with pytest.raises(ValueError, match="per_chanel"):
+        tb.build(source, work / "x.onnx", right, {"per_chanel": True})
+
+
+def test_build_with_preprocess_quantizes_the_fused_gemm_graph(source, work, right):
+    out = work / "pre.onnx"
+    tb.build(source, out, right, {"preprocess": True}, scratch_dir=work / "scratch")
+    ops = graph.op_counts(out)
+    assert ops.get("Gemm") == 3 and "MatMul" not in ops
+    assert (work / "scratch" / "pre.preprocessed.onnx").exists() and not (work / "pre.preprocessed.onnx").exists()
+
+
+def test_preprocess_report_names_the_fusion(source, work):
+    pre = tb.preprocess_report(source, work)
+    assert pre["ops_before"] == {"Add": 3, "MatMul": 3, "Relu": 2, "Softmax": 1}
+    assert pre["ops_after"] == {"Gemm": 3, "Relu": 2, "Softmax": 1}
+    assert pre["value_info_after"] > pre["value_info_before"]
+
+
+@pytest.mark.parametrize("loss, ratio, static, expected", [
+    (0.0, 0.35, True, True), (tb.MAX_ACCURACY_LOSS, tb.MAX_SIZE_RATIO, True, True),
+    (0.0075, 0.35, True, False), (0.0, 0.36, True, False), (0.0, 0.30, False, False),
+])
+def test_meets(loss, ratio, static, expected):
+    assert tb.meets(loss, ratio, static) is expected
+
+
+def test_check_choice_on_heldout(source, work, right):
+    good = work / "good.onnx"
+    tb.build(source, good, right, {"quant_format": "QOperator", "activation_type": "QUInt8", "preprocess": True},
+             scratch_dir=work / "scratch")
+    result = tb.check_choice(good, source, "heldout")
+    assert result["static"] and result["meets"], result
+    assert result["size_ratio"] == pytest.approx(good.stat().st_size / source.stat().st_size, abs=1e-4)
+    fp32 = tb.check_choice(source, source, "heldout")
+    assert fp32["accuracy_loss"] == 0 and not fp32["static"] and not fp32["meets"]
+    narrow = work / "narrow-choice.onnx"
+    tb.build(source, narrow, data.calibration_set("narrow"), {"quant_format": "QOperator", "preprocess": True},
+             scratch_dir=work / "scratch")
+    assert not tb.check_choice(narrow, source, "heldout")["meets"]  # small, but it loses accuracy
+
+
+# --- sensitivity ----------------------------------------------------------------------------------
+
+def test_sensitivity_finds_the_first_matmul_and_shows_the_fused_relu_artifact(source, baseline, right):
+    sens = tb.sensitivity(source, baseline, right)
+    assert sens["most_sensitive_node"] == "fc1_MatMul"
+    acts = {a["tensor"]: a for a in sens["activations"]}
+    # the converter folded Relu into the QuantizeLinear's clip: "before" still holds negatives
+    assert acts["relu1.out"]["qdq_sqnr_db"] < acts["relu1.out"]["xmodel_sqnr_db"] - 10
+    assert {w["tensor"] for w in sens["weights"]} == {"fc1.weight", "fc2.weight", "fc3.weight"}
+
+
+def test_excluding_a_node_keeps_its_weights_in_float(source, work, ev, right):
+    row = tb.excluded_row(source, work, ev, right, "fc1_MatMul")
+    assert row["float_weights"] >= 1 and row["excluded"] == ["fc1_MatMul"]
+    assert row["bytes"] > 1.5 * (work / "baseline.onnx").stat().st_size
+
+
+# --- the document -----------------------------------------------------------------------------------
+
+def _doc(source, ev, baseline):
+    m = tb.measure(baseline, ev)
+    row = {"calibration": "right", "method": "MinMax", "options": {}, "input_range": [0.0, 1.0], **m}
+    settings = {**tb.BASELINE}
+    cand = {"name": "baseline", "settings": settings, **m, "accuracy_loss": 0.0, "size_ratio": 0.44, "meets": False}
+    return dict(ev=ev, methods=[row], entropy={"num_bins": 128, "num_quantized_bins": 128, "histogram_bins": [128],
+                                                "candidates_per_tensor": [1], "formula_candidates": 1,
+                                                "same_ranges_as_minmax": True},
+                outliers=[row], settings=[{"name": "baseline", "settings": settings, "static": True,
+                                           "input_range": [0.0, 1.0], **m}],
+                excluded={"name": "x", "excluded": ["fc1_MatMul"], "float_weights": 1, **m},
+                sensitivity_={"activations": [], "drops": [], "weights": [], "most_sensitive_node": None},
+                preprocess={"ops_before": {}, "ops_after": {}, "value_info_before": 0, "value_info_after": 5,
+                            "bytes_before": 1, "bytes_after": 1},
+                speed={"threads": 1, "timings": [], "sweep": [], "crossover_width": None},
+                candidates_=[cand],
+                choice={"file": "choice.onnx", "sha256": tb.file_sha256(baseline), "settings": dict(settings), **m,
+                        "accuracy_loss": 0.0, "size_ratio": 0.44, "justification": "the baseline, for the test only"})
+
+
+def test_document_validates_and_the_schema_names_a_wrong_field(source, ev, baseline):
+    kwargs = _doc(source, ev, baseline)
+    doc = tb.document(**kwargs)
+    assert doc["schema"] == "toolbox/1" and doc["requirement"]["max_accuracy_loss"] == tb.MAX_ACCURACY_LOSS
+    bad = copy.deepcopy(kwargs)
+    bad["choice"]["settings"]["quant_format"] = "QDQQ"
+    with pytest.raises(schemas.SchemaError, match="choice/settings/quant_format"):
+        tb.document(**bad)
+    bad = copy.deepcopy(kwargs)
+    del bad["choice"]["justification"]
+    with pytest.raises(schemas.SchemaError, match="justification"):
+        tb.document(**bad)
+
+
+def test_format_rows_aligns_text_left_and_numbers_right():
+    text = tb.format_rows([{"a": "x", "b": 1.23456}, {"a": "longer", "b": 10.0}], [("a", "name", ""), ("b", "value", ".2f")])
+    lines = text.splitlines()
+    assert lines[0] == "name    value"
+    assert lines[2] == "x        1.23" and lines[3] == "longer  10.00"
