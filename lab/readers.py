@@ -74,8 +74,8 @@ class ReaderReport:
         ]
         if self.rewind:
             out.append(f"rewind()    : {self.rewind}")
-        out += [f"note        : {n}" for n in self.notes]
-        out += [f"PROBLEM     : {p}" for p in self.problems]
+        out += [_wrap("note        : ", n) for n in self.notes]
+        out += [_wrap("PROBLEM     : ", p) for p in self.problems]
         out.append("verdict     : " + ("OK, ready for quantize_static" if self.ok
                                         else f"{len(self.problems)} problem(s), fix before converting"))
         return out
@@ -96,6 +96,13 @@ class ReaderReport:
         if self.problems:
             raise ReaderContractError("the calibration reader breaks the contract:\n  - "
                                       + "\n  - ".join(self.problems))
+
+
+def _wrap(label: str, text: str, width: int = 88) -> str:
+    """One report line, wrapped at word boundaries and indented under its label."""
+    import textwrap
+
+    return textwrap.fill(text, width, initial_indent=label, subsequent_indent=" " * len(label))
 
 
 def _one_pass(reader, report: ReaderReport | None, input_name: str, n_features: int,
