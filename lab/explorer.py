@@ -148,13 +148,14 @@ def range_explorer(values: np.ndarray, presets: dict[str, tuple[float, float]], 
     def update(*_):
         rmin, rmax = slider.value
         s = explore(x, rmin, rmax, dtype)
-        stats.value = f"<code>{s['text']} · scale {s['scale']:.4g}</code>"
         if buttons.value and not np.allclose(presets[buttons.value], slider.value, atol=slider.step):
             buttons.value = None
         name = buttons.value or "your range"
         with out:
             out.clear_output(wait=True)
             display(draw(x, {name: (rmin, rmax)}, dtype, value_label=value_label))
+        # the stats line changes last: once it shows the new numbers, the figure already does
+        stats.value = f"<code>{s['text']} · scale {s['scale']:.4g}</code>"
 
     def pick(change):
         if change["new"] is None:
