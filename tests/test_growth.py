@@ -1,0 +1,125 @@
+"""lab.growth: the batch-growing loop of lesson 04, with real ONNX Runtime conversions."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lab import compare, data, growth
+from lab.errors import ReaderContractError
+from lab.readers import ArrayReader
+from lab.workspace import make_workspace
+
+BATCH = 8
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    return make_workspace(tmp_path_factory.mktemp("growth-ws"))
+
+
+@pytest.fixture(scope="module")
+def evaluation(work):
+    split = data.load_split("evaluation")
+    return split.pixels, split.labels, compare.predict(work / "source.onnx", split.pixels)
+
+
+@pytest.fixture(scope="module")
+def grown(work, evaluation):
+    x, labels, reference = evaluation
+    stream = data.narrow_batches(8, BATCH, seed=3)
+    seen = []
+    rows = growth.grow(work / "source.onnx", work / "growth", [1, 2, 4, 8], lambda p: ArrayReader(p, BATCH), stream,
+                       kind="narrow", batch_size=BATCH, x=x, labels=labels, reference=reference, progress=seen.append)
+    rows += growth.grow(work / "source.onnx", work / "growth", [1], lambda p: ArrayReader(p, BATCH),
+                        data.calibration_set("right"), kind="right", batch_size=BATCH, x=x, labels=labels,
+                        reference=reference, progress=seen.append)
+    return stream, rows, seen
+
+
+def test_doubling_counts():
+    assert growth.doubling_counts(1) == [1]
+    assert growth.doubling_counts(16) == [1, 2, 4, 8, 16]
+    assert growth.doubling_counts(512)[-3:] == [128, 256, 512]
+    assert growth.doubling_counts(12) == [1, 2, 4, 8, 12]
+    with pytest.raises(ValueError, match="at least 1"):
+        growth.doubling_counts(0)
+
+
+def test_model_name_is_zero_padded():
+    assert growth.model_name("narrow", 4) == "narrow-004.onnx"
+    assert growth.model_name("right", 512) == "right-512.onnx"
+
+
+def test_calibration_range_always_includes_zero():
+    assert growth.calibration_range(np.array([[0.2, 0.5]], np.float32)) == pytest.approx(0.5)
+    assert growth.calibration_range(np.array([[-1.0, 2.0]], np.float32)) == pytest.approx(3.0)
+
+
+def test_one_model_per_count_on_nested_prefixes(work, grown):
+    stream, rows, seen = grown
+    assert [(r["kind"], r["batches"]) for r in rows] == [("narrow", 1), ("narrow", 2), ("narrow", 4),
+                                                          ("narrow", 8), ("right", 1)]
+    assert seen == rows, "progress is called once per model, with its row"
+    for r in rows[:4]:
+        assert (work / "growth" / r["model"]).exists()
+        assert r["samples"] == r["batches"] * BATCH
+        assert r["calibration_sha256"] == data.data_sha256(stream[:r["samples"]])
+        assert r["model_sha256"] == data.file_sha256(work / "growth" / r["model"])
+
+
+def test_range_seen_is_the_calibration_range_and_never_shrinks(grown):
+    _, rows, _ = grown
+    narrow = [r for r in rows if r["kind"] == "narrow"]
+    for r in rows:
+        assert r["range_seen"] == pytest.approx(r["calibration_range"], abs=r["scale"])
+    ranges = [r["range_seen"] for r in narrow]
+    assert ranges == sorted(ranges)
+    assert max(ranges) <= data.NARROW_GAIN + 1e-6
+    assert rows[-1]["range_seen"] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_narrow_stays_worse_than_right(grown):
+    _, rows, _ = grown
+    v = growth.verdict(rows)
+    assert v["wrong_stays_worse"] is True
+    assert v["wrong_most_batches"] == 8 and v["right_batches"] == [1]
+    assert v["wrong_best_max_abs_error"] > 5 * v["right_worst_max_abs_error"]
+    assert v["right_worst_accuracy"] > v["wrong_most_batches_accuracy"]
+
+
+def test_verdict_can_say_no_and_needs_both_kinds():
+    rows = [{"kind": "narrow", "batches": 1, "max_abs_error": 0.1, "accuracy": 0.9},
+            {"kind": "right", "batches": 1, "max_abs_error": 0.2, "accuracy": 0.9}]
+    assert growth.verdict(rows)["wrong_stays_worse"] is False
+    with pytest.raises(ValueError, match="both kinds"):
+        growth.verdict(rows[:1])
+
+
+def test_stream_too_short_is_named(work, evaluation):
+    x, labels, reference = evaluation
+    with pytest.raises(ValueError, match="need 32 samples; the narrow stream has 16"):
+        growth.grow(work / "source.onnx", work / "short", [4], lambda p: ArrayReader(p, BATCH),
+                    data.narrow_batches(2, BATCH), kind="narrow", batch_size=BATCH, x=x, labels=labels,
+                    reference=reference)
+
+
+class FirstBatchOnly(ArrayReader):
+    """A broken reader: stops after its first batch."""
+
+    def get_next(self):
+        return super().get_next() if self._next == 0 else None
+
+
+def test_reader_that_drops_samples_is_caught(work, evaluation):
+    x, labels, reference = evaluation
+    with pytest.raises(ReaderContractError, match="served 8 samples for narrow x 2 batches; expected 16"):
+        growth.grow(work / "source.onnx", work / "broken", [2], lambda p: FirstBatchOnly(p, BATCH),
+                    data.narrow_batches(2, BATCH), kind="narrow", batch_size=BATCH, x=x, labels=labels,
+                    reference=reference)
+
+
+def test_format_table_has_one_line_per_row(grown):
+    _, rows, _ = grown
+    lines = growth.format_table(rows).splitlines()
+    assert len(lines) == 2 + len(rows)
+    assert lines[-1].split()[:2] == ["right", "1"]

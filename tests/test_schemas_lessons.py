@@ -1,0 +1,127 @@
+"""results/1, growth/1 and formats/1: the schemas, the documents lessons 03-05 write, and the numbers in them.
+
+The documents come from the session's headless run of every lesson (``lesson_suite``), so they are
+exactly what a student's run writes; each check recomputes a number from the models beside it.
+"""
+from __future__ import annotations
+
+import copy
+import json
+
+import jsonschema
+import pytest
+
+from lab import data, graph, growth, schemas
+from lab.schemas import SchemaError
+
+DOCS = {"results": ("03_narrow_right_wide.ipynb", "results.json"),
+        "growth": ("04_more_batches.ipynb", "growth.json"),
+        "formats": ("05_qdq_vs_qoperator.ipynb", "formats.json")}
+
+
+@pytest.mark.parametrize("name", sorted(DOCS))
+def test_schema_is_valid_and_versioned(name):
+    schema = schemas.load(name)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert schema["$id"] == f"{name}/1"
+    assert schema["properties"]["schema"] == {"const": f"{name}/1"}
+    undocumented = [k for k in schema["required"] if k != "schema" and "description" not in schema["properties"][k]
+                    and k not in ("lesson", "source_sha256", "versions", "formats", "rows", "evaluation")]
+    assert not undocumented, f"{name}: describe {undocumented} for the grader"
+
+
+def _doc(lesson_suite, name):
+    notebook, file = DOCS[name]
+    result = lesson_suite.runs.get(notebook)
+    if result is None or not result.ok:
+        pytest.fail(f"{notebook} did not run: {getattr(result, 'error', 'not found')}")
+    return schemas.read(name, lesson_suite.work_dir / file)
+
+
+@pytest.mark.slow
+def test_results_numbers_match_the_models(lesson_suite):
+    doc = _doc(lesson_suite, "results")
+    work = lesson_suite.work_dir
+    assert doc["evaluation"] == {"name": "evaluation", "count": 400,
+                                 "sha256": data.data_sha256(data.load_split("evaluation").pixels)}
+    for kind, entry in doc["sets"].items():
+        ruler = graph.input_ruler(work / entry["model"])
+        assert (entry["scale"], entry["zero_point"]) == (ruler.scale, ruler.zero_point)
+        assert entry["model_sha256"] == data.file_sha256(work / entry["model"])
+        assert entry["calibration_sha256"] == data.data_sha256(data.calibration_set(kind))
+        assert entry["calibration_samples"] == 360 and entry["calibration_batches"] == 10
+        assert entry["range_seen"] == pytest.approx(entry["calibration_range"], rel=1e-5)
+        assert entry["hidden_layer"]["scale"] == graph.input_ruler(work / entry["model"], "relu1.out").scale
+    sets = doc["sets"]
+    assert [sets[k]["diagnosis"] for k in ("narrow", "right", "wide")] == ["clipping", "fine", "squashing"]
+    assert sets["narrow"]["hidden_layer"]["clipped_fraction"] > 0.1 > sets["wide"]["hidden_layer"]["clipped_fraction"]
+    assert sets["wide"]["hidden_layer"]["mean_round_trip_error"] > 5 * sets["right"]["hidden_layer"]["mean_round_trip_error"]
+    assert doc["dynamic"]["max_abs_error"] < sets["right"]["max_abs_error"] < sets["wide"]["max_abs_error"] \
+        < sets["narrow"]["max_abs_error"]
+    assert doc["bad_calibration"]["accuracy"] < sets["narrow"]["accuracy"] < sets["right"]["accuracy"]
+
+
+@pytest.mark.slow
+def test_growth_rows_match_the_models(lesson_suite):
+    doc = _doc(lesson_suite, "growth")
+    folder = lesson_suite.work_dir / doc["folder"]
+    stream = doc["narrow_stream"]
+    counts = growth.doubling_counts(stream["max_batches"])
+    assert [r["batches"] for r in doc["rows"] if r["kind"] == "narrow"] == counts
+    assert [r["batches"] for r in doc["rows"] if r["kind"] == "right"] == doc["right_data"]["batches"]
+    narrow = data.narrow_batches(stream["max_batches"], stream["batch_size"], stream["seed"])
+    assert data.data_sha256(narrow) == stream["sha256"]
+    for r in doc["rows"]:
+        assert r["model"] == growth.model_name(r["kind"], r["batches"])
+        assert r["model_sha256"] == data.file_sha256(folder / r["model"])
+        assert r["scale"] == graph.input_ruler(folder / r["model"]).scale
+        if r["kind"] == "narrow":
+            assert r["calibration_sha256"] == data.data_sha256(narrow[:r["samples"]])
+    assert doc["verdict"] == growth.verdict(doc["rows"])
+    assert doc["verdict"]["wrong_stays_worse"] is True
+
+
+@pytest.mark.slow
+def test_formats_numbers_match_the_models(lesson_suite):
+    doc = _doc(lesson_suite, "formats")
+    work = lesson_suite.work_dir
+    assert data.file_sha256(work / doc["calibration"]["cache"]) == doc["calibration"]["cache_sha256"]
+    assert doc["same_input_ruler"] is True
+    for name, entry in doc["formats"].items():
+        path = work / "formats" / entry["file"]
+        assert entry["sha256"] == data.file_sha256(path)
+        assert entry["quant_format"] == graph.quant_format(path) == name
+        assert entry["output_scale"] == graph.output_scale(path)
+    bands = doc["bands"]
+    assert bands["identical"] + bands["within_grid"] + bands["beyond_grid"] == pytest.approx(1.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, path, value, field", [
+    ("results", ["sets", "wide", "diagnosis"], "too wide", "sets/wide/diagnosis"),
+    ("results", ["sets", "narrow", "scale"], None, "sets/narrow"),
+    ("results", ["dynamic", "accuracy"], 1.5, "dynamic/accuracy"),
+    ("growth", ["rows", 0, "model"], "narrow-1.onnx", "rows/0/model"),
+    ("growth", ["verdict", "wrong_stays_worse"], "yes", "verdict/wrong_stays_worse"),
+    ("formats", ["bands"], None, "(top level)"),
+    ("formats", ["formats", "QDQ", "output_scale"], 0, "formats/QDQ/output_scale"),
+])
+def test_a_broken_document_names_the_field(lesson_suite, name, path, value, field):
+    doc = copy.deepcopy(_doc(lesson_suite, name))
+    parent = doc
+    for key in path[:-1]:
+        parent = parent[key]
+    if value is None:
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = value
+    with pytest.raises(SchemaError, match=f"field '{field}'"):
+        schemas.validate(name, json.loads(json.dumps(doc)))
+
+
+@pytest.mark.slow
+def test_nan_is_refused(lesson_suite):
+    doc = copy.deepcopy(_doc(lesson_suite, "results"))
+    doc["sets"]["right"]["max_abs_error"] = float("nan")
+    with pytest.raises(SchemaError, match="sets/right/max_abs_error"):
+        schemas.validate("results", doc)
