@@ -3,7 +3,8 @@
 Each scenario is a pure function on the deployed preprocessing path: it takes
 pixels in [0, 1] (float32 [N, 64]) and returns pixels in [0, 1], the way the
 camera would deliver the same digits under another condition. Randomness is
-seeded, so a scenario is the same every run.
+seeded, so a scenario is the same every run. Conditions in ``BEYOND_UNIT_RANGE``
+(flash) deliberately leave [0, 1]: the deployed path divides by 16 and never clips.
 """
 from __future__ import annotations
 
