@@ -1,0 +1,175 @@
+"""Grader benchmark: a class of 100 submissions, graded with ``grader batch -j 2``, against a floor.
+
+The class: copies of the reference run, about 20 % broken in different ways (from the bad
+corpus, minus the cases built to hit the time limit). The floor, measured in the same run:
+one process per submission that starts Python, imports onnxruntime and evaluates the handed-in
+models once, two at a time. Also reported: a worker's peak memory, the per-child cost of the
+sandbox, and the anchor a user would otherwise pick: nbgrader-style grading that re-executes
+each student's notebooks (measured for one student, scaled to the class).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+N_STUDENTS = 100
+BROKEN_FRACTION = 0.2
+JOBS = 2
+
+FLOOR_SCRIPT = r'''
+import sys, zipfile, io
+import numpy as np
+import onnxruntime as ort
+x = np.load(sys.argv[2])["x"]
+so = ort.SessionOptions(); so.intra_op_num_threads = 1; so.inter_op_num_threads = 1
+with zipfile.ZipFile(sys.argv[1]) as zf:
+    for name in zf.namelist():
+        if name.endswith(".onnx"):
+            try:
+                s = ort.InferenceSession(zf.read(name), so, providers=["CPUExecutionProvider"])
+                s.run(None, {"pixels": x})
+            except Exception:
+                pass
+'''
+
+WORKER_SCRIPT = r'''
+import json, resource, sys, time
+from grader.batch import job
+paths = sys.argv[1:]
+start = time.perf_counter()
+for p in paths:
+    job(p)
+print(json.dumps({"seconds": time.perf_counter() - start, "n": len(paths),
+                  "worker_peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "child_peak_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
+'''
+
+
+def make_class(folder: Path, n: int = N_STUDENTS, broken: float = BROKEN_FRACTION) -> dict[str, str]:
+    """``n`` submissions in ``folder``: the reference run, with about ``broken`` of them broken. Returns id -> kind."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from bad_submissions import corpus
+
+    from grader import reference
+    from lab.submit import submit
+
+    work = reference.build(folder.parent / "reference-workspace")
+    good = submit("reference", work, folder.parent)
+    files = corpus.read_zip(good)
+    cases = [c for c in corpus.CASES if c.status != "timeout"]
+    n_broken = round(n * broken)
+    kinds = {}
+    for i in range(n):
+        student = f"student{i:03d}"
+        if i % round(1 / broken) == 0 and len([k for k in kinds.values() if k != "good"]) < n_broken:
+            case = cases[len([k for k in kinds.values() if k != "good"]) % len(cases)]
+            (folder / f"{student}.zip").write_bytes(case.make(dict(files)))
+            kinds[student] = case.name
+        else:
+            (folder / f"{student}.zip").write_bytes(good.read_bytes())
+            kinds[student] = "good"
+    return kinds
+
+
+def time_floor(folder: Path, jobs: int = JOBS) -> float:
+    import numpy as np
+
+    from lab import data
+
+    x_path = folder.parent / "x.npz"
+    np.savez(x_path, x=data.load_split("evaluation").pixels)
+    script = folder.parent / "floor.py"
+    script.write_text(FLOOR_SCRIPT)
+    zips = sorted(folder.glob("*.zip"))
+    start = time.perf_counter()
+    with ThreadPoolExecutor(jobs) as pool:
+        list(pool.map(lambda z: subprocess.run([sys.executable, str(script), str(z), str(x_path)],
+                                               capture_output=True, check=False), zips))
+    return time.perf_counter() - start
+
+
+def time_batch(folder: Path, out: Path, jobs: int = JOBS) -> tuple[float, str]:
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "grader", "batch", str(folder), "--out", str(out), "-j", str(jobs),
+                           "--no-progress"], cwd=REPO, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"grader batch failed: {proc.stderr[-1000:]}")
+    return seconds, proc.stdout.strip().splitlines()[-1]
+
+
+def worker_memory(folder: Path, n: int = 10) -> dict:
+    zips = [str(p) for p in sorted(folder.glob("*.zip"))[:n]]
+    proc = subprocess.run([sys.executable, "-c", WORKER_SCRIPT, *zips], cwd=REPO, capture_output=True, text=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def child_cost(folder: Path, n: int = 5) -> float:
+    """Seconds for one sandboxed child (Python + numpy + onnxruntime import, a trivial task)."""
+    from grader import sandbox
+
+    scratch = folder.parent / "child"
+    scratch.mkdir(exist_ok=True)
+    (scratch / "metrics.py").write_text("def summarize(p, l):\n    return {}\n")
+    task = {"task": "metrics", "module": "metrics", "function": "summarize", "cases": []}
+    sandbox.run(scratch, task)
+    start = time.perf_counter()
+    for _ in range(n):
+        sandbox.run(scratch, task)
+    return (time.perf_counter() - start) / n
+
+
+def time_notebook_regrade(tmp: Path) -> float | None:
+    """nbgrader-style: re-execute every lesson for one student, as ``lab run`` does. Seconds, or None."""
+    proc_start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "lab", "run", "--work-dir", str(tmp / "nb-ws"), "--out",
+                           str(tmp / "nb-out"), "--no-grade"], cwd=REPO, capture_output=True, text=True)
+    seconds = time.perf_counter() - proc_start
+    return seconds if proc.returncode == 0 else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="grader_bench", description=__doc__.splitlines()[0])
+    parser.add_argument("-n", type=int, default=N_STUDENTS)
+    parser.add_argument("--no-anchor", action="store_true", help="skip re-executing the notebooks")
+    args = parser.parse_args(argv if argv is not None else [])
+    from grader.sandbox import sandbox_kind
+
+    with tempfile.TemporaryDirectory(prefix="grader-bench-") as tmp:
+        tmp = Path(tmp)
+        folder = tmp / "class"
+        folder.mkdir()
+        kinds = make_class(folder, args.n)
+        broken = sum(k != "good" for k in kinds.values())
+        floor = time_floor(folder)
+        batch_s, summary = time_batch(folder, tmp / "out")
+        mem = worker_memory(folder)
+        child = child_cost(folder)
+        anchor = None if args.no_anchor else time_notebook_regrade(tmp)
+    ratio = batch_s / floor
+    print(f"class: {args.n} submissions, {broken} broken in {len(set(kinds.values())) - 1} ways; sandbox: {sandbox_kind()}")
+    print(f"floor (python + onnxruntime + each model once, {JOBS} at a time): {floor:6.1f} s")
+    print(f"grader batch -j {JOBS}:                                         {batch_s:6.1f} s "
+          f"({ratio:.2f}x the floor; aim <= 1.5x and <= 60 s) -> {summary}")
+    print(f"per submission: {batch_s / args.n * JOBS:.2f} s of a worker; one sandboxed child costs {child:.2f} s "
+          f"(two per submission)")
+    print(f"worker peak memory: {mem['worker_peak_mib']:.0f} MiB (grader process), "
+          f"{mem['child_peak_mib']:.0f} MiB (largest sandboxed child)")
+    if anchor is not None:
+        print(f"nbgrader-style re-execution of every lesson: {anchor:.1f} s for one student, "
+              f"~{anchor * args.n / JOBS / 60:.0f} min for the class with {JOBS} workers "
+              f"({anchor * args.n / JOBS / batch_s:.0f}x the grader)")
+    elif not args.no_anchor:
+        print("nbgrader-style re-execution: the lessons did not all run; no anchor figure")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
