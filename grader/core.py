@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from grader import __version__
-from grader.checks import acceptance, calibration, growth, reader
+from grader.checks import acceptance, calibration, growth, reader, release
 from grader.context import Context, Missing, check, rubric
 from grader.models import ModelRefused, load_checked
 from grader.results import GradeResult
@@ -30,6 +30,7 @@ class Group:
     names: tuple[str, ...]
     needs: tuple[str, ...]
     run: Callable[[Context], list]
+    active: Callable[[], bool] = lambda: True
 
 
 GROUPS = (
@@ -43,6 +44,8 @@ GROUPS = (
           ("regression.json", "candidate.onnx"), acceptance.run),
     Group("06", "acceptance", ("summarize_code",), ("metrics.py",), acceptance.run_summarize),
     Group("06", "hidden", ("heldout",), ("candidate.onnx",), acceptance.run_heldout),
+    Group("07", "release", ("recipe", "disjoint", "metadata", "scenarios"), release.NEEDS, release.run,
+          release.active),
 )
 HIDDEN_NAMES = {"secret_summarize", "heldout"}
 
@@ -64,6 +67,8 @@ def intake_models(ctx: Context) -> None:
 def run_groups(ctx: Context) -> list:
     checks = []
     for group in GROUPS:
+        if not group.active():
+            continue
         missing = [rel for rel in group.needs if not ctx.has(rel)]
         if missing:
             checks += _failed_group(group, f"{missing[0]} is not in the submission: lesson {group.lesson} "

@@ -129,7 +129,7 @@ def test_a_crash_in_a_check_is_a_failed_check(good_zip, monkeypatch):
     def boom(ctx):
         raise RuntimeError("boom")
 
-    groups = tuple(core.Group(g.lesson, g.part, g.names, g.needs, boom if g.part == "growth" else g.run)
+    groups = tuple(core.Group(g.lesson, g.part, g.names, g.needs, boom if g.part == "growth" else g.run, g.active)
                    for g in core.GROUPS)
     monkeypatch.setattr(core, "GROUPS", groups)
     result = core.grade(good_zip)

@@ -1,0 +1,102 @@
+"""Lesson 07: the release record. Hashes against the fixtures, disjoint sets, metadata, scenarios recomputed.
+
+Active when the lab has ``lab.recipe`` and the ``recipe`` schema (the lesson has landed).
+"""
+from __future__ import annotations
+
+import importlib.util
+
+from grader.context import SOFTMAX_STEP, WHY_OUTPUT, Context, check, number, value
+from grader.results import Evidence
+
+PART = "release"
+MODEL, RECIPE, SCENARIOS = "release/model.onnx", "release/recipe.json", "release/scenarios.json"
+NEEDS = (MODEL, RECIPE, SCENARIOS)
+
+
+def active() -> bool:
+    from lab import schemas
+
+    return importlib.util.find_spec("lab.recipe") is not None and {"recipe", "scenarios"} <= set(schemas.names())
+
+
+def _selection(doc: dict):
+    from lab import recipe
+
+    cal = doc["calibration"]
+    return recipe.select([(p["condition"], list(p["positions"])) for p in cal["parts"]], split=cal["split"])
+
+
+def run(ctx: Context) -> list:
+    from lab import data, graph, recipe, ruler
+
+    doc, record = ctx.doc(RECIPE), ctx.doc(SCENARIOS)
+    model = ctx.model(MODEL)
+    out = []
+    # recipe: hashes against the fixtures, the selection, and the ruler it implies
+    items, ev = [], []
+    fp32_sha = data.file_sha256(data.fixture_path("fp32.onnx"))
+    items.append(("source model is the FP32 fixture", doc["source_model"]["sha256"] == fp32_sha))
+    ev.append(Evidence("source_model.sha256", doc["source_model"]["sha256"][:16], fp32_sha[:16], 0, "exact"))
+    acc_split = data.load_split(doc["acceptance"]["split"])
+    acc_sha = data.data_sha256(acc_split.pixels)
+    items.append(("acceptance hash matches its split", doc["acceptance"]["sha256"] == acc_sha))
+    ev.append(Evidence("acceptance.sha256", doc["acceptance"]["sha256"][:16], acc_sha[:16], 0, "exact"))
+    try:
+        sel = _selection(doc)
+        sel_ok = sel.sha256 == doc["calibration"]["sha256"]
+        ev.append(Evidence("calibration.sha256 (selection rebuilt from its parts)", doc["calibration"]["sha256"][:16],
+                           sel.sha256[:16], 0, "exact"))
+    except Exception as e:  # noqa: BLE001 - an unbuildable selection is the finding
+        sel, sel_ok = None, False
+        ev.append(Evidence("calibration selection", "parts", f"cannot rebuild: {e}", None, ""))
+    items.append(("calibration hash matches the selection its parts describe", sel_ok))
+    r = graph.input_ruler(model)
+    if sel is not None:
+        scale, zp = ruler.scale_zero_point(float(sel.pixels.min()), float(sel.pixels.max()), r.dtype)
+        ruler_ok = abs(r.scale - float(scale)) <= 1e-6 * float(scale) and r.zero_point == zp
+        ev.append(Evidence("model input scale vs the selection's range", r.scale, float(scale), 1e-6 * float(scale),
+                           "MinMax over the selection: relative 1e-6"))
+    else:
+        ruler_ok = False
+    items.append(("the released model's input ruler comes from the selection", ruler_ok))
+    good = sum(ok for _, ok in items)
+    out.append(check(PART, "recipe", good / len(items),
+                     "; ".join(f"{name}: {'yes' if ok else 'NO'}" for name, ok in items)
+                     + ("" if good == len(items) else ". Write the recipe with lab.recipe.recipe(...) from the "
+                        "selection you calibrated with"), ev))
+    # disjoint by content
+    if sel is not None:
+        shared = recipe.shared_rows(sel.pixels, acc_split.pixels)
+        total = sum(shared.values())
+        rep = value(doc, "acceptance.shared_rows_with_calibration")
+        ok = total == 0 and rep == total
+        out.append(check(PART, "disjoint", float(ok),
+                         f"the calibration selection shares {total} image(s) with the acceptance set by content hash"
+                         + ("" if ok else f" (reported {rep}); draw calibration images from the calibration split only"),
+                         [Evidence("shared rows", rep, total, 0, "content hash per row, under every condition")]))
+    else:
+        out.append(check(PART, "disjoint", 0, "not checked: the calibration selection cannot be rebuilt"))
+    # the model carries its recipe
+    v = recipe.verify(ctx.sub.path(MODEL), ctx.sub.path(RECIPE))
+    out.append(check(PART, "metadata", float(v.ok), str(v).replace("\n", " ")))
+    # scenarios recomputed
+    mine = {s.name: s for s in recipe.compare_scenarios(data.fixture_path("fp32.onnx"), ctx.sub.path(MODEL),
+                                                        acc_split.pixels, acc_split.labels)}
+    rows = {row.get("name"): row for row in record.get("results", []) if isinstance(row, dict)}
+    ok_count, msgs, ev = 0, [], []
+    for name, s in mine.items():
+        rep = rows.get(name, {})
+        slack = max(1, s.changed) / s.count
+        fa, ia, err = (number(value(rep, k)) for k in ("fp32_accuracy", "int8_accuracy", "max_abs_error"))
+        good = (fa is not None and abs(fa - s.fp32_accuracy) <= 1e-9 and ia is not None
+                and abs(ia - s.int8_accuracy) <= slack and err is not None and abs(err - s.max_abs_error) <= SOFTMAX_STEP
+                and rep.get("verdict") == s.verdict)
+        ok_count += good
+        ev += [Evidence(f"{name} INT8 accuracy", ia, s.int8_accuracy, slack,
+                        "near-boundary policy: the images whose answer changed may flip on another CPU"),
+               Evidence(f"{name} max abs error", err, s.max_abs_error, SOFTMAX_STEP, WHY_OUTPUT)]
+        msgs.append(f"{name}: {s.verdict}" + ("" if good else f" (reported {rep.get('verdict')}, "
+                                                               f"INT8 accuracy {ia}, recomputed {s.int8_accuracy:.4f})"))
+    out.append(check(PART, "scenarios", ok_count / max(1, len(mine)), "; ".join(msgs), ev))
+    return out
