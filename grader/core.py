@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from grader import __version__
-from grader.checks import acceptance, calibration, growth, reader, release
+from grader.checks import acceptance, calibration, growth, reader, release, toolbox
 from grader.context import Context, Missing, check, rubric
 from grader.models import ModelRefused, load_checked
 from grader.results import GradeResult
@@ -46,14 +46,17 @@ GROUPS = (
     Group("06", "hidden", ("heldout",), ("candidate.onnx",), acceptance.run_heldout),
     Group("07", "release", ("recipe", "disjoint", "metadata", "scenarios"), release.NEEDS, release.run,
           release.active),
+    Group("08", "toolbox", ("choice_meets", "choice_reported"), toolbox.NEEDS, toolbox.run, toolbox.active),
 )
-HIDDEN_NAMES = {"secret_summarize", "heldout"}
+HIDDEN_NAMES = {"secret_summarize", "heldout", "choice_heldout"}
 
 
 def _failed_group(group: Group, message: str) -> list:
     out = [check(group.part, name, 0, message, hidden=name in HIDDEN_NAMES) for name in group.names]
     if group.run is acceptance.run_summarize:
         out.append(check("hidden", "secret_summarize", 0, message, hidden=True))
+    if group.run is toolbox.run:
+        out.append(check("hidden", "choice_heldout", 0, message, hidden=True))
     return out
 
 

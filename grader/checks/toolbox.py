@@ -1,0 +1,63 @@
+"""Lesson 08: the model picked for the stated requirement, measured here against the lab's requirement.
+
+The requirement comes from ``lab.toolbox`` (not from the student's toolbox.json), and the choice is
+also measured on the held-out split, which no one tuned on.
+"""
+from __future__ import annotations
+
+import importlib.util
+
+from grader.context import SOFTMAX_STEP, WHY_OUTPUT, Context, check, number, value
+from grader.results import Evidence
+
+PART = "toolbox"
+NEEDS = ("toolbox.json", "choice.onnx")
+
+
+def active() -> bool:
+    from lab import schemas
+
+    return importlib.util.find_spec("lab.toolbox") is not None and "toolbox" in schemas.names()
+
+
+def run(ctx: Context) -> list:
+    from lab import data, graph, toolbox
+
+    doc = ctx.doc("toolbox.json")
+    rep = value(doc, "choice") or {}
+    ctx.model("choice.onnx")  # checked at intake; the measurements below read the same file
+    path, source = ctx.sub.path("choice.onnx"), data.fixture_path("fp32.onnx")
+    mine = toolbox.check_choice(path, source, split="evaluation")
+    items = {"static (a fixed input ruler)": mine["static"],
+             f"accuracy loss {mine['accuracy_loss']:.4f} <= {toolbox.MAX_ACCURACY_LOSS}":
+                 mine["accuracy_loss"] <= toolbox.MAX_ACCURACY_LOSS + 1e-9,
+             f"size ratio {mine['size_ratio']:.4f} <= {toolbox.MAX_SIZE_RATIO}": mine["size_ratio"] <= toolbox.MAX_SIZE_RATIO}
+    good = sum(items.values())
+    out = [check(PART, "choice_meets", good / len(items),
+                 "choice.onnx measured here: " + "; ".join(f"{k}: {'yes' if ok else 'NO'}" for k, ok in items.items())
+                 + ("" if good == len(items) else f". The requirement: {toolbox.REQUIREMENT}"))]
+    fmt = graph.quant_format(path)
+    rep_acc, rep_err, rep_bytes = (number(value(rep, k)) for k in ("accuracy", "max_abs_error", "bytes"))
+    rep_fmt = value(rep, "settings.quant_format")
+    n = int(value(doc, "evaluation.samples", default=400) or 400)
+    checks = {"sha256": rep.get("sha256") == ctx.sub.files.get("choice.onnx"),
+              "bytes": rep_bytes == mine["bytes"],
+              "accuracy": rep_acc is not None and abs(rep_acc - mine["accuracy"]) <= 2 / n,
+              "max_abs_error": rep_err is not None and abs(rep_err - mine["max_abs_error"]) <= SOFTMAX_STEP,
+              "settings.quant_format": rep_fmt == fmt}
+    wrong = [k for k, ok in checks.items() if not ok]
+    out.append(check(PART, "choice_reported", (len(checks) - len(wrong)) / len(checks),
+                     "toolbox.json's choice matches choice.onnx" if not wrong else
+                     f"toolbox.json's choice does not match choice.onnx in: {', '.join(wrong)}",
+                     [Evidence("choice accuracy", rep_acc, mine["accuracy"], 2 / n,
+                               "two images: answers near a decision boundary may flip on another CPU"),
+                      Evidence("choice max abs error", rep_err, mine["max_abs_error"], SOFTMAX_STEP, WHY_OUTPUT),
+                      Evidence("choice bytes", rep_bytes, mine["bytes"], 0, "the file's size: exact"),
+                      Evidence("choice format", rep_fmt, fmt, None, "op types in the graph")]))
+    held = toolbox.check_choice(path, source, split="heldout")
+    out.append(check("hidden", "choice_heldout", float(held["meets"]),
+                     f"on the held-out split the choice loses {held['accuracy_loss']:.4f} "
+                     f"(limit {toolbox.MAX_ACCURACY_LOSS}) at size ratio {held['size_ratio']:.4f}",
+                     [Evidence("held-out accuracy loss", None, held["accuracy_loss"], toolbox.MAX_ACCURACY_LOSS,
+                               "the lesson's requirement, on data no one tuned on")], hidden=True))
+    return out
