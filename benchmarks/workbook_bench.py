@@ -77,6 +77,20 @@ def timed_run(label: str, notebooks: Path, base: Path) -> Timing:
     return Timing(label, round(seconds, 2), code, lessons)
 
 
+def slowest_cells(executed: Path, count: int = 5) -> list[dict]:
+    """The ``count`` slowest cells of the executed lessons (papermill records each cell's duration);
+    cell indices are the source notebook's."""
+    cells = []
+    for path in sorted(executed.glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        for index, cell in enumerate(nb.cells):
+            duration = cell.get("metadata", {}).get("papermill", {}).get("duration")
+            if duration:
+                first = next((ln.strip() for ln in cell.source.splitlines() if ln.strip()), "")
+                cells.append({"notebook": path.name, "cell": run.source_cell_number(nb, index), "seconds": round(duration, 2), "source": first[:60]})
+    return sorted(cells, key=lambda c: -c["seconds"])[:count]
+
+
 def table(names: list[str], lessons: Timing, floor: Timing) -> list[str]:
     """Per-lesson seconds beside the floor notebook of the same name, and the totals."""
     width = max([len(n) for n in names] + [len("whole run (wall)")])
@@ -110,13 +124,17 @@ def main() -> int:
     print("\n".join(table(names, lessons, floor)))
     print(f"floor runs: {', '.join(f'{t.seconds:.1f} s' for t in floors)} (the faster is used)")
     print(f"slowest lesson: {slowest[0]} ({slowest[1]:.1f} s)")
+    cells = slowest_cells(OUT / "lessons" / "notebooks")
+    print("slowest cells:")
+    for c in cells:
+        print(f"  {c['seconds']:6.1f} s  {c['notebook']} cell {c['cell']}: {c['source']}")
     print(f"ratio {ratio:.2f}x the floor; target <= {TARGET_RATIO}x: {'met' if ratio <= TARGET_RATIO else 'NOT met'}")
     if lessons.returncode:
         print(f"python -m lab run failed (exit {lessons.returncode}); see {OUT / 'lessons.log'}", file=sys.stderr)
 
     report = {"benchmark": "workbook", "lessons_seconds": lessons.seconds, "floor_seconds": floor.seconds,
               "ratio": round(ratio, 3), "target_ratio": TARGET_RATIO, "met": ratio <= TARGET_RATIO,
-              "slowest_lesson": {"notebook": slowest[0], "seconds": slowest[1]},
+              "slowest_lesson": {"notebook": slowest[0], "seconds": slowest[1]}, "slowest_cells": cells,
               "runs": [asdict(t) for t in [*floors, lessons]],
               "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}}
     (OUT / "workbook.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
