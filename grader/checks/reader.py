@@ -70,7 +70,11 @@ def run(ctx: Context) -> list:
     broken = [rule for rule, ok in rules.items() if not ok]
     passed = len(rules) - len(broken)
     if broken or problems:
-        msg = ("the reader breaks the contract: " + "; ".join(broken + problems[:4])
+        unchecked = not report.get("rewind") and not report.get("ending", "").startswith("returned None")
+        msg = (f"the reader breaks {len(broken)} of {len(rules)} rules: "
+               + "; ".join(f"'{rule}'" + (" (not checked: the first pass did not end with None)"
+                                          if unchecked and "rewind" in rule else "") for rule in broken)
+               + (". What it did: " + "; ".join(problems[:4]) if problems else "")
                + ". Run lab.check_reader(DigitReader(pixels)) in lesson 02 to see each rule")
     else:
         msg = f"the reader keeps the contract ({report['batches']} batches, {report['samples']} samples, then None)"
