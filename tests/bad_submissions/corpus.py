@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import onnx
 
 Files = dict[str, bytes]
@@ -289,4 +288,4 @@ def numbers(result: dict) -> dict[str, float]:
     return {f"{c['part']}.{c['name']}": c["points"] for c in result.get("checks", [])}
 
 
-__all__ = ["CASES", "Case", "build", "feedback_text", "np"]
+__all__ = ["CASES", "Case", "build", "feedback_text"]
