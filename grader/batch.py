@@ -23,11 +23,11 @@ from grader.sandbox import Limits
 from grader.submission import sha256_of_input, student_from_path
 
 
-def find_submissions(folder: Path) -> list[Path]:
-    """Every ``*.zip`` and every sub-folder holding a ``submission.json`` (or anything), sorted by student."""
-    items = [p for p in sorted(folder.iterdir()) if not p.name.startswith(".")
-             and (p.suffix == ".zip" or p.is_dir())]
-    return items
+def find_submissions(folder: Path, out: Path | None = None) -> list[Path]:
+    """Every ``*.zip`` and every sub-folder (an unpacked submission) in ``folder``, sorted; never ``out`` itself."""
+    skip = out.resolve() if out is not None else None
+    return [p for p in sorted(folder.iterdir()) if not p.name.startswith(".")
+            and (p.suffix == ".zip" or p.is_dir()) and p.resolve() != skip]
 
 
 def job(path: str, limits: Limits | None = None) -> dict:
@@ -117,7 +117,7 @@ def batch(folder: str | Path, out: str | Path, jobs: int = 2, resume: bool = Fal
 
     folder, out = Path(folder), Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    subs = find_submissions(folder)
+    subs = find_submissions(folder, out)
     students = [student_from_path(p) for p in subs]
     if len(set(students)) != len(students):
         dupes = sorted({s for s in students if students.count(s) > 1})
