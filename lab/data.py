@@ -99,10 +99,9 @@ def narrow_batches(n_batches: int, batch_size: int = 8, seed: int = 0,
     a longer stream starts with the shorter one.
     """
     raw = load_split("calibration").raw
-    rng = np.random.default_rng(seed)
-    n = n_batches * batch_size
-    picks = rng.integers(0, len(raw), size=n)
-    gains = rng.uniform(0.4 * gain, gain, size=(n, 1)).astype(np.float32)
+    u = np.random.default_rng(seed).random((n_batches * batch_size, 2))  # one row per sample: prefix-stable
+    picks = np.minimum((u[:, 0] * len(raw)).astype(np.int64), len(raw) - 1)
+    gains = (gain * (0.4 + 0.6 * u[:, 1:])).astype(np.float32)
     return preprocess(raw[picks]) * gains
 
 

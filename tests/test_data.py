@@ -32,6 +32,8 @@ def test_narrow_stream_is_seeded_prefix_stable_and_narrow():
     assert short.shape == (16, 64) and long.shape == (32, 64)
     assert long.max() <= data.NARROW_GAIN + 1e-6
     np.testing.assert_array_equal(data.narrow_batches(2, 8, seed=3), short)
+    np.testing.assert_array_equal(long[:16], short)
+    assert long.min() >= 0 and (long.max(axis=1) > 0.4 * data.NARROW_GAIN * 0.99).mean() > 0.5
 
 
 def test_data_sha256_ignores_batching_but_not_content():
