@@ -149,11 +149,12 @@ def describe_failure(exc: BaseException, output: Path) -> Failure:
                                          f"raised {exc.ename}: {evalue[0] if evalue else ''}")
     index, where = None, ""
     if nb is not None:
-        for i, cell in enumerate(nb.cells):
-            if cell.get("metadata", {}).get("papermill", {}).get("status") == "running":
-                index = source_cell_number(nb, i)
-                where = f"cell {index} ({_first_line(cell.source)}): "
-                break
+        # a timeout or a dead kernel: the last cell that started is where the run stopped
+        started = [i for i, cell in enumerate(nb.cells)
+                   if cell.get("metadata", {}).get("papermill", {}).get("start_time")]
+        if started:
+            index = source_cell_number(nb, started[-1])
+            where = f"cell {index} ({_first_line(nb.cells[started[-1]].source)}): "
     text = str(exc).strip().splitlines()
     return Failure(index, type(exc).__name__, f"{where}{type(exc).__name__}: {text[0] if text else ''}")
 

@@ -143,3 +143,14 @@ def test_grade_hook_names_what_an_unfinished_workspace_lacks(tmp_path):
         return
     with pytest.raises(SubmitError, match="has no calibration_reader.py"):
         run.grade_workspace(tmp_path)
+
+
+@pytest.mark.slow
+def test_a_cell_over_the_time_limit_is_named(tmp_path, capsys):
+    src = tmp_path / "notebooks"
+    src.mkdir()
+    nbformat.write(lesson("import time", "time.sleep(60)"), src / "00_slow.ipynb")
+    code = run.main(["--notebooks", str(src), "--work-dir", str(tmp_path / "ws"), "--out", str(tmp_path / "b"),
+                     "--timeout", "2", "--no-grade"])
+    assert code == 1
+    assert "FAILED: 00_slow.ipynb, cell 4 (time.sleep(60)): CellTimeoutError" in capsys.readouterr().err
