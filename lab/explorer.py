@@ -32,6 +32,9 @@ def explore(values: np.ndarray, rmin: float, rmax: float, dtype: str = "int8") -
 
 def stats_text(stats: dict) -> str:
     """``clipped 12.3% · steps used 64/255 · max error 0.0123 · mean error 0.0012``."""
+    if max(stats["rmax"], 0.0) - min(stats["rmin"], 0.0) <= 0:
+        return ("empty range: the ruler has no width, so ONNX Runtime falls back to scale 1 "
+                "and every value rounds to a whole number · widen the range")
     return (f"clipped {stats['clipped_fraction']:.1%} · steps used {stats['steps_used']}/{stats['steps']} · "
             f"max error {stats['max_abs_error']:.4g} · mean error {stats['mean_abs_error']:.2g}")
 
