@@ -151,8 +151,11 @@ def test_nbval_passes_on_every_lesson(tmp_path):
            "-p", "no:cacheprovider", "-o", "addopts=", "--rootdir", str(tmp_path), "-q", str(copies)]
     before = listing(copies)
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=NBVAL_TIMEOUT_S)
+    (tmp_path / "nbval.log").write_text(proc.stdout + proc.stderr)
     tail = "\n".join(proc.stdout.splitlines()[-40:])
-    assert proc.returncode == 0, f"nbval failed (exit {proc.returncode}):\n{tail}\n{proc.stderr[-2000:]}"
+    failures = proc.stdout.split("= FAILURES =", 1)[-1][:8000] if "= FAILURES =" in proc.stdout else tail
+    assert proc.returncode == 0, (f"nbval failed (exit {proc.returncode}); full log {tmp_path / 'nbval.log'}\n"
+                                  f"{failures}\n{tail}\n{proc.stderr[-2000:]}")
     passed = re.search(r"(\d+) passed", proc.stdout)
     assert passed and int(passed.group(1)) > 0, f"nbval collected no cells:\n{tail}"
     assert listing(copies) == before, f"lessons wrote next to the notebooks: {sorted(listing(copies) - before)}"
