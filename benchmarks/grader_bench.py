@@ -111,18 +111,22 @@ def worker_memory(folder: Path, n: int = 10) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def child_cost(folder: Path, n: int = 5) -> float:
-    """Seconds for one sandboxed child (Python + numpy + onnxruntime import, a trivial task)."""
-    from grader import sandbox
+def child_cost(folder: Path, isolate: bool | None, n: int = 5) -> float:
+    """Seconds for one student-code run of the reader task: a fresh process (``isolate`` True/False)
+    or a fork of the preloaded server (None)."""
+    from grader import reference, sandbox
+    from lab import data
 
     scratch = folder.parent / "child"
     scratch.mkdir(exist_ok=True)
-    (scratch / "metrics.py").write_text("def summarize(p, l):\n    return {}\n")
-    task = {"task": "metrics", "module": "metrics", "function": "summarize", "cases": []}
-    sandbox.run(scratch, task)
+    (scratch / "calibration_reader.py").write_text(reference.READER_SOURCE)
+    task = {"task": "reader", "module": "calibration_reader", "class": "DigitReader", "input": "input.npz",
+            "batch_size": 36, "max_batches": 1000}
+    inputs = {"input.npz": {"pixels": data.calibration_set("right")}}
+    sandbox.run(scratch, task, inputs, isolate=isolate)
     start = time.perf_counter()
     for _ in range(n):
-        sandbox.run(scratch, task)
+        sandbox.run(scratch, task, inputs, isolate=isolate)
     return (time.perf_counter() - start) / n
 
 
@@ -140,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", type=int, default=N_STUDENTS)
     parser.add_argument("--no-anchor", action="store_true", help="skip re-executing the notebooks")
     args = parser.parse_args(argv if argv is not None else [])
+    from grader import sandbox
     from grader.sandbox import sandbox_kind
 
     with tempfile.TemporaryDirectory(prefix="grader-bench-") as tmp:
@@ -151,15 +156,16 @@ def main(argv: list[str] | None = None) -> int:
         floor = time_floor(folder)
         batch_s, summary = time_batch(folder, tmp / "out")
         mem = worker_memory(folder)
-        child = child_cost(folder)
+        fresh = child_cost(folder, True if sandbox.bwrap_available() else False)
+        forked = child_cost(folder, None)
         anchor = None if args.no_anchor else time_notebook_regrade(tmp)
     ratio = batch_s / floor
     print(f"class: {args.n} submissions, {broken} broken in {len(set(kinds.values())) - 1} ways; sandbox: {sandbox_kind()}")
     print(f"floor (python + onnxruntime + each model once, {JOBS} at a time): {floor:6.1f} s")
     print(f"grader batch -j {JOBS}:                                         {batch_s:6.1f} s "
           f"({ratio:.2f}x the floor; aim <= 1.5x and <= 60 s) -> {summary}")
-    print(f"per submission: {batch_s / args.n * JOBS:.2f} s of a worker; one sandboxed child costs {child:.2f} s "
-          f"(two per submission)")
+    print(f"per submission: {batch_s / args.n * JOBS:.2f} s of a worker; one reader run costs {fresh:.2f} s in a fresh "
+          f"sandboxed process, {forked:.2f} s forked from the preloaded server (two runs per submission)")
     print(f"worker peak memory: {mem['worker_peak_mib']:.0f} MiB (grader process), "
           f"{mem['child_peak_mib']:.0f} MiB (largest sandboxed child)")
     if anchor is not None:

@@ -108,15 +108,43 @@ def _command(scratch: Path, task_file: Path, isolate: bool) -> list[str]:
     return cmd + ["--"] + python
 
 
+_SERVER = None
+
+
+def fork_server():
+    """This process's preloaded fork server (``grader.forkserver``), or None where it is not used."""
+    global _SERVER
+    if os.environ.get("GRADER_NO_FORKSERVER") or not bwrap_available():
+        return None
+    if _SERVER is None or not _SERVER.alive():
+        import atexit
+
+        from grader.forkserver import ForkServer
+
+        base = Path(tempfile.mkdtemp(prefix="grader-fs-"))
+        try:
+            _SERVER = ForkServer(base, scrubbed_env(str(base)))
+        except (OSError, RuntimeError):
+            shutil.rmtree(base, ignore_errors=True)
+            return None
+        atexit.register(lambda server=_SERVER: (server.close(), shutil.rmtree(server.base, ignore_errors=True)))
+    return _SERVER
+
+
 def run(submission_root: Path, task: dict, inputs: dict | None = None, limits: Limits = Limits(),
         isolate: bool | None = None) -> ChildResult:
-    """Copy the submission's ``.py`` files into a fresh scratch folder, run ``task`` there, collect plain data."""
+    """Copy the submission's ``.py`` files into a fresh scratch folder, run ``task`` there, collect plain data.
+
+    Runs in this process's fork server when there is one (``isolate`` left as None), else in a
+    fresh process (under bubblewrap when ``isolate``).
+    """
     import numpy as np
 
     from lab.schemas import loads
 
+    server = fork_server() if isolate is None else None
     isolate = bwrap_available() if isolate is None else isolate
-    base = Path(tempfile.mkdtemp(prefix="grader-child-"))
+    base = Path(tempfile.mkdtemp(prefix="grader-child-", dir=server.base if server else None))
     scratch = base / "scratch"
     scratch.mkdir()
     try:
@@ -128,23 +156,16 @@ def run(submission_root: Path, task: dict, inputs: dict | None = None, limits: L
         task_file.write_text(json.dumps(task))
         out_path, err_path = base / "stdout", base / "stderr"
         start = time.monotonic()
-        with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen(_command(scratch, task_file, isolate), cwd=scratch, stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=err, env=scrubbed_env(str(scratch)),
-                                    preexec_fn=_limit(limits), start_new_session=True)
+        code, timed_out = None, None
+        if server is not None:
             try:
-                code = proc.wait(timeout=limits.wall)
-                timed_out = False
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                code = None
-            finally:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait()
+                code, timed_out = server.run(scratch, task_file, err_path, limits)
+            except RuntimeError:
+                timed_out = None  # the server died (perhaps killed by this run): run it the slow way
+        if timed_out is None:
+            code, timed_out = _spawn(scratch, task_file, out_path, err_path, limits, isolate)
         seconds = time.monotonic() - start
+        err_path.touch()
         stderr = _tail(err_path, limits.output)
         if timed_out:
             return ChildResult("timeout", stderr=stderr, seconds=seconds,
@@ -178,6 +199,25 @@ def run(submission_root: Path, task: dict, inputs: dict | None = None, limits: L
                            f"ran out of memory (limit {limits.memory >> 20} MiB)" if status == "memory" else "")
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _spawn(scratch: Path, task_file: Path, out_path: Path, err_path: Path, limits: Limits,
+           isolate: bool) -> tuple[int | None, bool]:
+    """One fresh child process for one run: (exit code, timed out)."""
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        proc = subprocess.Popen(_command(scratch, task_file, isolate), cwd=scratch, stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=err, env=scrubbed_env(str(scratch)),
+                                preexec_fn=_limit(limits), start_new_session=True)
+        try:
+            return proc.wait(timeout=limits.wall), False
+        except subprocess.TimeoutExpired:
+            return None, True
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
 
 
 def _tail(path: Path, cap: int) -> str:

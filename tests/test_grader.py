@@ -112,7 +112,10 @@ def test_reader_cannot_write_outside_its_folder(corpus_run):
     assert not (REPO / "ESCAPED_BY_READER.txt").exists()
 
 
-def test_child_gets_no_secret_and_no_network(good_zip, tmp_path, monkeypatch):
+@pytest.mark.parametrize("isolate", [None, True, False], ids=["fork-server", "bubblewrap", "rlimits-only"])
+def test_child_gets_no_secret_and_no_network(good_zip, tmp_path, monkeypatch, isolate):
+    if isolate and not sandbox.bwrap_available():
+        pytest.skip("bubblewrap is not available")
     from grader.submission import open_submission
 
     sub = open_submission(good_zip, tmp_path / "sub")
@@ -130,11 +133,11 @@ def test_child_gets_no_secret_and_no_network(good_zip, tmp_path, monkeypatch):
     monkeypatch.setenv("GRADER_SECRET", "s3cret-value")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "leak")
     child = sandbox.run(sub.root, {"task": "metrics", "module": "metrics", "function": "summarize",
-                                   "cases": [{"name": "x", "labels": [1], "predictions": [1]}]})
+                                   "cases": [{"name": "x", "labels": [1], "predictions": [1]}]}, isolate=isolate)
     assert child.status == "ok", child.message + child.stderr
     got = child.data["cases"][0]["returned"]
     assert "s3cret-value" not in json.dumps(got) and "AWS_SECRET_ACCESS_KEY" not in got["env"]
-    if sandbox.bwrap_available():
+    if isolate is not False and sandbox.bwrap_available():
         assert got["net"] != "connected"
 
 
