@@ -9,7 +9,8 @@ import pytest
 from lab import run
 
 # Sizes small enough for CI; only the names a lesson declares in its parameters cell are passed.
-SMALL_PARAMETERS = {"MAX_BATCHES": 16}
+SMALL_PARAMETERS = {"MAX_BATCHES": 16, "ENTROPY_BINS": 512, "SPEED_WARMUP": 3, "SPEED_REPEATS": 20,
+                    "LARGE_WIDTHS": [64, 256, 1024], "SWEEP_REPEATS": 5}
 CELL_TIMEOUT_S = 600
 
 
