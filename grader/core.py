@@ -82,8 +82,9 @@ def run_groups(ctx: Context) -> list:
         except Missing as e:
             got = _failed_group(group, f"{e.rel} is not in the submission: lesson {group.lesson} writes it")
         except Exception as e:  # noqa: BLE001 - a crash in a check is a failed check with its reason
-            got = _failed_group(group, f"the grader could not check this ({type(e).__name__}: {e}); the files "
-                                       f"lesson {group.lesson} wrote may not have the expected shape")
+            got = _failed_group(group, f"the grader could not check this ({type(e).__name__}: {e}); check that "
+                                       f"the files lesson {group.lesson} writes have the expected shape, and "
+                                       "tell your instructor if they do")
         checks += got
     return checks
 

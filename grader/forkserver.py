@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -35,6 +36,19 @@ def _apply_limits(memory: int, cpu: int, files: int) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
+def _wipe(folder: str, keep: Path) -> None:
+    """Empty ``folder``, except ``keep`` (the grader's bind-mounted work folder) and what holds it."""
+    import shutil
+
+    for entry in Path(folder).iterdir():
+        if entry == keep or entry in keep.parents:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+
+
 def serve() -> None:
     """Server side: preload, then one fork per request line; answer one JSON line per request."""
     import ctypes
@@ -51,6 +65,7 @@ def serve() -> None:
         ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: children cannot ptrace the server
     except (OSError, AttributeError):
         pass
+    base = Path.cwd()
     out = sys.stdout
     out.write(json.dumps({"ready": True}) + "\n")
     out.flush()
@@ -101,6 +116,7 @@ def serve() -> None:
                     break
             except ChildProcessError:
                 break
+        _wipe("/tmp", base)  # the sandbox's private /tmp: nothing one student leaves is seen by the next
         out.write(json.dumps({"code": os.waitstatus_to_exitcode(status) if not timed_out else None,
                               "timed_out": timed_out, "seconds": time.monotonic() - start}) + "\n")
         out.flush()
@@ -150,6 +166,10 @@ class ForkServer:
         if answer is None:
             self.close()
             raise RuntimeError("the fork server stopped answering")
+        for entry in self.base.iterdir():  # anything a run left beside its own task folder
+            if entry != scratch.parent:
+                shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() and not entry.is_symlink() \
+                    else entry.unlink(missing_ok=True)
         return answer["code"], answer["timed_out"]
 
     def close(self) -> None:

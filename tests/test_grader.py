@@ -192,3 +192,25 @@ def test_batch_killed_midway_resumes_without_regrading(good_zip, tmp_path):
         rows = list(csv.DictReader(f))
     assert [r["student"] for r in rows] == [f"s{i}" for i in range(6)]
     assert all(r["status"] == "graded" and float(r["score"]) == float(r["max"]) - not_in_reference() for r in rows)
+
+
+def test_nothing_one_run_leaves_reaches_the_next(good_zip, tmp_path):
+    from grader.submission import open_submission
+
+    if sandbox.fork_server() is None:
+        pytest.skip("no fork server without bubblewrap: every run is a fresh process")
+    sub = open_submission(good_zip, tmp_path / "sub")
+    (sub.root / "metrics.py").write_text(
+        "import os, subprocess\n"
+        "def summarize(p, l):\n"
+        "    seen = sorted(os.listdir('/tmp'))\n"
+        "    open('/tmp/left-behind.txt', 'w').write('x')\n"
+        "    subprocess.Popen(['sleep', '60'], start_new_session=True)\n"
+        "    alive = [d for d in os.listdir('/proc') if d.isdigit()]\n"
+        "    return {'seen': seen, 'processes': len(alive)}\n")
+    task = {"task": "metrics", "module": "metrics", "function": "summarize",
+            "cases": [{"name": "x", "labels": [1], "predictions": [1]}]}
+    first = sandbox.run(sub.root, task).data["cases"][0]["returned"]
+    second = sandbox.run(sub.root, task).data["cases"][0]["returned"]
+    assert "left-behind.txt" not in second["seen"]
+    assert second["processes"] == first["processes"], "the sleeper from the first run is still alive"
