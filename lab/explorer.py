@@ -13,7 +13,9 @@ from lab import data
 from lab.ruler import dequantize, quantize, qrange, representable_range, ruler_stats
 
 PRESET_KINDS = ("narrow", "right", "wide")
-PRESET_COLORS = {"narrow": "tab:red", "right": "tab:green", "wide": "tab:purple"}
+# the same colours as lessons 03-05's figures (lab.plots.COLORS), so narrow, right and wide look alike everywhere
+PRESET_COLORS = {"narrow": "tab:orange", "right": "tab:green", "wide": "tab:blue"}
+OTHER_COLOR = "tab:purple"  # a range the student dragged to
 CLIP_COLOR = "tab:red"
 
 
@@ -86,7 +88,7 @@ def draw(values: np.ndarray, ranges: dict[str, tuple[float, float]], dtype: str 
     axes = fig.subplots(len(ranges), 1, sharex=True, squeeze=False)[:, 0]
     for ax, (name, (rmin, rmax)) in zip(axes, ranges.items()):
         s = explore(x, rmin, rmax, dtype)
-        color = PRESET_COLORS.get(name, "tab:blue")
+        color = PRESET_COLORS.get(name, OTHER_COLOR)
         back = dequantize(quantize(x, s["scale"], s["zero_point"], dtype), s["scale"], s["zero_point"])
         ax.hist(x, bins=edges, color="0.75", label="real values")
         ax.hist(back, bins=edges, histtype="step", linewidth=1.6, color=color, label="after the round trip")

@@ -5,6 +5,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from lab.ruler import round_trip
 
@@ -35,35 +36,62 @@ def binned_round_trip_error(values: np.ndarray, ruler, bins: int = 40) -> tuple[
     return sums_v[keep] / counts[keep], sums[keep] / counts[keep]
 
 
-def round_trip_figure(panels: Sequence[Mapping]) -> Figure:
-    """One panel per tensor: mean round-trip error against value, one line per ruler, log scale.
+MARKERS = {"narrow": "o", "right": "s", "wide": "^"}
+HOLLOW = {"wide"}  # drawn open, so a ruler with the same errors underneath still shows
 
-    Each panel is a mapping with ``title``, ``xlabel``, ``values`` (the FP32 values the tensor takes)
-    and ``rulers`` (name -> ruler with scale, zero_point, dtype and interval). A dotted line marks
-    where each ruler ends. Clipping: error near 0 up to the ruler's end, then growing with the value.
-    Squashing: error of about scale/4 at every value, far above the right ruler's.
+
+def _error_ticks(ax, top: float) -> None:
+    """Decimal ticks on a log error axis, with the floor labelled ``exact`` (an error of 0)."""
+    ticks = [FLOOR] + [10.0 ** k for k in range(-4, 2) if 10.0 ** k <= top]
+    ax.set_yticks(ticks, ["exact"] + [f"{t:g}" for t in ticks[1:]])
+    ax.minorticks_off()
+
+
+def round_trip_figure(panels: Sequence[Mapping]) -> Figure:
+    """One panel per tensor: mean round-trip error against value, one line per ruler, on one log axis.
+
+    Each panel is a mapping with ``title``, ``xlabel``, ``values`` (the FP32 values the tensor takes),
+    ``rulers`` (name -> ruler with scale, zero_point, dtype and interval) and optionally ``note``
+    (a few lines of text drawn in the panel's top-right corner). A dotted line marks where each ruler ends
+    if the values go past it; a dashed line at scale/4 marks the mean error of values spread evenly
+    between its marks. Clipping: error near 0 up to the ruler's end, then growing with the value.
+    Squashing: error around its (large) scale/4 at every value. Values that already sit on the
+    marks (pixels k/16) stay far below scale/4. The panels share the error axis, so a ruler's
+    error can be compared from one tensor to the next.
     """
-    fig = Figure(figsize=(5.5 * len(panels), 4.2), layout="constrained")
-    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    fig = Figure(figsize=(5.8 * len(panels), 4.9), layout="constrained")
+    axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)[0]
+    highest = FLOOR
     for ax, panel in zip(axes, panels):
         top = float(np.max(panel["values"]))
         for i, (name, ruler) in enumerate(panel["rulers"].items()):
+            color = _color(name, i)
             centres, err = binned_round_trip_error(panel["values"], ruler)
-            ax.plot(centres, np.maximum(err, FLOOR), marker="o", ms=3.5, lw=1.5,
-                    color=_color(name, i), label=f"{name} (scale {ruler.scale:.3g})")
+            highest = max(highest, float(err.max()))
+            ax.plot(centres, np.maximum(err, FLOOR), marker=MARKERS.get(name, "o"), ms=4.5, lw=1.4,
+                    mfc="none" if name in HOLLOW else color, mew=1.3,
+                    color=color, zorder=3, label=f"{name} ruler (scale {ruler.scale:.3g})")
             end = ruler.interval[1]
+            ax.hlines(ruler.scale / 4, 0, min(end, top), color=color, ls="--", lw=1.0, alpha=0.8, zorder=2)
             if end < top:
-                ax.axvline(end, color=_color(name, i), ls=":", lw=1.2)
-                ax.text(end, 0.97, f"{name} ruler ends ", rotation=90, fontsize=8, color=_color(name, i),
+                ax.axvline(end, color=color, ls=":", lw=1.2)
+                ax.text(end, 0.97, f"{name} ruler ends ", rotation=90, fontsize=9, color=color,
                         ha="right", va="top", transform=ax.get_xaxis_transform())
+        if panel.get("note"):
+            ax.text(0.98, 0.97, panel["note"], transform=ax.transAxes, fontsize=9, va="top", ha="right", multialignment="left",
+                    bbox=dict(boxstyle="round", facecolor="white", edgecolor="0.8", alpha=0.9))
         ax.set_yscale("log")
-        ax.set_ylim(FLOOR / 2, None)
-        ax.set_title(panel["title"])
+        ax.set_title(panel["title"], fontsize=11)
         ax.set_xlabel(panel["xlabel"])
-        ax.set_ylabel("mean |round trip - value|  (0 drawn at 1e-5)")
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=8, loc="lower right")
-    fig.suptitle("Round-trip error by value: clipping grows past the ruler's end, squashing is everywhere")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylim(FLOOR / 2, highest * 80)  # headroom above the data for the notes
+    _error_ticks(axes[0], highest * 80)
+    axes[0].set_ylabel("mean round-trip error |x̂ − x|  (log)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    handles.append(Line2D([], [], color="0.3", ls="--", lw=1.0))
+    labels.append("scale/4 of each ruler: its mean error when values fall anywhere between marks")
+    fig.legend(handles, labels, loc="outside lower center", ncol=2, fontsize=9, frameon=False)
+    fig.suptitle("Round-trip error by value: clipping grows past the ruler's end, squashing is coarse everywhere")
     return fig
 
 

@@ -112,3 +112,62 @@ def test_slider_track_fits_the_data_and_stretches_only_for_a_far_preset():
     assert slider.value == ranges["wide"] and slider.max > ranges["wide"][1]
     buttons.value = "narrow"
     assert slider.value == ranges["narrow"] and slider.max == pytest.approx(2 * values.max())
+
+
+def test_preset_colours_match_the_later_lessons_figures():
+    from lab import plots
+    assert {k: plots.COLORS[k] for k in explorer.PRESET_KINDS} == explorer.PRESET_COLORS
+
+
+def test_round_trip_error_separates_clipping_from_squashing(pixels):
+    """The lesson 03 figure's numbers: clipping grows with the value, squashing is flat near scale/4,
+    and pixels on the 1/16 grid stay far below the wide ruler's scale/4."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from lab import plots, ruler
+
+    def on(lo, hi):
+        scale, zp = ruler.scale_zero_point(lo, hi, "int8")
+        return SimpleNamespace(scale=float(scale), zero_point=zp, dtype="int8",
+                               interval=ruler.representable_range(scale, zp, "int8"))
+
+    values = np.linspace(0, 4, 40001, dtype=np.float32)       # continuous, like a hidden layer
+    centres, err = plots.binned_round_trip_error(values, on(0, 1), bins=40)
+    past = centres > 1.2
+    assert err[centres < 0.95].max() < 0.0025                  # inside: at most scale/2
+    assert np.all(np.diff(err[past]) > 0)                      # past the end: grows with the value
+    assert err[-1] == pytest.approx(4 - 1, abs=0.06)            # ... by the distance to the end
+
+    wide = on(0, 64)
+    _, err = plots.binned_round_trip_error(values, wide, bins=10)
+    assert np.all(err > wide.scale / 8) and np.all(err < wide.scale / 2 + 1e-6)   # everywhere, around scale/4
+
+    levels = np.arange(17, dtype=np.float32) / 16               # deployed pixels
+    _, err = plots.binned_round_trip_error(levels, on(0, 16))
+    assert err.max() < on(0, 16).scale / 4 / 3                  # pixels sit almost on wide's marks
+
+
+def test_round_trip_figure_shares_one_error_axis_and_names_every_ruler(pixels, presets):
+    from types import SimpleNamespace
+
+    from lab import plots, ruler
+
+    rulers = {}
+    for name, (lo, hi) in presets.items():
+        scale, zp = ruler.scale_zero_point(lo, hi, "int8")
+        rulers[name] = SimpleNamespace(scale=float(scale), zero_point=zp, dtype="int8",
+                                       interval=ruler.representable_range(scale, zp, "int8"))
+    fig = plots.round_trip_figure([
+        {"title": "pixels", "xlabel": "pixel", "values": pixels, "rulers": rulers, "note": "a note"},
+        {"title": "scaled", "xlabel": "value", "values": pixels * 3, "rulers": rulers},
+    ])
+    left, right = fig.axes
+    assert left.get_ylim() == right.get_ylim()
+    assert [t.get_text() for t in left.get_yticklabels()][0] == "exact"
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert [l.split()[0] for l in labels[:3]] == list(presets) and "scale/4" in labels[3]
+    assert any(t.get_text() == "a note" for t in left.texts)
+    assert any("narrow ruler ends" in t.get_text() for t in right.texts)
+    fig.savefig(io.BytesIO(), format="png")
