@@ -126,16 +126,10 @@ class ForkServer:
     """Client side: one server per grading process, started lazily, restarted if it dies."""
 
     def __init__(self, base: Path, env: dict[str, str]):
-        from grader.sandbox import BWRAP
+        from grader.sandbox import bwrap_prefix
 
         self.base = base
-        cmd = [BWRAP, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-               "--bind", str(base), str(base), "--unshare-net", "--unshare-pid", "--unshare-ipc",
-               "--unshare-uts", "--die-with-parent", "--new-session"]
-        secret = os.environ.get("GRADER_SECRET_FILE")
-        if secret and os.path.isfile(secret):
-            cmd += ["--ro-bind", "/dev/null", secret]
-        cmd += ["--chdir", str(base), "--", sys.executable, "-I", str(HERE), "serve"]
+        cmd = bwrap_prefix(base) + ["--", sys.executable, "-I", str(HERE), "serve"]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      env=env, text=True, bufsize=1)
         hello = self._read(60)

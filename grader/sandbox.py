@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 CHILD = Path(__file__).resolve().with_name("child.py")
+PROJECT_ROOT = CHILD.parent.parent  # grader/ and lab/ live here; the child imports lab from it
 BWRAP = "/usr/bin/bwrap"
 SECRET_ENV = "GRADER_SECRET"
 SECRET_FILE_ENV = "GRADER_SECRET_FILE"
@@ -95,17 +96,28 @@ def _limit(limits: Limits):
     return apply
 
 
-def _command(scratch: Path, task_file: Path, isolate: bool) -> list[str]:
-    python = [sys.executable, "-I", str(CHILD), str(task_file)]
-    if not isolate:
-        return python
-    cmd = [BWRAP, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-           "--bind", str(scratch), str(scratch), "--unshare-net", "--unshare-pid", "--unshare-ipc",
-           "--unshare-uts", "--die-with-parent", "--new-session", "--chdir", str(scratch)]
+def bwrap_prefix(writable: Path) -> list[str]:
+    """bubblewrap arguments: read-only root, private /tmp, only ``writable`` writable, no network, own PIDs.
+
+    The code the child runs (this project, the virtualenv, the Python install) is bound back
+    read-only after the private /tmp, so a checkout under /tmp still works inside the sandbox.
+    """
+    cmd = [BWRAP, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    code = {Path(p).resolve() for p in (PROJECT_ROOT, sys.prefix, sys.base_prefix, Path(sys.executable).resolve().parent)}
+    for path in sorted(code):
+        if path.is_relative_to("/tmp") and path.exists():
+            cmd += ["--ro-bind", str(path), str(path)]
+    cmd += ["--bind", str(writable), str(writable), "--unshare-net", "--unshare-pid", "--unshare-ipc",
+            "--unshare-uts", "--die-with-parent", "--new-session"]
     secret = os.environ.get(SECRET_FILE_ENV)
     if secret and os.path.isfile(secret):
         cmd += ["--ro-bind", "/dev/null", secret]  # the instructor's secret stays hidden
-    return cmd + ["--"] + python
+    return cmd + ["--chdir", str(writable)]
+
+
+def _command(scratch: Path, task_file: Path, isolate: bool) -> list[str]:
+    python = [sys.executable, "-I", str(CHILD), str(task_file)]
+    return bwrap_prefix(scratch) + ["--"] + python if isolate else python
 
 
 _SERVER = None
