@@ -112,50 +112,92 @@ def compare_scenarios(float_model, int8_model, x: np.ndarray, labels: np.ndarray
     return out
 
 
+def _fp32(r: ScenarioResult) -> str:
+    """FP32 accuracy, starred when FP32 itself is below the floor (a model limit, not a quantization one)."""
+    return f"{r.fp32_accuracy:.3f}" + ("*" if r.fp32_accuracy + 1e-9 < FLOOR else " ")
+
+
+def _footnote(results: Sequence[ScenarioResult]) -> list[str]:
+    weak = [f"{r.name} {r.fp32_accuracy:.0%}" for r in results if r.fp32_accuracy + 1e-9 < FLOOR]
+    if not weak:
+        return []
+    return [f"* FP32 itself reads fewer than {FLOOR:.0%} of these images ({', '.join(weak)}): a limit of the model,",
+            "  not of quantization. The verdict compares INT8 with FP32 only."]
+
+
 def format_scenarios(results: Sequence[ScenarioResult]) -> str:
-    """A fixed-width table: one row per scenario."""
-    head = f"{'scenario':<13}{'FP32':>7}{'INT8':>7}{'loss':>8}{'changed':>9}{'accepted':>9}{'defects':>8}{'max err':>8}  verdict"
-    lines = [head, "-" * (len(head) + 6)]
+    """A fixed-width table: one row per scenario; a footnote marks scenarios FP32 itself fails."""
+    head = (f"{'scenario':<13}{'FP32':>7} {'INT8':>6}{'loss':>9}{'changed':>9}{'accepted':>9}{'defects':>8}"
+            f"{'max err':>8}  verdict (INT8 vs FP32)")
+    lines = [head, "-" * len(head)]
     for r in results:
-        lines.append(f"{r.name:<13}{r.fp32_accuracy:>7.3f}{r.int8_accuracy:>7.3f}{r.loss:>+8.4f}{r.changed:>9d}"
+        problems = "; ".join(p for p in r.note.split("; ") if p and not p.startswith("FP32 itself"))
+        lines.append(f"{r.name:<13}{_fp32(r):>8}{r.int8_accuracy:>6.3f}{r.loss:>+9.4f}{r.changed:>9d}"
                      f"{r.accepted_differences:>9d}{r.defects:>8d}{r.max_abs_error:>8.3f}  {r.verdict}"
-                     + (f" ({r.note})" if r.note else ""))
-    return "\n".join(lines)
+                     + (f": {problems}" if problems else ""))
+    return "\n".join(lines + _footnote(results))
 
 
 def format_before_after(before: Sequence[ScenarioResult], after: Sequence[ScenarioResult],
                         labels: tuple[str, str] = ("before", "after")) -> str:
     """Two runs side by side per scenario: INT8 accuracy, defects, max abs error and verdict."""
     b, a = labels
-    head = f"{'scenario':<13}{'FP32':>7} | {b + ' INT8':>12}{'defects':>8}{'max err':>8} {'verdict':<11}| {a + ' INT8':>11}{'defects':>8}{'max err':>8} verdict"
+    head = (f"{'scenario':<13}{'FP32':>7}  | {b + ' INT8':>12}{'defects':>8}{'max err':>8} {'verdict':<11}"
+            f"| {a + ' INT8':>11}{'defects':>8}{'max err':>8} verdict")
     lines = [head, "-" * len(head)]
     after_by = {r.name: r for r in after}
     for r in before:
         s = after_by[r.name]
-        lines.append(f"{r.name:<13}{r.fp32_accuracy:>7.3f} | {r.int8_accuracy:>12.3f}{r.defects:>8d}{r.max_abs_error:>8.3f} "
+        lines.append(f"{r.name:<13}{_fp32(r):>8} | {r.int8_accuracy:>12.3f}{r.defects:>8d}{r.max_abs_error:>8.3f} "
                      f"{r.verdict:<11}| {s.int8_accuracy:>11.3f}{s.defects:>8d}{s.max_abs_error:>8.3f} {s.verdict}")
-    return "\n".join(lines)
+    return "\n".join(lines + _footnote(before))
 
 
 def scenario_figure(runs: Mapping[str, Sequence[ScenarioResult]]):
-    """Max abs error and defects per scenario, one bar per run."""
+    """Per scenario: accuracy of FP32 and of each INT8 run (FP32's own limit shaded), then the INT8-vs-FP32 checks.
+
+    Top: accuracy against the true digits, with the FP32 floor; scenarios FP32 itself fails are
+    shaded, because no calibration can fix them. Bottom: what the verdict looks at, confident FP32
+    answers that INT8 changed, and the largest probability change.
+    """
     import matplotlib.pyplot as plt
 
-    names = [r.name for r in next(iter(runs.values()))]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    first = next(iter(runs.values()))
+    names = [r.name for r in first]
+    x = np.arange(len(names))
+    fig = plt.figure(figsize=(11, 6.6), layout="constrained")
+    top, bottom = fig.subfigures(2, 1, height_ratios=[1.1, 1])
+    acc = top.subplots()
+    width = 0.8 / (len(runs) + 1)
+    for i, r in enumerate(first):
+        if r.fp32_accuracy + 1e-9 < FLOOR:
+            acc.axvspan(i - 0.45, i + 0.45, color="0.92", zorder=0)
+            acc.text(i, 1.02, "FP32 limit", ha="center", va="bottom", fontsize=8, color="0.35")
+    acc.bar(x - 0.4 + width / 2, [r.fp32_accuracy for r in first], width, color="0.55", label="FP32")
+    for j, (label, rows) in enumerate(runs.items(), start=1):
+        acc.bar(x - 0.4 + width * (j + 0.5), [r.int8_accuracy for r in rows], width, color=f"C{j - 1}",
+                label=f"INT8, {label}")
+    acc.axhline(FLOOR, color="k", ls=":", lw=1)
+    acc.text(len(names) - 0.5, FLOOR, f" floor {FLOOR}", va="center", ha="left", fontsize=8)
+    acc.set_xticks(x, names)
+    acc.set_ylim(0, 1.12)
+    acc.set_xlim(-0.5, len(names) - 0.5)
+    acc.set_ylabel("accuracy (true digits)")
+    acc.set_title("Accuracy per scenario: INT8 tracks FP32; shaded scenarios fail in FP32 already")
+    acc.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), fontsize=8, ncols=len(runs) + 1)
+    axes = bottom.subplots(1, 2)
     width = 0.8 / len(runs)
-    for i, (label, rows) in enumerate(runs.items()):
-        pos = np.arange(len(names)) + i * width
-        axes[0].bar(pos, [r.max_abs_error for r in rows], width, label=label)
-        axes[1].bar(pos, [r.defects for r in rows], width, label=label)
-    for ax, title, ylabel in ((axes[0], "Largest probability change vs FP32", "max abs error"),
-                              (axes[1], f"Confident FP32 answers changed (margin >= {BOUNDARY_MARGIN})", "images")):
-        ax.set_xticks(np.arange(len(names)) + 0.4 - width / 2, names, rotation=20)
-        ax.set_title(title)
-        ax.set_xlabel("scenario")
+    for j, (label, rows) in enumerate(runs.items()):
+        pos = x - 0.4 + width * (j + 0.5)
+        axes[0].bar(pos, [r.defects for r in rows], width, color=f"C{j}", label=f"INT8, {label}")
+        axes[1].bar(pos, [r.max_abs_error for r in rows], width, color=f"C{j}", label=f"INT8, {label}")
+    for ax, title, ylabel in ((axes[0], f"Confident FP32 answers INT8 changed (margin >= {BOUNDARY_MARGIN})",
+                               "images (0 to pass)"),
+                              (axes[1], "Largest probability change vs FP32", "max abs error")):
+        ax.set_xticks(x, names, rotation=25)
+        ax.set_title(title, fontsize=10)
         ax.set_ylabel(ylabel)
-        ax.legend()
-    fig.tight_layout()
+        ax.legend(fontsize=8)
     return fig
 
 

@@ -80,6 +80,36 @@ def test_disjointness_is_checked_by_content(drafts):
         recipe.check_disjoint(np.concatenate([drafts["fixed"].pixels, flashed_acceptance]), ev.pixels)
 
 
+def test_the_table_marks_scenarios_fp32_itself_fails_and_judges_int8_against_fp32():
+    labels = np.arange(10) % 10
+    right = np.eye(10)[labels] * 0.9 + 0.01
+    wrong = np.eye(10)[(labels + 1) % 10] * 0.9 + 0.01
+    weak = recipe.judge("weak", wrong, wrong, labels)  # FP32 reads none of them; INT8 agrees with FP32
+    fine = recipe.judge("fine", right, right, labels)
+    assert weak.passed and weak.fp32_accuracy == 0.0 and "model limit" in weak.note
+    table = recipe.format_scenarios([fine, weak]).splitlines()
+    assert "0.000*" in table[3] and "*" not in table[2]
+    assert table[-2].startswith("* FP32 itself reads fewer than 95% of these images (weak 0%)")
+    assert "INT8 with FP32 only" in table[-1]
+    assert "*" not in recipe.format_scenarios([fine])  # no footnote when FP32 reads every scenario
+    side = recipe.format_before_after([fine, weak], [fine, weak]).splitlines()
+    assert "0.000*" in side[3] and side[-2].startswith("* FP32 itself")
+
+
+def test_scenario_figure_shows_fp32_and_each_run(drafts):
+    import matplotlib
+    matplotlib.use("Agg")
+    fig = recipe.scenario_figure({"daylight": list(drafts["before"].values()),
+                                  "fixed": list(drafts["after"].values())})
+    axes = [ax for sub in fig.subfigs for ax in sub.axes]
+    assert len(axes) == 3
+    acc = axes[0]
+    assert acc.get_ylabel().startswith("accuracy") and [t.get_text() for t in acc.get_legend().get_texts()] == \
+        ["FP32", "INT8, daylight", "INT8, fixed"]
+    shaded = [t.get_text() for t in acc.texts if t.get_text() == "FP32 limit"]
+    assert len(shaded) == sum(r.fp32_accuracy < recipe.FLOOR for r in drafts["before"].values()) >= 1
+
+
 @pytest.fixture(scope="module")
 def release(drafts):
     doc = recipe.recipe(RELEASE_ID, drafts["source"], drafts["fixed"], drafts["settings"], 36, drafts["ev"],

@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 
 import numpy as np
+import onnx
 import pytest
 from onnxruntime.quantization import calibrate as ort_calibrate
 
@@ -73,6 +74,21 @@ def test_calibrate_passes_bins_through_and_trims_tails(source, right):
     assert set(tuned.candidates().values()) == {tb.entropy_candidates(1024)}
     assert tuned.ranges["relu1.out"][1] < minmax.ranges["relu1.out"][1]  # the long tail is clipped
     assert tuned.ranges["pixels"] == pytest.approx(minmax.ranges["pixels"])
+
+
+def test_calibrate_reuses_a_search_only_for_the_same_model_data_and_options(source, right, work):
+    first = tb.calibrate(source, right[:72], "Entropy", {"num_bins": 256})
+    assert tb.calibrate(source, np.array(right[:72]), "Entropy", {"num_bins": 256}) is first  # same content
+    assert tb.calibrate(source, right[72:144], "Entropy", {"num_bins": 256}) is not first
+    assert tb.calibrate(source, right[:72], "Entropy", {"num_bins": 512}) is not first
+    assert tb.calibrate(source, right[:72], "Entropy", {"num_bins": 256}, batch_size=24) is not first
+    other = work / "other-source.onnx"
+    other.write_bytes(source.read_bytes())
+    assert tb.calibrate(other, right[:72], "Entropy", {"num_bins": 256}) is first  # same bytes, same model
+    m = graph.load(source)
+    m.doc_string = "changed"
+    onnx.save(m, str(other))
+    assert tb.calibrate(other, right[:72], "Entropy", {"num_bins": 256}) is not first
 
 
 def test_quantize_calibrated_uses_exactly_the_calibrated_input_range(source, work, right):
