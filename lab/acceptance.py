@@ -77,8 +77,10 @@ def probability_tolerance(output_scale: float | None, classes: int = N_CLASSES) 
     """How far a row of probabilities may sum from 1.
 
     A quantized Softmax output sits on a grid of ``output_scale`` steps (1/255 for QDQ INT8).
-    Each of the ``classes`` values is rounded to the nearest step, so each is off by at most
-    half a step and the row's sum by at most ``classes x scale / 2`` (10 / 510 = 0.0196).
+    ORT's kernel writes ``round(p x floor(1 / scale))``: 254 steps for p = 1 at scale 1/255 (1/255 is
+    not exact in float32), 256 at 1/256. The exact row adds up to those 254 (or 256) steps; each of the
+    ``classes`` codes is rounded by less than half a step, and the codes are integers, so the row lands
+    within 4 steps of 254: 250/255 .. 258/255, at most ``classes x scale / 2`` (10 / 510 = 0.0196) from 1.
     A float output (``output_scale`` None) only carries float32 rounding: 1e-4.
     """
     if output_scale is None:

@@ -77,6 +77,16 @@ def test_real_int8_outputs_stay_within_the_grid_tolerance():
     assert check.ok and check.min_sum < 1.0  # rounding on the 1/255 grid shows, but within 10 half-steps
 
 
+def test_row_sums_land_on_250_to_258_steps_of_the_1_255_grid():
+    """The kernel's 254-step multiplier and ten roundings: sums are k/255 with k in 250..258 (lesson 06's bound)."""
+    model = data.fixture_path("bad-calibration.onnx")
+    x = np.random.default_rng(0).random((4000, data.N_FEATURES), dtype=np.float32) * 1.5
+    steps = compare.predict(model, x).astype(np.float64).sum(axis=1) * 255
+    assert np.allclose(steps, np.round(steps), atol=1e-3)
+    assert set(np.round(steps).astype(int)) <= set(range(250, 259)) and len(set(np.round(steps).astype(int))) > 3
+    assert np.abs(steps / 255 - 1).max() <= acceptance.probability_tolerance(graph.output_scale(model)) + 1e-9
+
+
 @pytest.mark.parametrize("fp32, candidate, accept", [
     (0.96, 0.95, True),     # on the boundary: a loss equal to the limit is accepted
     (0.96, 0.9499, False),
