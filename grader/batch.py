@@ -34,12 +34,22 @@ def job(path: str, limits: Limits | None = None) -> dict:
     """The pure per-submission job: path in, result dict out. Never raises."""
     from grader.core import grade
 
-    result = grade(path, limits)
+    return package(grade(path, limits))
+
+
+def package(result: GradeResult) -> dict:
+    """What a batch writes for one result: the dict, its Markdown feedback and its Gradescope JSON."""
     d = result.to_dict()
     d["input_sha256"] = result.submission_sha256
     d["feedback"] = result.to_markdown()
     d["gradescope"] = result.to_gradescope()
     return d
+
+
+def _possible() -> float:
+    from grader.core import possible_points
+
+    return possible_points()
 
 
 def _atomic(path: Path, text: str) -> None:
@@ -145,13 +155,16 @@ def batch(folder: str | Path, out: str | Path, jobs: int = 2, resume: bool = Fal
                     except BrokenProcessPool:
                         # a worker died (e.g. killed by the OOM killer): this one is an error, the rest go again
                         d = GradeResult.without_results(student, "error", "the grading worker died while "
-                                                        "grading this submission", grader_version=__version__).to_dict()
+                                                        "grading this submission", grader_version=__version__,
+                                                        possible=_possible())
+                        d = package(d)
                         pending_paths = [futures[f] for f in not_done]
                         not_done = set()
                     except Exception as e:  # noqa: BLE001
-                        d = GradeResult.without_results(student, "error", f"{type(e).__name__}: {e}",
-                                                        grader_version=__version__).to_dict()
-                    d.setdefault("input_sha256", sha256_of_input(p) if p.exists() else "")
+                        d = package(GradeResult.without_results(student, "error", f"{type(e).__name__}: {e}",
+                                                                grader_version=__version__, possible=_possible()))
+                    if not d.get("input_sha256"):
+                        d["input_sha256"] = sha256_of_input(p) if p.exists() else ""
                     write_result(out, d)
                     write_gradebook(out, students)
                     if bar:

@@ -60,6 +60,15 @@ def _failed_group(group: Group, message: str) -> list:
     return out
 
 
+def possible_points() -> float:
+    """The points on offer this term: every active group's checks, hidden ones included."""
+    total = 0.0
+    for group in GROUPS:
+        if group.active():
+            total += sum(p.max_points for p in _failed_group(group, ""))
+    return total
+
+
 def intake_models(ctx: Context) -> None:
     """Every ONNX file in the submission passes the model checks before any is run."""
     for rel in sorted(ctx.sub.files):
@@ -96,7 +105,7 @@ def grade(path: str | Path, limits: Limits | None = None) -> GradeResult:
     student = student_from_path(path)
     rubric()  # a broken rubric is the instructor's error: raise it, do not blame the student
     scratch = Path(tempfile.mkdtemp(prefix="grader-sub-"))
-    common = {"grader_version": __version__}
+    common = {"grader_version": __version__, "possible": possible_points()}
     try:
         common["submission_sha256"] = sha256_of_input(path) if path.exists() else ""
         try:
@@ -107,7 +116,7 @@ def grade(path: str | Path, limits: Limits | None = None) -> GradeResult:
             return GradeResult.without_results(student, "invalid", str(e), seconds=time.monotonic() - start,
                                                **common)
         checks = run_groups(ctx)
-        notes = list(ctx.notes)
+        notes = list(sub.notes) + list(ctx.notes)
         if sub.student != student:
             notes.append(f"submission.json names student {sub.student!r}; the file is named {student!r}")
         status = "timeout" if ctx.timed_out else "graded"

@@ -70,6 +70,7 @@ class GradeResult:
     grader_version: str = ""
     submission_sha256: str = ""
     seconds: float = 0.0
+    possible: float = 0.0  # the points on offer, for a result that holds no checks (refused, grader failed)
 
     def __post_init__(self):
         if self.status not in STATUSES:
@@ -86,6 +87,9 @@ class GradeResult:
 
     @property
     def max_score(self) -> float:
+        """The points on offer: a refused submission is 0 out of the rubric's total, not 0 / 0."""
+        if not self.checks:
+            return round(self.possible, 4)
         return round(sum(c.max_points for c in self.checks), 4)
 
     def parts(self) -> dict[str, tuple[float, float]]:
@@ -113,7 +117,8 @@ class GradeResult:
                         [Evidence(e["what"], e["reported"], e["recomputed"], e.get("tolerance"), e.get("why", ""))
                          for e in c.get("evidence", [])], c.get("hidden", False)) for c in d.get("checks", [])]
         return cls(d["student"], d["status"], checks, d.get("reason", ""), d.get("notes", []),
-                   d.get("grader_version", ""), d.get("submission_sha256", ""), d.get("seconds", 0.0))
+                   d.get("grader_version", ""), d.get("submission_sha256", ""), d.get("seconds", 0.0),
+                   0.0 if checks else d.get("max_score", 0.0))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False, allow_nan=False)
@@ -123,16 +128,23 @@ class GradeResult:
         return render_markdown(self, show_hidden)
 
     def to_gradescope(self) -> dict:
-        """Gradescope's ``results.json``: score, execution_time, output, tests[]."""
-        tests = [{"name": f"{c.part}: {c.name}", "score": round(c.points, 4), "max_score": c.max_points,
-                  "output": _check_text(c), "visibility": "after_published" if c.hidden else "visible"}
-                 for c in self.checks]
-        out = self.reason or f"{self.status}: {self.score:g} / {self.max_score:g}"
-        result = {"score": self.score, "execution_time": round(self.seconds, 3), "output": out,
-                  "visibility": "visible", "stdout_visibility": "hidden", "tests": tests}
-        if self.status != "graded":
-            result["output"] = f"{self.status}: {self.reason}"
-        return result
+        """Gradescope's ``results.json``: score, execution_time, output, tests[] (name, number, status, ...)."""
+        tests = []
+        for i, c in enumerate(self.checks, 1):
+            tests.append({"name": f"{_part_title(c.part)}: {c.name}", "number": str(i),
+                          "score": round(c.points, 4), "max_score": c.max_points,
+                          "status": "passed" if c.passed else "failed", "output": _check_text(c),
+                          "visibility": "after_published" if c.hidden else "visible"})
+        if self.status == "graded":
+            out = f"Score {self.score:g} / {self.max_score:g}."
+        else:
+            out = f"{self.status}: {self.reason}" + (f" Score {self.score:g} / {self.max_score:g}." if self.checks else "")
+        out += "".join(f"\n{note}" for note in self.notes)
+        return {"score": self.score, "execution_time": round(self.seconds, 3), "output": out,
+                "visibility": "visible", "stdout_visibility": "hidden",
+                "extra_data": {"status": self.status, "max_score": self.max_score,
+                               "grader_version": self.grader_version},
+                "tests": tests}
 
 
 def _part_title(part: str) -> str:
@@ -153,6 +165,24 @@ def _fmt(v: object) -> str:
     return "-" if v is None else str(v)
 
 
+def _cell(v: object) -> str:
+    """A value as a Markdown table cell: no pipes or newlines to break the row."""
+    return _fmt(v).replace("|", "\\|").replace("\n", " ")
+
+
+def agrees(e: Evidence) -> bool | None:
+    """Does the reported value agree with the recomputed one within its tolerance? None if it cannot say."""
+    if e.reported is None:
+        return None
+    diff, tol = e.difference, e.tolerance
+    numeric_tol = isinstance(tol, (int, float)) and not isinstance(tol, bool)
+    if diff is not None and numeric_tol:
+        return diff <= float(tol) * (1 + 1e-9) + 1e-12
+    if tol is None or numeric_tol:
+        return _fmt(e.reported) == _fmt(e.recomputed)
+    return None
+
+
 def _check_text(c: Check) -> str:
     lines = [c.message]
     for e in c.evidence:
@@ -164,39 +194,88 @@ def _check_text(c: Check) -> str:
     return "\n".join(lines)
 
 
+def _evidence_table(c: Check) -> list[str]:
+    """The numbers behind a lost point: the ones outside their tolerance (or, failing that, the ones not judged)."""
+    verdicts = [(e, agrees(e)) for e in c.evidence]
+    shown = [e for e, ok in verdicts if ok is False] or [e for e, ok in verdicts if ok is None and e.reported is not None]
+    if not shown:
+        return []
+    lines = ["| what | reported | recomputed | difference | tolerance | within it? |", "|---|---|---|---|---|---|"]
+    for e in shown:
+        diff = e.difference
+        ok = agrees(e)
+        lines.append(f"| {e.what} | {_cell(e.reported)} | {_cell(e.recomputed)} | "
+                     f"{'-' if diff is None else f'{diff:.3g}'} | {_cell(e.tolerance)} | "
+                     f"{'-' if ok is None else ('yes' if ok else '**no**')} |")
+    agreeing = sum(ok is True for _, ok in verdicts)
+    if agreeing:
+        lines.append("")
+        lines.append(f"{agreeing} other reported number(s) of this check agree with the recomputed ones.")
+    whys = list(dict.fromkeys(e.why.rstrip(".") for e in shown if e.why))
+    if len(whys) == 1:
+        lines += ["", f"Why this tolerance: {whys[0]}."]
+    elif whys:
+        lines += ["", "Why these tolerances:"] + [f"- {w}" for w in whys]
+    return lines
+
+
+def _ordered_parts(result: GradeResult) -> list[str]:
+    """Rubric order, the hidden checks last."""
+    try:
+        from grader.context import rubric
+
+        order = [p for p in rubric() if p != "hidden"] + ["hidden"]
+    except Exception:  # noqa: BLE001 - order is cosmetic
+        order = []
+    parts = list(result.parts())
+    return sorted(parts, key=lambda p: order.index(p) if p in order else len(order))
+
+
 def render_markdown(result: GradeResult, show_hidden: bool = True) -> str:
+    """A summary table first, then one entry per lost point with the numbers behind it; full marks stay short."""
     lines = [f"# Calibration Lab feedback: {result.student}", ""]
+    lines += [f"**Score: {result.score:g} / {result.max_score:g}**", ""]
     if result.status != "graded":
         lines += [f"**Status: {result.status}.** {result.reason}", ""]
-    lines += [f"**Score: {result.score:g} / {result.max_score:g}**"
-              + (f" (status {result.status})" if result.status != "graded" else ""), ""]
+        if result.status == "invalid":
+            lines += ["Nothing was graded. Fix what is named above, then hand in again with "
+                      "`python -m lab submit --student YOUR_ID` (do not re-zip or edit the zip it writes).", ""]
+        elif result.status == "error":
+            lines += ["This is the grader's failure, not yours: tell your instructor.", ""]
     for note in result.notes:
-        lines.append(f"> {note}")
-    if result.notes:
-        lines.append("")
-    if result.checks:
-        lines += ["| part | points |", "|---|---|"]
-        lines += [f"| {k} | {p:g} / {m:g} |" for k, (p, m) in result.parts().items()]
-        lines.append("")
-    current = None
-    for c in result.checks:
-        if c.hidden and not show_hidden:
-            continue
-        if c.part != current:
-            current = c.part
-            if lines[-1] != "":
-                lines.append("")
-            title = _part_title(c.part)
-            lines += [f"## {title}", ""]
-        mark = "PASS" if c.passed else ("PARTIAL" if c.points > 0 else "FAIL")
-        lines.append(f"- **{mark}** `{c.name}` {c.points:g}/{c.max_points:g}: {c.message}")
-        if c.evidence:
-            lines += ["", "  | what | reported | recomputed | difference | tolerance | why |",
-                      "  |---|---|---|---|---|---|"]
-            for e in c.evidence:
-                diff = e.difference
-                lines.append(f"  | {e.what} | {_fmt(e.reported)} | {_fmt(e.recomputed)} | "
-                             f"{'-' if diff is None else f'{diff:.3g}'} | {_fmt(e.tolerance)} | {e.why} |")
-            lines.append("")
-    lines += ["", f"_grader {result.grader_version}, {result.seconds:.1f} s_", ""]
+        lines += [f"> {note}", ""]
+    checks = [c for c in result.checks if show_hidden or not c.hidden]
+    if not checks:
+        lines += [f"_grader {result.grader_version}_", ""]
+        return "\n".join(lines)
+    parts = result.parts()
+    lines += ["| lesson | points | points lost on |", "|---|---|---|"]
+    for part in _ordered_parts(result):
+        p, m = parts[part]
+        lost = [f"`{c.name}` (-{c.max_points - c.points:g})" for c in checks if c.part == part and not c.passed]
+        lines.append(f"| {_part_title(part)} | {p:g} / {m:g} | {', '.join(lost) or 'full marks'} |")
+    lines.append("")
+    lost = [c for c in checks if not c.passed]
+    if not lost:
+        lines += ["Full marks: every number you reported was recomputed from your files and agrees.", ""]
+    else:
+        lines += ["## Where you lost points", "",
+                  "Each entry says what was expected and what the grader found. The grader recomputes every "
+                  "number from your models and modules; a tolerance comes from the quantization grid.", ""]
+        for part in _ordered_parts(result):
+            in_part = [c for c in lost if c.part == part]
+            while in_part:
+                first = in_part[0]
+                # checks that failed for one reason (a missing file) are one entry
+                same = [c for c in in_part if c.message == first.message and not c.evidence] if not first.evidence \
+                    else [first]
+                in_part = [c for c in in_part if c not in same]
+                names = ", ".join(f"`{c.name}`" for c in same)
+                got = sum(c.points for c in same)
+                top = sum(c.max_points for c in same)
+                lines += [f"### {_part_title(part)}: {names} ({got:g} / {top:g})", "", first.message, ""]
+                table = _evidence_table(first) if len(same) == 1 else []
+                if table:
+                    lines += table + [""]
+    lines += [f"_grader {result.grader_version}, {result.seconds:.1f} s_", ""]
     return "\n".join(lines)

@@ -23,6 +23,19 @@ MAX_FILE_BYTES = 32 << 20         # any one file
 MAX_FILES = 200
 MAX_DEPTH = 4
 ALLOWED_SUFFIXES = {".py", ".json", ".onnx", ".md", ".txt"}
+# What an operating system or an editor adds when a student re-zips by hand: never unpacked, never graded.
+JUNK_FOLDERS = {"__MACOSX", ".ipynb_checkpoints", "__pycache__"}
+JUNK_FILES = {".DS_Store", "Thumbs.db", "desktop.ini"}
+
+
+def is_junk(name: str) -> bool:
+    """Is ``name`` an operating system's or editor's leftover (``__MACOSX/``, ``.DS_Store``, ``*.pyc``, ...)?"""
+    parts = PurePosixPath(name).parts
+    if not parts:
+        return False
+    last = parts[-1]
+    return (any(p in JUNK_FOLDERS for p in parts) or last in JUNK_FILES or last.startswith("._")
+            or last.endswith(".pyc"))
 
 
 class SubmissionInvalid(LabError):
@@ -38,6 +51,7 @@ class Submission:
     manifest: dict
     files: dict[str, str] = field(default_factory=dict)  # relative path -> sha256
     sha256: str = ""
+    notes: list[str] = field(default_factory=list)  # what was left out while unpacking, for the feedback
 
     def path(self, rel: str) -> Path:
         return self.root / rel
@@ -64,7 +78,20 @@ def _safe_name(name: str, where: str) -> str:
     return str(p)
 
 
-def _unzip(archive: Path, dest: Path) -> None:
+def _wrapper(names: list[str]) -> str:
+    """The one folder every file sits in when a student zipped the workspace folder itself, else ''."""
+    if "submission.json" in names or not names:
+        return ""
+    tops = {PurePosixPath(n).parts[0] for n in names}
+    if len(tops) == 1 and all(len(PurePosixPath(n).parts) > 1 for n in names):
+        top = tops.pop()
+        if f"{top}/submission.json" in names:
+            return top + "/"
+    return ""
+
+
+def _unzip(archive: Path, dest: Path) -> list[str]:
+    """Unpack ``archive`` into ``dest``; return notes on what was left out (junk, a wrapping folder)."""
     where = archive.name
     size = archive.stat().st_size
     if size > MAX_ARCHIVE_BYTES:
@@ -90,6 +117,9 @@ def _unzip(archive: Path, dest: Path) -> None:
             if info.is_dir():
                 _safe_dir(name, where)
                 continue
+            if is_junk(name):
+                _safe_dir(name, where)
+                continue
             _safe_name(name, where)
             if info.file_size > MAX_FILE_BYTES:
                 raise SubmissionInvalid(f"{where}: {name} unpacks to {info.file_size / 2**20:.1f} MiB; "
@@ -98,9 +128,19 @@ def _unzip(archive: Path, dest: Path) -> None:
         if declared > MAX_UNPACKED_BYTES:
             raise SubmissionInvalid(f"{where}: unpacks to {declared / 2**20:.1f} MiB; the limit is "
                                     f"{MAX_UNPACKED_BYTES >> 20} MiB (archive too large)")
+        junk = [i.filename for i in infos if is_junk(i.filename)]
+        infos = [i for i in infos if not is_junk(i.filename)]
+        prefix = _wrapper([i.filename for i in infos])
+        notes = []
+        if junk:
+            notes.append(f"left out {len(junk)} file(s) an operating system or editor added, not the lessons: "
+                         + ", ".join(junk[:3]) + (", ..." if len(junk) > 3 else ""))
+        if prefix:
+            notes.append(f"every file was inside the folder {prefix!r}; graded as if it were not. Hand in the zip "
+                         "that `python -m lab submit` writes, as it is")
         written = 0
         for info in infos:
-            target = dest / _safe_name(info.filename, where)
+            target = dest / _safe_name(info.filename[len(prefix):], where)
             if target.exists():
                 raise SubmissionInvalid(f"{where}: entry {info.filename!r} appears twice")
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -112,6 +152,7 @@ def _unzip(archive: Path, dest: Path) -> None:
                         raise SubmissionInvalid(f"{where}: {info.filename} unpacks past the size limit "
                                                 "(archive too large)")
                     out.write(chunk)
+    return notes
 
 
 def _safe_dir(name: str, where: str) -> None:
@@ -128,7 +169,7 @@ def _copy_folder(src: Path, dest: Path) -> None:
             full = Path(dirpath) / d
             if full.is_symlink():
                 raise SubmissionInvalid(f"{where}: {full.relative_to(src)} is a symbolic link; refused")
-            if d in ("__pycache__", ".ipynb_checkpoints"):
+            if d in JUNK_FOLDERS:
                 dirnames.remove(d)
         for f in filenames:
             full = Path(dirpath) / f
@@ -138,7 +179,7 @@ def _copy_folder(src: Path, dest: Path) -> None:
                 raise SubmissionInvalid(f"{where}: {rel} is a symbolic link; refused")
             if not stat.S_ISREG(st.st_mode):
                 raise SubmissionInvalid(f"{where}: {rel} is a device or special file; refused")
-            if f.endswith(".pyc"):
+            if is_junk(f):
                 continue
             _safe_name(rel, where)
             count += 1
@@ -174,10 +215,11 @@ def open_submission(path: str | Path, dest: str | Path) -> Submission:
     dest.mkdir(parents=True, exist_ok=True)
     if path.is_symlink():
         raise SubmissionInvalid(f"{path.name}: is a symbolic link; refused")
+    notes: list[str] = []
     if path.is_dir():
         _copy_folder(path, dest)
     elif path.suffix == ".zip" and path.is_file():
-        _unzip(path, dest)
+        notes = _unzip(path, dest)
     else:
         raise SubmissionInvalid(f"{path.name}: expected a .zip made by `python -m lab submit`, or a folder")
     files = {p.relative_to(dest).as_posix(): _sha256(p) for p in sorted(dest.rglob("*")) if p.is_file()}
@@ -206,7 +248,7 @@ def open_submission(path: str | Path, dest: str | Path) -> Submission:
         if rel.endswith(".json") and rel != "submission.json":
             _check_json(dest / rel, rel)
     whole = hashlib.sha256("".join(f"{k}:{v}\n" for k, v in sorted(files.items())).encode()).hexdigest()
-    return Submission(dest, str(manifest["student"]), manifest, files, whole)
+    return Submission(dest, str(manifest["student"]), manifest, files, whole, notes)
 
 
 def _check_json(path: Path, rel: str) -> None:

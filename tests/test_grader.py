@@ -67,10 +67,14 @@ def test_reference_run_grades_full_marks(good_zip):
     schemas.validate("grade", doc)
     assert {"reader", "calibration", "growth", "formats", "acceptance", "hidden"} <= set(doc["parts"])
     md = result.to_markdown()
-    assert f"Score: {result.score:g} / {result.max_score:g}" in md and "| reported | recomputed |" in md
+    assert f"Score: {result.score:g} / {result.max_score:g}" in md and "| lesson | points | points lost on |" in md
     gs = result.to_gradescope()
     assert gs["score"] == result.score and len(gs["tests"]) == len(result.checks)
-    assert all({"name", "score", "max_score", "output", "visibility"} <= set(t) for t in gs["tests"])
+    assert all({"name", "number", "score", "max_score", "status", "output", "visibility"} <= set(t)
+               for t in gs["tests"])
+    assert {t["status"] for t in gs["tests"]} <= {"passed", "failed"}
+    assert all(t["visibility"] == ("after_published" if c.hidden else "visible")
+               for t, c in zip(gs["tests"], result.checks))
 
 
 def test_every_bad_submission_gets_its_status_and_message(corpus_run):
@@ -103,7 +107,57 @@ def test_gradebook_has_one_row_per_submission(corpus_run):
     # a hard-coded number costs points, and the feedback shows reported beside recomputed
     assert float(by["numbers_hard_coded"]["score"]) < float(by["good"]["score"])
     md = (out / "feedback" / "numbers_hard_coded.md").read_text()
-    assert "| right max abs error | 0.01 | 0.10" in md
+    assert "| right max abs error | 0.01 | 0.10" in md and "| **no** |" in md
+    assert "Why this tolerance: one step of the Softmax output grid" in md
+    # only the lost point has details: the summary table, then one entry
+    entries = [ln for ln in md.splitlines() if ln.startswith("### ") and "choice" not in ln]  # see not_in_reference
+    assert entries == ["### 03 narrow / right / wide: `max_abs_error` (2 / 3)"], entries
+    # a refused submission is 0 out of the points on offer, not 0 / 0
+    assert by["not_a_zip"]["max"] == by["good"]["max"] and float(by["not_a_zip"]["score"]) == 0
+    # re-zipped by hand, with the OS's leftovers or inside a folder: graded like the good one
+    for name in ("zip_with_os_junk", "zip_in_a_folder"):
+        assert by[name]["score"] == by["good"]["score"], name
+
+
+def _result(checks, **kw):
+    from grader.results import Check, Evidence
+
+    return GradeResult("s1", "graded", [Check(*c[:5], [Evidence(*e) for e in c[5]] if len(c) > 5 else [])
+                                        for c in checks], grader_version="9", **kw)
+
+
+def test_full_marks_feedback_is_the_summary_table_only():
+    md = _result([("reader", "contract", 4, 4, "keeps the contract", [("samples", 360, 360, 0, "exact")]),
+                  ("calibration", "max_abs_error", 3, 3, "recomputed",
+                   [("right max abs error", 0.1, 0.1, 1 / 255, "one grid step")])]).to_markdown()
+    assert "| 02 the calibration reader | 4 / 4 | full marks |" in md and "Full marks" in md
+    assert "## Where you lost points" not in md and "| what |" not in md and "one grid step" not in md
+
+
+def test_lost_points_show_only_the_numbers_outside_their_tolerance():
+    md = _result([("calibration", "max_abs_error", 2, 3, "1 of 3 wrong: narrow",
+                   [("narrow max abs error", 0.5, 0.98, 1 / 255, "one grid step"),
+                    ("right max abs error", 0.1, 0.1, 1 / 255, "one grid step")]),
+                  ("release", "recipe", 0, 2, "release/model.onnx is not in the submission"),
+                  ("release", "disjoint", 0, 1, "release/model.onnx is not in the submission")]).to_markdown()
+    assert "| 03 narrow / right / wide | 2 / 3 | `max_abs_error` (-1) |" in md
+    assert "| narrow max abs error | 0.5 | 0.98 | 0.48 | 0.00392157 | **no** |" in md
+    assert "right max abs error" not in md and "1 other reported number(s)" in md
+    assert "Why this tolerance: one grid step." in md
+    # one cause (a missing file) is one entry, not one per check
+    assert md.count("release/model.onnx is not in the submission") == 1 and "`recipe`, `disjoint` (0 / 3)" in md
+
+
+def test_hidden_check_feedback_does_not_reveal_the_secret_lists():
+    from grader.checks import acceptance
+
+    case = acceptance.summarize_cases("instructor-secret")[-1]
+    want = acceptance.expected_summary(case)
+    wrong = dict(want, count=want["count"] - 1)
+    problem = acceptance._same(wrong, want)
+    assert str(want["count"]) in problem  # the visible cases name the expected value ...
+    hidden = acceptance._without_values(problem, {"returned": wrong})
+    assert hidden == "its count is wrong" and str(want["count"]) not in hidden  # ... the secret one does not
 
 
 def test_reader_cannot_write_outside_its_folder(corpus_run):
@@ -156,8 +210,12 @@ def test_a_crash_in_a_check_is_a_failed_check(good_zip, monkeypatch):
 
 
 def test_without_results_is_a_value():
-    r = GradeResult.without_results("s1", "error", "the grader failed")
+    r = GradeResult.without_results("s1", "error", "the grader failed", possible=54)
     assert r.score == 0 and r.to_dict()["status"] == "error" and "the grader failed" in r.to_markdown()
+    assert r.max_score == 54 and "Score: 0 / 54" in r.to_markdown() and "tell your instructor" in r.to_markdown()
+    assert GradeResult.from_dict(r.to_dict()).max_score == 54
+    gs = r.to_gradescope()
+    assert gs["score"] == 0 and gs["tests"] == [] and gs["output"].startswith("error: the grader failed")
     with pytest.raises(ValueError):
         GradeResult("s1", "passed")
 

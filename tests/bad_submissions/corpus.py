@@ -205,6 +205,27 @@ def _too_many(files: Files) -> bytes:
     return pack({**files, **{f"notes/n{i:03d}.txt": b"x" for i in range(250)}})
 
 
+def _with_os_junk(files: Files) -> bytes:
+    """Re-zipped by hand on a Mac, from JupyterLab's folder: Finder's and Jupyter's leftovers come along."""
+    junk = [("__MACOSX/._results.json", b"\x00\x05\x16\x07"), (".DS_Store", b"\x00\x00\x00\x01Bud1"),
+            (".ipynb_checkpoints/metrics-checkpoint.py", files["metrics.py"])]
+    extra = []
+    for name, data in junk:
+        info = zipfile.ZipInfo(name, (2026, 1, 1, 0, 0, 0))
+        info.external_attr = (stat.S_IFREG | 0o644) << 16
+        extra.append((info, data))
+    return pack(files, extra=extra)
+
+
+def _in_a_folder(files: Files) -> bytes:
+    """The workspace's files zipped with their folder: every entry starts with 'workspace/'."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for rel, data in files.items():
+            zf.writestr(f"workspace/{rel}", data)
+    return buf.getvalue()
+
+
 def _set(path: str, val):
     def edit(doc: dict) -> None:
         node = doc
@@ -265,6 +286,8 @@ CASES = [
     Case("unlisted_file", "invalid", "not listed in submission.json",
          lambda f: pack({**f, "extra.py": b"x = 1"}, manifest=False)),
     Case("missing_manifest", "invalid", "no submission.json", without("submission.json", manifest=False)),
+    Case("zip_with_os_junk", "graded", "left out 3 file(s) an operating system or editor added", _with_os_junk),
+    Case("zip_in_a_folder", "graded", "every file was inside the folder 'workspace/'", _in_a_folder),
     Case("not_a_zip", "invalid", "not a readable zip archive", lambda f: b"PK\x03\x04 not really a zip" * 10),
 ]
 
@@ -280,7 +303,8 @@ def build(good_zip: Path, out_dir: Path, cases: list[Case] = CASES) -> list[Case
 
 def feedback_text(result: dict) -> str:
     """Everything a student reads about one result: the reason and every check's message."""
-    return "\n".join([result.get("reason", "")] + [c["message"] for c in result.get("checks", [])]
+    return "\n".join([result.get("reason", "")] + list(result.get("notes", []))
+                     + [c["message"] for c in result.get("checks", [])]
                      + [json.dumps(e) for c in result.get("checks", []) for e in c.get("evidence", [])])
 
 
