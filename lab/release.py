@@ -28,13 +28,75 @@ BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 CODE_STUB = "raise NotImplementedError()"
 MARKDOWN_STUB = "YOUR ANSWER HERE"
 # The student kit: what students get besides the released notebooks (never grader/, tests/, benchmarks/).
-KIT = ("lab", "fixtures", "docs", "requirements.txt", "pyproject.toml", "Makefile", "README.md")
+# Its Makefile, README.md and requirements.txt are written for students (see below), not copied.
+KIT = ("lab", "fixtures", "docs", "pyproject.toml")
 IGNORED = ("__pycache__", "*.pyc", ".ipynb_checkpoints", "*.egg-info", ".DS_Store")
 CELL_METADATA_KEPT = ("tags", "editable", "deletable", "jupyter")
 NOTEBOOK_METADATA_KEPT = ("kernelspec", "language_info")
 MARKER_FILE = ".calibration-lab-release"
 
 Transform = Callable[[nbformat.NotebookNode, str], nbformat.NotebookNode]
+
+# The kit has no tests/, grader/ or benchmarks/, so its Makefile has only what a student runs.
+STUDENT_MAKEFILE = """\
+# Calibration Lab, student kit. Start with `make jupyter`; hand in with `make submit STUDENT=YOUR_ID`.
+PYTHON  ?= python3
+VENV    := .venv
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed
+KERNEL  := calibration-lab
+PORT    ?= 8888
+STUDENT ?=
+
+.PHONY: help setup jupyter lab submit student-id clean
+
+help:
+\t@echo "make setup                   .venv with the pinned stack and the Calibration Lab kernel (once; jupyter, lab and submit do it too)"
+\t@echo "make jupyter                 JupyterLab on the lessons; open the link with the token it prints"
+\t@echo "make lab                     run every lesson top to bottom, headless, into build/ (your workspace/ is not touched)"
+\t@echo "make submit STUDENT=YOUR_ID  pack workspace/ into YOUR_ID.zip: the file you hand in"
+\t@echo "make clean                   delete build/ (never workspace/ or your notebooks)"
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+\ttest -x $(PY) || $(PYTHON) -m venv $(VENV)
+\t$(PY) -m pip install --quiet --upgrade pip
+\t$(PY) -m pip install --quiet -r requirements.txt
+\t$(PY) -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Calibration Lab" >/dev/null
+\ttouch $(STAMP)
+
+jupyter: setup
+\t$(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(PORT) --no-browser $(if $(filter 0,$(shell id -u)),--allow-root) \\
+\t  --ServerApp.root_dir=notebooks --MultiKernelManager.default_kernel_name=$(KERNEL)
+
+lab: setup
+\t$(PY) -m lab run --no-grade
+
+submit: student-id setup
+\t$(PY) -m lab submit --student "$(STUDENT)"
+
+student-id:
+\t@test -n "$(STUDENT)" || { echo "usage: make submit STUDENT=YOUR_ID"; exit 2; }
+
+clean:
+\trm -rf build
+"""
+
+STUDENT_COMMANDS = """\
+## In this kit
+
+On a machine with Python 3.11 and `make`:
+
+| command | what it does |
+|---|---|
+| `make jupyter` | sets up `.venv` on first use (a few minutes), then opens JupyterLab on `notebooks/`; open the link with the token it prints |
+| `make lab` | runs every lesson top to bottom without you, into `build/`: it stops at the first exercise you have not done yet and names it. Your `workspace/` is not touched |
+| `make submit STUDENT=YOUR_ID` | packs `workspace/` into `YOUR_ID.zip`, the file you hand in (the same as `.venv/bin/python -m lab submit --student YOUR_ID`) |
+| `make setup` | only the `.venv` (pinned onnx, onnxruntime and numpy: they decide the bytes of every model) and the **Calibration Lab** kernel |
+| `make clean` | deletes `build/`; never `workspace/` or your notebooks |
+
+"""
 
 
 class ReleaseError(LabError):
@@ -157,12 +219,45 @@ def _copy_tree(src: Path, dst: Path) -> None:
         shutil.copyfile(src, dst)
 
 
+def _section(text: str, heading: str) -> str:
+    """The Markdown section that starts at the line ``heading`` and runs to the next heading of its level."""
+    level = heading.split(" ")[0] + " "
+    lines = text.splitlines()
+    try:
+        start = lines.index(heading)
+    except ValueError:
+        raise ReleaseError(f"README.md has no '{heading}' section; the student README is built from it") from None
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith(level)), len(lines))
+    return "\n".join(lines[start:end]).strip() + "\n"
+
+
+def student_readme(readme: str) -> str:
+    """The kit's README: the project's title and pitch, the kit's commands, and the 'For students' section."""
+    intro = readme.split("\n## ", 1)[0].strip()
+    return intro + "\n\n" + STUDENT_COMMANDS + _section(readme, "## For students")
+
+
+def student_requirements(requirements: str) -> str:
+    """The project's pins without the test-only block (students run no test suite)."""
+    out, skipping = [], False
+    for line in requirements.splitlines():
+        if line.startswith("#"):
+            skipping = line.strip().lower() == "# tests"
+        if not skipping:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
 def build(out: Path, repo: Path = REPO, notebooks: Path | None = None) -> list[Path]:
     """Write the student kit and the released notebooks into the empty folder ``out``; return the files written."""
     notebooks = notebooks or repo / "notebooks"
     for item in KIT:
         if (repo / item).exists():
             _copy_tree(repo / item, out / item)
+    (out / "Makefile").write_text(STUDENT_MAKEFILE, encoding="utf-8")
+    (out / "README.md").write_text(student_readme((repo / "README.md").read_text(encoding="utf-8")), encoding="utf-8")
+    (out / "requirements.txt").write_text(
+        student_requirements((repo / "requirements.txt").read_text(encoding="utf-8")), encoding="utf-8")
     (out / "notebooks").mkdir(parents=True, exist_ok=True)
     for path in sorted(notebooks.iterdir()):
         if path.name in IGNORED or path.name.startswith("."):

@@ -23,6 +23,12 @@ OPTIONAL = ("growth.json", "formats.json", "formats/model.qdq.onnx", "formats/mo
             "formats/model.calibration.json", "metrics.py", "candidate.onnx", "regression.json",
             "toolbox.json", "choice.onnx")
 PATTERNS = (re.compile(r"^growth/(narrow|right)-\d{3}\.onnx$"), re.compile(r"^release/[A-Za-z0-9_.-]+\.(onnx|json)$"))
+# Which lesson writes each optional file, so a student knows what to run before handing in.
+WRITTEN_BY = {"growth.json": "04", "formats.json": "05", "formats/model.qdq.onnx": "05",
+              "formats/model.qoperator.onnx": "05", "formats/model.calibration.json": "05", "metrics.py": "06",
+              "candidate.onnx": "06", "regression.json": "06", "toolbox.json": "08", "choice.onnx": "08"}
+MODULES = ("calibration_reader.py", "metrics.py")
+STUB = "raise NotImplementedError()"
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MAX_FILE_BYTES = 32 << 20
 
@@ -75,6 +81,19 @@ def manifest(student: str, files: dict[str, Path]) -> dict:
             "files": {rel: file_sha256(p) for rel, p in sorted(files.items())}}
 
 
+def default_workspace(cwd: Path | None = None, kit: Path | None = None) -> Path:
+    """``workspace/`` in the current folder, or else the kit's own (so it works from ``notebooks/`` too)."""
+    here = (cwd or Path.cwd()) / "workspace"
+    theirs = (kit or Path(__file__).resolve().parent.parent) / "workspace"
+    return here if here.is_dir() or not theirs.is_dir() else theirs
+
+
+def unfinished(files: dict[str, Path]) -> list[str]:
+    """Modules that still hold an exercise stub: the lesson cell that writes them ran before the exercise was done."""
+    return [rel for rel in MODULES if rel in files
+            and STUB in files[rel].read_text(encoding="utf-8", errors="replace")]
+
+
 def submit(student: str, work_dir: str | Path = "workspace", out_dir: str | Path = ".") -> Path:
     """Write ``out_dir/<student>.zip`` from the workspace and return its path."""
     from lab import schemas
@@ -105,17 +124,30 @@ def submit(student: str, work_dir: str | Path = "workspace", out_dir: str | Path
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab submit", description=__doc__.splitlines()[0])
     parser.add_argument("--student", required=True, help="your student id")
-    parser.add_argument("--work-dir", default="workspace", help="the workspace the lessons wrote (default: workspace)")
+    parser.add_argument("--work-dir", default=None,
+                        help="the workspace the lessons wrote (default: workspace/ here, or the kit's workspace/)")
     parser.add_argument("--out", default=".", help="folder for ID.zip (default: the current folder)")
     args = parser.parse_args(argv)
+    work = Path(args.work_dir) if args.work_dir else default_workspace()
     try:
-        path = submit(args.student, args.work_dir, args.out)
+        path = submit(args.student, work, args.out)
     except SubmitError as e:
         print(f"submit: {e}", file=sys.stderr)
         return 2
     with zipfile.ZipFile(path) as zf:
         doc = json.loads(zf.read("submission.json"))
-    print(f"wrote {path} ({len(doc['files'])} files)")
-    if doc["missing"]:
-        print(f"not yet written (optional for now): {', '.join(doc['missing'])}")
+    print(f"wrote {path} ({len(doc['files'])} files from {work.resolve()}); hand in this zip as it is")
+    missing = list(doc["missing"])
+    for folder, lesson in (("growth/", "04"), ("release/", "07")):
+        if not any(rel.startswith(folder) for rel in doc["files"]):
+            missing.append(folder)
+            WRITTEN_BY[folder] = lesson
+    if missing:
+        lessons = sorted({WRITTEN_BY.get(rel, "?") for rel in missing})
+        print(f"not in the workspace yet: {', '.join(missing)}. Lesson(s) {', '.join(lessons)} write "
+              "them; their points count only if they are there. Run those lessons, then hand in again")
+    stubs = unfinished({rel: work.resolve() / rel for rel in doc["files"]})
+    if stubs:
+        print(f"warning: {', '.join(stubs)} still hold{'s' if len(stubs) == 1 else ''} `{STUB}`: finish the "
+              "exercise, re-run the cell that writes the file (and the lessons after it), then hand in again")
     return 0

@@ -155,6 +155,32 @@ def test_student_kit_has_the_package_and_fixtures_but_no_grader_tests_or_benchma
     assert sorted(p.name for p in (released / "notebooks").glob("*.ipynb")) == sorted(NAMES)
 
 
+def test_student_kit_makefile_readme_and_requirements_are_written_for_students(released):
+    import re
+    import subprocess
+
+    makefile = (released / "Makefile").read_text()
+    targets = set(re.findall(r"^([a-z-]+):", makefile, re.M))
+    assert {"setup", "jupyter", "lab", "submit", "clean"} <= targets
+    assert not {"test", "bench", "fixtures", "release"} & targets  # no tests/, benchmarks/ or sources in the kit
+    assert "--no-grade" in makefile and "rm -rf build\n" in makefile  # clean never touches workspace/
+    readme = (released / "README.md").read_text()
+    assert "## For students" in readme and "make submit STUDENT=YOUR_ID" in readme
+    assert "For instructors" not in readme and "-m grader" not in readme and "make test" not in readme
+    reqs = (released / "requirements.txt").read_text()
+    repo_pins = [ln for ln in (release.REPO / "requirements.txt").read_text().splitlines()
+                 if ln.startswith(("onnx", "numpy"))]
+    assert repo_pins and all(pin in reqs.splitlines() for pin in repo_pins)
+    assert "pytest" not in reqs and "playwright" not in reqs and "-e ." in reqs
+    if shutil.which("make"):
+        for target in (["lab"], ["submit", "STUDENT=s1"], ["help"]):
+            dry = subprocess.run(["make", "-n", *target], cwd=released, capture_output=True, text=True)
+            assert dry.returncode == 0, dry.stderr
+        refused = subprocess.run(["make", "submit"], cwd=released, capture_output=True, text=True)
+        assert refused.returncode != 0 and "usage: make submit STUDENT=YOUR_ID" in refused.stdout
+        assert not (released / ".venv").exists()  # refused before setting anything up
+
+
 def test_release_is_byte_for_byte_deterministic(released, tmp_path):
     again = release.release(tmp_path / "again")
     first, second = tree_bytes(released), tree_bytes(again)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lab import schemas
-from lab.submit import REQUIRED, SubmitError, main, submit
+from lab.submit import REQUIRED, STUB, SubmitError, default_workspace, main, submit
 
 
 def make_workspace(root: Path) -> Path:
@@ -68,3 +68,25 @@ def test_cli_prints_the_refusal(tmp_path, capsys):
     work = make_workspace(tmp_path)
     assert main(["--student", "s1", "--work-dir", str(work), "--out", str(tmp_path)]) == 0
     assert "wrote" in capsys.readouterr().out
+
+
+def test_cli_names_the_lessons_still_to_run_and_warns_about_an_unfinished_exercise(tmp_path, capsys):
+    work = make_workspace(tmp_path)
+    assert main(["--student", "s1", "--work-dir", str(work), "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "not in the workspace yet: growth.json" in out and "Lesson(s) 04, 05, 06, 07, 08 write them" in out
+    assert "warning" not in out
+    (work / "calibration_reader.py").write_text(f"class DigitReader:\n    def get_next(self):\n        {STUB}\n")
+    assert main(["--student", "s1", "--work-dir", str(work), "--out", str(tmp_path)]) == 0
+    assert f"warning: calibration_reader.py still holds `{STUB}`" in capsys.readouterr().out
+
+
+def test_default_workspace_is_found_from_the_notebooks_folder(tmp_path):
+    kit = tmp_path / "kit"
+    (kit / "notebooks").mkdir(parents=True)
+    assert default_workspace(kit / "notebooks", kit) == kit / "notebooks" / "workspace"  # nothing yet: says so
+    (kit / "workspace").mkdir()
+    assert default_workspace(kit / "notebooks", kit) == kit / "workspace"  # a JupyterLab terminal starts here
+    assert default_workspace(kit, kit) == kit / "workspace"
+    (kit / "notebooks" / "workspace").mkdir()
+    assert default_workspace(kit / "notebooks", kit) == kit / "notebooks" / "workspace"  # the one here wins
