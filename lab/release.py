@@ -4,6 +4,10 @@ nbgrader-style: each transformation is one function ``(notebook, name) -> notebo
 release is the list ``PIPELINE`` applied in order. Solutions become ``raise NotImplementedError()``
 (inside ``%%writefile`` cells too, so the written module carries the stub), hidden tests go,
 outputs and instructor metadata go. The same sources always give byte-identical files.
+
+The kit gets its own ``Makefile`` (``setup``, ``jupyter``, ``lab`` that runs the lessons without
+grading, ``submit STUDENT=ID``, ``clean``), a ``README.md`` made of the project's pitch and its
+"For students" section, and ``requirements.txt`` without the test stack: it has no tests/ or grader/.
 """
 from __future__ import annotations
 
