@@ -18,6 +18,8 @@ from pathlib import Path
 
 import nbformat
 
+from lab.summary import summarize_workspace
+
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO / "notebooks"
 KERNEL = "calibration-lab"
@@ -202,35 +204,6 @@ def run_lesson(notebook: Path, out_dir: Path, parameters: dict[str, object],
     return LessonRun(notebook.name, str(output), seconds, failure.message, failure.cell, failure.ename)
 
 
-# The fields a summary line shows, in this order, and the fields that name a row of a list.
-KEY_FIELDS = ("calibration_range", "range_seen", "output_scale", "max_abs_error", "accuracy", "diagnosis",
-              "size_bytes", "bytes", "max_abs_difference", "fraction_elements_differ", "predictions_differ",
-              "loss", "bad_loss", "accept_candidate", "reject_bad")
-LABEL_FIELDS = ("kind", "name", "calibration", "method", "batches")
-
-
-def _label(obj: dict, fallback: str) -> str:
-    parts = [str(obj[k]) for k in LABEL_FIELDS if isinstance(obj.get(k), (str, int)) and not isinstance(obj.get(k), bool)]
-    return " ".join(parts) if parts else fallback
-
-
-def key_rows(obj: object, path: str = "") -> list[tuple[str, dict[str, object]]]:
-    """(where, {field: value}) for every object in a JSON document that holds one of ``KEY_FIELDS``."""
-    rows: list[tuple[str, dict[str, object]]] = []
-    if isinstance(obj, dict):
-        found = {k: obj[k] for k in KEY_FIELDS if k in obj and not isinstance(obj[k], (dict, list))}
-        if found:
-            rows.append((path or "(document)", found))
-        for key, value in obj.items():
-            if isinstance(value, (dict, list)):
-                rows.extend(key_rows(value, f"{path}.{key}" if path else str(key)))
-    elif isinstance(obj, list):
-        for i, value in enumerate(obj):
-            if isinstance(value, dict):
-                rows.extend(key_rows(value, f"{path}: {_label(value, f'[{i}]')}"))
-    return rows
-
-
 def format_value(value: object) -> str:
     """Numbers to 4 significant digits; lists of numbers as first..last with their length."""
     if isinstance(value, bool) or value is None:
@@ -242,52 +215,6 @@ def format_value(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.4g}" if math.isfinite(value) else str(value)
     return str(value)
-
-
-def format_bytes(size: int) -> str:
-    """``812 B``, ``45.3 kB``, ``1.2 MB``."""
-    for unit, scale in (("MB", 1e6), ("kB", 1e3)):
-        if size >= scale:
-            return f"{size / scale:.1f} {unit}"
-    return f"{size} B"
-
-
-def summarize_json(path: Path, max_rows: int = 12) -> list[str]:
-    """One line per measured thing in a workspace JSON document, read tolerantly (a broken file says so)."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError) as e:
-        return [f"  (unreadable: {e})"]
-    rows = key_rows(doc)
-    lines = [f"  {where}: " + ", ".join(f"{k} {format_value(v)}" for k, v in fields.items())
-             for where, fields in rows[:max_rows]]
-    if len(rows) > max_rows:
-        lines.append(f"  ... and {len(rows) - max_rows} more rows")
-    return lines or ["  (no key numbers)"]
-
-
-def summarize_workspace(work_dir: Path) -> list[str]:
-    """The key numbers of every versioned JSON document the lessons wrote (those with a ``schema`` field)."""
-    lines: list[str] = []
-    for path in sorted(Path(work_dir).rglob("*.json")):
-        rel = path.relative_to(work_dir)
-        if any(part.startswith(".") for part in rel.parts) or path.stat().st_size > 5_000_000:
-            continue
-        try:
-            schema = json.loads(path.read_text(encoding="utf-8")).get("schema")
-        except (OSError, ValueError, UnicodeDecodeError):
-            lines += [rel.as_posix(), "  (unreadable JSON)"]
-            continue
-        except AttributeError:  # valid JSON, but not an object
-            continue
-        if isinstance(schema, str):
-            lines.append(f"{rel.as_posix()}  ({schema})")
-            lines.extend(summarize_json(path))
-    models = sorted(Path(work_dir).rglob("*.onnx"))
-    if models:
-        size = sum(m.stat().st_size for m in models)
-        lines.append(f"{len(models)} ONNX model(s) in the workspace, {format_bytes(size)}")
-    return lines
 
 
 def timing_table(runs: list[LessonRun]) -> list[str]:
@@ -382,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
          "total_seconds": round(sum(r.seconds for r in runs), 2)}, indent=2, sort_keys=True) + "\n")
 
     print("\nKey numbers from the workspace")
-    print("\n".join(summarize_workspace(work_dir)) or "  (no JSON documents yet)")
+    print("\n".join(summarize_workspace(work_dir)) or "  (no lesson has written its numbers yet)")
     print("\nWall time per lesson")
     print("\n".join(timing_table(runs)))
 

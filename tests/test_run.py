@@ -29,12 +29,12 @@ def lessons(tmp_path) -> Path:
     src.mkdir()
     nbformat.write(lesson(
         'w = pathlib.Path(WORK_DIR)\nw.mkdir(parents=True, exist_ok=True)\nassert INTERACTIVE is False\n'
-        '(w / "results.json").write_text(json.dumps({"schema": "results/1", "right": '
-        '{"max_abs_error": 0.104166, "accuracy": 0.975}, "steps": list(range(10))}))',
+        '(w / "results.json").write_text(json.dumps({"schema": "results/1", "sets": {"right": '
+        '{"max_abs_error": 0.104166, "accuracy": 0.975}}}))',
         parameters='WORK_DIR = "../workspace"\nSEED = 0\nINTERACTIVE = True\nMAX_BATCHES = 512'), src / "00_first.ipynb")
     nbformat.write(lesson(
         'r = json.loads((pathlib.Path(WORK_DIR) / "results.json").read_text())\n'
-        'assert r["right"]["accuracy"] == 0.975'), src / "01_second.ipynb")
+        'assert r["sets"]["right"]["accuracy"] == 0.975'), src / "01_second.ipynb")
     nbformat.write(lesson("x = 1", "y = 1 / 0", "z = 3"), src / "02_broken.ipynb")
     (src / "notes.ipynb").write_text("not a lesson: the glob needs NN_")
     return src
@@ -61,22 +61,23 @@ def test_parameter_values_parse_like_papermill(text, value):
     assert run.parse_value(text) == value and type(run.parse_value(text)) is type(value)
 
 
-def test_summary_shows_key_numbers_of_versioned_documents_tolerantly(tmp_path):
-    (tmp_path / "growth").mkdir()
+def test_summary_shows_each_lessons_numbers_tolerantly(tmp_path):
+    (tmp_path / "release").mkdir()
     (tmp_path / "results.json").write_text(json.dumps({
-        "schema": "results/1", "settings": {"batch_size": 36},
-        "sets": {"narrow": {"scale": 0.001, "range_seen": 0.25, "max_abs_error": 0.98233, "diagnosis": "clipping"}},
-        "rows": [{"kind": "right", "batches": 2, "accuracy": 0.975}, {"accuracy": 0.5}]}))
-    (tmp_path / "growth" / "broken.json").write_text("{not json")
-    (tmp_path / "model.calibration.json").write_text(json.dumps({"data": {"accuracy": 1.0}}))  # no schema: skipped
-    (tmp_path / ".hidden.json").write_text(json.dumps({"schema": "x/1", "accuracy": 1}))
-    assert run.summarize_workspace(tmp_path) == [
-        "growth/broken.json", "  (unreadable JSON)",
-        "results.json  (results/1)",
-        "  sets.narrow: range_seen 0.25, max_abs_error 0.9823, diagnosis clipping",
-        "  rows: right 2: accuracy 0.975",
-        "  rows: [1]: accuracy 0.5",
-    ]
+        "schema": "results/1",
+        "sets": {"narrow": {"range_seen": 0.25, "calibration_range": 0.25, "max_abs_error": 0.98233,
+                            "accuracy": 0.8475, "diagnosis": "clipping"}},
+        "dynamic": {"max_abs_error": 0.042, "accuracy": 0.975}}))
+    (tmp_path / "release" / "scenarios.json").write_text("{not json")
+    (tmp_path / "toolbox.json").write_text(json.dumps({"choice": "not an object"}))
+    lines = run.summarize_workspace(tmp_path)
+    assert lines[0] == "03 narrow / right / wide  (results.json)"
+    assert lines[2].split() == ["narrow", "0.2500", "0.2500", "0.9823", "0.8475", "clipping"]
+    assert lines[3].split() == ["dynamic", "0.0420", "0.9750"]
+    assert lines[4] == "07 the deployed representation  (release/scenarios.json)"
+    assert lines[5].startswith("  (unreadable:")
+    assert lines[6] == "08 the toolbox  (toolbox.json)" and lines[7].startswith("  (unexpected layout:")
+    assert not any("growth" in line for line in lines)  # lessons that wrote nothing are left out
 
 
 def test_timing_table_marks_the_slowest():
@@ -101,7 +102,8 @@ def test_run_writes_executed_copies_and_summarizes(lessons, tmp_path, capsys):
     assert "MAX_BATCHES" not in next(c for c in nbformat.read(out / "01_second.ipynb", as_version=4).cells
                                      if "injected-parameters" in c.metadata.get("tags", [])).source
     assert not any(c.get("outputs") for c in nbformat.read(lessons / "00_first.ipynb", as_version=4).cells)
-    assert "results.json  (results/1)\n  right: max_abs_error 0.1042, accuracy 0.975\n" in printed
+    assert "03 narrow / right / wide  (results.json)\n" in printed
+    assert any(line.split() == ["right", "-", "-", "0.1042", "0.9750", "-"] for line in printed.splitlines())
     assert "00_first.ipynb" in printed.split("Wall time per lesson")[1]
     log = json.loads((out / run.RUN_LOG).read_text())
     assert [r["notebook"] for r in log["lessons"]] == ["00_first.ipynb", "01_second.ipynb"]

@@ -1,0 +1,113 @@
+"""The headless run's summary: the few numbers each lesson exists to show, read from the workspace.
+
+Each lesson's section is a pure function of its JSON document. A document that is missing is
+left out (the lesson did not run); one that cannot be read says so.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+
+def _f(value, spec: str = ".4f") -> str:
+    return format(value, spec) if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+
+def calibration_sets(doc: dict) -> list[str]:
+    """Lesson 03: the ruler each calibration set built, and what it did."""
+    lines = [f"  {'set':<16}{'range seen':>11}{'calib range':>12}{'max abs err':>12}{'accuracy':>9}  diagnosis"]
+    for kind, row in doc.get("sets", {}).items():
+        lines.append(f"  {kind:<16}{_f(row.get('range_seen')):>11}{_f(row.get('calibration_range')):>12}"
+                     f"{_f(row.get('max_abs_error')):>12}{_f(row.get('accuracy')):>9}  {row.get('diagnosis', '-')}")
+    for name in ("dynamic", "bad_calibration"):
+        row = doc.get(name) or {}
+        if row:
+            lines.append(f"  {name.replace('_', ' '):<16}{'':>11}{'':>12}{_f(row.get('max_abs_error')):>12}"
+                         f"{_f(row.get('accuracy')):>9}")
+    return lines
+
+
+def growth(doc: dict) -> list[str]:
+    """Lesson 04: the most narrow batches against the fewest right ones."""
+    v = doc.get("verdict", {})
+    return [f"  narrow x {v.get('wrong_most_batches', '-')} batches: max abs err "
+            f"{_f(v.get('wrong_most_batches_max_abs_error'))}, accuracy {_f(v.get('wrong_most_batches_accuracy'))}",
+            f"  right  x {v.get('right_batches', '-')} batches: worst max abs err "
+            f"{_f(v.get('right_worst_max_abs_error'))}, worst accuracy {_f(v.get('right_worst_accuracy'))}",
+            f"  more wrong data stays worse: {v.get('wrong_stays_worse', '-')}"]
+
+
+def formats(doc: dict) -> list[str]:
+    """Lesson 05: one calibration, two formats."""
+    lines = [f"  {'format':<10}{'input scale':>12}{'output scale':>13}{'max abs err':>12}{'bytes':>7}{'nodes':>6}"]
+    for name, row in doc.get("formats", {}).items():
+        lines.append(f"  {name:<10}{_f(row.get('input_scale'), '.6f'):>12}{_f(row.get('output_scale'), '.6f'):>13}"
+                     f"{_f(row.get('max_abs_error')):>12}{row.get('size_bytes', '-'):>7}{row.get('nodes', '-'):>6}")
+    d = doc.get("difference", {})
+    lines.append(f"  elementwise: max difference {_f(d.get('max_abs_difference'))}, "
+                 f"{_f(d.get('fraction_elements_differ'), '.1%')} of outputs differ, "
+                 f"{d.get('predictions_differ', '-')} predictions differ")
+    return lines
+
+
+def regression(doc: dict) -> list[str]:
+    """Lesson 06: the decision and the numbers it rests on."""
+    models = doc.get("models", {})
+    lines = ["  " + ", ".join(f"{name} {_f(m.get('accuracy'))}" for name, m in models.items())]
+    reasons = doc.get("reasons", {})
+    lines += [f"  {name}: {reason}" for name, reason in reasons.items()]
+    return lines
+
+
+def scenarios(doc: dict) -> list[str]:
+    """Lesson 07: the release against every named operating condition."""
+    lines = [f"  release {doc.get('release_id', '-')}",
+             f"  {'scenario':<14}{'FP32':>7}{'INT8':>7}{'max abs err':>12}  verdict"]
+    for row in doc.get("results", []):
+        lines.append(f"  {row.get('name', '-'):<14}{_f(row.get('fp32_accuracy'), '.3f'):>7}"
+                     f"{_f(row.get('int8_accuracy'), '.3f'):>7}{_f(row.get('max_abs_error')):>12}  {row.get('verdict', '-')}")
+    return lines
+
+
+def toolbox(doc: dict) -> list[str]:
+    """Lesson 08: the settings chosen for the stated requirement."""
+    choice = doc.get("choice", {})
+    settings = choice.get("settings", {})
+    picked = ", ".join(f"{k}={v}" for k, v in settings.items())
+    return [f"  requirement: {doc.get('requirement', {}).get('text', '-')}",
+            f"  chosen: {picked or '-'}",
+            f"  {choice.get('bytes', '-')} bytes ({_f(choice.get('size_ratio'), '.1%')} of FP32), "
+            f"accuracy {_f(choice.get('accuracy'))}, loss {_f(choice.get('accuracy_loss'))}"]
+
+
+SECTIONS: list[tuple[str, str, Callable[[dict], list[str]]]] = [
+    ("03 narrow / right / wide", "results.json", calibration_sets),
+    ("04 more batches", "growth.json", growth),
+    ("05 QDQ vs QOperator", "formats.json", formats),
+    ("06 accept or reject", "regression.json", regression),
+    ("07 the deployed representation", "release/scenarios.json", scenarios),
+    ("08 the toolbox", "toolbox.json", toolbox),
+]
+
+
+def summarize_workspace(work_dir: str | Path) -> list[str]:
+    """Every lesson's key numbers, as text lines; lessons that wrote nothing are left out."""
+    lines: list[str] = []
+    for title, name, section in SECTIONS:
+        path = Path(work_dir) / name
+        if not path.exists():
+            continue
+        lines.append(f"{title}  ({name})")
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            lines += section(doc) if isinstance(doc, dict) else ["  (not a JSON object)"]
+        except (OSError, ValueError, UnicodeDecodeError) as e:
+            lines.append(f"  (unreadable: {e})")
+        except (AttributeError, TypeError, KeyError) as e:
+            lines.append(f"  (unexpected layout: {type(e).__name__}: {e})")
+    models = sorted(Path(work_dir).rglob("*.onnx"))
+    if models:
+        size = sum(m.stat().st_size for m in models)
+        lines.append(f"{len(models)} ONNX models in the workspace, {size / 1e6:.1f} MB")
+    return lines
