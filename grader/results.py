@@ -24,6 +24,8 @@ class Evidence:
 
     @property
     def difference(self) -> float | None:
+        if isinstance(self.reported, bool) or isinstance(self.recomputed, bool):
+            return None  # a decision is right or wrong, not some distance off
         try:
             return abs(float(self.reported) - float(self.recomputed))
         except (TypeError, ValueError):
@@ -215,7 +217,7 @@ def _evidence_table(c: Check) -> list[str]:
     if len(whys) == 1:
         lines += ["", f"Why this tolerance: {whys[0]}."]
     elif whys:
-        lines += ["", "Why these tolerances:"] + [f"- {w}" for w in whys]
+        lines += ["", "Why:"] + [f"- {w}" for w in whys]
     return lines
 
 
