@@ -128,7 +128,7 @@ def growth_figure(rows: Sequence[Mapping], deployed_range: float = 1.0) -> Figur
 
 
 def difference_histogram(a: np.ndarray, b: np.ndarray, step: float, names: tuple[str, str] = ("QDQ", "QOperator")) -> Figure:
-    """Histogram of ``b - a`` over every output element, with the output grid's step marked."""
+    """Histogram of ``b - a`` over every output element, with one and two output-grid steps marked."""
     d = (np.asarray(b, np.float64) - np.asarray(a, np.float64)).ravel()
     fig = Figure(figsize=(8, 4), layout="constrained")
     ax = fig.subplots()
@@ -137,7 +137,11 @@ def difference_histogram(a: np.ndarray, b: np.ndarray, step: float, names: tuple
     ax.set_yscale("log")
     for s in (-step, step):
         ax.axvline(s, color="tab:red", ls=":", lw=1.2)
+    for s in (-2 * step, 2 * step):
+        ax.axvline(s, color="tab:red", ls="--", lw=1)
     ax.text(step, 0.97, f"  one output step ({step:.4f})", fontsize=8, color="tab:red", ha="left", va="top",
+            transform=ax.get_xaxis_transform())
+    ax.text(2 * step, 0.88, "  two steps: the grids alone", fontsize=8, color="tab:red", ha="left", va="top",
             transform=ax.get_xaxis_transform())
     ax.set_title(f"{names[1]} - {names[0]}, every output probability ({d.size} elements)")
     ax.set_xlabel("difference in probability")
