@@ -8,7 +8,6 @@ the same numbers the lesson states.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import itertools
 import json
@@ -25,6 +24,7 @@ from onnxruntime.quantization.calibrate import TensorsData, create_calibrator, s
 
 from lab import compare, data, graph
 from lab.quantize import QuantRecord, quantize, quantize_dynamic_model, versions
+from lab.data import file_sha256  # noqa: F401 - the lesson calls tb.file_sha256
 from lab.readers import ArrayReader
 
 logging.getLogger().setLevel(logging.ERROR)
@@ -453,10 +453,6 @@ def check_choice(choice: str | Path, source: str | Path, split: str = "heldout")
     ratio = round(m["bytes"] / Path(source).stat().st_size, 4)
     return {"split": split, "fp32_accuracy": round(ev.fp32_accuracy, 4), **m, "accuracy_loss": loss,
             "size_ratio": ratio, "static": static, "meets": meets(loss, ratio, static)}
-
-
-def file_sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def document(*, ev: Evaluation, methods: list[dict], entropy: dict, outliers: list[dict], settings: list[dict],
