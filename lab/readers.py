@@ -179,7 +179,7 @@ def check_reader(reader, input_name: str = INPUT_NAME, n_features: int = N_FEATU
     report.batches, report.samples, ending = _one_pass(reader, report, input_name, n_features, max_batches)
     report.ending = {"None": "returned None (correct)"}.get(ending, ending)
     if ending.startswith("raise"):
-        report.problems.append(f"get_next() must return None when the data runs out; it did {ending}. "
+        report.problems.append(f"get_next() must return None when the data runs out; it {ending.replace('raise', 'raised', 1)}. "
                                "The calibrator stops on None, and any exception escapes quantize_static")
     elif ending.startswith("no end"):
         report.problems.append(f"get_next() never returned None ({ending}); calibration would never finish")
