@@ -1,7 +1,9 @@
 """The lessons in a real JupyterLab, driven by Debian's Chromium through Playwright.
 
 Runs lesson 01 through the UI, moves the range explorer's slider and checks the numbers change,
-then runs lesson 00 and checks no output holds an error. Screenshots go to artifacts/browser/.
+then runs lesson 00 and checks no output holds an error. Then runs lesson 02 with a broken reader and
+checks the student sees the contract error as a message, not a traceback. Screenshots go to
+artifacts/browser/.
 Skipped when Chromium is absent, except in CI (CI=true), where that is a failure.
 """
 from __future__ import annotations
@@ -12,6 +14,7 @@ import re
 import time
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from browser_support import (CHROMIUM_ARGS, JupyterServer, ServerStartError, chromium_path,
@@ -22,6 +25,7 @@ NOTEBOOKS = REPO / "notebooks"
 ARTIFACTS = REPO / "artifacts" / "browser"
 KERNEL = "calibration-lab"
 RULER = "01_the_ruler.ipynb"
+BROKEN = "02_broken_reader.ipynb"  # lesson 02 with a student's broken reader, written into the temp copy
 PANEL = "#jp-main-dock-panel .jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook on screen
 RUN_TIMEOUT_S = 420        # one lesson, all cells, on a busy 2-core machine
 WIDGET_TIMEOUT_MS = 30_000  # a widget round trip: browser -> kernel -> browser
@@ -300,3 +304,91 @@ def drive_lessons(page, errors: list[str], jupyter: JupyterServer, lab_root: Pat
     assert (workspace / "source.onnx").is_file(), f"the lessons did not write {workspace / 'source.onnx'}"
     say(capsys, f"{name} ran clean; page screenshot {page_png}; "
                 f"{len(errors)} console errors in all (none from widgets)")
+
+
+# --- a student's broken reader: the contract error reads as a message ---------------------------
+
+# A first try many students write: a list of batches read by index (IndexError after the last one),
+# kept in float64. Both break the CalibrationDataReader contract that lesson 02 teaches.
+BROKEN_READER = '''%%writefile {WORK_DIR}/calibration_reader.py
+"""A first try: a list of batches read by index, left in float64."""
+import numpy as np
+from onnxruntime.quantization import CalibrationDataReader
+
+
+class DigitReader(CalibrationDataReader):
+    def __init__(self, pixels, batch_size=32, input_name="pixels"):
+        pixels = np.asarray(pixels, dtype=np.float64)
+        self.batches = [pixels[i:i + batch_size] for i in range(0, len(pixels), batch_size)]
+        self.input_name, self.i = input_name, 0
+
+    def get_next(self):
+        batch = self.batches[self.i]    # IndexError after the last batch
+        self.i += 1
+        return {self.input_name: batch}
+
+    def rewind(self):
+        self.i = 0
+'''
+# What a Python traceback shows and a LabError must not: the header, and frame lines of any style.
+TRACEBACK_FRAME = re.compile(r"Traceback \(most recent call last\)|File [^\n]*, line \d+|"
+                             r"Cell In\[\d+\], line \d+|^-{20,}", re.MULTILINE)
+
+
+def write_broken_reader_lesson(lab_root: Path) -> Path:
+    """Lesson 02 as a student with a broken reader would have it, in its own workspace."""
+    lessons = sorted(lab_root.glob("02_*.ipynb"))
+    assert lessons, "notebooks/02_*.ipynb (the calibration reader lesson) is missing"
+    nb = nbformat.read(lessons[0], as_version=4)
+    params = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    readers = [c for c in nb.cells if c.cell_type == "code"
+               and c.source.startswith("%%writefile {WORK_DIR}/calibration_reader.py")]
+    assert len(params) == 1 and len(readers) == 1, \
+        f"{lessons[0].name}: expected one parameters cell and one %%writefile reader cell"
+    params[0].source, n = re.subn(r'^WORK_DIR = "[^"]*"', 'WORK_DIR = "../workspace-broken-reader"',
+                                  params[0].source, flags=re.MULTILINE)
+    assert n == 1, f"{lessons[0].name}: the parameters cell has no WORK_DIR = \"...\" line"
+    readers[0].source = BROKEN_READER
+    nbformat.write(nb, lab_root / BROKEN)
+    return lab_root / BROKEN
+
+
+@pytest.mark.timeout(300)
+def test_broken_reader_reads_as_a_message(jupyter, lab_root, page, capsys):
+    """Lesson 02's check cell stops a broken reader with the rules it broke, and no traceback frames."""
+    page, errors = page
+    t0 = time.monotonic()
+    write_broken_reader_lesson(lab_root)
+    try:
+        open_notebook(page, jupyter, BROKEN)
+        run_all_cells(page)      # stops at the first error, as it does for a student
+        wait_until_run(page)
+        saved = save_and_read(page, lab_root, BROKEN)
+        failed = [(i, o) for i, c in enumerate(saved["cells"]) for o in c.get("outputs", [])
+                  if o.get("output_type") == "error"]
+        assert len(failed) == 1, f"{BROKEN}: expected one error (the reader check), got {failed}"
+        index, error = failed[0]
+        assert "raise_for_problems()" in "".join(saved["cells"][index]["source"]), \
+            f"{BROKEN}: the error came from cell {index}, not the reader check: {error.get('evalue')}"
+        assert error["ename"] == "ReaderContractError", f"{BROKEN}: {error['ename']}: {error['evalue']}"
+
+        shown = page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')
+        assert shown.count() == 1, f"{BROKEN}: {shown.count()} error outputs on the page, expected 1"
+        shown.scroll_into_view_if_needed()
+        text = shown.inner_text(timeout=WIDGET_TIMEOUT_MS)
+        png = shot(page.locator(f"{PANEL} .jp-Cell").nth(index), "02-broken-reader-message.png")
+        assert text.startswith("ReaderContractError: the calibration reader breaks the contract"), \
+            f"the student sees {text[:300]!r}"
+        for rule in ("dtype is float64", "must return None", "IndexError"):
+            assert rule in text, f"the message does not name the broken rule ({rule!r}): {text[:600]!r}"
+        frames = TRACEBACK_FRAME.findall(text)
+        assert not frames, f"the student sees a Python traceback ({frames}):\n{text[:1200]}"
+        assert not widget_errors(errors), f"console errors from the lab's widgets: {widget_errors(errors)}"
+        say(capsys, f"broken reader: the check cell shows {text.splitlines()[0]!r} and "
+                    f"{len(text.splitlines()) - 1} rule lines, no traceback; screenshot {png}")
+    except BaseException:
+        say(capsys, f"failed; page screenshot {shot(page, 'failure-broken-reader.png')}; "
+                    f"server log {jupyter.log_path}")
+        raise
+    finally:
+        say(capsys, f"broken-reader check wall time {time.monotonic() - t0:.0f} s")
