@@ -55,6 +55,7 @@ class ReaderReport:
     rewind: str = ""
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    batch_problems: dict[str, list[int]] = field(default_factory=dict, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -70,7 +71,7 @@ class ReaderReport:
             f"batches     : {self.batches}",
             f"samples     : {self.samples}",
             f"ending      : {self.ending}",
-            f"second pass : {self.second_pass}",
+            _wrap("second pass : ", self.second_pass or "-"),
         ]
         if self.rewind:
             out.append(f"rewind()    : {self.rewind}")
@@ -94,8 +95,8 @@ class ReaderReport:
     def raise_for_problems(self) -> None:
         """Raise ``ReaderContractError`` listing every broken rule, or return quietly."""
         if self.problems:
-            raise ReaderContractError("the calibration reader breaks the contract:\n  - "
-                                      + "\n  - ".join(self.problems))
+            raise ReaderContractError("the calibration reader breaks the contract:\n"
+                                      + "\n".join(_wrap("  - ", p, 84) for p in self.problems))
 
 
 def _wrap(label: str, text: str, width: int = 88) -> str:
@@ -103,6 +104,15 @@ def _wrap(label: str, text: str, width: int = 88) -> str:
     import textwrap
 
     return textwrap.fill(text, width, initial_indent=label, subsequent_indent=" " * len(label))
+
+
+def _batches(numbers: list[int]) -> str:
+    """``batch 3``, ``batches 1-10`` or ``batches 2, 5, 9``."""
+    if len(numbers) == 1:
+        return f"batch {numbers[0]}"
+    if numbers == list(range(numbers[0], numbers[-1] + 1)):
+        return f"batches {numbers[0]}-{numbers[-1]}"
+    return "batches " + ", ".join(map(str, numbers[:6])) + (" ..." if len(numbers) > 6 else "")
 
 
 def _one_pass(reader, report: ReaderReport | None, input_name: str, n_features: int,
@@ -129,37 +139,38 @@ def _one_pass(reader, report: ReaderReport | None, input_name: str, n_features: 
 
 def _check_item(item, number: int, report: ReaderReport, input_name: str, n_features: int) -> int:
     def problem(msg: str) -> None:
-        if len(report.problems) < 8 and msg not in report.problems:
-            report.problems.append(msg)
+        batches = report.batch_problems.setdefault(msg, [])
+        if len(report.batch_problems) <= 8:
+            batches.append(number)
 
     if not isinstance(item, dict):
-        problem(f"batch {number} is a {type(item).__name__}; get_next() must return a dict "
+        problem(f"it is a {type(item).__name__}; get_next() must return a dict "
                 f"like {{'{input_name}': array}} or None")
         return 0
     for name in item:
         if name not in report.input_names:
             report.input_names.append(str(name))
     if input_name not in item:
-        problem(f"batch {number} has keys {sorted(map(str, item))}; the model's input is named "
+        problem(f"it has keys {sorted(map(str, item))}; the model's input is named "
                 f"'{input_name}', so return {{'{input_name}': array}}")
         return 0
     value = item[input_name]
     if not isinstance(value, np.ndarray):
-        problem(f"batch {number}: '{input_name}' is a {type(value).__name__}; return a numpy array "
+        problem(f"'{input_name}' is a {type(value).__name__}; return a numpy array "
                 f"(np.asarray(x, dtype=np.float32))")
         return 0
     if str(value.dtype) not in report.dtypes:
         report.dtypes.append(str(value.dtype))
     report.shapes.append(list(value.shape))
     if value.dtype != np.float32:
-        problem(f"batch {number}: dtype is {value.dtype}; the model takes float32, "
+        problem(f"dtype is {value.dtype}; the model takes float32, "
                 f"so convert with .astype(np.float32)")
     if value.ndim != 2 or value.shape[1] != n_features:
-        problem(f"batch {number}: shape is {list(value.shape)}; expected [batch, {n_features}] "
+        problem(f"shape is {list(value.shape)}; expected [batch, {n_features}] "
                 f"(reshape each 8x8 image to 64 values)")
         return 0
     if value.size and not np.all(np.isfinite(value)):
-        problem(f"batch {number}: holds NaN or infinity; calibration ranges would be meaningless")
+        problem(f"it holds NaN or infinity; calibration ranges would be meaningless")
     return int(value.shape[0])
 
 
@@ -177,6 +188,7 @@ def check_reader(reader, input_name: str = INPUT_NAME, n_features: int = N_FEATU
                                "onnxruntime.quantization.CalibrationDataReader and define get_next()")
         return report
     report.batches, report.samples, ending = _one_pass(reader, report, input_name, n_features, max_batches)
+    report.problems = [f"{_batches(numbers)}: {msg}" for msg, numbers in report.batch_problems.items() if numbers]
     report.ending = {"None": "returned None (correct)"}.get(ending, ending)
     if ending.startswith("raise"):
         report.problems.append(f"get_next() must return None when the data runs out; it {ending.replace('raise', 'raised', 1)}. "
