@@ -1,7 +1,7 @@
 """``python -m lab release --out DIR``: the student copies of the lessons, and the student kit.
 
 nbgrader-style: each transformation is one function ``(notebook, name) -> notebook`` and the
-release is the list ``PIPELINE`` applied in order. Solutions become ``raise NotImplementedError()``
+release is the list ``PIPELINE`` applied in order. Solutions become ``raise NotImplementedError(...)``
 (inside ``%%writefile`` cells too, so the written module carries the stub), hidden tests go,
 outputs and instructor metadata go. The same sources always give byte-identical files.
 
@@ -29,8 +29,9 @@ REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO / "notebooks"
 BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
 BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
-CODE_STUB = "raise NotImplementedError()"
+CODE_STUB = 'raise NotImplementedError("exercise: replace this line with your code")'
 MARKDOWN_STUB = "YOUR ANSWER HERE"
+NBVAL_MARK = "# NBVAL_CHECK_OUTPUT"
 # The student kit: what students get besides the released notebooks (never grader/, tests/, benchmarks/).
 # Its Makefile, README.md and requirements.txt are written for students (see below), not copied.
 KIT = ("lab", "fixtures", "docs", "pyproject.toml")
@@ -178,6 +179,14 @@ def drop_instructor_metadata(nb: nbformat.NotebookNode, name: str) -> nbformat.N
     return nb
 
 
+def strip_test_markers(nb: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode:
+    """Drop the ``# NBVAL_CHECK_OUTPUT`` lines: they are for the lessons' own tests, not for students."""
+    for cell in nb.cells:
+        if cell.cell_type == "code" and NBVAL_MARK in cell.source:
+            cell.source = "\n".join(line for line in cell.source.splitlines() if line.strip() != NBVAL_MARK)
+    return nb
+
+
 def check_no_markers(nb: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode:
     """Safety net: refuse to write a notebook in which any marker survived."""
     for index, cell in enumerate(nb.cells):
@@ -192,6 +201,7 @@ PIPELINE: list[Transform] = [
     remove_hidden_tests,
     clear_outputs,
     drop_instructor_metadata,
+    strip_test_markers,
     check_no_markers,
 ]
 

@@ -28,7 +28,7 @@ WRITTEN_BY = {"growth.json": "04", "formats.json": "05", "formats/model.qdq.onnx
               "formats/model.qoperator.onnx": "05", "formats/model.calibration.json": "05", "metrics.py": "06",
               "candidate.onnx": "06", "regression.json": "06", "toolbox.json": "08", "choice.onnx": "08"}
 MODULES = ("calibration_reader.py", "metrics.py")
-STUB = "raise NotImplementedError()"
+STUB = "raise NotImplementedError("  # the release's exercise stub, with or without a message
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MAX_FILE_BYTES = 32 << 20
 
@@ -148,6 +148,6 @@ def main(argv: list[str] | None = None) -> int:
               "them; their points count only if they are there. Run those lessons, then hand in again")
     stubs = unfinished({rel: work.resolve() / rel for rel in doc["files"]})
     if stubs:
-        print(f"warning: {', '.join(stubs)} still hold{'s' if len(stubs) == 1 else ''} `{STUB}`: finish the "
+        print(f"warning: {', '.join(stubs)} still hold{'s' if len(stubs) == 1 else ''} `raise NotImplementedError`: finish the "
               "exercise, re-run the cell that writes the file (and the lessons after it), then hand in again")
     return 0
