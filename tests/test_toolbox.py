@@ -1,4 +1,5 @@
-"""lab.toolbox: real conversions of the digit reader with each knob, and the exercise's requirement."""
+"""Lesson 08's helpers (lab.toolbox, lab.calibrators, lab.measure): real conversions of the digit reader with each
+knob, and the exercise's requirement."""
 from __future__ import annotations
 
 import copy
@@ -8,7 +9,7 @@ import onnx
 import pytest
 from onnxruntime.quantization import calibrate as ort_calibrate
 
-from lab import data, graph, schemas
+from lab import calibrators, data, graph, measure, schemas
 from lab import toolbox as tb
 from lab.workspace import make_workspace
 
@@ -25,7 +26,7 @@ def source(work):
 
 @pytest.fixture(scope="module")
 def ev(source):
-    return tb.evaluation(source)
+    return measure.evaluation(source)
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +45,7 @@ def baseline(source, work, right):
 
 @pytest.mark.parametrize("bins, quantized, expected", [(128, 128, 1), (512, 128, 193), (2048, 128, 961), (64, 128, 0)])
 def test_entropy_candidates_formula(bins, quantized, expected):
-    assert tb.entropy_candidates(bins, quantized) == expected
+    assert calibrators.entropy_candidates(bins, quantized) == expected
 
 
 @pytest.mark.parametrize("bins", [128, 512])
@@ -57,44 +58,45 @@ def test_entropy_candidates_match_the_calibrators_own_loop(monkeypatch, bins):
     collector = ort_calibrate.HistogramCollector("entropy", False, bins, 128, None, None)
     collector.collect({"t": values})
     collector.get_entropy_threshold(collector.histogram_dict["t"], 128)
-    assert len(calls) == tb.entropy_candidates(bins, 128)
+    assert len(calls) == calibrators.entropy_candidates(bins, 128)
 
 
 def test_default_entropy_tries_one_threshold_and_equals_minmax(source, right):
-    finding = tb.entropy_finding(source, right)
+    finding = calibrators.entropy_finding(source, right)
     assert finding["histogram_bins"] == [128]
     assert finding["candidates_per_tensor"] == [1] == [finding["formula_candidates"]]
     assert finding["same_ranges_as_minmax"] is True
 
 
 def test_calibrate_passes_bins_through_and_trims_tails(source, right):
-    minmax = tb.calibrate(source, right, "MinMax")
-    tuned = tb.calibrate(source, right, "Entropy", {"num_bins": 1024})
+    minmax = calibrators.calibrate(source, right, "MinMax")
+    tuned = calibrators.calibrate(source, right, "Entropy", {"num_bins": 1024})
     assert set(tuned.bins.values()) == {1024}
-    assert set(tuned.candidates().values()) == {tb.entropy_candidates(1024)}
+    assert set(tuned.candidates().values()) == {calibrators.entropy_candidates(1024)}
     assert tuned.ranges["relu1.out"][1] < minmax.ranges["relu1.out"][1]  # the long tail is clipped
     assert tuned.ranges["pixels"] == pytest.approx(minmax.ranges["pixels"])
 
 
 def test_calibrate_reuses_a_search_only_for_the_same_model_data_and_options(source, right, work):
-    first = tb.calibrate(source, right[:72], "Entropy", {"num_bins": 256})
-    assert tb.calibrate(source, np.array(right[:72]), "Entropy", {"num_bins": 256}) is first  # same content
-    assert tb.calibrate(source, right[72:144], "Entropy", {"num_bins": 256}) is not first
-    assert tb.calibrate(source, right[:72], "Entropy", {"num_bins": 512}) is not first
-    assert tb.calibrate(source, right[:72], "Entropy", {"num_bins": 256}, batch_size=24) is not first
+    first = calibrators.calibrate(source, right[:72], "Entropy", {"num_bins": 256})
+    assert calibrators.calibrate(source, np.array(right[:72]), "Entropy", {"num_bins": 256}) is first  # same content
+    assert calibrators.calibrate(source, right[72:144], "Entropy", {"num_bins": 256}) is not first
+    assert calibrators.calibrate(source, right[:72], "Entropy", {"num_bins": 512}) is not first
+    assert calibrators.calibrate(source, right[:72], "Entropy", {"num_bins": 256}, batch_size=24) is not first
     other = work / "other-source.onnx"
     other.write_bytes(source.read_bytes())
-    assert tb.calibrate(other, right[:72], "Entropy", {"num_bins": 256}) is first  # same bytes, same model
+    assert calibrators.calibrate(other, right[:72], "Entropy", {"num_bins": 256}) is first  # same bytes, same model
     m = graph.load(source)
     m.doc_string = "changed"
     onnx.save(m, str(other))
-    assert tb.calibrate(other, right[:72], "Entropy", {"num_bins": 256}) is not first
+    assert calibrators.calibrate(other, right[:72], "Entropy", {"num_bins": 256}) is not first
 
 
 def test_quantize_calibrated_uses_exactly_the_calibrated_input_range(source, work, right):
     out = work / "pct.onnx"
-    record = tb.quantize_calibrated(source, out, right * 0.5, "Percentile", {"percentile": 99.0, "symmetric": False})
-    lo, hi = tb.calibrate(source, right * 0.5, "Percentile", {"percentile": 99.0, "symmetric": False}).ranges["pixels"]
+    options = {"percentile": 99.0, "symmetric": False}
+    record = calibrators.quantize_calibrated(source, out, right * 0.5, "Percentile", dict(options))
+    lo, hi = calibrators.calibrate(source, right * 0.5, "Percentile", dict(options)).ranges["pixels"]
     ruler = graph.input_ruler(out)
     assert ruler.scale == pytest.approx((max(hi, 0) - min(lo, 0)) / 255, rel=1e-6)
     assert record.settings["calibrator_options"] == {"percentile": 99.0, "symmetric": False}
@@ -106,17 +108,17 @@ def test_quantize_calibrated_uses_exactly_the_calibrated_input_range(source, wor
 def test_hot_pixel_raw_sticks_one_pixel_in_n_images_and_leaves_the_input_alone():
     raw = data.load_split("calibration").raw
     before = raw.copy()
-    hot = tb.hot_pixel_raw(raw, 5, seed=3)
+    hot = calibrators.hot_pixel_raw(raw, 5, seed=3)
     assert np.array_equal(raw, before)
     changed = np.argwhere(hot.reshape(len(raw), -1) != raw.reshape(len(raw), -1))
     assert len(changed) == 5 and len(set(changed[:, 0])) == 5
-    assert (hot.reshape(len(raw), -1)[changed[:, 0], changed[:, 1]] == tb.HOT_PIXEL_RAW).all()
-    assert data.preprocess(hot).max() == pytest.approx(tb.HOT_PIXEL_RAW / 16)
+    assert (hot.reshape(len(raw), -1)[changed[:, 0], changed[:, 1]] == calibrators.HOT_PIXEL_RAW).all()
+    assert data.preprocess(hot).max() == pytest.approx(calibrators.HOT_PIXEL_RAW / 16)
 
 
 def test_percentile_beats_minmax_when_a_few_pixels_are_stuck(source, work, ev):
     rows = {(r["method"], tuple(r["options"].items())): r
-            for r in tb.outlier_table(source, work, ev, n_hot=5, percentile=99.9, entropy_bins=256)}
+            for r in calibrators.outlier_table(source, work, ev, n_hot=5, percentile=99.9, entropy_bins=256)}
     minmax, default_pct = rows[("MinMax", ())], rows[("Percentile", ())]
     tuned = rows[("Percentile", (("percentile", 99.9),))]
     assert minmax["input_range"][1] == pytest.approx(12.5, abs=0.1)  # the stuck pixels set the ruler
@@ -191,7 +193,7 @@ def test_excluding_a_node_keeps_its_weights_in_float(source, work, ev, right):
 # --- the document -----------------------------------------------------------------------------------
 
 def _doc(source, ev, baseline):
-    m = tb.measure(baseline, ev)
+    m = measure.measure(baseline, ev)
     row = {"calibration": "right", "method": "MinMax", "options": {}, "input_range": [0.0, 1.0], **m}
     settings = {**tb.BASELINE}
     cand = {"name": "baseline", "settings": settings, **m, "accuracy_loss": 0.0, "size_ratio": 0.44, "meets": False}
@@ -206,7 +208,7 @@ def _doc(source, ev, baseline):
                             "bytes_before": 1, "bytes_after": 1},
                 speed={"threads": 1, "timings": [], "sweep": [], "crossover_width": None},
                 candidates_=[cand],
-                choice={"file": "choice.onnx", "sha256": tb.file_sha256(baseline), "settings": dict(settings), **m,
+                choice={"file": "choice.onnx", "sha256": data.file_sha256(baseline), "settings": dict(settings), **m,
                         "accuracy_loss": 0.0, "size_ratio": 0.44, "justification": "the baseline, for the test only"})
 
 
@@ -225,7 +227,8 @@ def test_document_validates_and_the_schema_names_a_wrong_field(source, ev, basel
 
 
 def test_format_rows_aligns_text_left_and_numbers_right():
-    text = tb.format_rows([{"a": "x", "b": 1.23456}, {"a": "longer", "b": 10.0}], [("a", "name", ""), ("b", "value", ".2f")])
+    text = measure.format_rows([{"a": "x", "b": 1.23456}, {"a": "longer", "b": 10.0}],
+                               [("a", "name", ""), ("b", "value", ".2f")])
     lines = text.splitlines()
     assert lines[0] == "name    value"
     assert lines[2] == "x        1.23" and lines[3] == "longer  10.00"

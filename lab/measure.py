@@ -1,0 +1,76 @@
+"""Measuring a converted model against FP32 on the same images, and printing the rows as a table.
+
+Lesson 08 measures every conversion with ``measure``: max abs error of the probabilities against
+FP32, accuracy, and file size, on the images of one ``Evaluation``. ``format_rows`` prints its tables.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from lab import compare, data, graph
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The images every model is measured on, and the FP32 model's answers on them."""
+
+    split: str
+    pixels: np.ndarray
+    labels: np.ndarray
+    reference: np.ndarray
+
+    @property
+    def fp32_accuracy(self) -> float:
+        return float((self.reference.argmax(1) == self.labels).mean())
+
+
+def evaluation(source: str | Path, split: str = "evaluation") -> Evaluation:
+    """Load ``split`` through the deployed preprocessing and run the FP32 ``source`` on it."""
+    s = data.load_split(split)
+    return Evaluation(split, s.pixels, s.labels, compare.predict(source, s.pixels))
+
+
+def measure(model: str | Path, ev: Evaluation) -> dict:
+    """Max abs error against FP32, accuracy, and the file's bytes."""
+    out = compare.predict(model, ev.pixels)
+    return {"max_abs_error": round(compare.max_abs_error(ev.reference, out), 4),
+            "accuracy": round(float((out.argmax(1) == ev.labels).mean()), 4),
+            "bytes": Path(model).stat().st_size}
+
+
+def input_interval(model: str | Path) -> list[float] | None:
+    """The real interval the input ruler covers, or None for a model without one (dynamic)."""
+    try:
+        lo, hi = graph.input_ruler(model).interval
+    except Exception:  # noqa: BLE001 - dynamic models have no static input ruler
+        return None
+    return [round(lo, 4), round(hi, 4)]
+
+
+# ---- tables --------------------------------------------------------------------------------------
+def _cell(value, spec: str) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(f"{x:.3g}" for x in value) + "]"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items()) or "defaults"
+    return format(value, spec)
+
+
+def format_rows(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
+    """A fixed-width text table. ``columns``: (key, heading, format spec such as '.4f'); text left, numbers right."""
+    cells = [[_cell(r.get(key), spec) for key, _, spec in columns] for r in rows]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, (_, h, _) in enumerate(columns)]
+    left = [i == 0 or not spec for i, (_, _, spec) in enumerate(columns)]
+
+    def line(values):
+        return "  ".join(v.ljust(w) if lf else v.rjust(w) for v, w, lf in zip(values, widths, left)).rstrip()
+
+    head = line([h for _, h, _ in columns])
+    return "\n".join([head, "-" * len(head)] + [line(c) for c in cells])
