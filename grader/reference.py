@@ -205,7 +205,7 @@ NOT_COVERED = ("digits shifted in the frame and low-contrast scenes; dim and noi
 
 def _release(work: Path, reader_cls) -> None:
     """Lesson 07: calibrate on daylight + flash, check every scenario, write release/ with its recipe."""
-    from lab import data, quantize, recipe
+    from lab import data, quantize, recipe, scenario_checks
 
     source, drafts = work / "source.onnx", work / "drafts"
     drafts.mkdir(exist_ok=True)
@@ -213,7 +213,7 @@ def _release(work: Path, reader_cls) -> None:
     selection = recipe.select([("daylight", None), ("flash", slice(0, None, 6))])
     draft = drafts / "daylight+flash.onnx"
     record = quantize.quantize(source, draft, reader_cls(selection.pixels, batch_size=BATCH), per_channel=True)
-    after = recipe.compare_scenarios(source, draft, evaluation.pixels, evaluation.labels, seed=0)
+    after = scenario_checks.compare_scenarios(source, draft, evaluation.pixels, evaluation.labels, seed=0)
     doc = recipe.recipe("digits-int8-r1", source, selection, record.settings, BATCH, evaluation, after, draft,
                         NOT_COVERED)
     recipe.write_release(work / "release", draft, doc, evaluation, after)

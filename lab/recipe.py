@@ -1,30 +1,25 @@
-"""Calibrate the deployed representation: named scenarios, the calibration selection, and the recipe.
+"""Calibrate the deployed representation: the calibration selection, the recipe, and verify.
 
 A release is three files in ``WORK_DIR/release/``: ``model.onnx`` (its metadata carries the release id,
 the recipe's SHA-256 and the recipe itself), ``recipe.json`` (schema recipe/1) and ``scenarios.json``
 (schema scenarios/1). ``verify(model, recipe)`` says exactly what differs when they do not belong together.
+The per-scenario verdicts the recipe records come from ``lab.scenario_checks``.
 """
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
 from lab import data, scenarios
-from lab.acceptance import FLOOR, LIMIT
+from lab.acceptance import LIMIT
 from lab.errors import LabError
+from lab.scenario_checks import BOUNDARY_MARGIN, ScenarioResult
 
-BOUNDARY_MARGIN = 0.25
-"""FP32's top-1 minus top-2 probability below which a changed answer is an accepted difference.
-
-Where calibration is right (daylight) INT8 moves any probability by about 0.1 at most; swapping
-FP32's top two classes needs the gap to close from both sides, about 2 x 0.1. Changed answers on
-images FP32 read with a larger margin are defects of the quantized model.
-"""
 RECIPE_SCHEMA, SCENARIOS_SCHEMA = "recipe/1", "scenarios/1"
 META_RELEASE, META_SHA, META_RECIPE = "calibration_lab.release_id", "calibration_lab.recipe_sha256", "calibration_lab.recipe"
 ACTIVATION_DTYPES = {"QInt8": "int8", "QUInt8": "uint8"}
@@ -33,172 +28,6 @@ WEIGHT_DTYPES = {"QInt8": "INT8", "QUInt8": "UINT8"}
 
 class ReleaseError(LabError):
     """A release's files do not belong together, or a selection overlaps the acceptance set."""
-
-
-# --- named scenarios ---------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ScenarioResult:
-    """FP32 against INT8 under one named condition, with its own verdict."""
-
-    name: str
-    description: str
-    count: int
-    fp32_accuracy: float
-    int8_accuracy: float
-    loss: float
-    changed: int
-    accepted_differences: int
-    defects: int
-    max_abs_error: float
-    verdict: str
-    note: str
-
-    @property
-    def passed(self) -> bool:
-        return self.verdict == "pass"
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def describe(fn: Callable) -> str:
-    return (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else fn.__name__
-
-
-def judge(name: str, fp32: np.ndarray, int8: np.ndarray, labels: np.ndarray, description: str = "",
-          limit: float = LIMIT, margin: float = BOUNDARY_MARGIN) -> ScenarioResult:
-    """Compare FP32 and INT8 probabilities on one scenario.
-
-    Passes when the accuracy loss is within ``limit`` and no image FP32 read with a margin of at
-    least ``margin`` changed its answer. Changed answers under that margin are accepted differences:
-    FP32 itself was unsure there.
-    """
-    fp32, int8, labels = np.asarray(fp32), np.asarray(int8), np.asarray(labels)
-    f, q = fp32.argmax(1), int8.argmax(1)
-    top2 = np.sort(fp32, axis=1)[:, -2:]
-    gap = top2[:, 1] - top2[:, 0]
-    changed = f != q
-    defects = int((changed & (gap >= margin)).sum())
-    fa, qa = float((f == labels).mean()), float((q == labels).mean())
-    loss = fa - qa
-    problems = []
-    if loss > limit + 1e-9:
-        problems.append(f"loses {loss:.4f} accuracy (limit {limit:.2f})")
-    if defects:
-        problems.append(f"{defects} confident FP32 answer(s) changed")
-    note = "; ".join(problems)
-    if fa + 1e-9 < FLOOR:
-        note = "; ".join(filter(None, [note, f"FP32 itself reads only {fa:.0%} here: a model limit, "
-                                             "not a calibration one"]))
-    return ScenarioResult(name, description, int(len(labels)), fa, qa, loss, int(changed.sum()),
-                          int(changed.sum()) - defects, defects,
-                          float(np.max(np.abs(fp32.astype(np.float64) - int8))),
-                          "needs work" if problems else "pass", note)
-
-
-def compare_scenarios(float_model, int8_model, x: np.ndarray, labels: np.ndarray,
-                      conditions: Mapping[str, Callable] | None = None, seed: int = 0,
-                      limit: float = LIMIT, margin: float = BOUNDARY_MARGIN) -> list[ScenarioResult]:
-    """Every named condition (default: ``scenarios.acceptance_conditions()``) applied to the acceptance set."""
-    from lab.compare import predict
-
-    conditions = conditions or scenarios.acceptance_conditions()
-    out = []
-    for name, fn in conditions.items():
-        xs = fn(x, seed)
-        out.append(judge(name, predict(float_model, xs), predict(int8_model, xs), labels,
-                         describe(fn), limit, margin))
-    return out
-
-
-def _fp32(r: ScenarioResult) -> str:
-    """FP32 accuracy, starred when FP32 itself is below the floor (a model limit, not a quantization one)."""
-    return f"{r.fp32_accuracy:.3f}" + ("*" if r.fp32_accuracy + 1e-9 < FLOOR else " ")
-
-
-def _footnote(results: Sequence[ScenarioResult]) -> list[str]:
-    weak = [f"{r.name} {r.fp32_accuracy:.0%}" for r in results if r.fp32_accuracy + 1e-9 < FLOOR]
-    if not weak:
-        return []
-    return [f"* FP32 itself reads fewer than {FLOOR:.0%} of these images ({', '.join(weak)}): a limit of the model,",
-            "  not of quantization. The verdict compares INT8 with FP32 only."]
-
-
-def format_scenarios(results: Sequence[ScenarioResult]) -> str:
-    """A fixed-width table: one row per scenario; a footnote marks scenarios FP32 itself fails."""
-    head = (f"{'scenario':<13}{'FP32':>7} {'INT8':>6}{'loss':>9}{'changed':>9}{'accepted':>9}{'defects':>8}"
-            f"{'max err':>8}  verdict (INT8 vs FP32)")
-    lines = [head, "-" * len(head)]
-    for r in results:
-        problems = "; ".join(p for p in r.note.split("; ") if p and not p.startswith("FP32 itself"))
-        lines.append(f"{r.name:<13}{_fp32(r):>8}{r.int8_accuracy:>6.3f}{r.loss:>+9.4f}{r.changed:>9d}"
-                     f"{r.accepted_differences:>9d}{r.defects:>8d}{r.max_abs_error:>8.3f}  {r.verdict}"
-                     + (f": {problems}" if problems else ""))
-    return "\n".join(lines + _footnote(results))
-
-
-def format_before_after(before: Sequence[ScenarioResult], after: Sequence[ScenarioResult],
-                        labels: tuple[str, str] = ("before", "after")) -> str:
-    """Two runs side by side per scenario: INT8 accuracy, defects, max abs error and verdict."""
-    b, a = labels
-    head = (f"{'scenario':<13}{'FP32':>7}  | {b + ' INT8':>12}{'defects':>8}{'max err':>8} {'verdict':<11}"
-            f"| {a + ' INT8':>11}{'defects':>8}{'max err':>8} verdict")
-    lines = [head, "-" * len(head)]
-    after_by = {r.name: r for r in after}
-    for r in before:
-        s = after_by[r.name]
-        lines.append(f"{r.name:<13}{_fp32(r):>8} | {r.int8_accuracy:>12.3f}{r.defects:>8d}{r.max_abs_error:>8.3f} "
-                     f"{r.verdict:<11}| {s.int8_accuracy:>11.3f}{s.defects:>8d}{s.max_abs_error:>8.3f} {s.verdict}")
-    return "\n".join(lines + _footnote(before))
-
-
-def scenario_figure(runs: Mapping[str, Sequence[ScenarioResult]]):
-    """Per scenario: accuracy of FP32 and of each INT8 run (FP32's own limit shaded), then the INT8-vs-FP32 checks.
-
-    Top: accuracy against the true digits, with the FP32 floor; scenarios FP32 itself fails are
-    shaded, because no calibration can fix them. Bottom: what the verdict looks at, confident FP32
-    answers that INT8 changed, and the largest probability change.
-    """
-    import matplotlib.pyplot as plt
-
-    first = next(iter(runs.values()))
-    names = [r.name for r in first]
-    x = np.arange(len(names))
-    fig = plt.figure(figsize=(11, 6.6), layout="constrained")
-    top, bottom = fig.subfigures(2, 1, height_ratios=[1.1, 1])
-    acc = top.subplots()
-    width = 0.8 / (len(runs) + 1)
-    for i, r in enumerate(first):
-        if r.fp32_accuracy + 1e-9 < FLOOR:
-            acc.axvspan(i - 0.45, i + 0.45, color="0.92", zorder=0)
-            acc.text(i, 1.02, "FP32 limit", ha="center", va="bottom", fontsize=8, color="0.35")
-    acc.bar(x - 0.4 + width / 2, [r.fp32_accuracy for r in first], width, color="0.55", label="FP32")
-    for j, (label, rows) in enumerate(runs.items(), start=1):
-        acc.bar(x - 0.4 + width * (j + 0.5), [r.int8_accuracy for r in rows], width, color=f"C{j - 1}",
-                label=f"INT8, {label}")
-    acc.axhline(FLOOR, color="k", ls=":", lw=1)
-    acc.text(len(names) - 0.5, FLOOR, f" floor {FLOOR}", va="center", ha="left", fontsize=8)
-    acc.set_xticks(x, names)
-    acc.set_ylim(0, 1.12)
-    acc.set_xlim(-0.5, len(names) - 0.5)
-    acc.set_ylabel("accuracy (true digits)")
-    acc.set_title("Accuracy per scenario: INT8 tracks FP32; shaded scenarios fail in FP32 already")
-    acc.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), fontsize=8, ncols=len(runs) + 1)
-    axes = bottom.subplots(1, 2)
-    width = 0.8 / len(runs)
-    for j, (label, rows) in enumerate(runs.items()):
-        pos = x - 0.4 + width * (j + 0.5)
-        axes[0].bar(pos, [r.defects for r in rows], width, color=f"C{j}", label=f"INT8, {label}")
-        axes[1].bar(pos, [r.max_abs_error for r in rows], width, color=f"C{j}", label=f"INT8, {label}")
-    for ax, title, ylabel in ((axes[0], f"Confident FP32 answers INT8 changed (margin >= {BOUNDARY_MARGIN})",
-                               "images (0 to pass)"),
-                              (axes[1], "Largest probability change vs FP32", "max abs error")):
-        ax.set_xticks(x, names, rotation=25)
-        ax.set_title(title, fontsize=10)
-        ax.set_ylabel(ylabel)
-        ax.legend(fontsize=8)
-    return fig
 
 
 # --- the calibration selection -----------------------------------------------------------------

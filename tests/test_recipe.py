@@ -1,4 +1,4 @@
-"""Lesson 07: scenarios, the calibration selection, the recipe, the stamp and verify."""
+"""Lesson 07: scenario checks, the calibration selection, the recipe, the stamp and verify."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 import pytest
 
-from lab import data, recipe, schemas, scenarios
+from lab import data, recipe, scenario_checks, schemas, scenarios
 from lab.errors import ModelContractError
 from lab.quantize import quantize
 
@@ -26,8 +26,8 @@ def drafts(tmp_path_factory):
     rec_d = quantize(source, work / "daylight.onnx", daylight.pixels, per_channel=True, batch_size=36)
     rec_f = quantize(source, work / "fixed.onnx", fixed.pixels, per_channel=True, batch_size=36)
     ev = data.load_split("evaluation")
-    before = recipe.compare_scenarios(source, work / "daylight.onnx", ev.pixels, ev.labels)
-    after = recipe.compare_scenarios(source, work / "fixed.onnx", ev.pixels, ev.labels)
+    before = scenario_checks.compare_scenarios(source, work / "daylight.onnx", ev.pixels, ev.labels)
+    after = scenario_checks.compare_scenarios(source, work / "fixed.onnx", ev.pixels, ev.labels)
     return {"work": work, "source": source, "fixed": fixed, "settings": rec_f.settings, "ev": ev,
             "before": {r.name: r for r in before}, "after": {r.name: r for r in after},
             "daylight_settings": rec_d.settings}
@@ -37,12 +37,12 @@ def test_judge_separates_confident_changes_from_accepted_differences():
     labels = np.array([0, 1])
     fp32 = np.array([[0.9, 0.1] + [0.0] * 8, [0.45, 0.55] + [0.0] * 8])
     int8 = np.array([[0.2, 0.8] + [0.0] * 8, [0.55, 0.45] + [0.0] * 8])  # both answers change
-    r = recipe.judge("x", fp32, int8, labels)
+    r = scenario_checks.judge("x", fp32, int8, labels)
     assert (r.changed, r.defects, r.accepted_differences) == (2, 1, 1)
     assert r.verdict == "needs work"
-    r = recipe.judge("y", fp32[1:], int8[1:], labels[1:])
+    r = scenario_checks.judge("y", fp32[1:], int8[1:], labels[1:])
     assert r.defects == 0 and r.loss == 1.0 and r.verdict == "needs work"  # a loss over the limit fails too
-    same = recipe.judge("z", fp32, fp32, labels)
+    same = scenario_checks.judge("z", fp32, fp32, labels)
     assert same.passed and same.changed == 0
 
 
@@ -50,7 +50,7 @@ def test_daylight_passes_and_flash_needs_work_with_daylight_calibration(drafts):
     before = drafts["before"]
     assert before["daylight"].passed
     assert not before["flash"].passed and before["flash"].defects > 0
-    assert before["flash"].loss <= recipe.LIMIT  # accuracy alone would have let it through
+    assert before["flash"].loss <= scenario_checks.LIMIT  # accuracy alone would have let it through
 
 
 def test_the_fixed_selection_passes_every_scenario(drafts):
@@ -84,30 +84,30 @@ def test_the_table_marks_scenarios_fp32_itself_fails_and_judges_int8_against_fp3
     labels = np.arange(10) % 10
     right = np.eye(10)[labels] * 0.9 + 0.01
     wrong = np.eye(10)[(labels + 1) % 10] * 0.9 + 0.01
-    weak = recipe.judge("weak", wrong, wrong, labels)  # FP32 reads none of them; INT8 agrees with FP32
-    fine = recipe.judge("fine", right, right, labels)
+    weak = scenario_checks.judge("weak", wrong, wrong, labels)  # FP32 reads none of them; INT8 agrees with FP32
+    fine = scenario_checks.judge("fine", right, right, labels)
     assert weak.passed and weak.fp32_accuracy == 0.0 and "model limit" in weak.note
-    table = recipe.format_scenarios([fine, weak]).splitlines()
+    table = scenario_checks.format_scenarios([fine, weak]).splitlines()
     assert "0.000*" in table[3] and "*" not in table[2]
     assert table[-2].startswith("* FP32 itself reads fewer than 95% of these images (weak 0%)")
     assert "INT8 with FP32 only" in table[-1]
-    assert "*" not in recipe.format_scenarios([fine])  # no footnote when FP32 reads every scenario
-    side = recipe.format_before_after([fine, weak], [fine, weak]).splitlines()
+    assert "*" not in scenario_checks.format_scenarios([fine])  # no footnote when FP32 reads every scenario
+    side = scenario_checks.format_before_after([fine, weak], [fine, weak]).splitlines()
     assert "0.000*" in side[3] and side[-2].startswith("* FP32 itself")
 
 
 def test_scenario_figure_shows_fp32_and_each_run(drafts):
     import matplotlib
     matplotlib.use("Agg")
-    fig = recipe.scenario_figure({"daylight": list(drafts["before"].values()),
-                                  "fixed": list(drafts["after"].values())})
+    fig = scenario_checks.scenario_figure({"daylight": list(drafts["before"].values()),
+                                           "fixed": list(drafts["after"].values())})
     axes = [ax for sub in fig.subfigs for ax in sub.axes]
     assert len(axes) == 3
     acc = axes[0]
     assert acc.get_ylabel().startswith("accuracy") and [t.get_text() for t in acc.get_legend().get_texts()] == \
         ["FP32", "INT8, daylight", "INT8, fixed"]
     shaded = [t.get_text() for t in acc.texts if t.get_text() == "FP32 limit"]
-    assert len(shaded) == sum(r.fp32_accuracy < recipe.FLOOR for r in drafts["before"].values()) >= 1
+    assert len(shaded) == sum(r.fp32_accuracy < scenario_checks.FLOOR for r in drafts["before"].values()) >= 1
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ def _selection(doc: dict):
 
 
 def run(ctx: Context) -> list:
-    from lab import data, graph, recipe, ruler
+    from lab import data, graph, recipe, ruler, scenario_checks
 
     doc, record = ctx.doc(RECIPE), ctx.doc(SCENARIOS)
     model = ctx.model(MODEL)
@@ -81,8 +81,8 @@ def run(ctx: Context) -> list:
     v = recipe.verify(ctx.sub.path(MODEL), ctx.sub.path(RECIPE))
     out.append(check(PART, "metadata", float(v.ok), str(v).replace("\n", " ")))
     # scenarios recomputed
-    mine = {s.name: s for s in recipe.compare_scenarios(data.fixture_path("fp32.onnx"), ctx.sub.path(MODEL),
-                                                        acc_split.pixels, acc_split.labels)}
+    mine = {s.name: s for s in scenario_checks.compare_scenarios(data.fixture_path("fp32.onnx"), ctx.sub.path(MODEL),
+                                                                 acc_split.pixels, acc_split.labels)}
     rows = {row.get("name"): row for row in record.get("results", []) if isinstance(row, dict)}
     ok_count, msgs, ev = 0, [], []
     for name, s in mine.items():
