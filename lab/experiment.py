@@ -3,8 +3,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from lab import compare, data, graph
 from lab.quantize import quantize
 from lab.workspace import make_workspace

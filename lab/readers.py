@@ -170,7 +170,7 @@ def _check_item(item, number: int, report: ReaderReport, input_name: str, n_feat
                 f"(reshape each 8x8 image to 64 values)")
         return 0
     if value.size and not np.all(np.isfinite(value)):
-        problem(f"it holds NaN or infinity; calibration ranges would be meaningless")
+        problem("it holds NaN or infinity; calibration ranges would be meaningless")
     return int(value.shape[0])
 
 

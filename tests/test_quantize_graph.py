@@ -1,5 +1,4 @@
 """Conversions through lab, read back from the graph, tied to ONNX Runtime's own calibrator."""
-import numpy as np
 import onnx
 import pytest
 
