@@ -1,0 +1,338 @@
+"""The CPU's INT8 kernel family: which one this machine runs, and the other one computed in numpy.
+
+ONNX Runtime multiplies u8 activations by s8 weights in one of two ways:
+
+- **exact**: products added into int32 (x86 VNNI / AVX-VNNI / AMX, ARM dot product). Never overflows.
+- **saturating**: x86 AVX2 or AVX-512BW without VNNI. ``vpmaddubsw`` adds each *pair* of adjacent
+  products ``a[2j]*w[2j] + a[2j+1]*w[2j+1]`` into an int16 that saturates at +-32,767;
+  255 x 127 x 2 = 64,770 does not fit, so large activations times large weights clip.
+
+``machine_family()`` asks the kernel itself (a one-MatMul probe), never the CPU's flag strings.
+``emulate(model, x, family)`` runs a lab model as either family computes it, with numpy, following
+the kernels ONNX Runtime uses on x86: a QDQ ``DequantizeLinear -> MatMul -> QuantizeLinear`` runs as
+``QLinearMatMul`` with s8 activations shifted to u8, ``DequantizeLinear -> Softmax -> QuantizeLinear``
+as ``QLinearSoftmax``, every other QDQ op as written. An op it does not know raises
+``EmulationError`` instead of guessing.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import math
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from lab.errors import LabError
+
+EXACT, SATURATING = "exact", "saturating"
+FAMILIES = (EXACT, SATURATING)
+DESCRIPTIONS = {
+    EXACT: "exact int32 sums (x86 with VNNI, AVX-VNNI or AMX; ARM)",
+    SATURATING: "int16 pair sums that saturate (x86 AVX2 or AVX-512 without VNNI)",
+}
+INT16_MAX, INT16_MIN = 32767, -32768
+PROBE_EXACT, PROBE_SATURATING = 8128.0, 4096.0
+
+
+class EmulationError(LabError):
+    """The emulation cannot compute this model (an op or a type it does not cover)."""
+
+
+def check_family(family: str) -> str:
+    """``family`` if it names a kernel family, else a ``ValueError`` naming the two."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown kernel family {family!r}; expected one of {list(FAMILIES)}")
+    return family
+
+
+# --- which family this machine runs -------------------------------------------------------------
+
+def probe_model() -> onnx.ModelProto:
+    """One QDQ MatMul whose answer tells the families apart.
+
+    64 inputs of 1.0 at scale 1/255 (u8 255) times 64 weights of 127 at scale 1, output scale 64:
+    exact int32 sums give 64 x 127 = 8,128; pairs saturating at 32,767 give 32 x 32,767 / 255,
+    which lands on 4,096 after the output's grid of 64.
+    """
+    k = 64
+    inits = [numpy_helper.from_array(np.array(1 / 255, np.float32), "x_scale"),
+             numpy_helper.from_array(np.array(0, np.uint8), "x_zero_point"),
+             numpy_helper.from_array(np.full((k, 1), 127, np.int8), "w_quantized"),
+             numpy_helper.from_array(np.array(1.0, np.float32), "w_scale"),
+             numpy_helper.from_array(np.array(0, np.int8), "w_zero_point"),
+             numpy_helper.from_array(np.array(64.0, np.float32), "y_scale"),
+             numpy_helper.from_array(np.array(0, np.uint8), "y_zero_point")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "x_scale", "x_zero_point"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "x_scale", "x_zero_point"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w_quantized", "w_scale", "w_zero_point"], ["wd"]),
+             helper.make_node("MatMul", ["xd", "wd"], ["m"]),
+             helper.make_node("QuantizeLinear", ["m", "y_scale", "y_zero_point"], ["yq"]),
+             helper.make_node("DequantizeLinear", ["yq", "y_scale", "y_zero_point"], ["y"])]
+    graph = helper.make_graph(nodes, "kernel_family_probe",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def family_from_probe(value: float) -> str:
+    """The family a probe answer means; ``EmulationError`` for an answer neither family gives."""
+    if math.isclose(value, PROBE_EXACT):
+        return EXACT
+    if math.isclose(value, PROBE_SATURATING):
+        return SATURATING
+    raise EmulationError(f"the kernel probe answered {value}; expected {PROBE_EXACT:g} (exact int32) "
+                         f"or {PROBE_SATURATING:g} (int16 pairs saturating)")
+
+
+def probe_answer() -> float:
+    """What this machine's ONNX Runtime computes for the probe."""
+    from lab.graph import session
+
+    out = session(probe_model()).run(None, {"x": np.ones((1, 64), np.float32)})[0]
+    return float(out.reshape(-1)[0])
+
+
+@functools.cache
+def machine_family() -> str:
+    """The kernel family this machine's ONNX Runtime runs, from the probe's answer."""
+    return family_from_probe(probe_answer())
+
+
+# --- which family numbers are computed for ------------------------------------------------------
+
+_TARGET: contextvars.ContextVar[str | None] = contextvars.ContextVar("kernel_family_target", default=None)
+
+
+def target_family() -> str:
+    """The family ``lab.compare.predict`` computes for: this machine's unless ``computing_as`` says otherwise."""
+    return _TARGET.get() or machine_family()
+
+
+@contextlib.contextmanager
+def computing_as(family: str | None):
+    """Within the block, quantized models run as ``family`` computes them (None: this machine's)."""
+    token = _TARGET.set(check_family(family) if family is not None else None)
+    try:
+        yield
+    finally:
+        _TARGET.reset(token)
+
+
+def describe(family: str) -> str:
+    """One line for people: the family's name and the CPUs that have it."""
+    return f"{check_family(family)}: {DESCRIPTIONS[family]}"
+
+
+# --- the arithmetic ------------------------------------------------------------------------------
+
+def int_matmul(a: np.ndarray, b: np.ndarray, a_zero: np.ndarray, b_zero: np.ndarray,
+               saturate_pairs: bool) -> np.ndarray:
+    """sum_k (a - a_zero)(b - b_zero) as int64 [N, M], from integer a [N, K] and b [K, M].
+
+    With ``saturate_pairs`` the raw products are added in pairs (k = 2j, 2j + 1) into a saturating
+    int16 first, as ``vpmaddubsw`` does; the zero-point terms are exact in every kernel.
+    """
+    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+    za, zb = np.asarray(a_zero, np.int64), np.asarray(b_zero, np.int64).reshape(1, -1)
+    n, k = a.shape
+    if saturate_pairs:
+        if k % 2:
+            a, b, k = np.pad(a, ((0, 0), (0, 1))), np.pad(b, ((0, 1), (0, 0))), k + 1
+        pairs = np.einsum("npt,ptm->npm", a.reshape(n, k // 2, 2), b.reshape(k // 2, 2, -1))
+        raw = np.clip(pairs, INT16_MIN, INT16_MAX).sum(axis=1)
+    else:
+        raw = a @ b
+    return raw - za * b.sum(axis=0, keepdims=True) - a.sum(axis=1, keepdims=True) * zb + k * za * zb
+
+
+def _limits(dtype) -> tuple[int, int]:
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+def quantize_linear(x: np.ndarray, scale, zero_point) -> np.ndarray:
+    """ONNX QuantizeLinear: saturate(round_half_even(x / scale) + zero_point), in float32."""
+    zp = np.asarray(zero_point)
+    lo, hi = _limits(zp.dtype)
+    q = np.rint(np.asarray(x, np.float32) / np.float32(scale)) + zp.astype(np.float32)
+    return np.clip(q, lo, hi).astype(zp.dtype)
+
+
+def dequantize_linear(q: np.ndarray, scale, zero_point=None, axis: int = 1) -> np.ndarray:
+    """ONNX DequantizeLinear: (q - zero_point) x scale in float32; per-axis when scale is 1-D."""
+    scale = np.asarray(scale, np.float32)
+    zp = np.zeros_like(scale, np.int64) if zero_point is None else np.asarray(zero_point, np.int64)
+    q = np.asarray(q)
+    if scale.ndim == 1 and scale.size > 1:
+        shape = [1] * q.ndim
+        shape[axis] = scale.size
+        scale, zp = scale.reshape(shape), zp.reshape(shape)
+    return ((q.astype(np.int64) - zp).astype(np.float32) * scale).astype(np.float32)
+
+
+def requantize(acc: np.ndarray, multiplier: np.ndarray, zero_point) -> np.ndarray:
+    """MLAS's requantization: float32(acc) x multiplier, clamped, rounded half to even, plus the zero point."""
+    zp = np.asarray(zero_point)
+    lo, hi = _limits(zp.dtype)
+    z = int(zp.reshape(-1)[0])
+    v = acc.astype(np.float32) * np.asarray(multiplier, np.float32).reshape(1, -1)
+    v = np.clip(v, np.float32(lo - z), np.float32(hi - z))
+    return (np.rint(v).astype(np.int64) + z).astype(zp.dtype)
+
+
+def qlinear_matmul(a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero, family: str,
+                   shift_s8_activations: bool = False) -> np.ndarray:
+    """QLinearMatMul as ``family`` computes it.
+
+    ``shift_s8_activations``: ORT's QDQ path on x86 moves s8 activations to u8 (+128) before a
+    U8S8 GEMM; the sum is the same, but the saturating kernel sees the shifted values.
+    The saturating family clips pairs only in that U8S8 kernel (u8 activations, s8 weights).
+    """
+    a, a_zero = np.asarray(a), np.asarray(a_zero)
+    if shift_s8_activations and a.dtype == np.int8:
+        a, a_zero = a.astype(np.int64) + 128, a_zero.astype(np.int64) + 128
+        a_is_u8 = True
+    else:
+        a_is_u8 = a.dtype == np.uint8
+    saturate = check_family(family) == SATURATING and a_is_u8 and np.asarray(b).dtype == np.int8
+    acc = int_matmul(a, b, a_zero, b_zero, saturate)
+    multiplier = (np.float32(a_scale) * np.asarray(b_scale, np.float32).reshape(-1)) / np.float32(y_scale)
+    return requantize(acc, multiplier, y_zero)
+
+
+def qlinear_softmax(x: np.ndarray, x_scale, x_zero, y_scale, y_zero) -> np.ndarray:
+    """ORT's QLinearSoftmax (last axis): a float32 exp lookup table, then round(e x floor(1/y_scale) / sum)."""
+    x = np.asarray(x)
+    d = x.shape[-1]
+    s = float(np.float32(x_scale))
+    bit_shift = max(0.0, math.log(np.finfo(np.float32).max / d) - 5) / s
+    xmax = x.astype(np.int64).max(axis=-1, keepdims=True)
+    e = np.exp((x.astype(np.int64) - xmax + bit_shift) * s).astype(np.float32)
+    total = np.zeros(x.shape[:-1] + (1,), np.float32)
+    for j in range(d):  # float32 sums in the kernel's order
+        total = (total + e[..., j:j + 1]).astype(np.float32)
+    grid = np.float32(math.floor(np.float32(1.0) / np.float32(y_scale)))
+    zp = np.asarray(y_zero)
+    q = np.rint((e * grid) / total).astype(np.int64) + int(zp.reshape(-1)[0])
+    return np.clip(q, *_limits(zp.dtype)).astype(zp.dtype)
+
+
+def qlinear_add(a, a_scale, a_zero, b, b_scale, b_zero, c_scale, c_zero) -> np.ndarray:
+    """QLinearAdd: (a - za) sa/sc + (b - zb) sb/sc, rounded half to even, plus zc, saturated."""
+    sc = np.float32(c_scale)
+    v = ((np.asarray(a, np.int64) - np.int64(a_zero)).astype(np.float32) * (np.float32(a_scale) / sc)
+         + (np.asarray(b, np.int64) - np.int64(b_zero)).astype(np.float32) * (np.float32(b_scale) / sc))
+    zp = np.asarray(c_zero)
+    lo, hi = _limits(zp.dtype)
+    return np.clip(np.rint(v) + int(zp.reshape(-1)[0]), lo, hi).astype(zp.dtype)
+
+
+def dynamic_quantize_linear(x: np.ndarray):
+    """ONNX DynamicQuantizeLinear: u8 with a range that includes 0."""
+    x = np.asarray(x, np.float32)
+    lo, hi = min(0.0, float(x.min())), max(0.0, float(x.max()))
+    scale = np.float32((hi - lo) / 255) if hi > lo else np.float32(1.0)
+    zp = np.uint8(np.clip(np.rint(np.float32(-lo) / scale), 0, 255))
+    return quantize_linear(x, scale, zp), scale, zp
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return (e / e.sum(axis=axis, keepdims=True)).astype(np.float32)
+
+
+# --- the graph walker ----------------------------------------------------------------------------
+
+def _attr(node, name, default):
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def emulate(model, x: np.ndarray, family: str, input_name: str = "pixels") -> np.ndarray:
+    """The model's first output on ``x``, as a CPU of ``family`` computes it."""
+    check_family(family)
+    m = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model))
+    label = "the model" if isinstance(model, onnx.ModelProto) else Path(model).name
+    values = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+    values[input_name] = np.asarray(x, np.float32)
+    producer = {o: n for n in m.graph.node for o in n.output}
+    consumers: dict[str, list] = {}
+    for n in m.graph.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+
+    def dq_source(name):
+        """The (q, scale, zero point) behind a DequantizeLinear output, or None."""
+        node = producer.get(name)
+        if node is None or node.op_type != "DequantizeLinear":
+            return None
+        zp = values[node.input[2]] if len(node.input) > 2 else np.zeros((), np.uint8)
+        return values[node.input[0]], values[node.input[1]], zp
+
+    for node in m.graph.node:
+        ins = [values.get(i) if i else None for i in node.input]
+        op = node.op_type
+        if op == "QuantizeLinear":
+            mm = producer.get(node.input[0])
+            if mm is not None and mm.op_type in ("MatMul", "Softmax") and len(consumers[mm.output[0]]) == 1 \
+                    and all(dq_source(i) is not None for i in mm.input):
+                srcs = [dq_source(i) for i in mm.input]
+                if mm.op_type == "MatMul":  # the QDQ MatMul runs as QLinearMatMul
+                    (a, sa, za), (b, sb, zb) = srcs
+                    out = qlinear_matmul(a, sa, za, b, sb, zb, ins[1], ins[2], family, shift_s8_activations=True)
+                else:  # DequantizeLinear -> Softmax -> QuantizeLinear runs as QLinearSoftmax
+                    (a, sa, za), = srcs
+                    out = qlinear_softmax(a, sa, za, ins[1], ins[2])
+            else:
+                out = quantize_linear(ins[0], ins[1], ins[2])
+            outs = [out]
+        elif op == "DequantizeLinear":
+            outs = [dequantize_linear(ins[0], ins[1], ins[2] if len(ins) > 2 else None, _attr(node, "axis", 1))]
+        elif op == "MatMul":
+            srcs = [dq_source(i) for i in node.input]
+            if all(s is not None for s in srcs) and np.asarray(srcs[1][0]).dtype == np.int8:
+                # DequantizeLinear -> MatMul with a float output runs as MatMulIntegerToFloat
+                (a, sa, za), (b, sb, zb) = srcs
+                a_u8, za_u8 = (a.astype(np.int64) + 128, np.int64(za) + 128) if a.dtype == np.int8 else (a, za)
+                acc = int_matmul(a_u8, b, za_u8, zb, family == SATURATING)
+                outs = [(acc.astype(np.float32) * (np.float32(sa) * np.asarray(sb, np.float32).reshape(1, -1)))
+                        .astype(np.float32)]
+            else:
+                outs = [(ins[0] @ ins[1]).astype(np.float32)]
+        elif op == "QLinearMatMul":
+            outs = [qlinear_matmul(*ins, family=family)]
+        elif op == "QLinearAdd":
+            outs = [qlinear_add(*ins)]
+        elif op == "QLinearSoftmax":
+            if _attr(node, "axis", -1) not in (-1, 1):
+                raise EmulationError(f"{label}: QLinearSoftmax '{node.name}' on axis {_attr(node, 'axis', -1)}; "
+                                     "the emulation covers the last axis only")
+            outs = [qlinear_softmax(*ins)]
+        elif op == "MatMulInteger":
+            a, b = ins[0], ins[1]
+            za = ins[2] if len(ins) > 2 and ins[2] is not None else np.zeros((), a.dtype)
+            zb = ins[3] if len(ins) > 3 and ins[3] is not None else np.zeros((), b.dtype)
+            saturate = family == SATURATING and a.dtype == np.uint8 and b.dtype == np.int8
+            outs = [int_matmul(a, b, za, zb, saturate).astype(np.int32)]
+        elif op == "DynamicQuantizeLinear":
+            outs = list(dynamic_quantize_linear(ins[0]))
+        elif op == "Cast":
+            outs = [ins[0].astype(helper.tensor_dtype_to_np_dtype(_attr(node, "to", TensorProto.FLOAT)))]
+        elif op in ("Add", "Mul"):
+            a, b = (np.asarray(v) for v in ins)
+            outs = [(a + b if op == "Add" else a * b).astype(np.result_type(a.dtype, b.dtype))]
+        elif op == "Relu":
+            outs = [np.maximum(ins[0], 0).astype(ins[0].dtype)]
+        elif op == "Softmax":
+            outs = [softmax(ins[0], _attr(node, "axis", -1))]
+        else:
+            raise EmulationError(f"{label}: op {op} ('{node.name}') is not covered by the kernel-family "
+                                 "emulation; run this model on a CPU of that family instead")
+        values.update(zip(node.output, outs))
+    return np.asarray(values[m.graph.output[0].name], np.float32)
