@@ -5,13 +5,24 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from lab import kernels
 from lab.data import INPUT_NAME
-from lab.graph import InputRuler, session
+from lab.graph import InputRuler, quant_format, session
 
 
-def predict(model, x: np.ndarray, input_name: str = INPUT_NAME, threads: int = 1) -> np.ndarray:
-    """Run a model on float32 [N, 64] pixels and return its [N, 10] probabilities."""
-    return session(model, threads).run(None, {input_name: np.asarray(x, np.float32)})[0]
+def predict(model, x: np.ndarray, input_name: str = INPUT_NAME, threads: int = 1,
+            family: str | None = None) -> np.ndarray:
+    """Run a model on float32 [N, 64] pixels and return its [N, 10] probabilities.
+
+    A quantized model runs as CPUs of ``family`` compute it (default ``kernels.target_family()``,
+    normally this machine's): on this machine's kernels when they are that family, else in
+    ``lab.kernels``' emulation. A float model is the same on every family.
+    """
+    x = np.asarray(x, np.float32)
+    family = family or kernels.target_family()
+    if kernels.emulated(family) and quant_format(model) != "float":
+        return kernels.emulate(model, x, family, input_name)
+    return session(model, threads).run(None, {input_name: x})[0]
 
 
 def max_abs_error(reference: np.ndarray, output: np.ndarray) -> float:

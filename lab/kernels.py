@@ -20,6 +20,7 @@ import contextlib
 import contextvars
 import functools
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +36,7 @@ DESCRIPTIONS = {
     SATURATING: "int16 pair sums that saturate (x86 AVX2 or AVX-512 without VNNI)",
 }
 INT16_MAX, INT16_MIN = 32767, -32768
+ENV_VAR = "LAB_KERNEL_FAMILY"  # set it to run a whole session as the other family computes
 PROBE_EXACT, PROBE_SATURATING = 8128.0, 4096.0
 
 
@@ -108,8 +110,18 @@ _TARGET: contextvars.ContextVar[str | None] = contextvars.ContextVar("kernel_fam
 
 
 def target_family() -> str:
-    """The family ``lab.compare.predict`` computes for: this machine's unless ``computing_as`` says otherwise."""
-    return _TARGET.get() or machine_family()
+    """The family ``lab.compare.predict`` computes for.
+
+    Inside ``computing_as(family)``: that family. Otherwise ``$LAB_KERNEL_FAMILY`` when set
+    (so a whole run, notebooks included, can compute as the other family), else this machine's.
+    """
+    chosen = _TARGET.get() or os.environ.get(ENV_VAR) or None
+    return check_family(chosen) if chosen else machine_family()
+
+
+def emulated(family: str | None = None) -> bool:
+    """True when ``family`` (default: the target) is not what this machine's kernels compute."""
+    return (family or target_family()) != machine_family()
 
 
 @contextlib.contextmanager
