@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from grader import __version__
+from lab import kernels
 from grader.checks import acceptance, calibration, growth, reader, release, toolbox
 from grader.context import Context, Missing, check, rubric
 from grader.models import ModelRefused, load_checked
@@ -98,6 +99,21 @@ def run_groups(ctx: Context) -> list:
     return checks
 
 
+def kernel_family_note(recorded: str | None) -> tuple[str, str]:
+    """The family to recompute under (the hand-in's, else this grader's) and a feedback line that says so."""
+    mine = kernels.machine_family()
+    family = recorded or mine
+    if recorded is None:
+        text = (f"your hand-in records no INT8 kernel family; numbers recomputed as this grader's CPU computes "
+                f"them ({kernels.describe(mine)})")
+    elif recorded == mine:
+        text = f"your hand-in was made on a CPU with {kernels.describe(recorded)}; this grader's CPU computes the same way"
+    else:
+        text = (f"your hand-in was made on a CPU with {kernels.describe(recorded)}; numbers recomputed as that CPU "
+                f"computes them (emulated: this grader's CPU has {kernels.describe(mine)})")
+    return text, family
+
+
 def grade(path: str | Path, limits: Limits | None = None) -> GradeResult:
     """Grade one submission (a zip or a folder). Never raises for anything the submission holds."""
     start = time.monotonic()
@@ -115,8 +131,10 @@ def grade(path: str | Path, limits: Limits | None = None) -> GradeResult:
         except (SubmissionInvalid, ModelRefused) as e:
             return GradeResult.without_results(student, "invalid", str(e), seconds=time.monotonic() - start,
                                                **common)
-        checks = run_groups(ctx)
-        notes = list(sub.notes) + list(ctx.notes)
+        family_note, family = kernel_family_note(sub.kernel_family)
+        with kernels.computing_as(family):
+            checks = run_groups(ctx)
+        notes = list(sub.notes) + [family_note] + list(ctx.notes)
         if sub.student != student:
             notes.append(f"submission.json names student {sub.student!r}; the file is named {student!r}")
         status = "timeout" if ctx.timed_out else "graded"

@@ -205,18 +205,21 @@ NOT_COVERED = ("digits shifted in the frame and low-contrast scenes; dim and noi
 
 def _release(work: Path, reader_cls) -> None:
     """Lesson 07: calibrate on daylight + flash, check every scenario, write release/ with its recipe."""
-    from lab import data, quantize, recipe, scenario_checks
+    from lab import data, kernels, quantize, recipe, scenario_checks
 
     source, drafts = work / "source.onnx", work / "drafts"
     drafts.mkdir(exist_ok=True)
     evaluation = data.load_split("evaluation")
     selection = recipe.select([("daylight", None), ("flash", slice(0, None, 6))])
-    draft = drafts / "daylight+flash.onnx"
-    record = quantize.quantize(source, draft, reader_cls(selection.pixels, batch_size=BATCH), per_channel=True)
-    after = scenario_checks.compare_scenarios(source, draft, evaluation.pixels, evaluation.labels, seed=0)
-    doc = recipe.recipe("digits-int8-r1", source, selection, record.settings, BATCH, evaluation, after, draft,
-                        NOT_COVERED)
-    recipe.write_release(work / "release", draft, doc, evaluation, after)
+    draft = drafts / "release-candidate.onnx"
+    record = quantize.quantize(source, draft, reader_cls(selection.pixels, batch_size=BATCH), per_channel=True,
+                               quant_format="QOperator", activation_type="QInt8")
+    by_family = scenario_checks.compare_families(source, draft, evaluation.pixels, evaluation.labels,
+                                                 kernels.FAMILIES, seed=0)
+    here = by_family[kernels.target_family()]
+    doc = recipe.recipe("digits-int8-r1", source, selection, record.settings, BATCH, evaluation, here, draft,
+                        NOT_COVERED, by_family=by_family)
+    recipe.write_release(work / "release", draft, doc, evaluation, here)
 
 
 def build(work_dir: str | Path, growth_counts=GROWTH_COUNTS) -> Path:

@@ -59,6 +59,11 @@ class Submission:
     def has(self, rel: str) -> bool:
         return rel in self.files
 
+    @property
+    def kernel_family(self) -> str | None:
+        """The INT8 kernel family the hand-in was made with (``lab.kernels``), or None if not recorded."""
+        return self.manifest.get("kernel_family")
+
 
 def _safe_name(name: str, where: str) -> str:
     if "\\" in name or "\x00" in name:

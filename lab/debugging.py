@@ -121,3 +121,53 @@ def sqnr_figure(runs: Mapping[str, Sequence[LayerSQNR]], title: str = "Where the
     ax.tick_params(axis="x", rotation=30)
     fig.tight_layout()
     return fig
+
+
+@dataclass(frozen=True)
+class DebugCopyCheck:
+    """The debug copy's final output against the deployed model's, as CPUs of ``family`` compute it."""
+
+    family: str
+    computed_on: str
+    max_difference: float
+    steps: float
+    changed_predictions: int
+
+    @property
+    def same(self) -> bool:
+        """Within one output step, with no answer changed: the SQNR table describes the deployed arithmetic."""
+        return self.steps <= 1 + 1e-6 and self.changed_predictions == 0
+
+    def __str__(self) -> str:
+        head = (f"debug copy vs deployed model ({self.family} kernels, {self.computed_on}): max difference "
+                f"{self.max_difference:.4f} ({self.steps:.0f} output step(s)), {self.changed_predictions} answer(s) differ")
+        if self.same:
+            return head + "\n  -> they agree: the SQNR table describes what the deployed model computes here"
+        return (head + "\n  -> they disagree: qdq_loss_debug runs an unfused copy with exact int32 sums, while the "
+                "deployed kernels of this family compute differently (int16 pairs that saturate); the SQNR table "
+                "cannot see that defect, so judge the deployed model by its own outputs")
+
+
+def debug_copy_check(debug_output, deployed_model: str | Path, x: np.ndarray,
+                     family: str | None = None) -> DebugCopyCheck:
+    """Compare the debug copy's final output (e.g. ``qdq_activations["probabilities"]``) with the deployed model's.
+
+    ``debug_output`` may be the list of per-batch arrays ``collect_activations`` returns; its values are
+    flattened, so they are reshaped to the deployed output's shape.
+    """
+    from lab import compare, kernels
+    from lab.graph import output_scale
+    from lab.scenario_checks import computed_on
+
+    family = family or kernels.target_family()
+    deployed = compare.predict(deployed_model, x, family=family)
+    debug = np.concatenate([np.asarray(b, np.float32).ravel() for b in debug_output]) \
+        if isinstance(debug_output, (list, tuple)) else np.asarray(debug_output, np.float32)
+    if debug.size != deployed.size:
+        raise ValueError(f"the debug output has {debug.size} values; the deployed model gives {deployed.size} "
+                         f"for these {len(deployed)} images: run both on the same images")
+    debug = debug.reshape(deployed.shape)
+    diff = float(np.max(np.abs(debug.astype(np.float64) - deployed))) if deployed.size else 0.0
+    step = output_scale(deployed_model) or 1 / 255
+    return DebugCopyCheck(family, computed_on(family), diff, round(diff / step, 3),
+                          int((debug.argmax(1) != deployed.argmax(1)).sum()))

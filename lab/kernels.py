@@ -216,6 +216,28 @@ def qlinear_matmul(a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero, fami
     return requantize(acc, multiplier, y_zero)
 
 
+def qgemm(a, a_scale, a_zero, b, b_scale, b_zero, c=None, y_scale=None, y_zero=None, family: str = EXACT,
+          alpha: float = 1.0, trans_a: int = 0, trans_b: int = 0, shift_s8_activations: bool = False) -> np.ndarray:
+    """ORT's QGemm: integer GEMM plus an int32 bias ``c``, requantized to ``y_scale`` (or float without it)."""
+    a, b = np.asarray(a), np.asarray(b)
+    a = a.T if trans_a else a
+    b = b.T if trans_b else b
+    a_zero = np.asarray(a_zero)
+    if shift_s8_activations and a.dtype == np.int8:
+        a, a_zero = a.astype(np.int64) + 128, a_zero.astype(np.int64) + 128
+        a_is_u8 = True
+    else:
+        a_is_u8 = a.dtype == np.uint8
+    saturate = check_family(family) == SATURATING and a_is_u8 and b.dtype == np.int8
+    acc = int_matmul(a, b, a_zero, b_zero, saturate)
+    if c is not None:
+        acc = acc + np.asarray(c, np.int64).reshape(1, -1)
+    scale = np.float32(alpha) * np.float32(a_scale) * np.asarray(b_scale, np.float32).reshape(-1)
+    if y_scale is None:
+        return (acc.astype(np.float32) * scale.reshape(1, -1)).astype(np.float32)
+    return requantize(acc, scale / np.float32(y_scale), y_zero)
+
+
 def qlinear_softmax(x: np.ndarray, x_scale, x_zero, y_scale, y_zero) -> np.ndarray:
     """ORT's QLinearSoftmax (last axis): a float32 exp lookup table, then round(e x floor(1/y_scale) / sum)."""
     x = np.asarray(x)
@@ -292,12 +314,17 @@ def emulate(model, x: np.ndarray, family: str, input_name: str = "pixels") -> np
         op = node.op_type
         if op == "QuantizeLinear":
             mm = producer.get(node.input[0])
-            if mm is not None and mm.op_type in ("MatMul", "Softmax") and len(consumers[mm.output[0]]) == 1 \
-                    and all(dq_source(i) is not None for i in mm.input):
+            if mm is not None and mm.op_type in ("MatMul", "Gemm", "Softmax") \
+                    and len(consumers[mm.output[0]]) == 1 and all(dq_source(i) is not None for i in mm.input):
                 srcs = [dq_source(i) for i in mm.input]
                 if mm.op_type == "MatMul":  # the QDQ MatMul runs as QLinearMatMul
                     (a, sa, za), (b, sb, zb) = srcs
                     out = qlinear_matmul(a, sa, za, b, sb, zb, ins[1], ins[2], family, shift_s8_activations=True)
+                elif mm.op_type == "Gemm":  # the QDQ Gemm runs as QGemm, its bias added in int32
+                    (a, sa, za), (b, sb, zb) = srcs[:2]
+                    c = srcs[2][0] if len(srcs) > 2 else None
+                    out = qgemm(a, sa, za, b, sb, zb, c, ins[1], ins[2], family, _attr(mm, "alpha", 1.0),
+                                _attr(mm, "transA", 0), _attr(mm, "transB", 0), shift_s8_activations=True)
                 else:  # DequantizeLinear -> Softmax -> QuantizeLinear runs as QLinearSoftmax
                     (a, sa, za), = srcs
                     out = qlinear_softmax(a, sa, za, ins[1], ins[2])
@@ -319,6 +346,26 @@ def emulate(model, x: np.ndarray, family: str, input_name: str = "pixels") -> np
                 outs = [(ins[0] @ ins[1]).astype(np.float32)]
         elif op == "QLinearMatMul":
             outs = [qlinear_matmul(*ins, family=family)]
+        elif op == "QGemm":
+            a, sa, za, b, sb, zb = ins[:6]
+            c = ins[6] if len(ins) > 6 else None
+            ys = ins[7] if len(ins) > 7 else None
+            yz = ins[8] if len(ins) > 8 else (np.zeros((), np.uint8) if ys is not None else None)
+            outs = [qgemm(a, sa, za, b, sb, zb, c, ys, yz, family, _attr(node, "alpha", 1.0),
+                          _attr(node, "transA", 0), _attr(node, "transB", 0))]
+        elif op == "Gemm":
+            a, b = ins[0], ins[1]
+            a = a.T if _attr(node, "transA", 0) else a
+            b = b.T if _attr(node, "transB", 0) else b
+            y = np.float32(_attr(node, "alpha", 1.0)) * (a @ b)
+            if len(ins) > 2 and ins[2] is not None:
+                y = y + np.float32(_attr(node, "beta", 1.0)) * ins[2]
+            outs = [y.astype(np.float32)]
+        elif op == "Reshape":
+            shape = [int(d) for d in ins[1]]
+            shape = [ins[0].shape[i] if d == 0 and not _attr(node, "allowzero", 0) else d
+                     for i, d in enumerate(shape)]
+            outs = [ins[0].reshape(shape)]
         elif op == "QLinearAdd":
             outs = [qlinear_add(*ins)]
         elif op == "QLinearSoftmax":

@@ -118,21 +118,56 @@ def _per_channel(model) -> bool:
     inits = {i.name: i for i in m.graph.initializer}
     for node in m.graph.node:
         if node.op_type == "DequantizeLinear" and node.input[0].endswith("weight_quantized"):
-            scale = inits.get(node.input[1])
-            if scale is not None and numpy_helper.to_array(scale).size > 1:
-                return True
+            scale = inits.get(node.input[1])  # QDQ: the weight's DequantizeLinear
+        elif node.op_type == "QLinearMatMul":
+            scale = inits.get(node.input[4])  # QOperator: the weight's scale input
+        else:
+            continue
+        if scale is not None and numpy_helper.to_array(scale).size > 1:
+            return True
     return False
+
+
+def kernel_families(by_family: Mapping[str, Sequence[ScenarioResult]]) -> dict:
+    """The recipe's record of the target kernel families: where each was computed, its verdicts."""
+    from lab.scenario_checks import computed_on
+
+    return {family: {"computed_on": computed_on(family), "all_pass": all(r.passed for r in results),
+                     "results": [r.to_dict() for r in results]}
+            for family, results in by_family.items()}
+
+
+def check_families(by_family: Mapping[str, Sequence[ScenarioResult]], targets: Sequence[str]) -> None:
+    """Raise ``ReleaseError`` unless every target family was evaluated and every scenario passes under it."""
+    from lab.kernels import check_family
+
+    missing = [check_family(f) for f in targets if f not in by_family]
+    if missing:
+        raise ReleaseError(f"the release was never evaluated under its target kernel family {', '.join(missing)}; "
+                           "use scenario_checks.compare_families(..., families=TARGET_FAMILIES)")
+    failing = {f: [r.name for r in by_family[f] if not r.passed] for f in targets}
+    failing = {f: names for f, names in failing.items() if names}
+    if failing:
+        raise ReleaseError("the release does not pass under every target kernel family: " + "; ".join(
+            f"{f}: {', '.join(names)} need work" for f, names in failing.items()))
 
 
 def recipe(release_id: str, source_model: str | Path, selection: Selection, settings: Mapping,
            batch_size: int, acceptance: data.Split, results: Sequence[ScenarioResult], model: str | Path,
-           not_covered: str, reader: str = "calibration_reader.DigitReader") -> dict:
-    """Assemble ``recipe.json`` (schema recipe/1): everything that decided the released model."""
+           not_covered: str, reader: str = "calibration_reader.DigitReader",
+           by_family: Mapping[str, Sequence[ScenarioResult]] | None = None) -> dict:
+    """Assemble ``recipe.json`` (schema recipe/1): everything that decided the released model.
+
+    ``results`` are the scenarios as this machine computes them; ``by_family`` the same scenarios under
+    each target kernel family (``scenario_checks.compare_families``), recorded in ``kernel_families``.
+    """
     from lab import schemas
     from lab.graph import input_ruler
+    from lab.kernels import target_family
     from lab.quantize import versions
 
     ruler = input_ruler(model)
+    by_family = dict(by_family) if by_family else {target_family(): list(results)}
     doc = {
         "schema": RECIPE_SCHEMA,
         "release_id": release_id,
@@ -152,19 +187,22 @@ def recipe(release_id: str, source_model: str | Path, selection: Selection, sett
                       "accepted": [f"{r.name}: {r.accepted_differences} changed answer(s) where FP32's margin was under "
                                    f"{BOUNDARY_MARGIN}" + (f"; {r.note}" if r.note else "")
                                    for r in results if r.passed and (r.accepted_differences or r.note)]},
+        "kernel_families": kernel_families(by_family),
     }
     return schemas.validate("recipe", doc)
 
 
 def scenarios_record(release_id: str, model: str | Path, recipe_path: str | Path, acceptance: data.Split,
                      results: Sequence[ScenarioResult]) -> dict:
-    """Assemble ``scenarios.json`` (schema scenarios/1) for the released model."""
+    """Assemble ``scenarios.json`` (schema scenarios/1) for the released model, as this machine computes it."""
     from lab import schemas
+    from lab.kernels import target_family
 
     doc = {"schema": SCENARIOS_SCHEMA, "release_id": release_id,
            "model_sha256": data.file_sha256(model), "recipe_sha256": data.file_sha256(recipe_path),
            "acceptance": {"split": acceptance.name, "count": len(acceptance), "sha256": data.data_sha256(acceptance.pixels)},
            "limit": LIMIT, "boundary_margin": BOUNDARY_MARGIN,
+           "kernel_family": target_family(),
            "results": [r.to_dict() for r in results],
            "all_pass": all(r.passed for r in results)}
     return schemas.validate("scenarios", doc)
@@ -186,12 +224,19 @@ def stamp(model_in: str | Path, model_out: str | Path, release_id: str, recipe_p
 
 def write_release(release_dir: str | Path, draft_model: str | Path, recipe_doc: Mapping,
                   acceptance: data.Split, results: Sequence[ScenarioResult]) -> dict[str, Path]:
-    """Write ``recipe.json``, then ``model.onnx`` stamped with its hash, then ``scenarios.json``."""
+    """Write ``recipe.json``, then ``model.onnx`` stamped with its hash, then ``scenarios.json``.
+
+    Refuses (``ReleaseError``) a recipe whose target kernel families do not all pass.
+    """
     from lab import schemas
     from lab.workspace import atomic_write_text
 
     out = Path(release_dir)
     schemas.validate("recipe", recipe_doc, "recipe.json")
+    failing = [f for f, rec in recipe_doc["kernel_families"].items() if not rec["all_pass"]]
+    if failing:
+        raise ReleaseError(f"not released: under kernel family {', '.join(failing)} some scenarios need work "
+                           f"(recipe kernel_families); fix the model before releasing it")
     recipe_path = atomic_write_text(out / "recipe.json", json.dumps(recipe_doc, indent=2) + "\n")
     model = stamp(draft_model, out / "model.onnx", recipe_doc["release_id"], recipe_path)
     record = scenarios_record(recipe_doc["release_id"], model, recipe_path, acceptance, results)

@@ -12,6 +12,11 @@ import numpy as np
 
 from lab import scenarios
 from lab.acceptance import FLOOR, LIMIT
+from lab.errors import LabError
+
+class SelectionCheckFailed(LabError):
+    """Lesson 07's calibration selection does not fix the release."""
+
 
 BOUNDARY_MARGIN = 0.25
 """FP32's top-1 minus top-2 probability below which a changed answer is an accepted difference.
@@ -95,6 +100,65 @@ def compare_scenarios(float_model, int8_model, x: np.ndarray, labels: np.ndarray
         out.append(judge(name, predict(float_model, xs), predict(int8_model, xs), labels,
                          describe(fn), limit, margin))
     return out
+
+
+def compare_families(float_model, int8_model, x: np.ndarray, labels: np.ndarray, families: Sequence[str],
+                     seed: int = 0, **kwargs) -> dict[str, list[ScenarioResult]]:
+    """``compare_scenarios`` once per INT8 kernel family: family -> results, as CPUs of that family compute them.
+
+    The family this machine runs uses its own kernels; any other is computed by ``lab.kernels``' emulation.
+    """
+    from lab import kernels
+
+    out = {}
+    for family in dict.fromkeys(families):
+        with kernels.computing_as(family):
+            out[family] = compare_scenarios(float_model, int8_model, x, labels, seed=seed, **kwargs)
+    return out
+
+
+def computed_on(family: str) -> str:
+    """``"this machine"`` when its kernels are ``family``, else ``"emulation"``."""
+    from lab import kernels
+
+    return "emulation" if kernels.emulated(family) else "this machine"
+
+
+def format_families(by_family: Mapping[str, Sequence[ScenarioResult]]) -> str:
+    """One verdict table per kernel family, each headed by the family and where it was computed."""
+    blocks = []
+    for family, results in by_family.items():
+        verdict = "every scenario passes" if all(r.passed for r in results) else \
+            "needs work: " + ", ".join(r.name for r in results if not r.passed)
+        blocks.append(f"kernel family {family} ({computed_on(family)}): {verdict}\n" + format_scenarios(results))
+    return "\n\n".join(blocks)
+
+
+def selection_check(selection, results: Sequence[ScenarioResult]) -> str:
+    """Lesson 07, exercise 2: a selection from the calibration split, with flash, under which every scenario passes.
+
+    Returns the check's verdict as a line; raises ``SelectionCheckFailed`` naming what is wrong.
+    """
+    if selection.split != "calibration":
+        raise SelectionCheckFailed(f"the selection draws from the {selection.split!r} split; draw calibration "
+                                   "images from the calibration split only")
+    if "flash" not in selection.conditions:
+        raise SelectionCheckFailed(f"the selection holds only {', '.join(sorted(set(selection.conditions)))}: "
+                                   "add flash images so the ruler covers what a flash feeds the model")
+    failing = [r for r in results if not r.passed]
+    if failing:
+        raise SelectionCheckFailed("with this selection, " + "; ".join(f"{r.name} still needs work ({r.note})"
+                                                                       for r in failing)
+                                   + ". Try a different share of flash images")
+    return f"check: the selection ({len(selection)} images) passes every scenario"
+
+
+def summary_line(results: Sequence[ScenarioResult]) -> str:
+    """Which scenarios pass and which need work, with the defects and the largest change of each."""
+    def one(r):
+        return (f"{r.name} {r.verdict}" + (f" ({r.defects} confident answer(s) changed, largest change "
+                                          f"{r.max_abs_error:.3f})" if not r.passed else ""))
+    return "; ".join(one(r) for r in results)
 
 
 def _fp32(r: ScenarioResult) -> str:

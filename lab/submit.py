@@ -72,11 +72,13 @@ def collect(work: Path) -> dict[str, Path]:
 def manifest(student: str, files: dict[str, Path]) -> dict:
     from lab import __version__
     from lab.data import file_sha256
+    from lab.kernels import target_family
     from lab.quantize import versions
 
     return {"schema": "submission/1", "student": student,
             "submitted_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "lab_version": __version__, "versions": versions(), "platform": platform.platform(),
+            "kernel_family": target_family(),
             "missing": [rel for rel in OPTIONAL if rel not in files],
             "files": {rel: file_sha256(p) for rel, p in sorted(files.items())}}
 

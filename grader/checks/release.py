@@ -98,5 +98,37 @@ def run(ctx: Context) -> list:
                Evidence(f"{name} max abs error", err, s.max_abs_error, SOFTMAX_STEP, WHY_OUTPUT)]
         msgs.append(f"{name}: {s.verdict}" + ("" if good else f" (reported {rep.get('verdict')}, "
                                                                f"INT8 accuracy {ia}, recomputed {s.int8_accuracy:.4f})"))
-    out.append(check(PART, "scenarios", ok_count / max(1, len(mine)), "; ".join(msgs), ev))
+    fam_ok, fam_msgs, fam_ev = _families(doc, ctx.sub.path(MODEL), acc_split)
+    out.append(check(PART, "scenarios", (ok_count + fam_ok) / (len(mine) + 1), "; ".join(msgs + fam_msgs),
+                     ev + fam_ev))
     return out
+
+
+def _families(doc: dict, model, acc_split) -> tuple[float, list[str], list]:
+    """The recipe's verdicts under each target kernel family, recomputed (emulated where this CPU differs).
+
+    Scores 1 when both families were recorded, every recorded verdict is the recomputed one, and all
+    pass; a release never evaluated under a family, or failing under one, scores 0.
+    """
+    from lab import data, kernels, scenario_checks
+
+    recorded = doc.get("kernel_families") or {}
+    missing = [f for f in kernels.FAMILIES if f not in recorded]
+    if missing:
+        return 0.0, [f"the recipe was never evaluated under kernel family {', '.join(missing)} "
+                     "(recipe.json kernel_families): a release must pass on every CPU its users have"], []
+    mine = scenario_checks.compare_families(data.fixture_path("fp32.onnx"), model, acc_split.pixels,
+                                            acc_split.labels, kernels.FAMILIES)
+    wrong, ev = [], []
+    for family, results in mine.items():
+        rows = {row.get("name"): row for row in recorded[family].get("results", []) if isinstance(row, dict)}
+        for r in results:
+            rep = rows.get(r.name, {}).get("verdict")
+            ev.append(Evidence(f"{family}: {r.name} verdict", rep, r.verdict, None, "recomputed as that family computes"))
+            if rep != r.verdict:
+                wrong.append(f"{family}/{r.name} reported {rep}, recomputed {r.verdict}")
+    failing = [f"{f}/{r.name}" for f, results in mine.items() for r in results if not r.passed]
+    ok = not wrong and not failing
+    msg = ("every target kernel family recomputed: all pass" if ok else
+           "kernel families: " + "; ".join(wrong + [f"{n} needs work" for n in failing]))
+    return float(ok), [msg], ev
