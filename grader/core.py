@@ -103,14 +103,17 @@ def kernel_family_note(recorded: str | None) -> tuple[str, str]:
     """The family to recompute under (the hand-in's, else this grader's) and a feedback line that says so."""
     mine = kernels.machine_family()
     family = recorded or mine
+
+    def cpu(f: str) -> str:
+        return f"the {f} INT8 kernel family ({kernels.DESCRIPTIONS[f]})"
+
     if recorded is None:
-        text = (f"your hand-in records no INT8 kernel family; numbers recomputed as this grader's CPU computes "
-                f"them ({kernels.describe(mine)})")
+        text = f"your hand-in records no INT8 kernel family; numbers recomputed as this grader's CPU computes them: {cpu(mine)}"
     elif recorded == mine:
-        text = f"your hand-in was made on a CPU with {kernels.describe(recorded)}; this grader's CPU computes the same way"
+        text = f"your hand-in was made on a CPU of {cpu(recorded)}; this grader's CPU computes the same way"
     else:
-        text = (f"your hand-in was made on a CPU with {kernels.describe(recorded)}; numbers recomputed as that CPU "
-                f"computes them (emulated: this grader's CPU has {kernels.describe(mine)})")
+        text = (f"your hand-in was made on a CPU of {cpu(recorded)}; numbers recomputed as that CPU computes them, "
+                f"emulated on this grader's CPU of the {mine} family")
     return text, family
 
 
