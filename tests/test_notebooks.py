@@ -7,6 +7,7 @@ run never writes into the repository.
 from __future__ import annotations
 
 import ast
+import os
 import re
 import shutil
 import subprocess
@@ -16,7 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from lab import run
+from lab import kernels, run
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -141,9 +142,14 @@ def test_point_parameters_rewrites_only_declared_names():
 
 
 @pytest.mark.slow
-def test_nbval_passes_on_every_lesson(tmp_path):
+@pytest.mark.parametrize("family", ["this machine's", "the other"])
+def test_nbval_passes_on_every_lesson(tmp_path, family, monkeypatch):
+    """On this machine's INT8 kernels, and as the other kernel family computes (``LAB_KERNEL_FAMILY``):
+    every assertion and every compared output of a lesson must hold on both families."""
     if not NAMES:
         pytest.skip("no lessons yet")
+    if family == "the other":
+        monkeypatch.setenv(kernels.ENV_VAR, next(f for f in kernels.FAMILIES if f != kernels.machine_family()))
     copies = nbval_copy(LESSONS, tmp_path / "notebooks", {"WORK_DIR": str(tmp_path / "workspace"),
                                                           "INTERACTIVE": False})
     cmd = [sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-current-env",
@@ -160,3 +166,8 @@ def test_nbval_passes_on_every_lesson(tmp_path):
     assert passed and int(passed.group(1)) > 0, f"nbval collected no cells:\n{tail}"
     assert listing(copies) == before, f"lessons wrote next to the notebooks: {sorted(listing(copies) - before)}"
     assert (tmp_path / "workspace" / "source.onnx").exists(), "the lessons did not write into WORK_DIR"
+    if family == "the other":  # and the workspace made as the other family grades in full here
+        with kernels.computing_as(os.environ[kernels.ENV_VAR]):
+            result = run.grade_workspace(tmp_path / "workspace", tmp_path / "graded")
+        lost = [f"{c.part}: {c.name}: {c.message}" for c in result.checks if c.points < c.max_points]
+        assert result.status == "graded" and not lost, lost
