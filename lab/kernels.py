@@ -152,9 +152,9 @@ def int_matmul(a: np.ndarray, b: np.ndarray, a_zero: np.ndarray, b_zero: np.ndar
     za, zb = np.asarray(a_zero, np.int64), np.asarray(b_zero, np.int64).reshape(1, -1)
     n, k = a.shape
     if saturate_pairs:
-        if k % 2:
-            a, b, k = np.pad(a, ((0, 0), (0, 1))), np.pad(b, ((0, 1), (0, 0))), k + 1
-        pairs = np.einsum("npt,ptm->npm", a.reshape(n, k // 2, 2), b.reshape(k // 2, 2, -1))
+        even = k + k % 2  # an odd K gets one zero product: its last pair holds a single product
+        ap, bp = np.pad(a, ((0, 0), (0, even - k))), np.pad(b, ((0, even - k), (0, 0)))
+        pairs = np.einsum("npt,ptm->npm", ap.reshape(n, even // 2, 2), bp.reshape(even // 2, 2, -1))
         raw = np.clip(pairs, INT16_MIN, INT16_MAX).sum(axis=1)
     else:
         raw = a @ b

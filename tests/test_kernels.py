@@ -23,7 +23,7 @@ import shutil
 import numpy as np
 import onnx
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from onnx import TensorProto, helper
@@ -34,12 +34,6 @@ from lab import data, graph, kernels
 from lab.kernels import EXACT, FAMILIES, SATURATING, EmulationError
 from lab.quantize import quantize, quantize_dynamic_model
 
-# lab.kernels.int_matmul pads an odd K to K + 1 for the pairs, then uses the padded K in the zero-point
-# term K x za x zb, so with saturate_pairs, odd K and za x zb != 0 every sum is za x zb too large. The lab's
-# models have K = 64, 64, 32, so their outputs are unaffected. Detected, so the tests below hold the
-# rest of the arithmetic now and the odd-K case for real once lab/kernels.py keeps the original K.
-ODD_K_ZERO_POINT_BUG = kernels.int_matmul(np.zeros((1, 1), np.uint8), np.zeros((1, 1), np.int8),
-                                          np.uint8(1), np.int8(1), True).item() != 1
 DYNAMIC_TOLERANCE = 1e-6   # the dynamic model's output is float: summation order may move the last bits
 
 # kind -> how it is built: ("static", pre-processed?, quantize() settings) or ("dynamic", ...)
@@ -186,8 +180,6 @@ def gemm_operands(draw):
 @given(gemm_operands(), st.booleans())
 def test_int_matmul_matches_a_brute_force_loop(operands, saturate_pairs):
     a, b, a_zero, b_zero = operands
-    if ODD_K_ZERO_POINT_BUG:  # held by test_int_matmul_odd_k_with_zero_points (an xfail until fixed)
-        assume(not (saturate_pairs and a.shape[1] % 2 and int(a_zero) and np.asarray(b_zero).any()))
     got = kernels.int_matmul(a, b, a_zero, b_zero, saturate_pairs)
     assert got.shape == (a.shape[0], b.shape[1])
     np.testing.assert_array_equal(got, brute_int_matmul(a, b, a_zero, b_zero, saturate_pairs))
@@ -202,12 +194,7 @@ def test_int_matmul_saturates_an_odd_k_pair_of_extremes():
     assert kernels.int_matmul(a, b, zero_a, zero_b, False).item() == 3 * 255 * 127
 
 
-@pytest.mark.parametrize("saturate_pairs", [
-    False,
-    pytest.param(True, marks=pytest.mark.xfail(
-        ODD_K_ZERO_POINT_BUG, strict=True,
-        reason="lab.kernels.int_matmul uses the padded K (K + 1) in the zero-point term for odd K")),
-])
+@pytest.mark.parametrize("saturate_pairs", [False, True])
 def test_int_matmul_odd_k_with_zero_points(saturate_pairs):
     """K = 3 with both zero points set: sum_k (a - 5)(b - 2) = 5 x -1 + 15 x 0 + 25 x 1 = 20."""
     a = np.array([[10, 20, 30]], np.uint8)
