@@ -1,4 +1,5 @@
-"""Is this the environment the lessons expect? Versions against the pins, fixtures against the manifest, the kernel.
+"""Is this the environment the lessons expect? Versions against the pins, fixtures against the manifest, the kernel,
+and the CPU's INT8 kernel family.
 
 ``check()`` gathers the facts; every judgement is a pure function of plain values, so the
 rules can be tested without changing the machine.
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -18,6 +20,7 @@ KERNEL_NAME = "calibration-lab"
 KERNEL_DISPLAY_NAME = "Calibration Lab"
 # A mismatch here changes the bytes of every converted model: the lessons' numbers stop matching.
 CORE_PACKAGES = ("onnx", "onnxruntime", "numpy")
+NOTE_WIDTH = 96  # a note under a table line wraps at this many characters
 
 
 class EnvironmentProblem(LabError):
@@ -34,6 +37,8 @@ class Check:
     expected: str
     status: str
     fix: str = ""
+    note: str = ""
+    """What the line means for the student, printed under it whatever the status."""
 
 
 @dataclass
@@ -71,6 +76,9 @@ class EnvironmentReport:
             lines.append("  ".join(str(v).ljust(w) for v, w in zip(r, widths)) + "  " + r[4])
             if c is not None and c.status != "ok" and c.fix:
                 lines.append(" " * (widths[0] + 2) + "-> " + c.fix)
+            if c is not None and c.note:
+                lines.extend(" " * (widths[0] + 2) + "   " + part
+                             for part in textwrap.wrap(c.note, NOTE_WIDTH, break_on_hyphens=False))
         return "\n".join(lines)
 
     def summary(self) -> str:
@@ -83,7 +91,9 @@ class EnvironmentReport:
                 text = f"{len(cs) - len(bad)}/{len(cs)} match the manifest"
             elif not bad:
                 text = {"python": f"ok ({cs[0].expected})", "versions": "every pin in requirements.txt matches",
-                        "kernel": "the project's kernel and virtualenv"}.get(topic, "ok")
+                        "kernel": "the project's kernel and virtualenv",
+                        # the same words on both families: the family itself is in the table, not here
+                        INT8_TOPIC: "kernel family known (the table names it)"}.get(topic, "ok")
             else:
                 text = f"{len(bad)} of {len(cs)} need attention: " + ", ".join(c.name for c in bad)
             lines.append(f"{topic + ':':<10}{text}")
@@ -179,6 +189,45 @@ def kernel_checks(prefix: str, project_venv: str, kernel_python: str | None,
     return checks
 
 
+INT8_TOPIC = "int8"
+FAMILY_MEANING = {
+    "exact": ("exact: int32 sums (x86 VNNI, AVX-VNNI or AMX; ARM). Your INT8 numbers may differ from a "
+              "classmate's on an AVX2 laptop without VNNI; the grader recomputes under the family your "
+              "hand-in records."),
+    "saturating": ("saturating: u8 x s8 products added in pairs into an int16 that clips (x86 AVX2 without VNNI). "
+                   "Per-channel INT8 models can lose accuracy here that they keep on VNNI or ARM CPUs "
+                   "(lesson 08 shows it); the grader recomputes under the family your hand-in records."),
+}
+
+
+def kernel_family_check(machine: str | None, requested: str | None = None, problem: str = "",
+                        env_var: str = "LAB_KERNEL_FAMILY") -> Check:
+    """The CPU's INT8 kernel family, and the family the lessons compute as.
+
+    ``machine``: what the kernel probe answered (``lab.kernels.machine_family()``), None when the
+    probe gave an answer neither family gives (``problem`` says what). ``requested``: the value of
+    ``$LAB_KERNEL_FAMILY`` (None or empty when unset). Both families are fine (status ok); computing
+    as the other family through the variable is fine too, and said. An unknown family name fails:
+    every INT8 number would raise.
+    """
+    families = tuple(FAMILY_MEANING)
+    if requested and requested not in families:
+        return Check(INT8_TOPIC, "kernel family", f"{env_var}={requested}", " or ".join(families), "fail",
+                     f"unset {env_var}, or set it to one of: {', '.join(families)}")
+    if machine is None:
+        return Check(INT8_TOPIC, "kernel family", "unknown (the probe gave neither answer)",
+                     " or ".join(families), "warn",
+                     "INT8 numbers may match neither family; tell your instructor and send them this table",
+                     problem)
+    target = requested or machine
+    if target == machine:
+        return Check(INT8_TOPIC, "kernel family", machine, " or ".join(families), "ok",
+                     note=FAMILY_MEANING[machine])
+    return Check(INT8_TOPIC, "kernel family", f"computing as {target} (emulated)", " or ".join(families), "ok",
+                 note=(f"{env_var}={target}: quantized models run in lab.kernels' numpy emulation of the {target} "
+                       f"family; this CPU computes as {machine}. " + FAMILY_MEANING[target]))
+
+
 def installed_versions(names) -> dict[str, str | None]:
     """Installed distribution versions (None when a package is missing)."""
     found = {}
@@ -224,4 +273,16 @@ def check(repo: Path = REPO) -> EnvironmentReport:
                             "the pins live in requirements.txt at the repository root"))
     checks += fixture_checks(verify_fixtures())
     checks += kernel_checks(sys.prefix, str(repo / ".venv"), kernelspec_python())
+    checks.append(probe_kernel_family())
     return EnvironmentReport(checks)
+
+
+def probe_kernel_family() -> Check:
+    """``kernel_family_check`` on this machine: the probe's answer and ``$LAB_KERNEL_FAMILY``."""
+    from lab import kernels
+
+    try:
+        machine, problem = kernels.machine_family(), ""
+    except kernels.EmulationError as e:
+        machine, problem = None, str(e)
+    return kernel_family_check(machine, os.environ.get(kernels.ENV_VAR) or None, problem, kernels.ENV_VAR)

@@ -2,7 +2,9 @@
 
 Each function converts the workspace's ``source.onnx`` with one setting changed and measures
 the result against FP32 on the evaluation set (``lab.measure``): max abs error of the probabilities,
-accuracy, and file size. The calibration methods are in ``lab.calibrators``. The requirement of the
+accuracy, and file size, as CPUs of the target kernel family compute them (``lab.kernels``: this
+machine's, or the one ``$LAB_KERNEL_FAMILY`` names). Per-channel weights change the most between the
+families; ``family_table`` computes the same files as each family. The calibration methods are in ``lab.calibrators``. The requirement of the
 lesson's exercise is named here, so the grader checks the same numbers the lesson states.
 """
 from __future__ import annotations
@@ -13,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from lab import graph
+from lab import graph, kernels
 from lab.calibrators import BATCH_SIZE
-from lab.measure import Evaluation, evaluation, input_interval, measure
+from lab.measure import Evaluation, evaluation, family, input_interval, measure
 from lab.quantize import QuantRecord, quantize, quantize_dynamic_model, versions
 from lab.readers import ArrayReader
 
@@ -109,6 +111,36 @@ def settings_table(source: str | Path, out_dir: str | Path, ev: Evaluation, cali
         rows.append({"name": "dynamic" + (", per-channel" if per_channel else ""),
                      "settings": {"mode": "dynamic", "per_channel": per_channel}, "static": False,
                      "input_range": None, **measure(model, ev)})
+    return rows
+
+
+FAMILY_ROWS = {
+    "baseline (per-tensor weights)": {},
+    "per-channel weights": {"per_channel": True},
+    "per-channel + reduce_range": {"per_channel": True, "reduce_range": True},
+    "reduce_range (per-tensor weights)": {"reduce_range": True},
+}
+"""The settings whose numbers depend on the kernel family, and the ones that show why."""
+
+
+def family_table(source: str | Path, out_dir: str | Path, ev: Evaluation, calibration: np.ndarray,
+                 families: tuple[str, ...] = kernels.FAMILIES, batch_size: int = BATCH_SIZE) -> list[dict]:
+    """The same files computed as each kernel family: one row per (setting, family), in ``FAMILY_ROWS`` order.
+
+    Each row says whether this machine's own kernels computed it (``emulated`` False) or
+    ``lab.kernels``' emulation did. Writes ``settings/*.onnx``.
+    """
+    out = Path(out_dir) / "settings"
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name, change in FAMILY_ROWS.items():
+        settings = {**BASELINE, **change}
+        model = out / f"{settings_name(settings)}.onnx"
+        build(source, model, calibration, settings, batch_size)
+        for f in families:
+            with kernels.computing_as(f):
+                rows.append({"name": name, "settings": settings, "family": f, "emulated": kernels.emulated(f),
+                             **measure(model, ev)})
     return rows
 
 
@@ -229,19 +261,24 @@ def check_choice(choice: str | Path, source: str | Path, split: str = "heldout")
     static = input_interval(choice) is not None
     loss = round(ev.fp32_accuracy - m["accuracy"], 4)
     ratio = round(m["bytes"] / Path(source).stat().st_size, 4)
-    return {"split": split, "fp32_accuracy": round(ev.fp32_accuracy, 4), **m, "accuracy_loss": loss,
-            "size_ratio": ratio, "static": static, "meets": meets(loss, ratio, static)}
+    return {"split": split, "kernel_family": family(), "fp32_accuracy": round(ev.fp32_accuracy, 4), **m,
+            "accuracy_loss": loss, "size_ratio": ratio, "static": static, "meets": meets(loss, ratio, static)}
 
 
 def document(*, ev: Evaluation, methods: list[dict], entropy: dict, outliers: list[dict], settings: list[dict],
              excluded: dict, sensitivity_: dict, preprocess: dict, speed: dict, candidates_: list[dict],
              choice: dict) -> dict:
-    """The ``toolbox/1`` document: every table of the lesson and the chosen settings."""
+    """The ``toolbox/1`` document: every table of the lesson and the chosen settings.
+
+    ``evaluation.kernel_family`` names the family every INT8 number in it was computed for; the
+    speed section's ``machine_family`` is this CPU's (timings always run on its own kernels).
+    """
     from lab.schemas import validate
 
+    speed = {**speed, "machine_family": kernels.machine_family()}
     doc = {"schema": SCHEMA, "versions": versions(),
            "evaluation": {"split": ev.split, "samples": int(len(ev.labels)),
-                          "fp32_accuracy": round(ev.fp32_accuracy, 4)},
+                          "fp32_accuracy": round(ev.fp32_accuracy, 4), "kernel_family": family()},
            "requirement": {"text": REQUIREMENT, "max_accuracy_loss": MAX_ACCURACY_LOSS,
                            "max_size_ratio": MAX_SIZE_RATIO, "static": True},
            "methods": methods, "entropy": entropy, "outliers": outliers, "settings": settings,

@@ -72,3 +72,46 @@ def test_this_checkout_passes_the_real_check():
     assert python.found == ".".join(map(str, sys.version_info[:3]))
     pins = [c for c in report.checks if c.topic == "versions"]
     assert {"onnx", "onnxruntime", "numpy"} <= {c.name for c in pins}
+
+
+@pytest.mark.parametrize("family", ["exact", "saturating"])
+def test_either_kernel_family_is_ok_and_says_what_it_means(family):
+    check = env.kernel_family_check(family)
+    assert (check.topic, check.status, check.found) == ("int8", "ok", family)
+    assert check.note.startswith(f"{family}:") and "the grader recomputes under the family your hand-in records" in check.note
+    table = env.EnvironmentReport([check]).table()
+    assert family in table and "hand-in records" in " ".join(table.split())  # the meaning, under the line
+
+
+def test_the_exact_family_warns_about_avx2_classmates_and_the_saturating_one_about_per_channel():
+    assert "AVX2" in env.kernel_family_check("exact").note
+    assert "Per-channel" in env.kernel_family_check("saturating").note
+
+
+@pytest.mark.parametrize("machine, requested", [("exact", "saturating"), ("saturating", "exact")])
+def test_computing_as_the_other_family_is_said(machine, requested):
+    check = env.kernel_family_check(machine, requested)
+    assert check.status == "ok" and check.found == f"computing as {requested} (emulated)"
+    assert f"this CPU computes as {machine}" in check.note and "LAB_KERNEL_FAMILY" in check.note
+    assert env.kernel_family_check(machine, machine).found == machine  # asking for this CPU's own is not emulation
+
+
+def test_an_unknown_family_name_fails_and_an_unknown_probe_answer_warns():
+    bad = env.kernel_family_check("exact", "avx2")
+    assert bad.status == "fail" and "unset LAB_KERNEL_FAMILY" in bad.fix
+    unknown = env.kernel_family_check(None, None, "the kernel probe answered 17.0")
+    assert unknown.status == "warn" and "17.0" in unknown.note
+
+
+def test_the_summary_is_the_same_text_on_both_families():
+    summaries = {env.EnvironmentReport([env.kernel_family_check(m, r)]).summary()
+                 for m in ("exact", "saturating") for r in (None, "exact", "saturating")}
+    assert summaries == {"int8:     kernel family known (the table names it)"}
+
+
+def test_this_checkout_names_its_kernel_family(monkeypatch):
+    from lab import kernels
+
+    monkeypatch.delenv(kernels.ENV_VAR, raising=False)
+    check = next(c for c in env.check().checks if c.topic == "int8")
+    assert check.found == kernels.machine_family() and check.status == "ok"

@@ -216,6 +216,10 @@ def test_document_validates_and_the_schema_names_a_wrong_field(source, ev, basel
     kwargs = _doc(source, ev, baseline)
     doc = tb.document(**kwargs)
     assert doc["schema"] == "toolbox/1" and doc["requirement"]["max_accuracy_loss"] == tb.MAX_ACCURACY_LOSS
+    from lab import kernels
+
+    assert doc["evaluation"]["kernel_family"] == kernels.target_family()
+    assert doc["speed"]["machine_family"] == kernels.machine_family()
     bad = copy.deepcopy(kwargs)
     bad["choice"]["settings"]["quant_format"] = "QDQQ"
     with pytest.raises(schemas.SchemaError, match="choice/settings/quant_format"):
@@ -232,3 +236,60 @@ def test_format_rows_aligns_text_left_and_numbers_right():
     lines = text.splitlines()
     assert lines[0] == "name    value"
     assert lines[2] == "x        1.23" and lines[3] == "longer  10.00"
+
+
+# --- kernel families --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("settings", [{"preprocess": True}, {"preprocess": True, "per_channel": True},
+                                      {"preprocess": True, "quant_format": "QOperator", "activation_type": "QUInt8"},
+                                      {"preprocess": True, "quant_format": "QOperator", "per_channel": True}])
+def test_lowered_gemm_models_match_this_machines_kernels(source, work, right, ev, settings):
+    """The lowering is what ORT's QGemm computes: on this machine's family, bit for bit."""
+    from lab import kernels
+
+    model = work / f"lowered-{tb.settings_name({**tb.BASELINE, **settings})}.onnx"
+    tb.build(source, model, right, settings, scratch_dir=work / "scratch")
+    assert measure.needs_lowering(model)
+    low = measure.lowered(model)
+    assert not {"Gemm", "QGemm"} & {n.op_type for n in low.graph.node}
+    real = measure.compare.predict(model, ev.pixels, family=kernels.machine_family())
+    np.testing.assert_array_equal(kernels.emulate(low, ev.pixels, kernels.machine_family()), real)
+
+
+def test_measure_computes_gemm_models_as_the_other_family(source, work, right, ev):
+    from lab import kernels
+
+    model = work / "pre-perchannel.onnx"
+    tb.build(source, model, right, {"preprocess": True, "per_channel": True}, scratch_dir=work / "scratch")
+    rows = {}
+    for f in kernels.FAMILIES:
+        with kernels.computing_as(f):
+            rows[f] = measure.measure(model, ev)
+            assert measure.family() == f and f in measure.family_line()
+    # per-channel weights use the full +-127: the int16 pair sums of the saturating family clip
+    assert rows[kernels.SATURATING]["max_abs_error"] > rows[kernels.EXACT]["max_abs_error"] + 0.05
+
+
+def test_family_table_per_channel_depends_on_the_family_and_reduce_range_fixes_it(source, work, right, ev):
+    from lab import kernels
+
+    rows = {(r["name"], r["family"]): r for r in tb.family_table(source, work, ev, right)}
+    assert len(rows) == len(tb.FAMILY_ROWS) * len(kernels.FAMILIES)
+    pc = [rows[("per-channel weights", f)] for f in kernels.FAMILIES]
+    assert pc[1]["max_abs_error"] > pc[0]["max_abs_error"] + 0.05 and pc[1]["accuracy"] < pc[0]["accuracy"]
+    for name in ("baseline (per-tensor weights)", "per-channel + reduce_range", "reduce_range (per-tensor weights)"):
+        same = {(rows[(name, f)]["max_abs_error"], rows[(name, f)]["accuracy"]) for f in kernels.FAMILIES}
+        assert len(same) == 1, name
+    assert [r["emulated"] for r in pc] == [kernels.emulated(f) for f in kernels.FAMILIES]
+
+
+@pytest.mark.parametrize("family", ["exact", "saturating"])
+def test_check_choice_says_which_family_it_measured(source, work, right, family):
+    from lab import kernels
+
+    good = work / "good-family.onnx"
+    tb.build(source, good, right, {"quant_format": "QOperator", "activation_type": "QUInt8", "preprocess": True},
+             scratch_dir=work / "scratch")
+    with kernels.computing_as(family):
+        result = tb.check_choice(good, source, "evaluation")
+    assert result["kernel_family"] == family and result["meets"], result
