@@ -13,11 +13,11 @@ QRANGES = {"int8": (-128, 127), "uint8": (0, 255)}
 
 
 def qrange(dtype: str = "int8", reduce_range: bool = False) -> tuple[int, int]:
-    """(qmin, qmax) of a quantized type; ``reduce_range`` uses 7 bits as ORT does."""
+    """(qmin, qmax) of a quantized type; ``reduce_range`` uses ORT's reduced ranges (int8: -64..64, uint8: 0..127)."""
     if dtype not in QRANGES:
         raise ValueError(f"unknown quantized type {dtype!r}; expected int8 or uint8")
     if reduce_range:
-        return (-64, 63) if dtype == "int8" else (0, 127)
+        return (-64, 64) if dtype == "int8" else (0, 127)
     return QRANGES[dtype]
 
 

@@ -78,3 +78,14 @@ def test_bad_ranges_are_named():
         ruler.scale_zero_point(1.0, 0.0)
     with pytest.raises(ValueError, match="int8 or uint8"):
         ruler.qrange("int4")
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+@pytest.mark.parametrize("reduce_range", [False, True])
+def test_qrange_is_onnx_runtimes(dtype, reduce_range):
+    """Including reduce_range: ORT's reduced int8 range is -64..64, so |w| can reach 64 (255 x 128 still fits int16)."""
+    from onnx import TensorProto
+    from onnxruntime.quantization.quant_utils import get_qmin_qmax_for_qType
+
+    qtype = TensorProto.INT8 if dtype == "int8" else TensorProto.UINT8
+    assert ruler.qrange(dtype, reduce_range) == tuple(int(v) for v in get_qmin_qmax_for_qType(qtype, reduce_range))
