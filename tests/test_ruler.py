@@ -1,5 +1,6 @@
 """The hand-made ruler agrees with ONNX Runtime: compute_scale_zp, QuantizeLinear and DequantizeLinear."""
 import numpy as np
+import pytest
 import onnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
