@@ -1,7 +1,7 @@
 """Accept or reject a quantized model: summaries, probability checks, evidence, and the decision.
 
-These are the lab's reference functions. Lesson 06 uses them beside the student's own
-``metrics.summarize``; the grader recomputes every number in ``regression.json`` with them.
+These are the lab's reference functions for what lesson 06 does not ask the student to write. Lesson 06
+uses them beside the student's own ``metrics.summarize`` (whose reference lives in the grader, not here).
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from lab.data import N_CLASSES, file_sha256
-from lab.errors import LabError, WorkspaceError
+from lab.errors import WorkspaceError
 
 FLOOR = 0.95  # the FP32 model must reach this accuracy before any candidate is judged against it
 LIMIT = 0.01  # the largest accuracy loss we accept: one percentage point, absolute
@@ -21,47 +21,9 @@ FLOAT_SUM_TOLERANCE = 1e-4  # an FP32 Softmax sums to 1 within float32 rounding 
 REGRESSION_SCHEMA = "regression/1"
 
 
-class SummaryError(LabError, ValueError):
-    """Predictions and labels that cannot be summarized."""
-
-
 # --- summaries ---------------------------------------------------------------------------------
-
-def _digits(values, what: str) -> np.ndarray:
-    arr = np.asarray(values)
-    if arr.size and not np.issubdtype(arr.dtype, np.number):
-        raise SummaryError(f"{what} must hold digits 0-9; got {arr.dtype} values such as {arr.ravel()[0]!r}")
-    if arr.ndim != 1:
-        raise SummaryError(f"{what} must be a flat list of digits; got shape {list(arr.shape)}")
-    if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        if not np.all(np.equal(np.mod(arr, 1), 0)):
-            raise SummaryError(f"{what} must be whole digits 0-9; got {arr.dtype} values such as {arr[0]!r}")
-        arr = arr.astype(np.int64)
-    bad = (arr < 0) | (arr >= N_CLASSES)
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise SummaryError(f"{what}[{i}] is {arr[i]}; every {what[:-1]} must be a digit 0-{N_CLASSES - 1}")
-    return arr.astype(np.int64)
-
-
-def summarize(predictions: Sequence[int], labels: Sequence[int]) -> dict:
-    """Count, correct, accuracy (0-1) and the 10x10 confusion matrix (rows actual, columns predicted).
-
-    An actual 1 read as 2 increments ``confusion[1][2]``. Raises ``SummaryError`` on empty input,
-    mismatched lengths, or a value outside 0-9.
-    """
-    if len(predictions) != len(labels):
-        raise SummaryError(f"predictions has {len(predictions)} items but labels has {len(labels)}; "
-                           "they must pair up one to one")
-    if len(labels) == 0:
-        raise SummaryError("predictions and labels are empty; there is nothing to summarize")
-    p, y = _digits(predictions, "predictions"), _digits(labels, "labels")
-    confusion = np.zeros((N_CLASSES, N_CLASSES), dtype=np.int64)
-    np.add.at(confusion, (y, p), 1)
-    correct = int(np.trace(confusion))
-    return {"count": int(len(y)), "correct": correct, "accuracy": correct / len(y),
-            "confusion": confusion.tolist()}
-
+# ``summarize(predictions, labels)`` is lesson 06's exercise: the student writes it in ``metrics.py``.
+# Its reference is instructor-side (``grader.checks.acceptance.summarize``), so the kit holds no answer.
 
 def top_confusions(confusion: Sequence[Sequence[int]], k: int = 5) -> list[tuple[int, int, int]]:
     """The ``k`` largest off-diagonal cells as (actual, predicted, count), largest first."""

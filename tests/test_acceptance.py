@@ -1,4 +1,5 @@
-"""Lesson 06 reference functions: summarize, probability checks, the decision, regression.json."""
+"""Lesson 06 reference functions: summarize (instructor-side, in the grader), probability checks, the decision,
+regression.json."""
 from __future__ import annotations
 
 import json
@@ -9,6 +10,7 @@ import numpy as np
 import onnx
 import pytest
 
+from grader.checks.acceptance import summarize
 from lab import acceptance, compare, data, graph, schemas
 from lab.errors import ModelContractError, WorkspaceError
 from lab.quantize import quantize
@@ -17,8 +19,13 @@ ANSWERS = [1, 2, 1, 0, 9]
 PREDICTIONS = [2, 2, 1, 0, 8]
 
 
+def test_the_kit_has_no_summarize():
+    """It is lesson 06's exercise; its reference is the grader's, which the kit leaves out."""
+    assert not hasattr(acceptance, "summarize")
+
+
 def test_summarize_on_the_short_lists():
-    s = acceptance.summarize(PREDICTIONS, ANSWERS)
+    s = summarize(PREDICTIONS, ANSWERS)
     assert (s["count"], s["correct"], s["accuracy"]) == (5, 3, 0.6)
     c = np.array(s["confusion"])
     assert c.shape == (10, 10) and c.sum() == 5
@@ -27,7 +34,7 @@ def test_summarize_on_the_short_lists():
 
 
 def test_a_transposed_matrix_fails_although_trace_and_accuracy_agree():
-    s = acceptance.summarize(PREDICTIONS, ANSWERS)
+    s = summarize(PREDICTIONS, ANSWERS)
     transposed = np.array(s["confusion"]).T
     assert np.trace(transposed) == s["correct"]
     assert transposed[1, 2] != s["confusion"][1][2]  # the check the lesson's test makes
@@ -43,11 +50,11 @@ def test_a_transposed_matrix_fails_although_trace_and_accuracy_agree():
 ])
 def test_summarize_refuses_bad_input_with_a_clear_message(predictions, labels, words):
     with pytest.raises(ValueError, match=re.escape(words)):
-        acceptance.summarize(predictions, labels)
+        summarize(predictions, labels)
 
 
 def test_top_confusions_are_off_diagonal_and_largest_first():
-    s = acceptance.summarize([8, 8, 5, 3, 3], [3, 3, 9, 3, 3])
+    s = summarize([8, 8, 5, 3, 3], [3, 3, 9, 3, 3])
     assert acceptance.top_confusions(s["confusion"]) == [(3, 8, 2), (9, 5, 1)]
 
 
@@ -123,7 +130,7 @@ def _entries(models):
     for name, path in models.items():
         p = compare.predict(path, ev.pixels)
         out[name] = acceptance.model_entry(
-            path, acceptance.summarize(p.argmax(1), ev.labels),
+            path, summarize(p.argmax(1), ev.labels),
             acceptance.check_probabilities(p, acceptance.probability_tolerance(graph.output_scale(path))),
             acceptance.evidence(path, ev.pixels, ev.labels))
     return out, data.data_sha256(ev.pixels)

@@ -12,6 +12,7 @@ import random
 import numpy as np
 
 from grader import sandbox
+from grader.checks import own_code
 from grader.context import Context, check, entry, evaluation, fp32_outputs, number, value
 from grader.results import Evidence
 
@@ -230,12 +231,50 @@ def summarize_cases(seed_text: str | None) -> list[dict]:
     return cases
 
 
+class SummaryError(ValueError):
+    """Predictions and labels that cannot be summarized."""
+
+
+def _digits(values, what: str) -> np.ndarray:
+    arr = np.asarray(values)
+    if arr.size and not np.issubdtype(arr.dtype, np.number):
+        raise SummaryError(f"{what} must hold digits 0-9; got {arr.dtype} values such as {arr.ravel()[0]!r}")
+    if arr.ndim != 1:
+        raise SummaryError(f"{what} must be a flat list of digits; got shape {list(arr.shape)}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        if not np.all(np.equal(np.mod(arr, 1), 0)):
+            raise SummaryError(f"{what} must be whole digits 0-9; got {arr.dtype} values such as {arr[0]!r}")
+        arr = arr.astype(np.int64)
+    bad = (arr < 0) | (arr >= 10)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise SummaryError(f"{what}[{i}] is {arr[i]}; every {what[:-1]} must be a digit 0-9")
+    return arr.astype(np.int64)
+
+
+def summarize(predictions, labels) -> dict:
+    """The reference for lesson 06's exercise (instructor-side: it is the exercise's answer, so not in the kit).
+
+    Count, correct, accuracy (0-1) and the 10x10 confusion matrix (rows actual, columns predicted):
+    an actual 1 read as 2 increments ``confusion[1][2]``. Raises ``SummaryError`` (a ``ValueError``)
+    on empty input, mismatched lengths, or a value outside 0-9. Lesson 06's hidden tests compare the
+    student's ``metrics.summarize`` with it.
+    """
+    if len(predictions) != len(labels):
+        raise SummaryError(f"predictions has {len(predictions)} items but labels has {len(labels)}; "
+                           "they must pair up one to one")
+    if len(labels) == 0:
+        raise SummaryError("predictions and labels are empty; there is nothing to summarize")
+    p, y = _digits(predictions, "predictions"), _digits(labels, "labels")
+    confusion = np.zeros((10, 10), dtype=np.int64)
+    np.add.at(confusion, (y, p), 1)
+    correct = int(np.trace(confusion))
+    return {"count": int(len(y)), "correct": correct, "accuracy": correct / len(y),
+            "confusion": confusion.tolist()}
+
+
 def expected_summary(case: dict) -> dict:
-    labels, preds = np.asarray(case["labels"]), np.asarray(case["predictions"])
-    confusion = np.zeros((10, 10), int)
-    np.add.at(confusion, (labels, preds), 1)
-    correct = int((labels == preds).sum())
-    return {"count": len(labels), "correct": correct, "accuracy": correct / len(labels), "confusion": confusion.tolist()}
+    return summarize(case["predictions"], case["labels"])
 
 
 def _same(got, want: dict) -> str:
@@ -272,6 +311,10 @@ def _without_values(problem: str, res: dict) -> str:
 
 
 def run_summarize(ctx: Context) -> list:
+    refused = own_code.refusal_for(ctx.sub.path("metrics.py"), "metrics.py")
+    if refused:  # it would pass on the lab's code, not the student's: nothing of it is run
+        return [check(PART, "summarize_code", 0, refused),
+                check("hidden", "secret_summarize", 0, refused, hidden=True)]
     cases = summarize_cases(sandbox.secret())
     pixels_labels = evaluation()[1]
     candidate_pred = fp32_outputs().argmax(1).tolist()
