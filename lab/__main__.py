@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 
 COMMANDS = {
@@ -13,15 +14,21 @@ COMMANDS = {
 }
 
 
+def available() -> dict[str, tuple[str, str]]:
+    """The commands whose module is here: the student kit has no ``lab.release`` (an instructor tool)."""
+    return {k: v for k, v in COMMANDS.items() if importlib.util.find_spec(v[0]) is not None}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] not in COMMANDS:
+    commands = available()
+    if not argv or argv[0] not in commands:
         parser = argparse.ArgumentParser(prog="python -m lab", description=__doc__)
-        parser.add_argument("command", choices=sorted(COMMANDS),
-                            help="; ".join(f"{k}: {v[1]}" for k, v in COMMANDS.items()))
+        parser.add_argument("command", choices=sorted(commands),
+                            help="; ".join(f"{k}: {v[1]}" for k, v in commands.items()))
         parser.parse_args(argv[:1])
         return 2
-    module = importlib.import_module(COMMANDS[argv[0]][0])
+    module = importlib.import_module(commands[argv[0]][0])
     return int(module.main(argv[1:]) or 0)
 
 

@@ -8,25 +8,35 @@ outputs and instructor metadata go. The same sources always give byte-identical 
 The kit gets its own ``Makefile`` (``setup``, ``jupyter``, ``lab`` that runs the lessons without
 grading, ``submit STUDENT=ID``, ``clean``), a ``README.md`` made of the project's pitch and its
 "For students" section, and ``requirements.txt`` without the test stack: it has no tests/ or grader/.
+
+The kit is built from committed files only (``git archive`` of HEAD, or ``--rev``): an uncommitted edit
+never reaches students, and the command names the uncommitted changes it left out. It holds no
+instructor tool (this module, ``fixtures/build.py``, which would rebuild the held-out split) and no
+held-out data: ``fixtures/heldout.npz`` stays out, the kit's ``fixtures/manifest.json`` lists only the
+files the kit holds (so lesson 00's fixture check passes in the kit), and a last check refuses a kit in
+which any .npz row matches a held-out row by content hash.
 """
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import re
 import shutil
+import subprocess
 import sys
+import tarfile
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import nbformat
+import numpy as np
 
 from lab.errors import LabError
 
 REPO = Path(__file__).resolve().parent.parent
-NOTEBOOKS = REPO / "notebooks"
 BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
 BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 CODE_STUB = 'raise NotImplementedError("exercise: replace this line with your code")'
@@ -35,6 +45,16 @@ NBVAL_MARK = "# NBVAL_CHECK_OUTPUT"
 # The student kit: what students get besides the released notebooks (never grader/, tests/, benchmarks/).
 # Its Makefile, README.md and requirements.txt are written for students (see below), not copied.
 KIT = ("lab", "fixtures", "docs", "pyproject.toml")
+# What the kit is built from: the committed versions of these paths (see ``export_committed``).
+SOURCES = KIT + ("notebooks", "README.md", "requirements.txt")
+# Instructor tools inside KIT: the release itself (it documents the solution and hidden-test markers),
+# and the fixture builder (it would rebuild the held-out split from its seed).
+INSTRUCTOR_TOOLS = ("lab/release.py", "fixtures/build.py")
+# The data of the grader's hidden checks. Never in the kit, nor in its manifest.
+HELDOUT = ("fixtures/heldout.npz",)
+LEFT_OUT = INSTRUCTOR_TOOLS + HELDOUT
+# Arrays of a split that identify its images (labels are digits 0-9: every split shares them).
+IDENTIFYING_KEYS = ("raw", "index")
 IGNORED = ("__pycache__", "*.pyc", ".ipynb_checkpoints", "*.egg-info", ".DS_Store")
 CELL_METADATA_KEPT = ("tags", "editable", "deletable", "jupyter")
 NOTEBOOK_METADATA_KEPT = ("kernelspec", "language_info")
@@ -262,12 +282,134 @@ def student_requirements(requirements: str) -> str:
     return "\n".join(out) + "\n"
 
 
+# --- committed files only ----------------------------------------------------------------------
+
+def _git(repo: Path, *args: str) -> bytes:
+    try:
+        proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, check=False)
+    except FileNotFoundError:
+        raise ReleaseError("the kit is built from committed files, and git is not installed") from None
+    if proc.returncode != 0:
+        err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise ReleaseError(f"git {' '.join(args[:2])} failed in {repo}: {err[-1] if err else proc.returncode}")
+    return proc.stdout
+
+
+def commit_of(repo: Path = REPO, rev: str = "HEAD") -> str:
+    """The full commit id ``rev`` names; refuses a folder that is not a git checkout."""
+    try:
+        return _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").decode().strip()
+    except ReleaseError:
+        raise ReleaseError(f"the kit is built from committed files only, and {repo} has no commit {rev!r} "
+                           "(is it a git checkout with at least one commit?)") from None
+
+
+def uncommitted(repo: Path = REPO, paths: tuple[str, ...] = SOURCES) -> list[str]:
+    """Files under ``paths`` whose working copy differs from HEAD (modified, added, deleted or untracked)."""
+    out = _git(repo, "status", "--porcelain", "-z", "--untracked-files=all", "--", *paths).decode("utf-8", "replace")
+    names, entries = [], out.split("\0")
+    i = 0
+    while i < len(entries):
+        entry = entries[i]
+        if len(entry) > 3:
+            names.append(entry[3:])
+            if entry[0] in "RC":  # a rename or copy carries its source path in the next entry
+                i += 1
+        i += 1
+    return sorted(set(names))
+
+
+def export_committed(repo: Path, commit: str, dest: Path) -> Path:
+    """Write the committed versions of ``SOURCES`` at ``commit`` into ``dest`` (``git archive``)."""
+    present = set(_git(repo, "ls-tree", "--name-only", "-z", commit).decode().split("\0"))
+    paths = [p for p in SOURCES if p in present]
+    archive = _git(repo, "archive", "--format=tar", commit, "--", *paths)
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(dest, filter="data")
+    return dest
+
+
+# --- no held-out data, no instructor tool ---------------------------------------------------------
+
+def _skip(rel: str) -> bool:
+    return rel in LEFT_OUT
+
+
+def kit_manifest(manifest: dict[str, str]) -> dict[str, str]:
+    """The fixture manifest without the files the kit leaves out."""
+    return {name: digest for name, digest in manifest.items() if not _skip(f"fixtures/{name}")}
+
+
+def kit_fixtures_readme(text: str) -> str:
+    """The fixtures README without the rows of files the kit leaves out, and a line saying so."""
+    names = [Path(rel).name for rel in LEFT_OUT if rel.startswith("fixtures/")]
+    lines = [ln for ln in text.splitlines() if not any(f"`{n}`" in ln for n in names)]
+    return "\n".join(lines).rstrip() + ("\n\nThe held-out split of the grader's hidden checks and the script that builds "
+                                        "the fixtures stay with the instructor; they are not in this kit.\n")
+
+
+def heldout_hashes(source: Path) -> set[str]:
+    """Content hashes of every held-out row, as raw pixels, deployed pixels and digit-set index."""
+    from lab.data import preprocess, row_hashes
+
+    hashes: set[str] = set()
+    for rel in HELDOUT:
+        if (source / rel).exists():
+            with np.load(source / rel) as f:
+                for key in IDENTIFYING_KEYS:
+                    if key in f.files:
+                        hashes |= row_hashes(f[key])
+                if "raw" in f.files:
+                    hashes |= row_hashes(preprocess(f["raw"]))
+    return hashes
+
+
+def heldout_rows_in(kit: Path, hashes: set[str]) -> dict[str, int]:
+    """``{file:array: rows}`` for every array of every .npz in ``kit`` that holds a held-out row."""
+    from lab.data import row_hashes
+
+    found = {}
+    for path in sorted(kit.rglob("*.npz")):
+        with np.load(path, allow_pickle=False) as f:
+            for key in f.files:
+                arr = f[key]
+                if arr.ndim and len(arr) and key != "labels":
+                    shared = len(row_hashes(arr) & hashes)
+                    if shared:
+                        found[f"{path.relative_to(kit).as_posix()}:{key}"] = shared
+    return found
+
+
+def check_kit(out: Path, source: Path) -> None:
+    """Safety net: refuse a kit that holds an instructor tool, the grader, the tests or a held-out row."""
+    present = [rel for rel in LEFT_OUT + ("grader", "tests") if (out / rel).exists()]
+    if present:
+        raise ReleaseError(f"the kit would hold {', '.join(present)}; these stay with the instructor")
+    leaked = heldout_rows_in(out, heldout_hashes(source))
+    if leaked:
+        raise ReleaseError("the kit would hold held-out rows: "
+                           + ", ".join(f"{k} ({n} rows)" for k, n in leaked.items()))
+
+
 def build(out: Path, repo: Path = REPO, notebooks: Path | None = None) -> list[Path]:
-    """Write the student kit and the released notebooks into the empty folder ``out``; return the files written."""
+    """Write the student kit and the released notebooks into the empty folder ``out``; return the files written.
+
+    ``repo`` is the source tree to build from: ``release`` passes the committed files it exported.
+    """
     notebooks = notebooks or repo / "notebooks"
     for item in KIT:
         if (repo / item).exists():
             _copy_tree(repo / item, out / item)
+    for rel in LEFT_OUT:
+        if (out / rel).exists():
+            (out / rel).unlink()
+    if (repo / "fixtures" / "manifest.json").exists():
+        manifest = json.loads((repo / "fixtures" / "manifest.json").read_text(encoding="utf-8"))
+        (out / "fixtures" / "manifest.json").write_text(json.dumps(kit_manifest(manifest), indent=2, sort_keys=True)
+                                                        + "\n", encoding="utf-8")
+    if (repo / "fixtures" / "README.md").exists():
+        (out / "fixtures" / "README.md").write_text(
+            kit_fixtures_readme((repo / "fixtures" / "README.md").read_text(encoding="utf-8")), encoding="utf-8")
     (out / "Makefile").write_text(STUDENT_MAKEFILE, encoding="utf-8")
     (out / "README.md").write_text(student_readme((repo / "README.md").read_text(encoding="utf-8")), encoding="utf-8")
     (out / "requirements.txt").write_text(
@@ -281,11 +423,13 @@ def build(out: Path, repo: Path = REPO, notebooks: Path | None = None) -> list[P
         else:
             _copy_tree(path, out / "notebooks" / path.name)
     (out / MARKER_FILE).write_text("written by python -m lab release; the whole folder is replaced on the next release\n")
+    check_kit(out, repo)
     return sorted(p for p in out.rglob("*") if p.is_file())
 
 
-def release(out: str | Path, repo: Path = REPO, notebooks: Path | None = None) -> Path:
-    """Build the release next to ``out`` and swap it in, so a failed release leaves no half folder.
+def release(out: str | Path, repo: Path = REPO, rev: str = "HEAD") -> Path:
+    """Build the release of commit ``rev`` of ``repo`` next to ``out`` and swap it in, so a failed release
+    leaves no half folder. Only committed files go in (see ``uncommitted`` for what is left out).
 
     ``out`` must be new, empty, or an earlier release (it carries the marker file).
     """
@@ -295,10 +439,12 @@ def release(out: str | Path, repo: Path = REPO, notebooks: Path | None = None) -
                            "choose a new folder for --out")
     if out == repo.resolve() or repo.resolve().is_relative_to(out):
         raise ReleaseError(f"--out {out} would replace the sources; choose a folder outside them")
+    commit = commit_of(repo, rev)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        build(staging, repo, notebooks)
+        with tempfile.TemporaryDirectory(prefix="lab-release-source-") as source:
+            build(staging, export_committed(repo, commit, Path(source)))
         if out.exists():
             shutil.rmtree(out)
         os.replace(staging, out)
@@ -311,15 +457,22 @@ def release(out: str | Path, repo: Path = REPO, notebooks: Path | None = None) -
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab release", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="folder for the student copies (new, empty, or an earlier release)")
-    parser.add_argument("--notebooks", default=str(NOTEBOOKS), help=argparse.SUPPRESS)
+    parser.add_argument("--rev", default="HEAD", help="the commit to build the kit from (default HEAD); "
+                                                      "uncommitted changes never go in")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        out = release(args.out, REPO, Path(args.notebooks).resolve())
+        out = release(args.out, REPO, args.rev)
+        commit = commit_of(REPO, args.rev)
+        left = uncommitted(REPO) if args.rev == "HEAD" else []
     except (ReleaseError, nbformat.ValidationError, json.JSONDecodeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     lessons = sorted((out / "notebooks").glob("*.ipynb"))
-    print(f"Released {len(lessons)} notebook(s) and the student kit into {out}")
+    print(f"Released {len(lessons)} notebook(s) and the student kit of commit {commit[:12]} into {out}")
+    if left:
+        shown = ", ".join(left[:10]) + (f" and {len(left) - 10} more" if len(left) > 10 else "")
+        print(f"note: built from committed files only; {len(left)} uncommitted change(s) are not in the kit: {shown}",
+              file=sys.stderr)
     return 0
 
 

@@ -254,8 +254,12 @@ def preprocess_report(source: str | Path, out_dir: str | Path) -> dict:
 
 
 # ---- the choice, the document, the check ---------------------------------------------------------
-def check_choice(choice: str | Path, source: str | Path, split: str = "heldout") -> dict:
-    """Measure a chosen model against the requirement on ``split``: the numbers the grader looks at."""
+def check_choice(choice: str | Path, source: str | Path, split: str = "evaluation") -> dict:
+    """Measure a chosen model against the requirement on ``split``: the numbers the grader looks at.
+
+    The default is the evaluation split, the one students may measure on. The grader's hidden check
+    passes ``split="heldout"``: that split stays instructor-side (the kit has no ``heldout.npz``).
+    """
     ev = evaluation(source, split)
     m = measure(choice, ev)
     static = input_interval(choice) is not None

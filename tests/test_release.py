@@ -1,11 +1,18 @@
-"""The student release: no solution text survives, it is byte-for-byte deterministic, and released
+"""The student release: no solution text survives, it is byte-for-byte deterministic, it is built from committed
+files only, it holds no held-out row, no instructor tool and no answer to a graded exercise, and released
 lessons run up to their first exercise and stop there with NotImplementedError."""
 from __future__ import annotations
 
+import ast
+import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
@@ -125,21 +132,93 @@ def test_release_refuses_a_folder_that_is_not_an_earlier_release(tmp_path):
     assert (tmp_path / "precious.txt").read_text() == "keep me"
 
 
-def test_cli_reports_a_broken_notebook_and_writes_nothing(tmp_path, capsys):
-    src = tmp_path / "notebooks"
-    src.mkdir()
-    nbformat.write(notebook(new_code_cell("### BEGIN SOLUTION\nx = 1")), src / "07_broken.ipynb")
-    assert release.main(["--out", str(tmp_path / "rel"), "--notebooks", str(src)]) == 1
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.org", *args],
+                          check=True, capture_output=True, text=True).stdout
+
+
+def small_repo(root: Path, notebooks: dict[str, nbformat.NotebookNode]) -> Path:
+    """A git checkout with what a release reads: README, requirements, a lab package, fixtures, notebooks."""
+    repo = root / "repo"
+    (repo / "notebooks").mkdir(parents=True)
+    (repo / "lab").mkdir()
+    (repo / "fixtures").mkdir()
+    (repo / "README.md").write_text("# Kit\n\nPitch.\n\n## For students\n\nRun the lessons.\n")
+    (repo / "requirements.txt").write_text("numpy==2.0\n# tests\npytest\n")
+    (repo / "lab" / "__init__.py").write_text("")
+    (repo / "lab" / "graph.py").write_text("COMMITTED = True\n")
+    (repo / "lab" / "release.py").write_text("# the instructor's tool\n")
+    (repo / "fixtures" / "build.py").write_text("# rebuilds every split from its seed\n")
+    (repo / "fixtures" / "manifest.json").write_text('{"heldout.npz": "aa", "fp32.onnx": "bb"}\n')
+    for name, nb in notebooks.items():
+        nbformat.write(nb, repo / "notebooks" / name)
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "kit sources")
+    return repo
+
+
+def test_cli_reports_a_broken_notebook_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    repo = small_repo(tmp_path, {"07_broken.ipynb": notebook(new_code_cell("### BEGIN SOLUTION\nx = 1"))})
+    monkeypatch.setattr(release, "REPO", repo)
+    assert release.main(["--out", str(tmp_path / "rel")]) == 1
     assert "notebooks/07_broken.ipynb, cell 0: '### BEGIN SOLUTION' on line 1" in capsys.readouterr().err
     assert not (tmp_path / "rel").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".rel.")], "staging folder left behind"
 
 
+def test_the_kit_is_built_from_committed_files_only_and_names_what_it_left_out(tmp_path, capsys, monkeypatch):
+    repo = small_repo(tmp_path, {"00_x.ipynb": notebook(new_markdown_cell("committed"))})
+    (repo / "lab" / "graph.py").write_text("COMMITTED = False  # a local edit\n")
+    (repo / "lab" / "scratch.py").write_text("untracked = True\n")
+    nbformat.write(notebook(new_markdown_cell("edited, not committed")), repo / "notebooks" / "00_x.ipynb")
+    monkeypatch.setattr(release, "REPO", repo)
+    assert release.main(["--out", str(tmp_path / "kit")]) == 0
+    kit = tmp_path / "kit"
+    assert (kit / "lab" / "graph.py").read_text() == "COMMITTED = True\n"
+    assert not (kit / "lab" / "scratch.py").exists()
+    assert "edited" not in (kit / "notebooks" / "00_x.ipynb").read_text()
+    err = capsys.readouterr().err
+    assert "3 uncommitted change(s) are not in the kit: lab/graph.py, lab/scratch.py, notebooks/00_x.ipynb" in err
+    # instructor tools and the held-out split stay out, and the manifest lists only what the kit holds
+    assert not (kit / "lab" / "release.py").exists() and not (kit / "fixtures" / "build.py").exists()
+    assert (kit / "fixtures" / "manifest.json").read_text() == '{\n  "fp32.onnx": "bb"\n}\n'
+
+
+def test_release_refuses_a_folder_that_is_not_a_git_checkout(tmp_path):
+    (tmp_path / "src").mkdir()
+    with pytest.raises(ReleaseError, match="committed files only"):
+        release.release(tmp_path / "out", repo=tmp_path / "src")
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_release_safety_net_refuses_a_kit_holding_a_heldout_row(tmp_path):
+    source, kit = tmp_path / "src", tmp_path / "kit"
+    (source / "fixtures").mkdir(parents=True)
+    (kit / "fixtures").mkdir(parents=True)
+    raw = np.arange(3 * 64, dtype=np.uint8).reshape(3, 64) % 17
+    np.savez(source / "fixtures" / "heldout.npz", raw=raw, labels=np.array([1, 2, 3]), index=np.array([7, 8, 9]))
+    np.savez(kit / "fixtures" / "evaluation.npz", raw=raw[1:2] + 0, labels=np.array([1, 2, 3]), index=np.array([1]))
+    with pytest.raises(ReleaseError, match=r"fixtures/evaluation.npz:raw \(1 rows\)"):
+        release.check_kit(kit, source)
+    np.savez(kit / "fixtures" / "evaluation.npz", pixels=(raw[2:] / 16).astype(np.float32), labels=np.array([1]))
+    with pytest.raises(ReleaseError, match="evaluation.npz:pixels"):
+        release.check_kit(kit, source)
+    np.savez(kit / "fixtures" / "evaluation.npz", raw=raw[:1] + 1, labels=np.array([1, 2, 3]), index=np.array([1]))
+    release.check_kit(kit, source)  # labels alone (digits every split shares) are no leak
+
+
 # --- the real lessons -------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def released(tmp_path_factory) -> Path:
-    return release.release(tmp_path_factory.mktemp("release") / "student")
+def commit() -> str:
+    """The commit every release in this module is built from (HEAD may move while the tests run)."""
+    return release.commit_of(release.REPO, "HEAD")
+
+
+@pytest.fixture(scope="module")
+def released(tmp_path_factory, commit) -> Path:
+    return release.release(tmp_path_factory.mktemp("release") / "student", rev=commit)
 
 
 def tree_bytes(root: Path) -> dict[str, bytes]:
@@ -181,12 +260,81 @@ def test_student_kit_makefile_readme_and_requirements_are_written_for_students(r
         assert not (released / ".venv").exists()  # refused before setting anything up
 
 
-def test_release_is_byte_for_byte_deterministic(released, tmp_path):
-    again = release.release(tmp_path / "again")
+def test_release_is_byte_for_byte_deterministic(released, commit, tmp_path):
+    again = release.release(tmp_path / "again", rev=commit)
     first, second = tree_bytes(released), tree_bytes(again)
     assert sorted(first) == sorted(second)
     assert [k for k in first if first[k] != second[k]] == [], "files differ between two releases"
-    assert release.release(again) == again and tree_bytes(again) == second  # a re-release replaces in place
+    assert release.release(again, rev=commit) == again and tree_bytes(again) == second  # re-release in place
+
+
+# --- hidden data stays hidden, no instructor tool, no answer --------------------------------------
+
+def test_the_kit_holds_no_heldout_row_by_content_hash(released, commit):
+    """Every row of every array of every .npz in the kit, hashed, against every held-out row (raw pixels,
+    deployed pixels and digit-set index), read from the commit the kit was built from."""
+    from io import BytesIO
+
+    from lab.data import preprocess, row_hashes
+
+    blob = subprocess.run(["git", "-C", str(release.REPO), "show", f"{commit}:fixtures/heldout.npz"],
+                          check=True, capture_output=True).stdout
+    with np.load(BytesIO(blob)) as f:
+        heldout = row_hashes(f["raw"]) | row_hashes(preprocess(f["raw"])) | row_hashes(f["index"])
+        assert len(heldout) == 3 * len(f["raw"])
+    npz = sorted(released.rglob("*.npz"))
+    assert {p.name for p in npz} >= {"calibration.npz", "evaluation.npz"} and "heldout.npz" not in {p.name for p in npz}
+    rows = 0
+    for path in npz:
+        with np.load(path) as f:
+            for key in f.files:
+                if key == "labels" or not f[key].ndim:
+                    continue
+                rows += len(f[key])
+                shared = row_hashes(f[key]) & heldout
+                assert not shared, f"{path.relative_to(released)}:{key} holds {len(shared)} held-out row(s)"
+    assert rows >= 2 * (360 + 400)
+
+
+def kit_python(kit: Path, code: str) -> subprocess.CompletedProcess:
+    """Run ``code`` with the kit's own ``lab`` first on the path (as a student's kernel would)."""
+    env = {**os.environ, "PYTHONPATH": str(kit)}
+    return subprocess.run([sys.executable, "-c", code], cwd=kit, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_the_kit_checks_its_fixtures_against_its_own_manifest(released):
+    proc = kit_python(released, "import json, lab, lab.data as d\n"
+                                "print(lab.__file__)\nprint(json.dumps(d.verify_fixtures()))")
+    assert proc.returncode == 0, proc.stderr
+    where, matches = proc.stdout.splitlines()
+    assert Path(where).resolve().is_relative_to(released.resolve())
+    assert json.loads(matches) == {"bad-calibration.onnx": True, "calibration.npz": True, "evaluation.npz": True,
+                                   "fp32.onnx": True}
+
+
+def test_the_kit_has_no_instructor_tool_and_no_release_command(released):
+    assert not (released / "lab" / "release.py").exists()
+    assert not (released / "fixtures" / "build.py").exists()  # it would rebuild the held-out split
+    assert not (released / "grader").exists() and not (released / "tests").exists()
+    assert "heldout.npz" not in (released / "fixtures" / "README.md").read_text()
+    proc = kit_python(released, "import sys, lab.__main__ as m\nsys.exit(m.main(['release', '--out', 'x']))")
+    assert proc.returncode == 2 and "invalid choice: 'release'" in proc.stderr
+    assert not (released / "x").exists()
+
+
+def defined_names(path: Path) -> set[str]:
+    return {n.name for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+
+
+def test_the_kit_holds_no_answer_to_lesson_06s_exercise_and_measures_on_the_evaluation_split(released):
+    assert not [p.relative_to(released).as_posix() for p in (released / "lab").rglob("*.py")
+                if "summarize" in defined_names(p)]
+    proc = kit_python(released, "import inspect, lab.acceptance as a, lab.toolbox as t\n"
+                                "print(hasattr(a, 'summarize'))\n"
+                                "print(inspect.signature(t.check_choice).parameters['split'].default)")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "evaluation"]
 
 
 def test_no_solution_text_survives_the_release(released):
