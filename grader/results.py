@@ -7,9 +7,76 @@ from __future__ import annotations
 
 import json
 import math
+import unicodedata
 from dataclasses import asdict, dataclass, field
 
 STATUSES = ("graded", "invalid", "timeout", "error")
+
+# Text from a hand-in (file names, JSON keys and strings, exception messages, a child's output) reaches the
+# results JSON, the Markdown feedback, the gradebook and Gradescope. Each is bounded and made printable here.
+TEXT_LIMIT = 4000       # a message or a note
+VALUE_TEXT_LIMIT = 300  # a reported string inside evidence
+LIST_LIMIT = 1000       # items of a reported list or dict kept in evidence
+DEPTH_LIMIT = 8         # nesting of a reported value kept in evidence
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def _needs_escape(ch: str) -> bool:
+    if ch in "\n\t":
+        return False
+    cat = unicodedata.category(ch)
+    # Cc: control characters (ESC, NUL, CR, ...); Cs: lone surrogates; Cf: bidi overrides and other invisible formatting
+    return cat in ("Cc", "Cs", "Cf") and ch not in "\u200d"  # keep the zero-width joiner of emoji sequences
+
+
+def safe_text(text: object, limit: int = TEXT_LIMIT) -> str:
+    """``text`` made safe to write and print: valid UTF-8, no control characters but newline and tab, bounded.
+
+    Lone surrogates and control or invisible formatting characters become visible escapes (``\\udc80``,
+    ``\\x1b``); past ``limit`` characters the text is cut and says how much was cut.
+    """
+    if not isinstance(text, str):
+        try:
+            text = str(text)
+        except Exception as e:  # noqa: BLE001 - an object whose str() fails still gets a name
+            text = f"<{type(text).__name__} that cannot be shown: {type(e).__name__}>"
+    cut = len(text) - limit
+    if cut > 0:
+        text = text[:limit]
+    if not text.isprintable():  # newline and tab count as unprintable here: look at each character
+        text = "".join(_escape(ch) if _needs_escape(ch) else ch for ch in text)
+    if cut > 0:
+        text += f" ... ({cut} more characters cut)"
+    return text
+
+
+def safe_value(value: object, depth: int = 0) -> object:
+    """A reported value (anything JSON can hold, from a hand-in) bounded and made safe for the results JSON."""
+    if value is None or isinstance(value, (bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)  # "nan", "inf": JSON has no such numbers
+    if isinstance(value, str):
+        return safe_text(value, VALUE_TEXT_LIMIT)
+    if isinstance(value, (list, tuple, dict)) and depth >= DEPTH_LIMIT:
+        return f"<{type(value).__name__} nested deeper than {DEPTH_LIMIT} levels>"
+    if isinstance(value, (list, tuple)):
+        return [safe_value(v, depth + 1) for v in value[:LIST_LIMIT]]
+    if isinstance(value, dict):
+        return {safe_text(k, VALUE_TEXT_LIMIT): safe_value(v, depth + 1)
+                for k, v in list(value.items())[:LIST_LIMIT]}
+    try:
+        import numpy as np
+
+        if isinstance(value, np.generic):
+            return safe_value(value.item(), depth)
+    except ImportError:  # pragma: no cover
+        pass
+    return safe_text(value, VALUE_TEXT_LIMIT)
 
 
 @dataclass
@@ -21,6 +88,11 @@ class Evidence:
     recomputed: object
     tolerance: object = None
     why: str = ""
+
+    def __post_init__(self):
+        self.what, self.why = safe_text(self.what, VALUE_TEXT_LIMIT), safe_text(self.why)
+        self.reported, self.recomputed = safe_value(self.reported), safe_value(self.recomputed)
+        self.tolerance = safe_value(self.tolerance)
 
     @property
     def difference(self) -> float | None:
@@ -50,6 +122,9 @@ class Check:
     evidence: list[Evidence] = field(default_factory=list)
     hidden: bool = False
 
+    def __post_init__(self):
+        self.message = safe_text(self.message)
+
     @property
     def passed(self) -> bool:
         return self.points >= self.max_points
@@ -77,6 +152,9 @@ class GradeResult:
     def __post_init__(self):
         if self.status not in STATUSES:
             raise ValueError(f"status {self.status!r}; expected one of {STATUSES}")
+        self.reason = safe_text(self.reason)
+        self.notes = [safe_text(n) for n in self.notes]
+        # ``student`` stays as given: the batch files results under it (it is the hand-in's file name)
 
     @classmethod
     def without_results(cls, student: str, status: str, reason: str, **kw) -> "GradeResult":
@@ -235,7 +313,7 @@ def _ordered_parts(result: GradeResult) -> list[str]:
 
 def render_markdown(result: GradeResult, show_hidden: bool = True) -> str:
     """A summary table first, then one entry per lost point with the numbers behind it; full marks stay short."""
-    lines = [f"# Calibration Lab feedback: {result.student}", ""]
+    lines = [f"# Calibration Lab feedback: {safe_text(result.student, 200)}", ""]
     lines += [f"**Score: {result.score:g} / {result.max_score:g}**", ""]
     if result.status != "graded":
         lines += [f"**Status: {result.status}.** {result.reason}", ""]

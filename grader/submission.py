@@ -1,17 +1,22 @@
 """Open an untrusted submission (a zip or a folder) into a private folder, or refuse it.
 
 Refused, before anything is parsed: absolute paths and ``..`` (zip slip), symlinks, device
-files, archives or files over their size caps, too many files, and files whose SHA-256 does
-not match ``submission.json``. JSON is parsed strictly (no NaN or Infinity) and checked
+files, archives or files over their size caps, too many files, damaged or foreign archives (a bad
+CRC, names that differ between headers or are not UTF-8, a file and a folder of one name, an
+unsupported or encrypted member), and files whose SHA-256 does not match ``submission.json``. JSON is parsed strictly (no NaN or Infinity) and checked
 against its schema; ONNX files are checked in ``grader.models``.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
+import lzma
 import os
 import shutil
 import stat
+import struct
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -104,8 +109,11 @@ def _unzip(archive: Path, dest: Path) -> list[str]:
                                 f"{MAX_ARCHIVE_BYTES >> 20} MiB")
     try:
         zf = zipfile.ZipFile(archive)
-    except (zipfile.BadZipFile, OSError) as e:
-        raise SubmissionInvalid(f"{where}: not a readable zip archive ({e})") from None
+    except UnicodeDecodeError as e:
+        raise SubmissionInvalid(f"{where}: an entry's name is marked UTF-8 but is not ({e.reason} at byte "
+                                f"{e.start}); name files with plain letters and digits") from None
+    except (*UNZIP_ERRORS, OSError) as e:
+        raise SubmissionInvalid(f"{where}: not a readable zip archive ({_why(e)})") from None
     with zf:
         infos = [i for i in zf.infolist() if not i.is_dir()]
         if len(infos) > MAX_FILES:
@@ -145,19 +153,51 @@ def _unzip(archive: Path, dest: Path) -> list[str]:
                          "that `python -m lab submit` writes, as it is")
         written = 0
         for info in infos:
-            target = dest / _safe_name(info.filename[len(prefix):], where)
+            rel = _safe_name(info.filename[len(prefix):], where)
+            target = dest / rel
+            if target.is_dir():
+                raise SubmissionInvalid(f"{where}: {rel} is both a folder and a file in the archive; refused")
             if target.exists():
                 raise SubmissionInvalid(f"{where}: entry {info.filename!r} appears twice")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with zf.open(info) as src, open(target, "wb") as out:
-                # never trust the declared size: count what really comes out
-                while chunk := src.read(1 << 20):
-                    written += len(chunk)
-                    if written > MAX_UNPACKED_BYTES or out.tell() + len(chunk) > MAX_FILE_BYTES:
-                        raise SubmissionInvalid(f"{where}: {info.filename} unpacks past the size limit "
-                                                "(archive too large)")
-                    out.write(chunk)
+            clash = next((p for p in target.relative_to(dest).parents if (dest / p).is_file()), None)
+            if clash is not None:
+                raise SubmissionInvalid(f"{where}: {rel} needs a folder {clash.as_posix()}, but the archive also "
+                                        f"holds a file named {clash.as_posix()}; refused")
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with zf.open(info) as src, open(target, "wb") as out:
+                    # never trust the declared size: count what really comes out
+                    while chunk := src.read(1 << 20):
+                        written += len(chunk)
+                        if written > MAX_UNPACKED_BYTES or out.tell() + len(chunk) > MAX_FILE_BYTES:
+                            raise SubmissionInvalid(f"{where}: {info.filename} unpacks past the size limit "
+                                                    "(archive too large)")
+                        out.write(chunk)
+            except (*UNZIP_ERRORS, OSError) as e:
+                if isinstance(e, OSError) and e.errno not in ARCHIVE_ERRNOS:
+                    raise  # the grader's own disk (full, read-only): not the student's fault
+                raise SubmissionInvalid(f"{where}: entry {info.filename!r} cannot be unpacked ({_why(e)}); "
+                                        "the archive is damaged or was not written by `python -m lab submit`. "
+                                        "Hand in the zip it writes, as it is") from None
     return notes
+
+
+# What a damaged or foreign archive raises while it is opened or unpacked: a bad CRC or mismatched names
+# (BadZipFile), an unsupported or "encrypted" member (NotImplementedError, RuntimeError), a corrupt stream
+# (zlib.error, EOFError, lzma/bz2 errors), a name that is not UTF-8 (UnicodeDecodeError, a ValueError).
+UNZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, lzma.LZMAError, EOFError, ValueError,
+                NotImplementedError, RuntimeError, struct.error)
+# OSErrors an archive's names or streams cause (a bz2 stream's error has no errno); any other is the grader's disk
+ARCHIVE_ERRNOS = {None, errno.ENOTDIR, errno.EEXIST, errno.EISDIR, errno.ENAMETOOLONG, errno.EILSEQ}
+
+
+def _why(e: BaseException) -> str:
+    """An unpacking error as a short reason (the text may quote the archive's own bytes)."""
+    if isinstance(e, NotImplementedError):
+        return f"compression method not supported: {e}"
+    if isinstance(e, RuntimeError) and "encrypted" in str(e):
+        return "the entry is encrypted; hand in an archive without a password"
+    return f"{type(e).__name__}: {e}"
 
 
 def _safe_dir(name: str, where: str) -> None:
@@ -207,9 +247,16 @@ def _sha256(path: Path) -> str:
 
 
 def student_from_path(path: str | Path) -> str:
-    """The student id a gradebook row uses before the manifest is read: the file or folder name."""
+    """The student id a gradebook row uses before the manifest is read: the file or folder name.
+
+    Made printable (``grader.results.safe_text``): a name that is not UTF-8 on disk, or holds control
+    characters, gets visible escapes, so its feedback, results and gradebook row can be written.
+    """
+    from grader.results import safe_text
+
     p = Path(path)
-    return p.stem if p.suffix == ".zip" else p.name
+    name = p.stem if p.suffix == ".zip" else p.name
+    return safe_text(name, 200).replace("\n", "\\x0a").replace("\t", "\\x09")
 
 
 def open_submission(path: str | Path, dest: str | Path) -> Submission:

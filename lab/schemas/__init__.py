@@ -36,9 +36,41 @@ def _reject_constant(token: str):
     raise ValueError(f"{token} is not valid JSON; write null or a finite number")
 
 
+MAX_DEPTH = 64  # the lessons' documents nest 5 deep; 1,000 deep would exhaust the parser's or a validator's stack
+
+
+def _no_duplicates(pairs: list[tuple[str, object]]) -> dict:
+    obj = {}
+    for key, val in pairs:
+        if key in obj:
+            raise ValueError(f"key {key!r} appears twice in one object; which one is meant cannot be told")
+        obj[key] = val
+    return obj
+
+
+def _depth(obj: object) -> int:
+    """How deep lists and objects nest in ``obj`` (without recursion), stopping once past ``MAX_DEPTH``."""
+    deepest, stack = 0, [(obj, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, depth)
+            if depth > MAX_DEPTH:
+                break
+            stack.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
 def loads(text: str) -> object:
-    """Parse JSON strictly: NaN and Infinity are refused."""
-    return json.loads(text, parse_constant=_reject_constant)
+    """Parse JSON strictly: NaN and Infinity, a key twice in one object, and nesting past ``MAX_DEPTH`` are refused."""
+    too_deep = f"lists and objects are nested deeper than {MAX_DEPTH} levels; the lessons write at most a few"
+    try:
+        obj = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
+    except RecursionError:
+        raise ValueError(too_deep) from None
+    if _depth(obj) > MAX_DEPTH:
+        raise ValueError(too_deep)
+    return obj
 
 
 def validate(name: str, obj: object, source: str = "") -> object:
