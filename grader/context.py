@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from grader.models import load_checked
+from lab.errors import LabError
 from grader.results import Check, Evidence
 from grader.sandbox import Limits
 from grader.submission import Submission
@@ -65,6 +66,7 @@ class Context:
     limits: Limits = field(default_factory=Limits)
     notes: list[str] = field(default_factory=list)
     timed_out: bool = False
+    touched: list[str] = field(default_factory=list)  # the hand-in's files used by the group being checked, in order
     _models: dict = field(default_factory=dict)
     _outputs: dict = field(default_factory=dict)
     _docs: dict = field(default_factory=dict)
@@ -74,6 +76,7 @@ class Context:
 
     def model(self, rel: str):
         """The checked ``onnx.ModelProto`` of a submitted file (raises ``ModelRefused`` or ``Missing``)."""
+        self.touched.append(rel)
         if rel not in self._models:
             if not self.has(rel):
                 raise Missing(rel)
@@ -87,18 +90,56 @@ class Context:
         cache_key = (rel, key)
         if cache_key not in self._outputs:
             model = self.model(rel)
-            self._outputs[cache_key] = compare.predict(model, evaluation()[0] if x is None else x)
+            try:
+                self._outputs[cache_key] = compare.predict(model, evaluation()[0] if x is None else x)
+            except Exception as e:
+                if is_runtime_error(e):
+                    raise StudentFileError(rel, f"ONNX Runtime could not run it: {runtime_problem(e)}") from None
+                raise
+        self.touched.append(rel)
         return self._outputs[cache_key]
 
     def doc(self, name: str) -> dict:
         """A reported JSON document (already validated at intake)."""
         from lab.schemas import loads
 
+        self.touched.append(name)
         if name not in self._docs:
             if not self.has(name):
                 raise Missing(name)
             self._docs[name] = loads(self.sub.path(name).read_text(encoding="utf-8"))
         return self._docs[name]
+
+
+class StudentFileError(LabError):
+    """A file of the hand-in cannot be used as the lesson meant it (a model ONNX Runtime will not run, ...)."""
+
+    def __init__(self, rel: str, problem: str):
+        super().__init__(f"{rel}: {problem}")
+        self.rel, self.problem = rel, problem
+
+
+# ONNX Runtime's errors that a model itself causes: bad shapes or types, a graph it cannot build or run
+_RUNTIME_ERRORS = {"Fail", "InvalidArgument", "InvalidGraph", "InvalidProtobuf", "NotImplemented",
+                   "RuntimeException"}
+
+
+def is_runtime_error(e: BaseException) -> bool:
+    """Is ``e`` one of ONNX Runtime's errors about the model it was given?"""
+    return (type(e).__module__.startswith("onnxruntime.") and type(e).__name__ in _RUNTIME_ERRORS)
+
+
+def runtime_problem(e: BaseException) -> str:
+    """ONNX Runtime's message, first line, without its status code prefix and C++ source locations."""
+    import re
+
+    lines = str(e).strip().splitlines() or [type(e).__name__]
+    text = lines[0]
+    m = re.match(r"\[ONNXRuntimeError\] : \d+ : (\w+) : (.*)", text)
+    if m:
+        text = f"{m.group(1)}: {m.group(2)}"
+    text = re.sub(r"\S*onnxruntime_src/\S+( \S+?\([^()]*\))?\s*", "", text)
+    return text[:400] + (" ..." if len(text) > 400 else "")
 
 
 class Missing(Exception):

@@ -15,9 +15,11 @@ from typing import Callable
 from grader import __version__
 from lab import kernels
 from grader.checks import acceptance, calibration, growth, reader, release, toolbox
-from grader.context import Context, Missing, check, rubric
+from grader.context import Context, Missing, StudentFileError, check, is_runtime_error, rubric, runtime_problem
+from lab.environment import EnvironmentProblem
+from lab.errors import LabError, WorkspaceError
 from grader.models import ModelRefused, load_checked
-from grader.results import GradeResult
+from grader.results import GradeResult, safe_text
 from grader.sandbox import Limits
 from grader.submission import SubmissionInvalid, open_submission, sha256_of_input, student_from_path
 
@@ -87,16 +89,61 @@ def run_groups(ctx: Context) -> list:
             checks += _failed_group(group, f"{missing[0]} is not in the submission: lesson {group.lesson} "
                                            "writes it into the workspace; run that lesson, then hand in again")
             continue
+        ctx.touched = []
         try:
             got = group.run(ctx)
         except Missing as e:
             got = _failed_group(group, f"{e.rel} is not in the submission: lesson {group.lesson} writes it")
         except Exception as e:  # noqa: BLE001 - a crash in a check is a failed check with its reason
-            got = _failed_group(group, f"the grader could not check this ({type(e).__name__}: {e}); check that "
-                                       f"the files lesson {group.lesson} writes have the expected shape, and "
-                                       "tell your instructor if they do")
+            mistake = students_mistake(e, ctx, group)
+            if mistake is not None:
+                got = _failed_group(group, mistake)
+            else:
+                got = _failed_group(group, f"the grader could not check this ({type(e).__name__}: "
+                                           f"{safe_text(e, 500)}). This is the grader's fault, not a problem "
+                                           "found in your files: tell your instructor")
         checks += got
     return checks
+
+
+# The lab's errors about the machine it runs on, not about what it was given
+GRADER_SIDE = (EnvironmentProblem, WorkspaceError)
+
+
+def students_mistake(e: Exception, ctx: Context, group: Group) -> str | None:
+    """The message that names the hand-in's file and its problem when ``e`` is the student's doing, else None.
+
+    The student's: the lab's own errors about what it was given (``LabError``: a model that is not quantized,
+    a file that breaks a contract, ...) and ONNX Runtime's errors while it ran one of the student's models.
+    Anything else is the grader's fault and is reported as such.
+    """
+    onnx_files = [rel for rel in ctx.touched if rel.endswith(".onnx")]
+    if isinstance(e, StudentFileError):
+        rel, problem = e.rel, e.problem
+    elif isinstance(e, LabError) and not isinstance(e, GRADER_SIDE):
+        rel, problem = (ctx.touched or list(group.needs))[-1], str(e)
+    elif is_runtime_error(e) and onnx_files:
+        rel, problem = onnx_files[-1], f"ONNX Runtime could not run it: {runtime_problem(e)}"
+    else:
+        return None
+    problem = safe_text(problem, 600).rstrip(". ")
+    if problem.startswith(f"{rel}: "):
+        problem = problem[len(rel) + 2:]
+    return (f"{rel}: {problem}. Lesson {written_by(rel, group.lesson)} writes {rel}: re-run that lesson, check "
+            "what it wrote, then hand in again")
+
+
+def written_by(rel: str, default: str) -> str:
+    """The lesson that writes ``rel`` into the workspace (``lab.submit`` knows), else ``default``."""
+    from lab import submit
+
+    if rel in submit.WRITTEN_BY:
+        return submit.WRITTEN_BY[rel]
+    if rel == "calibration_reader.py":
+        return "02"
+    if rel in submit.REQUIRED:
+        return "03"
+    return {"growth": "04", "release": "07"}.get(rel.split("/")[0], default)
 
 
 def kernel_family_note(recorded: str | None) -> tuple[str, str]:

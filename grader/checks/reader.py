@@ -92,6 +92,9 @@ def _range_check(ctx: Context, first: np.ndarray, pixels: np.ndarray):
 
     if first.shape != pixels.shape:
         return check(PART, "range_from_reader", 0, "not checked: the reader did not serve the calibration set")
+    if not np.isfinite(first).all():
+        return check(PART, "range_from_reader", 0, "not checked: calibration_reader.py served NaN or infinite "
+                                                   "pixels, and a calibration range needs finite ones")
     try:
         model = ctx.model("right.onnx")
     except Missing:
