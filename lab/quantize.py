@@ -131,16 +131,20 @@ def calibrated_ranges(source: str | Path, calibration, method: str = "MinMax", b
                       extra_options: dict | None = None) -> dict[str, tuple[float, float]]:
     """The ranges ONNX Runtime's own calibrator computes: tensor name -> (lowest, highest).
 
-    Uses ``create_calibrator`` / ``collect_data`` / ``compute_data`` in a temporary folder,
-    so ``source`` is never written next to. ``calibration`` is an array or a reader.
+    Uses ``create_calibrator`` / ``collect_data`` / ``compute_data`` on a copy of ``source`` in a
+    temporary folder (ORT writes ``<model>-inferred.onnx`` beside the model it is given), so
+    ``source`` is never written next to. ``calibration`` is an array or a reader.
     """
+    import shutil
     import tempfile
 
     from onnxruntime.quantization.calibrate import create_calibrator
 
     reader = ArrayReader(calibration, batch_size) if isinstance(calibration, np.ndarray) else calibration
     with tempfile.TemporaryDirectory(prefix="lab-calib-") as tmp:
-        calibrator = create_calibrator(Path(source), augmented_model_path=str(Path(tmp) / "augmented.onnx"),
+        copy = Path(tmp) / "source.onnx"
+        shutil.copyfile(source, copy)
+        calibrator = create_calibrator(copy, augmented_model_path=str(Path(tmp) / "augmented.onnx"),
                                        calibrate_method=_enum(CalibrationMethod, method),
                                        extra_options=extra_options or {})
         try:
