@@ -1,4 +1,7 @@
-"""``python -m grader grade PATH`` or ``python -m grader batch DIR --out OUT [-j N] [--resume]``."""
+"""``python -m grader grade PATH`` or ``python -m grader batch DIR --out OUT [-j N] [--resume]``.
+
+Both refuse to run student code where bubblewrap does not work, unless given ``--unsafe-no-sandbox``.
+"""
 from __future__ import annotations
 
 import argparse
@@ -23,34 +26,51 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--resume", action="store_true", help="skip submissions already graded by this version")
     b.add_argument("--no-progress", action="store_true")
     for p in (g, b):
+        p.add_argument("--unsafe-no-sandbox", action="store_true",
+                       help="where bubblewrap does not work, run student code anyway, with rlimits alone: it can "
+                            "then read and write whatever you can and reach the network (default: refuse to "
+                            "run it; those checks score 0)")
         p.add_argument("--timeout", type=float, default=Limits.wall, help="wall-clock seconds per student-code run")
         p.add_argument("--memory-mib", type=int, default=Limits.memory >> 20, help="memory limit of student code")
     args = parser.parse_args(argv)
     limits = Limits(wall=args.timeout, cpu=max(1, int(args.timeout)), memory=args.memory_mib << 20)
+    from grader import sandbox
+
+    unsafe = True if args.unsafe_no_sandbox else None
     if args.command == "grade":
-        from grader.core import grade
+        from grader.batch import grade_one
 
         if not Path(args.path).exists():
             print(f"grade: {args.path} does not exist", file=sys.stderr)
             return 2
-        result = grade(args.path, limits)
-        print(result.to_json() if args.json else result.to_markdown())
+        sandbox.allow_unsafe(unsafe)
+        print(f"sandbox: {sandbox.sandbox_kind()}", file=sys.stderr)
+        result, isolation = grade_one(args.path, limits)
+        if args.json:
+            print(json.dumps(dict(result.to_dict(), isolation=isolation), indent=2, allow_nan=False))
+        else:
+            print(result.to_markdown())
         if args.gradescope:
             Path(args.gradescope).write_text(json.dumps(result.to_gradescope(), indent=2))
-        print(f"{result.student}: {result.status}, score {result.score:g} / {result.max_score:g}",
-              file=sys.stderr)
+        print(f"{result.student}: {result.status}, score {result.score:g} / {result.max_score:g}"
+              + (f"; {isolation}" if isolation.startswith("refused") else ""), file=sys.stderr)
         return 0 if result.status == "graded" else 1
     from grader.batch import batch
 
     if not Path(args.folder).is_dir():
         print(f"batch: {args.folder} is not a folder of submissions", file=sys.stderr)
         return 2
-    rows = batch(args.folder, args.out, args.jobs, args.resume, limits, progress=not args.no_progress)
+    rows = batch(args.folder, args.out, args.jobs, args.resume, limits, progress=not args.no_progress,
+                 unsafe_no_sandbox=unsafe)
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     print(f"{len(rows)} submission(s): " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
           + f"; gradebook: {Path(args.out) / 'gradebook.csv'}")
+    refused = sum(r.get("isolation", "").startswith("refused") for r in rows)
+    if refused:
+        print(f"student code was NOT run for {refused} submission(s) (gradebook column 'isolation'): "
+              f"{sandbox.REFUSED}", file=sys.stderr)
     return 0
 
 

@@ -4,6 +4,10 @@ Each result is written atomically as it finishes (``OUT/results/ID.json``, ``OUT
 and ``OUT/gradebook.csv`` is rewritten from the results after each one, so Ctrl-C loses no
 finished grade. ``--resume`` skips submissions already graded by this grader version with the
 same input hash. A job that dies is an ``error`` row, never a stopped batch.
+
+Student code runs only under bubblewrap: without it each result says the code was refused
+(a note in the feedback, ``isolation`` in the result and the gradebook), unless the batch was
+started with ``unsafe_no_sandbox`` (the CLI's ``--unsafe-no-sandbox``).
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from pathlib import Path
 from grader import __version__
 from grader.context import rubric
 from grader.results import GradeResult
+from grader import sandbox
 from grader.sandbox import Limits
 from grader.submission import sha256_of_input, student_from_path
 
@@ -30,16 +35,36 @@ def find_submissions(folder: Path, out: Path | None = None) -> list[Path]:
             and (p.suffix == ".zip" or p.is_dir()) and p.resolve() != skip]
 
 
-def job(path: str, limits: Limits | None = None) -> dict:
+def job(path: str, limits: Limits | None = None, unsafe_no_sandbox: bool | None = None) -> dict:
     """The pure per-submission job: path in, result dict out. Never raises."""
+    if unsafe_no_sandbox is not None:
+        sandbox.allow_unsafe(unsafe_no_sandbox)
+    return package(*grade_one(path, limits))
+
+
+def grade_one(path: str | Path, limits: Limits | None = None) -> tuple[GradeResult, str]:
+    """``grader.core.grade``, plus how its student code ran (``isolation_label``) and a note if it was refused."""
     from grader.core import grade
 
-    return package(grade(path, limits))
+    sandbox.take_runs()
+    result = grade(path, limits)
+    runs = sandbox.take_runs()
+    if "refused" in runs:
+        result.notes.append(sandbox.REFUSED_NOTE)
+    return result, isolation_label(runs)
 
 
-def package(result: GradeResult) -> dict:
+def isolation_label(runs: list[str]) -> str:
+    """The gradebook's ``isolation``: bubblewrap, refused, none (--unsafe-no-sandbox), or '' when no student code was due."""
+    names = {"bubblewrap": "bubblewrap", "refused": "refused: student code not run (no bubblewrap)",
+             "unsafe": "none (--unsafe-no-sandbox)"}
+    return "; ".join(names[k] for k in names if k in runs)
+
+
+def package(result: GradeResult, isolation: str = "") -> dict:
     """What a batch writes for one result: the dict, its Markdown feedback and its Gradescope JSON."""
     d = result.to_dict()
+    d["isolation"] = isolation
     d["input_sha256"] = result.submission_sha256
     d["feedback"] = result.to_markdown()
     d["gradescope"] = result.to_gradescope()
@@ -77,15 +102,16 @@ def write_gradebook(out: Path, students: list[str]) -> Path:
     buf = io.StringIO()
     names = parts()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["student", "status", "score", "max", *names, "grader_version"])
+    w.writerow(["student", "status", "score", "max", *names, "grader_version", "isolation"])
     for student in students:
         path = out / "results" / f"{student}.json"
         try:
             d = json.loads(path.read_text())
             row = [student, d["status"], d["score"], d["max_score"],
-                   *[d["parts"].get(n, {}).get("points", "") for n in names], d["grader_version"]]
+                   *[d["parts"].get(n, {}).get("points", "") for n in names], d["grader_version"],
+                   d.get("isolation", "")]
         except (OSError, ValueError, KeyError):
-            row = [student, "error", 0, "", *[""] * len(names), __version__]
+            row = [student, "error", 0, "", *[""] * len(names), __version__, ""]
         w.writerow(row)
     target = out / "gradebook.csv"
     _atomic(target, buf.getvalue())
@@ -98,6 +124,7 @@ def _already_graded(out: Path, student: str, path: Path) -> bool:
     except (OSError, ValueError):
         return False
     return (d.get("grader_version") == __version__ and d.get("status") != "error"
+            and not str(d.get("isolation", "")).startswith("refused")  # graded again once bubblewrap works
             and d.get("input_sha256") == sha256_of_input(path))
 
 
@@ -121,10 +148,13 @@ class Progress:
 
 
 def batch(folder: str | Path, out: str | Path, jobs: int = 2, resume: bool = False,
-          limits: Limits | None = None, executor: Executor | None = None, progress: bool = True) -> list[dict]:
-    """Grade every submission in ``folder`` into ``out``; return the gradebook rows as dicts."""
-    from grader.sandbox import sandbox_kind
+          limits: Limits | None = None, executor: Executor | None = None, progress: bool = True,
+          unsafe_no_sandbox: bool | None = None) -> list[dict]:
+    """Grade every submission in ``folder`` into ``out``; return the gradebook rows as dicts.
 
+    ``unsafe_no_sandbox=True`` runs student code with rlimits alone where bubblewrap does not
+    work; ``None`` leaves it to ``GRADER_UNSAFE_NO_SANDBOX``; otherwise such code is refused.
+    """
     folder, out = Path(folder), Path(out)
     out.mkdir(parents=True, exist_ok=True)
     subs = find_submissions(folder, out)
@@ -134,7 +164,8 @@ def batch(folder: str | Path, out: str | Path, jobs: int = 2, resume: bool = Fal
         raise SystemExit(f"two submissions for the same student: {dupes}; keep one of each")
     todo = [p for p, s in zip(subs, students) if not (resume and _already_graded(out, s, p))]
     print(f"grader {__version__}: {len(subs)} submission(s), {len(subs) - len(todo)} already graded, "
-          f"{len(todo)} to grade with {jobs} worker(s); sandbox: {sandbox_kind()}", file=sys.stderr)
+          f"{len(todo)} to grade with {jobs} worker(s); sandbox: {sandbox.sandbox_kind(unsafe_no_sandbox)}",
+          file=sys.stderr)
     bar = Progress(len(todo)) if progress else None
     write_gradebook(out, students)
     own = executor is None
@@ -142,7 +173,7 @@ def batch(folder: str | Path, out: str | Path, jobs: int = 2, resume: bool = Fal
     while pending_paths:
         pool = executor or ProcessPoolExecutor(max_workers=jobs)
         try:
-            futures = {pool.submit(job, str(p), limits): p for p in pending_paths}
+            futures = {pool.submit(job, str(p), limits, unsafe_no_sandbox): p for p in pending_paths}
             pending_paths = []
             not_done = set(futures)
             while not_done:
