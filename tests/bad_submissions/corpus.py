@@ -130,14 +130,52 @@ ALLOCATES = '''    def get_next(self):
 '''
 RAISES = GOOD_NEXT.replace("            return None", "            raise StopIteration")
 WRONG_DTYPE = GOOD_NEXT.replace("return {self.input_name: batch}", "return {self.input_name: batch.astype(np.float64)}")
-ESCAPES = '''    def get_next(self):
-        import os
-        import lab
-        target = os.path.join(os.path.dirname(os.path.dirname(lab.__file__)), "ESCAPED_BY_READER.txt")
-        with open(target, "w") as f:
-            f.write(open("/etc/hostname").read())
-        return None
+# Escape attempts write into marker folders the test owns, outside the repository and the grader's
+# scratch: ``ESCAPE_MARKERS_ENV`` (folders joined with os.pathsep) when the corpus is built, else
+# ``DEFAULT_ESCAPE_MARKERS``. A marker file that appears is an escape. The folder outside /tmp matters
+# under bubblewrap, whose private /tmp would swallow a write to /tmp unseen: there the write must
+# fail with "Read-only file system".
+ESCAPE_MARKERS_ENV = "CALIBRATION_LAB_ESCAPE_MARKERS"
+DEFAULT_ESCAPE_MARKERS = ("/var/tmp/calibration-lab-escapes",)
+ESCAPE_CASES = ("reader_escapes", "metrics_escapes")
+
+
+def escape_markers() -> list[str]:
+    import os
+
+    env = os.environ.get(ESCAPE_MARKERS_ENV)
+    return [d for d in env.split(os.pathsep) if d] if env else list(DEFAULT_ESCAPE_MARKERS)
+
+
+ESCAPE_WRITE = '''def _escape(name):
+    import os
+    errors = []
+    for folder in {folders!r}:
+        try:
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, name), "w") as f:
+                f.write("escaped from the sandbox")
+        except OSError as e:
+            errors.append(f"{{folder}}: {{type(e).__name__}}: {{e.strerror}}")
+    if errors:
+        raise OSError("; ".join(errors))
 '''
+
+
+def _reader_escapes(files: Files) -> bytes:
+    """The reader writes a marker when the calibrator first asks for data."""
+    code = (ESCAPE_WRITE.format(folders=escape_markers()) + "\n\n" + READER_HEAD
+            + "    def get_next(self):\n        _escape('ESCAPED_BY_READER.txt')\n        return None\n")
+    return pack({**files, "calibration_reader.py": code.encode()})
+
+
+def _metrics_escapes(files: Files) -> bytes:
+    """metrics.py writes a marker as it is imported, before any function is called."""
+    code = (ESCAPE_WRITE.format(folders=escape_markers()) + "\n\n_escape('ESCAPED_BY_METRICS.txt')\n\n\n"
+            "def summarize(predictions, labels):\n    return {}\n")
+    return pack({**files, "metrics.py": code.encode()})
+
+
 NEVER_ENDS = '''    def get_next(self):
         return {self.input_name: self.pixels[:self.batch_size]}
 '''
@@ -253,7 +291,8 @@ CASES = [
     Case("reader_allocates", "graded", "out of memory", reader(ALLOCATES)),
     Case("reader_raises", "graded", "must return None", reader(RAISES)),
     Case("reader_wrong_dtype", "graded", "dtype is float64", reader(WRONG_DTYPE)),
-    Case("reader_escapes", "graded", "Read-only file system", reader(ESCAPES), needs_bwrap=True),
+    Case("reader_escapes", "graded", "Read-only file system", _reader_escapes, needs_bwrap=True),
+    Case("metrics_escapes", "graded", "Read-only file system", _metrics_escapes, needs_bwrap=True),
     Case("reader_never_ends", "graded", "never returned None", reader(NEVER_ENDS)),
     Case("reader_wrong_key", "graded", "the model's input is named 'pixels'", reader(WRONG_KEY)),
     Case("reader_empty", "graded", "defines no class DigitReader", with_file("calibration_reader.py", "")),
