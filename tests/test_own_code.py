@@ -111,8 +111,6 @@ def test_the_delegating_hand_in_scores_0_on_summarize(delegating_grade):
         assert c.message.startswith("write summarize yourself; metrics.py line 1 imports lab.acceptance.summarize")
 
 
-@pytest.mark.xfail(strict=True, reason="grader/checks/reader.py does not call own_code yet (its owner applies it); "
-                                       "remove this marker when it does")
 def test_the_delegating_hand_in_scores_0_on_the_reader(delegating_grade):
     checks = _checks(delegating_grade, "contract", "range_from_reader")
     assert set(checks) == {"contract", "range_from_reader"}

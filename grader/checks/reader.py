@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from grader import sandbox
+from grader.checks import own_code
 from grader.context import Context, Missing, check
 from grader.results import Evidence
 
@@ -44,6 +45,9 @@ def run(ctx: Context) -> list:
 
     if not ctx.has("calibration_reader.py"):
         raise Missing("calibration_reader.py")
+    refused = own_code.refusal_for(ctx.sub.path("calibration_reader.py"), "calibration_reader.py")
+    if refused:  # it would pass on the lab's ArrayReader, not the student's code: nothing of it is run
+        return [check(PART, "contract", 0, refused), check(PART, "range_from_reader", 0, refused)]
     pixels = data.calibration_set("right")
     child = sandbox.run(ctx.sub.root, {"task": "reader", "module": "calibration_reader", "class": "DigitReader",
                                        "input": "input.npz", "batch_size": BATCH, "max_batches": 1000},
