@@ -49,31 +49,109 @@ def _load(module: str):
     return mod
 
 
-class _Capture:
-    """Pass a reader's batches through and keep a float32 copy of the first ``limit`` batches."""
+class _Recorder:
+    """Pass a reader's answers through, and record each one: keys, dtype, shape, size and a float32 copy.
 
-    def __init__(self, reader, input_name: str, limit: int):
-        self.reader, self.input_name, self.limit = reader, input_name, limit
-        self.batches = []
+    Answers are kept per pass: ``rewind()`` starts a new one. The batch is the value under
+    ``input_name`` or, when the reader used another key, its only value, so a wrong key is one
+    finding and the sizes and images can still be judged. ``rewind`` exists only when the reader's does.
+    """
+
+    def __init__(self, reader, input_name: str, keep_rows: int):
+        self.reader, self.input_name, self.keep_rows = reader, input_name, keep_rows
+        self.passes = [[]]
+        if not callable(getattr(reader, "rewind", None)):
+            self.rewind = None
 
     def get_next(self):
         item = self.reader.get_next()
-        if item and isinstance(item, dict) and len(self.batches) < self.limit:
-            import numpy as np
-
-            value = item.get(self.input_name)
-            if isinstance(value, np.ndarray) and value.ndim == 2 and value.shape[1] == 64:
-                self.batches.append(np.array(value, dtype=np.float32, copy=True))
+        self.passes[-1].append(self._event(item))
         return item
 
-    def rewind(self):
+    def rewind(self):  # noqa: F811 - replaced by None on readers without one
+        self.passes.append([])
         return self.reader.rewind()
+
+    def _event(self, item) -> dict:
+        import numpy as np
+
+        if not item:
+            return {"end": True}
+        if not isinstance(item, dict):
+            return {"type": type(item).__name__}
+        keys = [str(k)[:40] for k in list(item)[:5]]
+        value = item.get(self.input_name)
+        if value is None and len(item) == 1:
+            value = next(iter(item.values()))
+        event = {"keys": keys}
+        if isinstance(value, np.ndarray):
+            event.update(dtype=str(value.dtype), shape=[int(d) for d in value.shape[:4]])
+            kept = sum(len(e["rows"]) for e in self.passes[-1] if "rows" in e)
+            if value.ndim == 2 and value.shape[1] == 64 and kept < self.keep_rows:
+                event["rows"] = np.array(value[:self.keep_rows - kept], dtype=np.float32, copy=True)
+        elif value is not None:
+            event["type"] = type(value).__name__
+        return event
+
+
+def _first_pass(events: list) -> tuple[list, bool | None]:
+    """The answers up to the first end, and whether the call after that end served data again."""
+    for i, e in enumerate(events):
+        if e.get("end"):
+            after = events[i + 1] if i + 1 < len(events) else None
+            return events[:i], (None if after is None else not after.get("end"))
+    return events, None
+
+
+def _summary(events: list) -> dict:
+    sizes = [e["shape"][0] if e.get("shape") else -1 for e in events]
+    return {"sizes": sizes[:2000], "batches": len(events),
+            "keys": sorted({tuple(e["keys"]) for e in events if "keys" in e})[:5],
+            "dtypes": sorted({e["dtype"] for e in events if "dtype" in e}),
+            "shapes": sorted({tuple(e["shape"]) for e in events if "shape" in e and
+                              (len(e["shape"]) != 2 or e["shape"][1] != 64)})[:3],
+            "types": sorted({e["type"] for e in events if "type" in e})[:3]}
+
+
+def _rows(events: list):
+    import numpy as np
+
+    rows = [e["rows"] for e in events if "rows" in e]
+    return np.concatenate(rows) if rows else np.zeros((0, 64), np.float32)
+
+
+def drive_reader(cls, pixels, drive: dict, max_batches: int, arrays: dict, fresh: bool) -> dict:
+    """One configuration lesson 02's tests use: ``lab.readers.check_reader`` drives the reader, recorded."""
+    import numpy as np
+
+    from lab.readers import check_reader
+
+    name, n = drive["name"], int(drive["n"])
+    data = pixels[:n].astype(drive["dtype"])
+    keep = 2 * n + 1
+    recorder = _Recorder(cls(data.copy(), batch_size=drive["batch_size"], input_name=drive["input_name"]),
+                         drive["input_name"], keep)
+    report = check_reader(recorder, input_name=drive["input_name"], expected_samples=n, max_batches=max_batches)
+    first, after_none = _first_pass(recorder.passes[0])
+    out = {"name": name, "report": report.to_dict(), "first": _summary(first), "after_none": after_none,
+           "has_rewind": recorder.rewind is not None, "lines": report.lines()}
+    arrays[f"{name}.first"] = _rows(first)
+    if len(recorder.passes) > 1:
+        again, _ = _first_pass(recorder.passes[1])
+        out["rewind"] = _summary(again)
+        arrays[f"{name}.rewind"] = _rows(again)
+    if fresh:  # a second reader on the same pixels: position kept on the instance, not the class
+        other = _Recorder(cls(data.copy(), batch_size=drive["batch_size"], input_name=drive["input_name"]),
+                          drive["input_name"], keep)
+        check_reader(other, input_name=drive["input_name"], expected_samples=n, max_batches=max_batches)
+        again, _ = _first_pass(other.passes[0])
+        out["fresh"] = _summary(again)
+        arrays[f"{name}.fresh"] = _rows(again)
+    return out
 
 
 def run_reader(task: dict) -> dict:
     import numpy as np
-
-    from lab.readers import check_reader
 
     pixels = np.load(task["input"], allow_pickle=False)["pixels"]
     mod = _load(task["module"])
@@ -83,20 +161,13 @@ def run_reader(task: dict) -> dict:
     from onnxruntime.quantization import CalibrationDataReader
 
     subclass = isinstance(cls, type) and issubclass(cls, CalibrationDataReader)
-    reader = cls(pixels.copy(), batch_size=task["batch_size"], input_name="pixels")
-    capture = _Capture(reader, "pixels", task["max_batches"])
-    report = check_reader(capture, expected_samples=len(pixels), max_batches=task["max_batches"])
-    first = capture.batches[:report.batches]  # the first pass only: rewind() passes are checked by check_reader
-    fresh = _Capture(cls(pixels.copy(), batch_size=task["batch_size"], input_name="pixels"), "pixels",
-                     task["max_batches"])
-    fresh_report = check_reader(fresh, expected_samples=len(pixels), max_batches=task["max_batches"])
-    arrays = {"first": np.concatenate(first) if first else np.zeros((0, 64), np.float32),
-              "fresh": (np.concatenate(fresh.batches[:fresh_report.batches]) if fresh.batches
-                        else np.zeros((0, 64), np.float32))}
+    arrays, drives = {}, []
+    default = [{"name": "lesson", "n": len(pixels), "batch_size": task.get("batch_size", 36),
+                "input_name": "pixels", "dtype": "float32"}]
+    for i, drive in enumerate(task.get("drives") or default):
+        drives.append(drive_reader(cls, pixels, drive, task["max_batches"], arrays, fresh=i == 0))
     np.savez(os.path.join(os.getcwd(), "batches.npz"), **arrays)
-    return {"ok": True, "subclass": bool(subclass), "report": report.to_dict(),
-            "lines": report.lines(), "fresh": fresh_report.to_dict(),
-            "has_rewind": callable(getattr(reader, "rewind", None))}
+    return {"ok": True, "subclass": bool(subclass), "drives": drives}
 
 
 def run_metrics(task: dict) -> dict:

@@ -6,6 +6,7 @@ as an input to a recomputation.
 """
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -30,10 +31,19 @@ WHY_EXACT = "an integer count: it must match exactly"
 
 
 @lru_cache(maxsize=1)
-def rubric() -> dict:
-    """The rubric file: part -> {title, check -> points}."""
+def _rubric_file() -> dict:
     with open(RUBRIC_PATH, "rb") as f:
         return tomllib.load(f)
+
+
+def rubric() -> dict:
+    """The rubric file: part -> {title, check -> points} (the [titles] table apart: see ``titles``)."""
+    return {k: v for k, v in _rubric_file().items() if k != "titles"}
+
+
+def title(part: str, name: str) -> str:
+    """What a check asks, in the student's words (rubric.toml [titles.PART]); its id if it has none."""
+    return str(_rubric_file().get("titles", {}).get(part, {}).get(name, name))
 
 
 def points(part: str, name: str) -> float:
@@ -67,6 +77,7 @@ class Context:
     notes: list[str] = field(default_factory=list)
     timed_out: bool = False
     touched: list[str] = field(default_factory=list)  # the hand-in's files used by the group being checked, in order
+    charged: set[str] = field(default_factory=set)  # mistakes already charged by one check, not to be charged again
     _models: dict = field(default_factory=dict)
     _outputs: dict = field(default_factory=dict)
     _docs: dict = field(default_factory=dict)
@@ -152,10 +163,14 @@ class Missing(Exception):
 
 def check(part: str, name: str, fraction: float, message: str, evidence: list[Evidence] | None = None,
           hidden: bool = False) -> Check:
-    """A ``Check`` worth ``fraction`` of its rubric points."""
+    """A ``Check`` worth ``fraction`` of its rubric points, rounded down to whole or half points.
+
+    Feedback says "2.5 / 3", never "2.6667 / 3": a check whose parts are worth a third of a point each
+    loses half a point for the first broken part.
+    """
     full = points(part, name)
-    return Check(part, name, round(full * max(0.0, min(1.0, fraction)), 4), full, message,
-                 evidence or [], hidden)
+    earned = math.floor(full * max(0.0, min(1.0, fraction)) * 2 + 1e-9) / 2  # whole or half points, rounded down
+    return Check(part, name, earned, full, message, evidence or [], hidden)
 
 
 # ----- reading reported values, whatever shape the lesson's document took -----
@@ -193,3 +208,43 @@ def number(x) -> float | None:
     if isinstance(x, bool):
         return None
     return float(x) if isinstance(x, (int, float)) else None
+
+
+def provenance(label: str, set_name: str, pixels: np.ndarray, sha256, samples) -> tuple[bool, str, list[Evidence]]:
+    """A reported calibration hash and sample count against the set the lesson names.
+
+    ``(ok, problem, evidence)``; ``problem`` names the set the hash and count belong to when the
+    reported ones are another set's (the evaluation split, say) and is empty when both agree.
+    """
+    from lab import data
+
+    want_sha, want_n = data.data_sha256(pixels), int(len(pixels))
+    ok_sha = isinstance(sha256, str) and sha256 == want_sha
+    ok_n = isinstance(samples, int) and not isinstance(samples, bool) and samples == want_n
+    ev = [Evidence(f"{label} calibration samples", samples, want_n, 0, WHY_EXACT),
+          Evidence(f"{label} calibration_sha256", sha256[:16] if isinstance(sha256, str) else sha256, want_sha[:16],
+                   None, "the SHA-256 of the float32 pixels served: exact")]
+    if ok_sha and ok_n:
+        return True, "", ev
+    known = _known_set(sha256)
+    seen = f"the {known}" if known else "not the named set"
+    return False, (f"{label}: reported {samples} calibration samples with a hash of {seen}; {set_name} has "
+                   f"{want_n} (calibrate on {set_name}, and report what the reader served)"), ev
+
+
+def _known_set(sha256) -> str | None:
+    """The lab's split or calibration set a hash belongs to (the evaluation split is the usual wrong one)."""
+    from lab import data
+
+    if not isinstance(sha256, str):
+        return None
+    for name in ("evaluation", "calibration"):
+        try:
+            if data.data_sha256(data.load_split(name).pixels) == sha256:
+                return f"{name} split"
+        except Exception:  # noqa: BLE001 - a split this lab does not have
+            continue
+    for kind in ("narrow", "right", "wide"):
+        if data.data_sha256(data.calibration_set(kind)) == sha256:
+            return f"'{kind}' calibration set"
+    return None

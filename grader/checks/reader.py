@@ -40,6 +40,165 @@ def calibrator_range(batches: np.ndarray, batch_size: int = BATCH) -> tuple[floa
     return float(np.asarray(lo).reshape(-1)[0]), float(np.asarray(hi).reshape(-1)[0])
 
 
+# The configurations lesson 02's tests drive the reader in: the lesson's own batches, a batch size that does
+# not divide the data, and a tiny float64 set under another input name (its hidden test). Written once here.
+DRIVES = (
+    {"name": "lesson", "n": 360, "batch_size": BATCH, "input_name": "pixels", "dtype": "float32"},
+    {"name": "uneven", "n": 360, "batch_size": 100, "input_name": "pixels", "dtype": "float32"},
+    {"name": "tiny", "n": 10, "batch_size": 3, "input_name": "x", "dtype": "float64"},
+)
+RULE_KEYS: dict[str, str] = {}  # rule -> short key, for ctx.charged ("reader:sizes")
+RULE_COST = 1.0       # each broken rule of the contract costs one point of `contract`
+SUBCLASS_COST = 0.5   # not subclassing CalibrationDataReader: half a point (ORT only calls get_next)
+
+
+def _where(drive: dict) -> str:
+    return (f"DigitReader({drive['n']} {drive['dtype']} images, batch_size={drive['batch_size']}, "
+            f"input_name='{drive['input_name']}')")
+
+
+def expected_sizes(n: int, batch_size: int) -> list[int]:
+    """Full batches of ``batch_size``, then the partial rest: 360 in 100s is [100, 100, 100, 60]."""
+    return [batch_size] * (n // batch_size) + ([n % batch_size] if n % batch_size else [])
+
+
+def _runs(sizes: list[int]) -> str:
+    """[100, 100, 100, 60] -> "3 x 100, 1 x 60"."""
+    out: list[list[int]] = []
+    for s in sizes:
+        if out and out[-1][1] == s:
+            out[-1][0] += 1
+        else:
+            out.append([1, s])
+    text = ", ".join(f"{k} x {s}" for k, s in out[:4]) + (" ..." if len(out) > 4 else "")
+    return text or "nothing"
+
+
+def _ended(drive: dict) -> bool:
+    return str(drive.get("report", {}).get("ending", "")).startswith("returned None")
+
+
+def findings(data: dict, arrays: dict, pixels: np.ndarray) -> list[tuple[str, str, float]]:
+    """Each broken rule of the reader contract once: (rule, what the reader did, points it costs).
+
+    A rule is judged on the first configuration that breaks it; rules that need a finished pass
+    (None again, rewind) are judged only where the pass ended with None.
+    """
+    drives = {d["name"]: d for d in data.get("drives", [])}
+    spec = {d["name"]: d for d in DRIVES}
+    out = []
+
+    def first_broken(test):
+        for name in spec:
+            if name in drives:
+                why = test(spec[name], drives[name])
+                if why:
+                    return why
+        return None
+
+    def ending(s, d):
+        end = str(d.get("report", {}).get("ending", ""))
+        if end.startswith("raise"):
+            return (f"{_where(s)}: get_next() must return None when the data runs out; it "
+                    f"{end.replace('raise', 'raised', 1)}. The calibrator stops on None, and an exception escapes "
+                    "quantize_static")
+        if end.startswith("no end"):
+            return f"{_where(s)}: get_next() never returned None ({end}); calibration would never finish"
+        return None
+
+    def key(s, d):
+        keys = [list(k) for k in d["first"]["keys"]]
+        if keys and keys != [[s["input_name"]]]:
+            shown = ", ".join(str(k) for k in keys)
+            return (f"{_where(s)}: its batches have keys {shown}; the model's input is named "
+                    f"'{s['input_name']}', so return {{self.input_name: batch}}")
+        if d["first"]["types"]:
+            return f"{_where(s)}: get_next() returned a {d['first']['types'][0]}; return a dict {{input_name: array}}"
+        return None
+
+    def dtype(s, d):
+        bad = [t for t in d["first"]["dtypes"] if t != "float32"]
+        if bad:
+            given = f"given {s['dtype']} pixels, " if s["dtype"] != "float32" else ""
+            return (f"{_where(s)}: {given}its dtype is {bad[0]}; the model takes float32, so convert the pixels "
+                    "with np.asarray(pixels, dtype=np.float32)")
+        return None
+
+    def shape(s, d):
+        if d["first"]["shapes"]:
+            return f"{_where(s)}: a batch has shape {list(d['first']['shapes'][0])}; expected [batch, 64]"
+        return None
+
+    def sizes(s, d):
+        want, got = expected_sizes(s["n"], s["batch_size"]), d["first"]["sizes"]
+        if ending(s, d) or got == want or -1 in got:
+            return None
+        served = sum(got)
+        what = (f"served {_runs(got)} ({served} of {s['n']} images); expected {_runs(want)}")
+        if served < s["n"] and got == want[:len(got)]:
+            what += ": the last, partial batch must be served too"
+        elif got and max(got) < s["batch_size"] and served == s["n"]:
+            what += ": serve batch_size images per call"
+        return f"{_where(s)}: {what}"
+
+    def images(s, d):
+        got = arrays.get(f"{s['name']}.first")
+        want = pixels[:s["n"]].astype(s["dtype"]).astype(np.float32)
+        if got is None or not len(got) or not _ended(d):  # a pass that never ended is charged once, as such
+            return None
+        k = min(len(got), len(want))
+        if not np.isfinite(got).all():
+            return (f"{_where(s)}: calibration_reader.py served NaN or infinite pixels, and a calibration range "
+                    "needs finite ones; serve the pixels unchanged")
+        if not np.array_equal(got[:k], want[:k]):
+            first = int(np.argmax(~np.all(got[:k] == want[:k], axis=1)))
+            return (f"{_where(s)}: the images it served are not the ones it was given, in order (the first "
+                    f"difference is image {first}); serve the pixels unchanged")
+        return None
+
+    def none_again(s, d):
+        if _ended(d) and d.get("after_none"):
+            return (f"{_where(s)}: after returning None, the next get_next() served data again; once the data "
+                    "has run out it must keep returning None (lesson 02's test), until rewind()")
+        return None
+
+    def restart(s, d):
+        if not _ended(d):
+            return None
+        if not d.get("has_rewind"):
+            return "DigitReader has no rewind() method; rewind() must start again from the first image"
+        first = arrays.get(f"{s['name']}.first")
+        for what, label in (("rewind", "after rewind()"), ("fresh", "a new DigitReader on the same pixels")):
+            if what not in d:
+                continue
+            again = arrays.get(f"{s['name']}.{what}")
+            same = (d[what]["sizes"] == d["first"]["sizes"] and first is not None and again is not None
+                    and np.array_equal(again, first, equal_nan=True))
+            if not same:
+                fix = ("rewind() must restart at the first image" if what == "rewind" else
+                       "keep the position on the instance (self.position), not on the class or the module")
+                return (f"{_where(s)}: {label} it served {_runs(d[what]['sizes'])}, not the same batches as "
+                        f"the first pass ({_runs(d['first']['sizes'])}); {fix}")
+        return None
+
+    for rule, test in (("get_next() returns None at the end, without raising", ending),
+                       ("each batch is {input_name: array}, under the name it was given", key),
+                       ("batches are float32, whatever dtype the pixels came in", dtype),
+                       ("batches have shape [batch, 64]", shape),
+                       ("batches of batch_size, the last one partial, every image once", sizes),
+                       ("the images are served unchanged and in order", images),
+                       ("after None, get_next() keeps returning None", none_again),
+                       ("rewind() and a new reader serve the same batches again", restart)):
+        why = first_broken(test)
+        if why:
+            out.append((rule, why, RULE_COST))
+            RULE_KEYS[rule] = test.__name__
+    if not data.get("subclass"):
+        out.append(("DigitReader subclasses CalibrationDataReader",
+                    "DigitReader does not subclass onnxruntime.quantization.CalibrationDataReader", SUBCLASS_COST))
+    return out
+
+
 def run(ctx: Context) -> list:
     from lab import data
 
@@ -50,7 +209,7 @@ def run(ctx: Context) -> list:
         return [check(PART, "contract", 0, refused), check(PART, "range_from_reader", 0, refused)]
     pixels = data.calibration_set("right")
     child = sandbox.run(ctx.sub.root, {"task": "reader", "module": "calibration_reader", "class": "DigitReader",
-                                       "input": "input.npz", "batch_size": BATCH, "max_batches": 1000},
+                                       "input": "input.npz", "drives": list(DRIVES), "max_batches": 1000},
                         inputs={"input.npz": {"pixels": pixels}}, limits=ctx.limits)
     if child.status != "ok" or not child.data.get("ok"):
         if child.status == "timeout":
@@ -58,58 +217,55 @@ def run(ctx: Context) -> list:
         why = child.message or child.data.get("error", "")
         hint = {"timeout": "Does get_next() return None once every sample has been served?",
                 "memory": "Does the reader copy or grow its data on every call?"}.get(child.status, "")
+        if child.status == "memory" or child.data.get("memory"):
+            why = f"the reader ran out of memory (limit {ctx.limits.memory >> 20} MiB): {why}"
         msg = f"the calibration reader could not be run: {why}. {hint}".strip()
-        not_run = ("not checked: the reader was not run, because student code runs only inside an isolation "
-                   "layer and the grading machine has none" if child.status == "refused" else
-                   "not checked: the reader did not run")
-        return [check(PART, "contract", 0, msg), check(PART, "range_from_reader", 0, not_run)]
-    report, fresh = child.data["report"], child.data["fresh"]
-    first = child.arrays.get("first", np.zeros((0, 64), np.float32))
-    again = child.arrays.get("fresh", np.zeros((0, 64), np.float32))
-    problems = list(report.get("problems", []))
-    if any("MemoryError" in p for p in problems):
-        problems.insert(0, f"the reader ran out of memory (limit {ctx.limits.memory >> 20} MiB)")
-    rules = {
-        "ends with None and does not raise": report.get("ending", "").startswith("returned None"),
-        "each item is a dict with 'pixels'": report.get("input_names") == ["pixels"],
-        "float32 arrays of shape [batch, 64]": report.get("dtypes") == ["float32"]
-        and not any("shape" in p for p in problems),
-        f"serves all {len(pixels)} samples, unchanged": report.get("samples") == len(pixels)
-        and first.shape == pixels.shape and np.array_equal(first, pixels),
-        "a fresh reader and rewind() give the data again": fresh.get("samples") == len(pixels)
-        and np.array_equal(again, first) and "restart" not in " ".join(problems)
-        and report.get("rewind", "").startswith(f"gives {report.get('batches')} batches"),
-    }
-    if not child.data.get("subclass"):
-        problems.append("DigitReader does not subclass onnxruntime.quantization.CalibrationDataReader")
-    unchecked = not report.get("rewind") and not report.get("ending", "").startswith("returned None")
-    if unchecked:  # rewind cannot be tried when the first pass never ended: neither passed nor broken
-        rules.pop("a fresh reader and rewind() give the data again")
-    broken = [rule for rule, ok in rules.items() if not ok]
-    passed = len(rules) - len(broken)
-    if broken or problems:
-        msg = (f"the reader breaks {len(broken)} of {len(rules)} rules: "
-               + "; ".join(f"'{rule}'" for rule in broken)
-               + (" (rewind() not checked: the first pass did not end with None)" if unchecked else "")
-               + (". What it did: " + "; ".join(problems[:4]) if problems else "")
-               + ". Run lab.check_reader(DigitReader(pixels)) in lesson 02 to see each rule")
+        if child.status == "refused":  # the grading machine's fault: nothing of the student's was judged
+            not_run = ("not checked: the reader was not run, because student code runs only inside an isolation "
+                       "layer and the grading machine has none")
+            return [check(PART, "contract", 0, msg), check(PART, "range_from_reader", 0, not_run)]
+        return [check(PART, "contract", 0, msg), _range_check(ctx, None, pixels)]
+    drives = {d["name"]: d for d in child.data.get("drives", [])}
+    found = findings(child.data, child.arrays, pixels)
+    lesson = drives.get("lesson", {})
+    report = lesson.get("report", {})
+    ctx.charged.update(f"reader:{RULE_KEYS.get(rule, rule)}" for rule, _, _ in found)
+    cost = sum(c for _, _, c in found)
+    full = check(PART, "contract", 1, "").max_points
+    fraction = max(0.0, full - cost) / full
+    if found:
+        msg = (f"the reader breaks {len(found)} rule(s) of the contract lesson 02's tests check "
+               f"(1 point each, half for the subclass): "
+               + " ".join(f"({i}) '{rule}': {why}." for i, (rule, why, _) in enumerate(found, 1))
+               + " Run lesson 02's test cell and lab.check_reader(DigitReader(pixels)) to see each rule")
+        problems = " ".join(report.get("problems", []))
+        if "MemoryError" in problems:
+            msg = f"the reader ran out of memory (limit {ctx.limits.memory >> 20} MiB). " + msg
     else:
-        msg = f"the reader keeps the contract ({report['batches']} batches, {report['samples']} samples, then None)"
-    fraction = passed / len(rules) if child.data.get("subclass") else min(0.8, passed / len(rules))
+        msg = (f"the reader keeps the contract: {report.get('batches')} batches of {BATCH}, then None; batches "
+               "of 100 and of 3 with the last one partial; input name 'x'; float64 pixels served as float32; "
+               "None again after the end; rewind() and a new reader serve the same batches")
     results = [check(PART, "contract", fraction, msg,
                      [Evidence("samples served", None, report.get("samples"), len(pixels), "the calibration set size")])]
-    results.append(_range_check(ctx, first, pixels))
+    first = child.arrays.get("lesson.first")
+    served = first is not None and first.shape == pixels.shape and np.array_equal(first, pixels)
+    results.append(_range_check(ctx, first if served else None, pixels))
     return results
 
 
-def _range_check(ctx: Context, first: np.ndarray, pixels: np.ndarray):
+def _range_check(ctx: Context, first: np.ndarray | None, pixels: np.ndarray):
+    """right.onnx's input ruler against ORT's calibrator on the reader's batches.
+
+    When the reader did not serve the calibration set (already charged under ``contract``), the
+    ruler is checked against the set lesson 03 names instead: one mistake, one charge.
+    """
     from lab import graph, ruler
 
-    if first.shape != pixels.shape:
-        return check(PART, "range_from_reader", 0, "not checked: the reader did not serve the calibration set")
-    if not np.isfinite(first).all():
-        return check(PART, "range_from_reader", 0, "not checked: calibration_reader.py served NaN or infinite "
-                                                   "pixels, and a calibration range needs finite ones")
+    instead = ""
+    if first is None:
+        first = pixels
+        instead = ("checked against lesson 03's 'right' calibration set itself, because your reader did not serve "
+                   "it (that is charged once, under the reader contract): ")
     try:
         model = ctx.model("right.onnx")
     except Missing:
@@ -119,12 +275,28 @@ def _range_check(ctx: Context, first: np.ndarray, pixels: np.ndarray):
     got = graph.input_ruler(model)
     rel = abs(got.scale - float(scale)) / float(scale)
     ok = rel <= 1e-6 and got.zero_point == zp
-    ev = [Evidence("input scale (right.onnx vs ORT calibrator on your reader)", got.scale, float(scale), 1e-6 * float(scale),
-                   "relative 1e-6: float32 rounding of the same range"),
-          Evidence("input zero point", got.zero_point, zp, 0, "an integer: exact")]
-    msg = (f"ORT's calibrator on your reader's batches gives range [{lo:.4g}, {hi:.4g}], the ruler inside right.onnx"
-           if ok else
-           f"right.onnx's input ruler (scale {got.scale:.6g}, zero point {got.zero_point}) does not come from your "
-           f"reader's data (calibrator range [{lo:.4g}, {hi:.4g}] gives scale {float(scale):.6g}, zero point {zp}). "
-           "Re-run lesson 03 with DigitReader(lab.data.calibration_set('right'), batch_size=36)")
+    source = "the 'right' set" if instead else "your reader's batches"
+    ev = []  # right.onnx's ruler is the model's, not a number the student reported: the message names both
+    msg = instead + (
+        f"ORT's calibrator on {source} gives range [{lo:.4g}, {hi:.4g}], the ruler inside right.onnx" if ok else
+        f"right.onnx's input ruler (scale {got.scale:.6g}, zero point {got.zero_point}) does not come from "
+        f"{source} (calibrator range [{lo:.4g}, {hi:.4g}] gives scale {float(scale):.6g}, zero point {zp}). "
+        "Re-run lesson 03 with DigitReader(lab.data.calibration_set('right'), batch_size=36)")
     return check(PART, "range_from_reader", 1.0 if ok else 0.0, msg, ev)
+
+
+def served_count(ctx: Context, pixels: np.ndarray, batch_size: int) -> int | None:
+    """How many of ``pixels`` the student's DigitReader serves at ``batch_size`` before None; None if not run."""
+    if not ctx.has("calibration_reader.py") or own_code.refusal_for(ctx.sub.path("calibration_reader.py")):
+        return None
+    drive = {"name": "served", "n": int(len(pixels)), "batch_size": int(batch_size), "input_name": "pixels",
+             "dtype": "float32"}
+    child = sandbox.run(ctx.sub.root, {"task": "reader", "module": "calibration_reader", "class": "DigitReader",
+                                       "input": "input.npz", "drives": [drive], "max_batches": 1000},
+                        inputs={"input.npz": {"pixels": np.asarray(pixels, np.float32)}}, limits=ctx.limits)
+    if child.status != "ok" or not child.data.get("ok") or not child.data.get("drives"):
+        return None
+    got = child.data["drives"][0]
+    if not _ended(got) or -1 in got["first"]["sizes"]:
+        return None
+    return int(sum(got["first"]["sizes"]))
