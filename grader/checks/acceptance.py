@@ -20,6 +20,8 @@ PART = "acceptance"
 GATE = 0.95
 LOSS_LIMIT = 0.01
 HELDOUT_LIMIT = 0.02
+SUMMARY_COST = 1.5     # summarize() returns a wrong summary (counts, accuracy or a transposed confusion)
+ERROR_CASE_COST = 0.5  # summarize() returns instead of raising on one kind of bad input
 MARGIN = 2 / 255  # two Softmax grid steps: one for each of the top-2 probabilities
 NAMES = {"fp32": ("fp32", "FP32", "source"), "candidate": ("candidate", "int8"),
          "bad": ("bad", "bad_calibration", "bad-calibration")}
@@ -61,30 +63,43 @@ def _reported(doc: dict, name: str) -> dict:
     return {}
 
 
-def run(ctx: Context) -> list:
-    from lab import data, graph
+def run_gate(ctx: Context) -> list:
+    """The FP32 fixture reaches the gate: it needs no file of the hand-in."""
+    _, labels = evaluation()
+    acc = summary(fp32_outputs(), labels)["accuracy"]
+    return [check(PART, "fp32_gate", float(acc >= GATE),
+                  f"FP32 accuracy {acc:.4f} on {len(labels)} evaluation images (gate {GATE})")]
 
+
+def run(ctx: Context) -> list:
     doc = ctx.doc("regression.json")
     _, labels = evaluation()
     probs = {name: _probs(ctx, name) for name in NAMES}
     mine = {name: summary(p, labels) for name, p in probs.items()}
-    out = [check(PART, "fp32_gate", float(mine["fp32"]["accuracy"] >= GATE),
-                 f"FP32 accuracy {mine['fp32']['accuracy']:.4f} on {len(labels)} evaluation images "
-                 f"(gate {GATE})")]
+    out = []
     good, msgs, ev = 0, [], []
+    charged = "transposed" in ctx.charged
     for name in NAMES:
         rep = _reported(doc, name)
-        ok, msg, evs = _compare_summary(name, rep, mine[name], probs[name], exact=(name == "fp32"))
+        ok, msg, evs = _compare_summary(name, rep, mine[name], probs[name], exact=(name == "fp32"),
+                                        transposed_charged=charged)
         good += ok
         msgs.append(msg)
         ev += evs
     text = "; ".join(msgs)
-    if TRANSPOSED in text:
+    if TRANSPOSED in text and not charged:
         text += (". Rows must be the actual class and columns the predicted one: fix summarize() in metrics.py, "
                  "then re-run lesson 06")
     out.append(check(PART, "summaries", good / 3, text, ev))
     out.append(_probabilities(doc, probs))
     out.append(_decisions(doc, mine, probs))
+    return out
+
+
+def run_candidate(ctx: Context) -> list:
+    """candidate.onnx is a per-channel QDQ model, not the FP32 model renamed: it needs only that file."""
+    from lab import data, graph
+
     model = ctx.model("candidate.onnx")
     fmt = graph.quant_format(model)
     same = ctx.sub.files.get("candidate.onnx") == data.file_sha256(data.fixture_path("fp32.onnx"))
@@ -93,9 +108,8 @@ def run(ctx: Context) -> list:
     ok = fmt == "QDQ" and per_channel and not same
     why = ("candidate.onnx is the FP32 model renamed (same SHA-256 as fixtures/fp32.onnx)" if same else
            f"candidate.onnx is a {fmt} model, weights {'per channel' if per_channel else 'per tensor'}")
-    out.append(check(PART, "candidate", float(ok), why + ("" if ok else "; expected quantize_static with "
-                                                          "quant_format QDQ and per_channel=True")))
-    return out
+    return [check(PART, "candidate", float(ok), why + ("" if ok else "; expected quantize_static with "
+                                                       "quant_format QDQ and per_channel=True"))]
 
 
 def _is_vector_scale(model, node) -> bool:
@@ -105,7 +119,8 @@ def _is_vector_scale(model, node) -> bool:
     return False
 
 
-def _compare_summary(name: str, rep: dict, mine: dict, probs: np.ndarray, exact: bool):
+def _compare_summary(name: str, rep: dict, mine: dict, probs: np.ndarray, exact: bool,
+                     transposed_charged: bool = False):
     if not rep:
         return False, f"{name}: no summary reported in regression.json", []
     count_rep, correct_rep = value(rep, "count"), value(rep, "correct")
@@ -118,7 +133,7 @@ def _compare_summary(name: str, rep: dict, mine: dict, probs: np.ndarray, exact:
     ev = [Evidence(f"{name} count", count_rep, mine["count"], 0, "exact"),
           Evidence(f"{name} correct", correct_rep, mine["correct"], allowed, why),
           Evidence(f"{name} accuracy", acc_rep, mine["accuracy"], allowed / mine["count"] + 1e-9, why)]
-    problems = []
+    problems, notes = [], []
     if count_rep != mine["count"]:
         problems.append(f"count {count_rep}, expected {mine['count']}")
     if not isinstance(correct_rep, int) or abs(correct_rep - mine["correct"]) > allowed:
@@ -131,7 +146,10 @@ def _compare_summary(name: str, rep: dict, mine: dict, probs: np.ndarray, exact:
         conf_rep = np.asarray(conf_rep.tolist(), dtype=float)
         diff = np.abs(conf_rep - np.asarray(mine["confusion"])).sum()
         transposed = np.abs(conf_rep - np.asarray(mine["confusion"]).T).sum()
-        if diff > 2 * allowed:
+        if diff > 2 * allowed and transposed == 0 and transposed_charged:
+            notes.append(f"{TRANSPOSED}, written by your summarize(): not charged here, see lesson 06 "
+                         "'summarize() puts actual digits in rows'")
+        elif diff > 2 * allowed:
             problems.append(TRANSPOSED if transposed == 0 else
                             f"confusion differs from the recomputed one in {int(diff)} count(s)")
     preds = value(rep, "predictions")
@@ -146,6 +164,7 @@ def _compare_summary(name: str, rep: dict, mine: dict, probs: np.ndarray, exact:
     if problems:
         return False, f"{name}: " + ", ".join(problems), ev
     note = f" (samples near a boundary: {near[:10]})" if near else ""
+    note += "".join(f"; {n}" for n in notes)
     return True, f"{name}: {mine['correct']}/{mine['count']} recomputed{note}", ev
 
 
@@ -223,6 +242,7 @@ def summarize_cases(seed_text: str | None) -> list[dict]:
     cases = [{"name": "example", "labels": [1, 2, 1, 0, 9], "predictions": [2, 2, 1, 0, 8]},
              {"name": "mismatched lengths", "labels": [1, 2, 3], "predictions": [1, 2], "must_raise": True},
              {"name": "label outside 0-9", "labels": [1, 12], "predictions": [1, 2], "must_raise": True},
+             {"name": "prediction outside 0-9", "labels": [1, 2], "predictions": [1, -1], "must_raise": True},
              {"name": "empty", "labels": [], "predictions": [], "must_raise": True}]
     rng = random.Random(hashlib.sha256((seed_text or "calibration-lab").encode()).digest())
     labels = [rng.randrange(10) for _ in range(23)]
@@ -330,9 +350,7 @@ def run_summarize(ctx: Context) -> list:
         return [check(PART, "summarize_code", 0, f"metrics.py could not be run: {why}"),
                 check("hidden", "secret_summarize", 0, f"metrics.py could not be run: {why}", hidden=True)]
     got = {c.get("name"): c for c in child.data.get("cases", []) if isinstance(c, dict)}
-    score, msgs, secret_msg = 0.0, [], ""
-    weights = {"example": 0.5, "mismatched lengths": 0.1, "label outside 0-9": 0.1, "empty": 0.05,
-               "fp32 on the evaluation set": 0.25}
+    secret_msg = ""
     by_problem: dict[str, list[str]] = {}
     for case in cases:
         res = got.get(case["name"], {})
@@ -345,16 +363,32 @@ def run_summarize(ctx: Context) -> list:
         if case["name"] == "secret":
             secret_msg = _without_values(problem, res)
             continue
-        if not problem:
-            score += weights[case["name"]]
-        else:
-            by_problem.setdefault(problem, []).append(case["name"])
-    msgs = [f"{', '.join(names)}: {problem}" for problem, names in by_problem.items()]
-    main = check(PART, "summarize_code", score,
-                 "summarize() passes the lesson's example, the transposition trap, the error cases and the "
-                 "evaluation set" if not msgs else "summarize() " + "; ".join(msgs))
-    hidden = check("hidden", "secret_summarize", 0.0 if secret_msg else 1.0,
-                   f"summarize() on the instructor's lists: {secret_msg or 'correct'}", hidden=True)
+        if problem:
+            key = f"{case['name']} must raise" if case.get("must_raise") else problem
+            by_problem.setdefault(key, []).append(case["name"])
+    # one charge per mistake: a wrong summary (whatever lists show it) costs SUMMARY_COST, each error case
+    # that does not raise ERROR_CASE_COST; the same summary mistake on the instructor's lists is not charged again
+    cost, msgs = 0.0, []
+    for key, names in by_problem.items():
+        must_raise = key.endswith(" must raise")
+        cost += ERROR_CASE_COST if must_raise else SUMMARY_COST
+        problem = (key if not must_raise else
+                   "returned a summary instead of raising an error (a ValueError that says what is wrong)")
+        msgs.append(f"{', '.join(names)}: {problem}")
+        if "transposed" in key:
+            ctx.charged.add("transposed")
+    full = check(PART, "summarize_code", 1, "").max_points
+    main = check(PART, "summarize_code", max(0.0, full - cost) / full,
+                 "summarize() passes the lesson's example, the transposition trap, the error cases (mismatched "
+                 "lengths, a label or prediction outside 0-9, empty lists) and the evaluation set"
+                 if not msgs else "summarize() " + "; ".join(msgs))
+    visible_wrong = any(not k.endswith(" must raise") for k in by_problem)
+    if secret_msg and visible_wrong:
+        hidden = check("hidden", "secret_summarize", 1.0, "summarize() on the instructor's lists: the same kind "
+                       "of mistake as on the lesson's lists, charged once there (lesson 06: summarize)", hidden=True)
+    else:
+        hidden = check("hidden", "secret_summarize", 0.0 if secret_msg else 1.0,
+                       f"summarize() on the instructor's lists: {secret_msg or 'correct'}", hidden=True)
     return [main, hidden]
 
 
