@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from grader.context import (SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, Missing, check, entry, evaluation,
-                            fp32_outputs, number, value)
+                            fp32_outputs, number, provenance, value)
 from grader.models import ModelRefused
 from grader.results import Evidence
 
@@ -62,15 +62,20 @@ def run(ctx: Context) -> list:
         exp_scale, exp_zp = ruler.scale_zero_point(float(calib.min()), float(calib.max()), r.dtype)
         ok = abs(r.scale - float(exp_scale)) <= RANGE_REL * float(exp_scale) and r.zero_point == exp_zp
         range_rep = number(value(rep, "range_seen"))
-        ev = [Evidence(f"{kind} scale from the named set", r.scale, float(exp_scale), RANGE_REL * float(exp_scale),
-                       f"MinMax over lab.data.calibration_set('{kind}'), relative 1e-5")]
+        ev = []  # the model's own scale is not a number the student reported: the message names it
         if range_rep is not None:
             ev.append(Evidence(f"{kind} range seen (scale x {r.steps})", range_rep, r.range_seen,
                                r.scale / 2, "scale/2: half a grid step"))
             ok = ok and abs(range_rep - r.range_seen) <= r.scale / 2
-        per["range_seen"].append((ok, f"{kind}: the ruler spans {r.range_seen:.4g}; the {kind} set "
-                                      f"implies {float(exp_scale) * r.steps:.4g}" +
-                                  ("" if ok else f" -- calibrate with lab.data.calibration_set('{kind}')"), ev))
+        # the calibration set reported (hash and count) is the one the lesson names
+        prov_ok, prov_msg, prov_ev = provenance(kind, f"lab.data.calibration_set('{kind}')", calib,
+                                                value(rep, "calibration_sha256"), value(rep, "calibration_samples"))
+        ev += prov_ev
+        msg = (f"{kind}: the ruler spans {r.range_seen:.4g}; the {kind} set implies {float(exp_scale) * r.steps:.4g}"
+               + ("" if ok else f" -- calibrate with lab.data.calibration_set('{kind}')"))
+        if not prov_ok:
+            msg = prov_msg if ok else f"{msg}; {prov_msg}"
+        per["range_seen"].append((ok and prov_ok, msg, ev))
         # max abs error on the evaluation set
         err = compare.max_abs_error(fp32_outputs(), ctx.outputs(rel))
         err_rep = number(value(rep, "max_abs_error", "error"))

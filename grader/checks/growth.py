@@ -6,7 +6,7 @@ import re
 import numpy as np
 
 from grader.context import (SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, Missing, check, fp32_outputs, number,
-                            value)
+                            provenance, value)
 from grader.results import Evidence
 
 GROWTH_FILE = re.compile(r"^growth/(narrow|right)-(\d{3})\.onnx$")
@@ -22,6 +22,20 @@ def _series(doc: dict) -> list[dict]:
     return []
 
 
+def _narrow_stream(doc: dict):
+    """The narrow stream growth.json names (max batches, batch size, seed), rebuilt; None if it names none."""
+    from lab import data
+
+    spec = value(doc, "narrow_stream") or {}
+    try:
+        n, bs, seed = (int(spec[k]) for k in ("max_batches", "batch_size", "seed"))
+        if not (0 < n <= 4096 and 0 < bs <= 1024):
+            return None
+        return data.narrow_batches(n, bs, seed=seed)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def run_growth(ctx: Context) -> list:
     from lab import compare, graph
 
@@ -35,6 +49,7 @@ def run_growth(ctx: Context) -> list:
         raise Missing("growth/narrow-NNN.onnx")
     picks = sorted({narrow[0], narrow[len(narrow) // 2], narrow[-1]})
     ok_count, msgs, ev = 0, [], []
+    stream = _narrow_stream(doc)
     for n in picks:
         rel = f"growth/narrow-{n:03d}.onnx"
         r = graph.input_ruler(ctx.model(rel))
@@ -45,9 +60,18 @@ def run_growth(ctx: Context) -> list:
                Evidence(f"narrow x{n} max abs error", rep_err, err, SOFTMAX_STEP, WHY_OUTPUT)]
         good = (rep_range is not None and abs(rep_range - r.range_seen) <= r.scale / 2
                 and rep_err is not None and abs(rep_err - err) <= SOFTMAX_STEP)
+        prov = ""
+        if stream is not None:  # the row's calibration hash and count: the first n batches of the narrow stream
+            bs = int(value(rep, "batch_size", default=0) or value(doc, "narrow_stream.batch_size", default=0) or 0)
+            prov_ok, prov, prov_ev = provenance(f"narrow x{n}", f"the first {n} batches of the narrow stream",
+                                                stream[:n * bs], value(rep, "calibration_sha256"),
+                                                value(rep, "samples", "calibration_samples"))
+            ev += prov_ev
+            good = good and prov_ok
         ok_count += good
         msgs.append(f"{n} batches: range {r.range_seen:.4g}, error {err:.4f}" +
-                    ("" if good else f" (reported {rep_range}, {rep_err}: not what {rel} gives)"))
+                    ("" if good or prov else f" (reported {rep_range}, {rep_err}: not what {rel} gives)")
+                    + (f" ({prov})" if prov else ""))
     out = [check("growth", "series", ok_count / len(picks),
                  "recomputed first, middle and last narrow counts: " + "; ".join(msgs), ev)]
     rights = sorted(n for k, n in models if k == "right")
@@ -80,11 +104,16 @@ def run_formats(ctx: Context) -> list:
     same = rq.scale == ro.scale and rq.zero_point == ro.zero_point
     rep_s = number(value(rep_q, "scale", "input_scale"))
     rep_ok = rep_s is not None and abs(rep_s - rq.scale) <= 1e-6 * rq.scale
-    out.append(check("formats", "same_scales", float(same and rep_ok),
+    from lab import data
+
+    cal = value(doc, "calibration") or {}
+    prov_ok, prov, prov_ev = provenance("formats", "lab.data.calibration_set('right')", data.calibration_set("right"),
+                                        value(cal, "sha256"), value(cal, "samples"))
+    out.append(check("formats", "same_scales", float(same and rep_ok and prov_ok),
                      f"input scales {rq.scale:.9g} (QDQ) and {ro.scale:.9g} (QOperator)"
                      + ("" if same else "; expected identical: build both from one calibration cache")
-                     + ("" if rep_ok else f"; reported {rep_s}"),
-                     [Evidence("QDQ input scale", rep_s, rq.scale, 1e-6 * rq.scale, WHY_SCALE)]))
+                     + ("" if rep_ok else f"; reported {rep_s}") + (f"; {prov}" if prov else ""),
+                     [Evidence("QDQ input scale", rep_s, rq.scale, 1e-6 * rq.scale, WHY_SCALE)] + prov_ev))
     eq = compare.max_abs_error(fp32_outputs(), ctx.outputs(qdq_rel))
     eo = compare.max_abs_error(fp32_outputs(), ctx.outputs(qop_rel))
     ratio = max(eq, eo) / max(min(eq, eo), 1e-12)

@@ -27,6 +27,33 @@ def _selection(doc: dict):
     return recipe.select([(p["condition"], list(p["positions"])) for p in cal["parts"]], split=cal["split"])
 
 
+def _served(ctx: Context, doc: dict, sel, ev: list) -> list[tuple[str, bool]]:
+    """The recipe's calibration count against the selection, and against what DigitReader serves of it.
+
+    A reader that drops a partial batch calibrates the release on fewer images than the recipe says.
+    That reader is charged once, under lesson 02's contract; here it is named, not charged again.
+    """
+    from grader.checks import reader
+
+    count, bs = value(doc, "calibration.count"), value(doc, "calibration.batch_size")
+    items = [("the recipe's image count is the selection's", count == len(sel))]
+    ev.append(Evidence("calibration.count (images in the selection)", count, len(sel), 0, "an integer count: exact"))
+    if not isinstance(bs, int) or isinstance(bs, bool) or bs < 1:
+        return items
+    served = reader.served_count(ctx, sel.pixels, bs)
+    if served is None:  # the reader could not be run here: nothing is charged for what was not checked
+        return items
+    ev.append(Evidence(f"images your DigitReader serves of the selection at batch_size={bs}", count, served, 0,
+                       "an integer count: exact"))
+    if served != count and "reader:sizes" in ctx.charged:
+        ctx.notes.append(f"lesson 07: recipe.json says {count} calibration images, but your DigitReader serves "
+                         f"{served} of them at batch_size={bs}: the release was calibrated on fewer images than "
+                         "its recipe records (charged once, under lesson 02's reader contract)")
+        return items
+    items.append((f"the recipe's count is what your reader served ({served} at batch_size={bs})", served == count))
+    return items
+
+
 def run(ctx: Context) -> list:
     from lab import data, graph, recipe, ruler, scenario_checks
 
@@ -51,15 +78,17 @@ def run(ctx: Context) -> list:
         sel, sel_ok = None, False
         ev.append(Evidence("calibration selection", "parts", f"cannot rebuild: {e}", None, ""))
     items.append(("calibration hash matches the selection its parts describe", sel_ok))
+    if sel is not None:  # the recipe's image count: the selection's, and what the student's reader served of it
+        items += _served(ctx, doc, sel, ev)
     r = graph.input_ruler(model)
     if sel is not None:
         scale, zp = ruler.scale_zero_point(float(sel.pixels.min()), float(sel.pixels.max()), r.dtype)
         ruler_ok = abs(r.scale - float(scale)) <= 1e-6 * float(scale) and r.zero_point == zp
-        ev.append(Evidence("model input scale vs the selection's range", r.scale, float(scale), 1e-6 * float(scale),
-                           "MinMax over the selection: relative 1e-6"))
     else:
         ruler_ok = False
-    items.append(("the released model's input ruler comes from the selection", ruler_ok))
+    items.append(("the released model's input ruler comes from the selection"
+                  + ("" if ruler_ok or sel is None else f" (model scale {r.scale:.6g}, the selection's "
+                                                        f"{float(scale):.6g})"), ruler_ok))
     good = sum(ok for _, ok in items)
     out.append(check(PART, "recipe", good / len(items),
                      "; ".join(f"{name}: {'yes' if ok else 'NO'}" for name, ok in items)
@@ -91,11 +120,19 @@ def run(ctx: Context) -> list:
         fa, ia, err = (number(value(rep, k)) for k in ("fp32_accuracy", "int8_accuracy", "max_abs_error"))
         good = (fa is not None and abs(fa - s.fp32_accuracy) <= 1e-9 and ia is not None
                 and abs(ia - s.int8_accuracy) <= slack and err is not None and abs(err - s.max_abs_error) <= SOFTMAX_STEP
-                and rep.get("verdict") == s.verdict)
+                and rep.get("verdict") == s.verdict
+                and (lo := number(value(rep, "loss"))) is not None and abs(lo - (fa - ia)) <= 1e-9)  # FP32 - INT8
         ok_count += good
         ev += [Evidence(f"{name} INT8 accuracy", ia, s.int8_accuracy, slack,
                         "near-boundary policy: the images whose answer changed may flip on another CPU"),
-               Evidence(f"{name} max abs error", err, s.max_abs_error, SOFTMAX_STEP, WHY_OUTPUT)]
+               Evidence(f"{name} max abs error", err, s.max_abs_error, SOFTMAX_STEP, WHY_OUTPUT),
+               Evidence(f"{name} loss (FP32 accuracy - INT8 accuracy)", number(value(rep, "loss")), s.loss, slack,
+                        "near-boundary policy, as for the INT8 accuracy; and exactly your FP32 minus INT8 accuracy")]
+        lo = number(value(rep, "loss"))
+        if lo is not None and fa is not None and ia is not None and abs(lo - (fa - ia)) > 1e-9:
+            msgs.append(f"{name}: reported loss {lo:.4g} is not FP32 accuracy minus INT8 accuracy "
+                        f"({fa - ia:.4g}): loss = fp32_accuracy - int8_accuracy, positive when INT8 is worse")
+            continue
         msgs.append(f"{name}: {s.verdict}" + ("" if good else f" (reported {rep.get('verdict')}, "
                                                                f"INT8 accuracy {ia}, recomputed {s.int8_accuracy:.4f})"))
     fam_ok, fam_msgs, fam_ev = _families(doc, ctx.sub.path(MODEL), acc_split)
