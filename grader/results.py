@@ -211,7 +211,7 @@ class GradeResult:
         """Gradescope's ``results.json``: score, execution_time, output, tests[] (name, number, status, ...)."""
         tests = []
         for i, c in enumerate(self.checks, 1):
-            tests.append({"name": f"{_part_title(c.part)}: {c.name}", "number": str(i),
+            tests.append({"name": f"{_part_title(c.part)}: {_check_title(c)}", "number": str(i),
                           "score": round(c.points, 4), "max_score": c.max_points,
                           "status": "passed" if c.passed else "failed", "output": _check_text(c),
                           "visibility": "after_published" if c.hidden else "visible"})
@@ -234,6 +234,16 @@ def _part_title(part: str) -> str:
         return rubric()[part].get("title", part)
     except Exception:  # noqa: BLE001 - a title is cosmetic
         return part
+
+
+def _check_title(c: "Check") -> str:
+    """What the check asks (rubric.toml [titles]), as the student reads it."""
+    try:
+        from grader.context import title
+
+        return title(c.part, c.name)
+    except Exception:  # noqa: BLE001 - a title is cosmetic
+        return c.name
 
 
 def _fmt(v: object) -> str:
@@ -332,7 +342,7 @@ def render_markdown(result: GradeResult, show_hidden: bool = True) -> str:
     lines += ["| lesson | points | points lost on |", "|---|---|---|"]
     for part in _ordered_parts(result):
         p, m = parts[part]
-        lost = [f"`{c.name}` (-{c.max_points - c.points:g})" for c in checks if c.part == part and not c.passed]
+        lost = [f"{_check_title(c)} (-{c.max_points - c.points:g})" for c in checks if c.part == part and not c.passed]
         lines.append(f"| {_part_title(part)} | {p:g} / {m:g} | {', '.join(lost) or 'full marks'} |")
     lines.append("")
     lost = [c for c in checks if not c.passed]
@@ -350,7 +360,7 @@ def render_markdown(result: GradeResult, show_hidden: bool = True) -> str:
                 same = [c for c in in_part if c.message == first.message and not c.evidence] if not first.evidence \
                     else [first]
                 in_part = [c for c in in_part if c not in same]
-                names = ", ".join(f"`{c.name}`" for c in same)
+                names = "; ".join(_check_title(c) for c in same)
                 got = sum(c.points for c in same)
                 top = sum(c.max_points for c in same)
                 lines += [f"### {_part_title(part)}: {names} ({got:g} / {top:g})", "", first.message, ""]
