@@ -111,7 +111,7 @@ def test_gradebook_has_one_row_per_submission(corpus_run):
     assert "Why this tolerance: one step of the Softmax output grid" in md
     # only the lost point has details: the summary table, then one entry
     entries = [ln for ln in md.splitlines() if ln.startswith("### ") and "choice" not in ln]  # see not_in_reference
-    assert entries == ["### 03 narrow / right / wide: `max_abs_error` (2 / 3)"], entries
+    assert entries == ["### 03 narrow / right / wide: the reported max abs error recomputes (2 / 3)"], entries
     # a refused submission is 0 out of the points on offer, not 0 / 0
     assert by["not_a_zip"]["max"] == by["good"]["max"] and float(by["not_a_zip"]["score"]) == 0
     # re-zipped by hand, with the OS's leftovers or inside a folder: graded like the good one
@@ -140,12 +140,13 @@ def test_lost_points_show_only_the_numbers_outside_their_tolerance():
                     ("right max abs error", 0.1, 0.1, 1 / 255, "one grid step")]),
                   ("release", "recipe", 0, 2, "release/model.onnx is not in the submission"),
                   ("release", "disjoint", 0, 1, "release/model.onnx is not in the submission")]).to_markdown()
-    assert "| 03 narrow / right / wide | 2 / 3 | `max_abs_error` (-1) |" in md
+    assert "| 03 narrow / right / wide | 2 / 3 | the reported max abs error recomputes (-1) |" in md
     assert "| narrow max abs error | 0.5 | 0.98 | 0.48 | 0.00392157 | **no** |" in md
     assert "right max abs error" not in md and "1 other reported number(s)" in md
     assert "Why this tolerance: one grid step." in md
     # one cause (a missing file) is one entry, not one per check
-    assert md.count("release/model.onnx is not in the submission") == 1 and "`recipe`, `disjoint` (0 / 3)" in md
+    assert md.count("release/model.onnx is not in the submission") == 1
+    assert "the recipe matches the fixtures and what was served; calibration and acceptance share no image (0 / 3)" in md
 
 
 def test_hidden_check_feedback_does_not_reveal_the_secret_lists():
