@@ -6,11 +6,22 @@ one process per submission that starts Python, imports onnxruntime and evaluates
 models once, two at a time. Also reported: a worker's peak memory, the per-child cost of the
 sandbox, and the anchor a user would otherwise pick: nbgrader-style grading that re-executes
 each student's notebooks (measured for one student, scaled to the class).
+
+At scale (``--scale N``, default 2,000): N copies of one cheap hand-in (the corpus's
+``hash_mismatch``: the reference run with one file changed, so intake hashes the files and
+refuses it as ``invalid`` before loading a model), graded with ``-j 2`` and with
+``--dask local:2``. This measures the batch's own cost per hand-in (executor, result files,
+journal, gradebook), not the checks. Reported: hand-ins per second for each, as a ratio to the
+floor's hand-ins per second (the same one-process-per-submission floor, timed on a sample of
+``SCALE_FLOOR_SAMPLE`` of those hand-ins), the parent's bookkeeping per hand-in at N and at N/10
+(flat when the bookkeeping is linear), and what one full gradebook rewrite from the results
+costs at N (what the batch used to pay after every result).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -22,6 +33,9 @@ REPO = Path(__file__).resolve().parent.parent
 N_STUDENTS = 100
 BROKEN_FRACTION = 0.2
 JOBS = 2
+SCALE = 2000
+SCALE_CASE = "hash_mismatch"
+SCALE_FLOOR_SAMPLE = 40
 
 FLOOR_SCRIPT = r'''
 import sys, zipfile, io
@@ -78,7 +92,26 @@ def make_class(folder: Path, n: int = N_STUDENTS, broken: float = BROKEN_FRACTIO
     return kinds
 
 
-def time_floor(folder: Path, jobs: int = JOBS) -> float:
+def reference_zip(tmp: Path) -> Path:
+    from grader import reference
+    from lab.submit import submit
+
+    return submit("reference", reference.build(tmp / "reference-workspace"), tmp)
+
+
+def make_cheap_class(folder: Path, n: int, good_zip: Path) -> None:
+    """``n`` copies of the ``SCALE_CASE`` hand-in (refused at intake: a hash differs from submission.json)."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from bad_submissions import corpus
+
+    case = next(c for c in corpus.CASES if c.name == SCALE_CASE)
+    data = case.make(dict(corpus.read_zip(good_zip)))
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        (folder / f"h{i:05d}.zip").write_bytes(data)
+
+
+def time_floor(folder: Path, jobs: int = JOBS, limit: int | None = None) -> float:
     import numpy as np
 
     from lab import data
@@ -87,7 +120,7 @@ def time_floor(folder: Path, jobs: int = JOBS) -> float:
     np.savez(x_path, x=data.load_split("evaluation").pixels)
     script = folder.parent / "floor.py"
     script.write_text(FLOOR_SCRIPT)
-    zips = sorted(folder.glob("*.zip"))
+    zips = sorted(folder.glob("*.zip"))[:limit]
     start = time.perf_counter()
     with ThreadPoolExecutor(jobs) as pool:
         list(pool.map(lambda z: subprocess.run([sys.executable, str(script), str(z), str(x_path)],
@@ -103,6 +136,63 @@ def time_batch(folder: Path, out: Path, jobs: int = JOBS) -> tuple[float, str]:
     if proc.returncode != 0:
         raise RuntimeError(f"grader batch failed: {proc.stderr[-1000:]}")
     return seconds, proc.stdout.strip().splitlines()[-1]
+
+
+BATCH_LINE = re.compile(r"graded (\d+) in ([\d.]+) s \(([\d.]+) hand-ins/s\); bookkeeping ([\d.]+) ms per hand-in")
+
+
+def time_scale(folder: Path, out: Path, *how: str) -> dict:
+    """One CLI batch; the batch's own figures (grading loop only) and the command's wall clock."""
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "grader", "batch", str(folder), "--out", str(out), "--no-progress",
+                           *how], cwd=REPO, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    m = BATCH_LINE.search(proc.stderr)
+    if proc.returncode != 0 or not m:
+        raise RuntimeError(f"grader batch {' '.join(how)} failed: {proc.stderr[-1000:]}")
+    return {"n": int(m[1]), "seconds": float(m[2]), "rate": float(m[3]), "bookkeeping_ms": float(m[4]), "wall": wall}
+
+
+def full_rewrite_ms(out: Path) -> float:
+    """One gradebook rewritten from every ``results/ID.json`` (the old per-result cost)."""
+    from grader.batch import write_gradebook
+
+    students = sorted(p.stem for p in (out / "results").glob("*.json"))
+    start = time.perf_counter()
+    write_gradebook(out, students)
+    return (time.perf_counter() - start) * 1000
+
+
+def scale(tmp: Path, n: int, good_zip: Path) -> list[str]:
+    lines: list[str] = []
+    folder = tmp / "scale"
+    make_cheap_class(folder, n, good_zip)
+    small = tmp / "scale-small"
+    make_cheap_class(small, max(n // 10, 1), good_zip)
+    floor_s = time_floor(folder, limit=SCALE_FLOOR_SAMPLE)
+    floor_rate = min(SCALE_FLOOR_SAMPLE, n) / floor_s
+    local = time_scale(folder, tmp / "scale-local", "-j", str(JOBS))
+    local_small = time_scale(small, tmp / "scale-local-small", "-j", str(JOBS))
+    rewrite = full_rewrite_ms(tmp / "scale-local")
+    try:
+        dask = time_scale(folder, tmp / "scale-dask", "--dask", f"local:{JOBS}")
+    except RuntimeError as e:
+        dask = None
+        lines.append(f"dask: not measured ({str(e).strip().splitlines()[-1]}); pip install -e '.[dask]'")
+    lines.append(f"at scale: {n} copies of the '{SCALE_CASE}' hand-in (refused at intake: a file's hash differs from submission.json)")
+    lines.append(f"floor (one process per hand-in, {JOBS} at a time, on {min(SCALE_FLOOR_SAMPLE, n)} of them): "
+                 f"{floor_rate:6.1f} hand-ins/s")
+    for name, r in (("grader batch -j 2", local), (f"grader batch --dask local:{JOBS}", dask)):
+        if r is None:
+            continue
+        lines.append(f"{name + ':':<32}{r['rate']:6.1f} hand-ins/s ({r['rate'] / floor_rate:.1f}x the floor's rate; "
+              f"{r['n']} in {r['seconds']:.1f} s, {r['wall']:.1f} s with start-up); bookkeeping "
+              f"{r['bookkeeping_ms']:.2f} ms per hand-in")
+    lines.append(f"bookkeeping per hand-in, -j 2: {local_small['bookkeeping_ms']:.2f} ms at {local_small['n']}, "
+                 f"{local['bookkeeping_ms']:.2f} ms at {local['n']} ({local['bookkeeping_ms'] / local_small['bookkeeping_ms']:.2f}x; "
+                 f"linear bookkeeping stays near 1x); one full gradebook rewrite from the results at {n}: {rewrite:.0f} ms "
+                 f"(the old per-result cost, {rewrite / local['bookkeeping_ms']:.0f}x today's)")
+    return lines
 
 
 def worker_memory(folder: Path, n: int = 10) -> dict:
@@ -143,37 +233,44 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="grader_bench", description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=N_STUDENTS)
     parser.add_argument("--no-anchor", action="store_true", help="skip re-executing the notebooks")
+    parser.add_argument("--scale", type=int, default=SCALE, help="hand-ins in the bookkeeping run (0: skip it)")
+    parser.add_argument("--only-scale", action="store_true", help="skip the class of 100, the memory and the anchor")
     args = parser.parse_args(argv if argv is not None else [])
     from grader import sandbox
     from grader.sandbox import sandbox_kind
 
     with tempfile.TemporaryDirectory(prefix="grader-bench-") as tmp:
         tmp = Path(tmp)
-        folder = tmp / "class"
-        folder.mkdir()
-        kinds = make_class(folder, args.n)
-        broken = sum(k != "good" for k in kinds.values())
-        floor = time_floor(folder)
-        batch_s, summary = time_batch(folder, tmp / "out")
-        mem = worker_memory(folder)
-        fresh = child_cost(folder, True if sandbox.bwrap_available() else False)
-        forked = child_cost(folder, None)
-        anchor = None if args.no_anchor else time_notebook_regrade(tmp)
-    ratio = batch_s / floor
-    print(f"class: {args.n} submissions, {broken} broken in {len(set(kinds.values())) - 1} ways; sandbox: {sandbox_kind()}")
-    print(f"floor (python + onnxruntime + each model once, {JOBS} at a time): {floor:6.1f} s")
-    print(f"grader batch -j {JOBS}:                                         {batch_s:6.1f} s "
-          f"({ratio:.2f}x the floor; aim <= 1.5x and <= 60 s) -> {summary}")
-    print(f"per submission: {batch_s / args.n * JOBS:.2f} s of a worker; one reader run costs {fresh:.2f} s in a fresh "
-          f"sandboxed process, {forked:.2f} s forked from the preloaded server (two runs per submission)")
-    print(f"worker peak memory: {mem['worker_peak_mib']:.0f} MiB (grader process), "
-          f"{mem['child_peak_mib']:.0f} MiB (largest sandboxed child)")
-    if anchor is not None:
-        print(f"nbgrader-style re-execution of every lesson: {anchor:.1f} s for one student, "
-              f"~{anchor * args.n / JOBS / 60:.0f} min for the class with {JOBS} workers "
-              f"({anchor * args.n / JOBS / batch_s:.0f}x the grader)")
-    elif not args.no_anchor:
-        print("nbgrader-style re-execution: the lessons did not all run; no anchor figure")
+        if not args.only_scale:
+            folder = tmp / "class"
+            folder.mkdir()
+            kinds = make_class(folder, args.n)
+            broken = sum(k != "good" for k in kinds.values())
+            floor = time_floor(folder)
+            batch_s, summary = time_batch(folder, tmp / "out")
+            mem = worker_memory(folder)
+            fresh = child_cost(folder, True if sandbox.bwrap_available() else False)
+            forked = child_cost(folder, None)
+            anchor = None if args.no_anchor else time_notebook_regrade(tmp)
+        scale_lines = scale(tmp, args.scale, reference_zip(tmp / "scale-ref")) if args.scale else []
+    if not args.only_scale:
+        ratio = batch_s / floor
+        print(f"class: {args.n} submissions, {broken} broken in {len(set(kinds.values())) - 1} ways; sandbox: {sandbox_kind()}")
+        print(f"floor (python + onnxruntime + each model once, {JOBS} at a time): {floor:6.1f} s")
+        print(f"grader batch -j {JOBS}:                                         {batch_s:6.1f} s "
+              f"({ratio:.2f}x the floor; aim <= 1.5x and <= 60 s) -> {summary}")
+        print(f"per submission: {batch_s / args.n * JOBS:.2f} s of a worker; one reader run costs {fresh:.2f} s in a fresh "
+              f"sandboxed process, {forked:.2f} s forked from the preloaded server (two runs per submission)")
+        print(f"worker peak memory: {mem['worker_peak_mib']:.0f} MiB (grader process), "
+              f"{mem['child_peak_mib']:.0f} MiB (largest sandboxed child)")
+        if anchor is not None:
+            print(f"nbgrader-style re-execution of every lesson: {anchor:.1f} s for one student, "
+                  f"~{anchor * args.n / JOBS / 60:.0f} min for the class with {JOBS} workers "
+                  f"({anchor * args.n / JOBS / batch_s:.0f}x the grader)")
+        elif not args.no_anchor:
+            print("nbgrader-style re-execution: the lessons did not all run; no anchor figure")
+    for line in scale_lines:
+        print(line)
     return 0
 
 

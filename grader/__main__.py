@@ -25,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("-j", "--jobs", type=int, default=2)
     b.add_argument("--resume", action="store_true", help="skip submissions already graded by this version")
     b.add_argument("--no-progress", action="store_true")
+    b.add_argument("--dask", metavar="SCHEDULER", help="grade on a Dask cluster: a scheduler address "
+                   "(tcp://host:8786) or local:N for a local cluster of N workers; needs the [dask] extra")
     for p in (g, b):
         p.add_argument("--unsafe-no-sandbox", action="store_true",
                        help="where bubblewrap does not work, run student code anyway, with rlimits alone: it can "
@@ -61,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"batch: {args.folder} is not a folder of submissions", file=sys.stderr)
         return 2
     rows = batch(args.folder, args.out, args.jobs, args.resume, limits, progress=not args.no_progress,
-                 unsafe_no_sandbox=unsafe)
+                 unsafe_no_sandbox=unsafe, dask=args.dask)
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1

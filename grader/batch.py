@@ -1,9 +1,16 @@
 """Grade a whole class: one pure job per submission through a ``concurrent.futures`` executor.
 
 Each result is written atomically as it finishes (``OUT/results/ID.json``, ``OUT/feedback/ID.md``)
-and ``OUT/gradebook.csv`` is rewritten from the results after each one, so Ctrl-C loses no
-finished grade. ``--resume`` skips submissions already graded by this grader version with the
-same input hash. A job that dies is an ``error`` row, never a stopped batch.
+and appended as one line to ``OUT/journal.jsonl``; ``OUT/gradebook.csv`` is written from memory at
+the start, at most every ``GRADEBOOK_EVERY_S`` seconds, and at the end (also on Ctrl-C), so the
+bookkeeping per result does not grow with the class and no finished grade is lost. ``--resume``
+skips submissions already graded by this grader version with the same input hash (read from the
+journal, or from ``results/ID.json`` for a result the journal missed). A job that dies is an
+``error`` row, never a stopped batch.
+
+The executor is a local process pool (``jobs`` workers), any executor passed in, or a Dask
+cluster (``dask="tcp://scheduler:8786"`` or ``"local:N"``, the CLI's ``--dask``; needs the
+``[dask]`` extra). Progress is a tqdm bar with an ETA on stderr.
 
 Student code runs only under bubblewrap: without it each result says the code was refused
 (a note in the feedback, ``isolation`` in the result and the gradebook), unless the batch was
@@ -11,10 +18,12 @@ started with ``unsafe_no_sandbox`` (the CLI's ``--unsafe-no-sandbox``).
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import sys
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Executor, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -35,11 +44,21 @@ def find_submissions(folder: Path, out: Path | None = None) -> list[Path]:
             and (p.suffix == ".zip" or p.is_dir()) and p.resolve() != skip]
 
 
+JOURNAL = "journal.jsonl"
+GRADEBOOK_EVERY_S = 10.0
+_ONE_JOB_AT_A_TIME = threading.Lock()
+
+
 def job(path: str, limits: Limits | None = None, unsafe_no_sandbox: bool | None = None) -> dict:
-    """The pure per-submission job: path in, result dict out. Never raises."""
-    if unsafe_no_sandbox is not None:
-        sandbox.allow_unsafe(unsafe_no_sandbox)
-    return package(*grade_one(path, limits))
+    """The pure per-submission job: path in, result dict out. Never raises.
+
+    One job at a time per process: the sandbox's run record and fork server are per process, so
+    a worker with several threads (a Dask worker started without ``--nthreads 1``) grades in turn.
+    """
+    with _ONE_JOB_AT_A_TIME:
+        if unsafe_no_sandbox is not None:
+            sandbox.allow_unsafe(unsafe_no_sandbox)
+        return package(*grade_one(path, limits))
 
 
 def grade_one(path: str | Path, limits: Limits | None = None) -> tuple[GradeResult, str]:
@@ -97,63 +116,123 @@ def parts() -> list[str]:
     return list(rubric())
 
 
-def write_gradebook(out: Path, students: list[str]) -> Path:
-    """One row per submission, always: a missing result is an ``error`` row."""
+def columns() -> list[str]:
+    return ["student", "status", "score", "max", *parts(), "grader_version", "isolation"]
+
+
+def gradebook_row(d: dict) -> dict:
+    """A result dict (as written to ``results/ID.json``) as its gradebook row."""
+    return {"student": d["student"], "status": d["status"], "score": d["score"], "max": d["max_score"],
+            **{n: d["parts"].get(n, {}).get("points", "") for n in parts()},
+            "grader_version": d["grader_version"], "isolation": d.get("isolation", "")}
+
+
+def error_row(student: str) -> dict:
+    """The row of a submission without a result (not graded yet, or its result is unreadable)."""
+    return {"student": student, "status": "error", "score": 0, "max": "", "grader_version": __version__}
+
+
+def _read_result_row(out: Path, student: str) -> dict | None:
+    try:
+        return gradebook_row(json.loads((out / "results" / f"{student}.json").read_text()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def write_gradebook(out: Path, students: list[str], rows: dict[str, dict] | None = None) -> Path:
+    """One row per submission, always: a missing result is an ``error`` row.
+
+    With ``rows`` (student -> row, kept in memory by the batch) nothing is read from disk;
+    without, each row is read from ``results/ID.json``.
+    """
     buf = io.StringIO()
-    names = parts()
+    names = columns()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["student", "status", "score", "max", *names, "grader_version", "isolation"])
+    w.writerow(names)
     for student in students:
-        path = out / "results" / f"{student}.json"
-        try:
-            d = json.loads(path.read_text())
-            row = [student, d["status"], d["score"], d["max_score"],
-                   *[d["parts"].get(n, {}).get("points", "") for n in names], d["grader_version"],
-                   d.get("isolation", "")]
-        except (OSError, ValueError, KeyError):
-            row = [student, "error", 0, "", *[""] * len(names), __version__, ""]
-        w.writerow(row)
+        row = rows.get(student) if rows is not None else _read_result_row(out, student)
+        row = row or error_row(student)
+        w.writerow([row.get(n, "") for n in names])
     target = out / "gradebook.csv"
     _atomic(target, buf.getvalue())
     return target
 
 
-def _already_graded(out: Path, student: str, path: Path) -> bool:
+def read_journal(out: Path) -> dict[str, dict]:
+    """``journal.jsonl``: student -> the last entry written for them. A torn last line is skipped."""
+    entries: dict[str, dict] = {}
     try:
-        d = json.loads((out / "results" / f"{student}.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return (d.get("grader_version") == __version__ and d.get("status") != "error"
+        with open(out / JOURNAL, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    e = json.loads(line)
+                    entries[e["student"]] = e
+                except (ValueError, KeyError, TypeError):
+                    continue
+    except OSError:
+        pass
+    return entries
+
+
+def journal_entry(d: dict) -> dict:
+    return {"student": d["student"], "grader_version": d.get("grader_version"), "status": d.get("status"),
+            "isolation": d.get("isolation", ""), "input_sha256": d.get("input_sha256", ""),
+            "row": gradebook_row(d)}
+
+
+def _already_graded(out: Path, student: str, path: Path, journal: dict[str, dict] | None = None) -> dict | None:
+    """The gradebook row of a result that ``--resume`` keeps, or None to grade it (again)."""
+    d = (journal or {}).get(student)
+    if d is None or not (out / "results" / f"{student}.json").is_file():
+        try:
+            d = json.loads((out / "results" / f"{student}.json").read_text())
+            d = journal_entry(d)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+    keep = (d.get("grader_version") == __version__ and d.get("status") != "error"
             and not str(d.get("isolation", "")).startswith("refused")  # graded again once bubblewrap works
             and d.get("input_sha256") == sha256_of_input(path))
+    return d["row"] if keep else None
 
 
-class Progress:
-    """A one-line progress bar with an ETA on stderr."""
+def progress_bar(total: int, enabled: bool = True):
+    """tqdm on stderr: done/total, rate and ETA; ``enabled=False`` (``--no-progress``) prints nothing."""
+    from tqdm import tqdm
 
-    def __init__(self, total: int, stream=sys.stderr):
-        self.total, self.done, self.start, self.stream = total, 0, time.monotonic(), stream
+    return tqdm(total=total, disable=not enabled, unit="hand-in", desc="grading", file=sys.stderr,
+                dynamic_ncols=True, mininterval=0.5, smoothing=0.1)
 
-    def step(self, label: str) -> None:
-        self.done += 1
-        elapsed = time.monotonic() - self.start
-        eta = elapsed / self.done * (self.total - self.done) if self.done else 0
-        width = 30
-        filled = int(width * self.done / max(self.total, 1))
-        self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
-                          f"{elapsed:5.1f}s ETA {eta:5.1f}s {label[:24]:<24}")
-        if self.done == self.total:
-            self.stream.write("\n")
-        self.stream.flush()
+
+@contextlib.contextmanager
+def dask_executor(address: str):
+    """A ``concurrent.futures`` executor on a Dask cluster: ``local:N`` starts a ``LocalCluster`` of N
+    one-thread worker processes; anything else is a scheduler address (``tcp://host:8786``)."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError as e:
+        raise SystemExit("--dask needs Dask: pip install -e '.[dask]'") from e
+    with contextlib.ExitStack() as stack:
+        if address.startswith("local:"):
+            n = int(address.split(":", 1)[1])
+            cluster = stack.enter_context(LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                                       dashboard_address=None))
+            client = stack.enter_context(Client(cluster))
+        else:
+            client = stack.enter_context(Client(address))
+        client.wait_for_workers(1, timeout=120)
+        ex = client.get_executor()
+        ex.workers_label = f"{sum(client.nthreads().values())} Dask worker thread(s) at {client.scheduler.address}"
+        yield ex
 
 
 def batch(folder: str | Path, out: str | Path, jobs: int = 2, resume: bool = False,
           limits: Limits | None = None, executor: Executor | None = None, progress: bool = True,
-          unsafe_no_sandbox: bool | None = None) -> list[dict]:
+          unsafe_no_sandbox: bool | None = None, dask: str | None = None) -> list[dict]:
     """Grade every submission in ``folder`` into ``out``; return the gradebook rows as dicts.
 
     ``unsafe_no_sandbox=True`` runs student code with rlimits alone where bubblewrap does not
     work; ``None`` leaves it to ``GRADER_UNSAFE_NO_SANDBOX``; otherwise such code is refused.
+    ``dask`` (a scheduler address or ``local:N``) grades on a Dask cluster instead of ``jobs`` processes.
     """
     folder, out = Path(folder), Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -162,46 +241,94 @@ def batch(folder: str | Path, out: str | Path, jobs: int = 2, resume: bool = Fal
     if len(set(students)) != len(students):
         dupes = sorted({s for s in students if students.count(s) > 1})
         raise SystemExit(f"two submissions for the same student: {dupes}; keep one of each")
-    todo = [p for p, s in zip(subs, students) if not (resume and _already_graded(out, s, p))]
+    with contextlib.ExitStack() as stack:
+        if dask:
+            executor = stack.enter_context(dask_executor(dask))
+        return _batch(out, subs, students, jobs, resume, limits, executor, progress, unsafe_no_sandbox)
+
+
+def _batch(out: Path, subs: list[Path], students: list[str], jobs: int, resume: bool, limits: Limits | None,
+           executor: Executor | None, progress: bool, unsafe_no_sandbox: bool | None) -> list[dict]:
+    rows: dict[str, dict] = {}
+    journal = read_journal(out) if resume else {}
+    todo = []
+    for p, s in zip(subs, students):
+        row = _already_graded(out, s, p, journal) if resume else None
+        if row is None:
+            todo.append(p)
+        else:
+            rows[s] = row
+    del journal
+    workers = getattr(executor, "workers_label", None) or f"{jobs} worker(s)"
     print(f"grader {__version__}: {len(subs)} submission(s), {len(subs) - len(todo)} already graded, "
-          f"{len(todo)} to grade with {jobs} worker(s); sandbox: {sandbox.sandbox_kind(unsafe_no_sandbox)}",
+          f"{len(todo)} to grade with {workers}; sandbox: {sandbox.sandbox_kind(unsafe_no_sandbox)}",
           file=sys.stderr)
-    bar = Progress(len(todo)) if progress else None
-    write_gradebook(out, students)
+    write_gradebook(out, students, rows)
+    # one line per result, appended as it is written; a fresh batch starts a new journal
+    with open(out / JOURNAL, "a" if resume else "w", encoding="utf-8") as jf:
+        try:
+            return _grade(out, todo, students, rows, jobs, limits, executor, progress, unsafe_no_sandbox, jf)
+        except BaseException:
+            write_gradebook(out, students, rows)  # Ctrl-C: every result written so far is in it
+            raise
+
+
+def _grade(out: Path, todo: list[Path], students: list[str], rows: dict[str, dict], jobs: int,
+           limits: Limits | None, executor: Executor | None, progress: bool, unsafe_no_sandbox: bool | None,
+           jf) -> list[dict]:
     own = executor is None
     pending_paths = list(todo)
-    while pending_paths:
-        pool = executor or ProcessPoolExecutor(max_workers=jobs)
-        try:
-            futures = {pool.submit(job, str(p), limits, unsafe_no_sandbox): p for p in pending_paths}
-            pending_paths = []
-            not_done = set(futures)
-            while not_done:
-                done, not_done = wait(not_done, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    p = futures[fut]
-                    student = student_from_path(p)
-                    try:
-                        d = fut.result()
-                    except BrokenProcessPool:
-                        # a worker died (e.g. killed by the OOM killer): this one is an error, the rest go again
-                        d = GradeResult.without_results(student, "error", "the grading worker died while "
-                                                        "grading this submission", grader_version=__version__,
-                                                        possible=_possible())
-                        d = package(d)
-                        pending_paths = [futures[f] for f in not_done]
-                        not_done = set()
-                    except Exception as e:  # noqa: BLE001
-                        d = package(GradeResult.without_results(student, "error", f"{type(e).__name__}: {e}",
-                                                                grader_version=__version__, possible=_possible()))
-                    if not d.get("input_sha256"):
-                        d["input_sha256"] = sha256_of_input(p) if p.exists() else ""
-                    write_result(out, d)
-                    write_gradebook(out, students)
-                    if bar:
-                        bar.step(student)
-        finally:
-            if own:
-                pool.shutdown(wait=True, cancel_futures=True)
-    with open(out / "gradebook.csv", newline="") as f:
-        return list(csv.DictReader(f))
+    bookkeeping = 0.0
+    started = time.perf_counter()
+    last_gradebook = time.monotonic()
+    with progress_bar(len(todo), progress) as bar:
+        while pending_paths:
+            pool = executor or ProcessPoolExecutor(max_workers=jobs)
+            try:
+                futures = {pool.submit(job, str(p), limits, unsafe_no_sandbox): p for p in pending_paths}
+                pending_paths = []
+                not_done = set(futures)
+                while not_done:
+                    done, not_done = wait(not_done, return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        p = futures[fut]
+                        student = student_from_path(p)
+                        try:
+                            d = fut.result()
+                        except BrokenProcessPool:
+                            # a worker died (e.g. killed by the OOM killer): this one is an error, the rest go again
+                            d = GradeResult.without_results(student, "error", "the grading worker died while "
+                                                            "grading this submission", grader_version=__version__,
+                                                            possible=_possible())
+                            d = package(d)
+                            pending_paths = [futures[f] for f in not_done]
+                            not_done = set()
+                        except Exception as e:  # noqa: BLE001  (Dask: KilledWorker after a worker died repeatedly)
+                            d = package(GradeResult.without_results(student, "error", f"{type(e).__name__}: {e}",
+                                                                    grader_version=__version__, possible=_possible()))
+                        t0 = time.perf_counter()
+                        if not d.get("input_sha256"):
+                            d["input_sha256"] = sha256_of_input(p) if p.exists() else ""
+                        write_result(out, d)
+                        entry = journal_entry(d)
+                        jf.write(json.dumps(entry) + "\n")
+                        jf.flush()
+                        rows[student] = entry["row"]
+                        if time.monotonic() - last_gradebook >= GRADEBOOK_EVERY_S:
+                            write_gradebook(out, students, rows)
+                            last_gradebook = time.monotonic()
+                        bar.set_postfix_str(student[:24], refresh=False)
+                        bar.update(1)
+                        bookkeeping += time.perf_counter() - t0
+            finally:
+                if own:
+                    pool.shutdown(wait=True, cancel_futures=True)
+    seconds = time.perf_counter() - started
+    t0 = time.perf_counter()
+    write_gradebook(out, students, rows)
+    bookkeeping += time.perf_counter() - t0
+    if todo:
+        print(f"graded {len(todo)} in {seconds:.2f} s ({len(todo) / seconds:.2f} hand-ins/s); bookkeeping "
+              f"{bookkeeping / len(todo) * 1000:.3f} ms per hand-in", file=sys.stderr)
+    cols = columns()
+    return [{n: str((rows.get(s) or error_row(s)).get(n, "")) for n in cols} for s in students]
