@@ -123,6 +123,19 @@ def _first_line(source: str) -> str:
     return first if len(first) <= 70 else first[:67] + "..."
 
 
+def _raising_line(exc) -> str:
+    """``line N: <statement>`` of the cell line the traceback points at, else the cell's first line."""
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(getattr(exc, "traceback", None) or []))
+    match = re.search(r"Cell In\[\d+\], line (\d+)", text) or re.search(r"^-*> ?(\d+) ", text, re.M)
+    lines = (exc.source or "").splitlines()
+    if match and 0 < int(match.group(1)) <= len(lines):
+        n = int(match.group(1))
+        return f"line {n}: {_first_line(lines[n - 1])}"
+    return _first_line(exc.source or "")
+
+
 @dataclass(frozen=True)
 class Failure:
     """Where a lesson stopped: the source cell index (None if unknown), the error's name, and one line to show."""
@@ -147,7 +160,7 @@ def describe_failure(exc: BaseException, output: Path) -> Failure:
             cells = [c for c in nb.cells if "papermill-error-cell-tag" not in c.get("metadata", {}).get("tags", [])]
             index = source_cell_number(nbformat.from_dict({"cells": cells}), exc.cell_index)
         evalue = (exc.evalue or "").strip().splitlines()
-        return Failure(index, exc.ename, f"cell {index} (In [{exc.exec_count}]: {_first_line(exc.source)}) "
+        return Failure(index, exc.ename, f"cell {index} (In [{exc.exec_count}], {_raising_line(exc)}) "
                                          f"raised {exc.ename}: {evalue[0] if evalue else ''}")
     index, where = None, ""
     if nb is not None:
@@ -308,12 +321,17 @@ def main(argv: list[str] | None = None) -> int:
         {"work_dir": str(work_dir), "lessons": [asdict(r) for r in runs],
          "total_seconds": round(sum(r.seconds for r in runs), 2)}, indent=2, sort_keys=True) + "\n")
 
-    print("\nKey numbers from the workspace")
-    print("\n".join(summarize_workspace(work_dir)) or "  (no lesson has written its numbers yet)")
+    failed = next((r for r in runs if not r.ok), None)
+    if failed is None:
+        print("\nKey numbers from the workspace")
+        print("\n".join(summarize_workspace(work_dir)) or "  (no lesson has written its numbers yet)")
+    else:  # files an earlier run left for the lessons after the failure are not this run's numbers
+        print("\nKey numbers from the lessons that ran to the end this time")
+        print("\n".join(summarize_workspace(work_dir, {Path(r.notebook).name[:2] for r in runs if r.ok}))
+              or "  (none of them writes numbers)")
     print("\nWall time per lesson")
     print("\n".join(timing_table(runs)))
 
-    failed = next((r for r in runs if not r.ok), None)
     if failed is not None:
         skipped = len(lessons) - len(runs)
         print(f"\nFAILED: {failed.notebook}, {failed.error}\n  partial output kept in {failed.output}"

@@ -91,12 +91,16 @@ SECTIONS: list[tuple[str, str, Callable[[dict], list[str]]]] = [
 ]
 
 
-def summarize_workspace(work_dir: str | Path) -> list[str]:
-    """Every lesson's key numbers, as text lines; lessons that wrote nothing are left out."""
+def summarize_workspace(work_dir: str | Path, lessons: set[str] | None = None) -> list[str]:
+    """Every lesson's key numbers, as text lines; lessons that wrote nothing are left out.
+
+    ``lessons`` (lesson numbers such as ``"03"``) keeps only those: after a failed run, the files an
+    earlier run left for later lessons are not this run's numbers.
+    """
     lines: list[str] = []
     for title, name, section in SECTIONS:
         path = Path(work_dir) / name
-        if not path.exists():
+        if not path.exists() or (lessons is not None and title[:2] not in lessons):
             continue
         lines.append(f"{title}  ({name})")
         try:

@@ -113,10 +113,16 @@ def test_run_writes_executed_copies_and_summarizes(lessons, tmp_path, capsys):
 def test_a_failure_names_notebook_and_cell_keeps_partial_output_and_exits_nonzero(lessons, tmp_path, capsys):
     out = tmp_path / "build"
     nbformat.write(lesson("x = 1"), lessons / "03_after.ipynb")
+    (tmp_path / "ws").mkdir()  # an earlier run left lesson 08's numbers: they are not this run's
+    (tmp_path / "ws" / "toolbox.json").write_text(json.dumps({"choice": {"settings": {}}}))
+    nbformat.write(lesson("x = 1", "y = 2\nz = 1 / 0\nw = 3"), lessons / "02_broken.ipynb")
     code = run.main(["--notebooks", str(lessons), "--work-dir", str(tmp_path / "ws"), "--out", str(out), "--no-grade"])
-    err = capsys.readouterr().err
+    printed = capsys.readouterr()
+    err = printed.err
     assert code == 1
     assert "FAILED: 02_broken.ipynb, cell 4 (In [" in err and "raised ZeroDivisionError: division by zero" in err
+    assert "line 2: z = 1 / 0" in err, err  # the statement that raised, not the cell's first line
+    assert "08 the toolbox" not in printed.out and "the lessons that ran to the end this time" in printed.out
     assert "1 later lesson(s) not run" in err and not (out / "03_after.ipynb").exists()
     partial = nbformat.read(out / "02_broken.ipynb", as_version=4)
     ran = [c for c in partial.cells if c.cell_type == "code" and c.source == "x = 1"]
