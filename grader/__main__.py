@@ -34,7 +34,14 @@ def main(argv: list[str] | None = None) -> int:
                             "run it; those checks score 0)")
         p.add_argument("--timeout", type=float, default=Limits.wall, help="wall-clock seconds per student-code run")
         p.add_argument("--memory-mib", type=int, default=Limits.memory >> 20, help="memory limit of student code")
+    gs = sub.add_parser("gradescope", help="build Gradescope's autograder zip (the secret from GRADER_SECRET or "
+                        "GRADER_SECRET_FILE, never the repository)")
+    gs.add_argument("--out", default="autograder.zip")
+    rp = sub.add_parser("report", help="write OUT/report.html and OUT/report.png for a batch's OUT folder")
+    rp.add_argument("out")
     args = parser.parse_args(argv)
+    if args.command in ("gradescope", "report"):
+        return _tool(args)
     limits = Limits(wall=args.timeout, cpu=max(1, int(args.timeout)), memory=args.memory_mib << 20)
     from grader import sandbox
 
@@ -73,6 +80,26 @@ def main(argv: list[str] | None = None) -> int:
     if refused:
         print(f"student code was NOT run for {refused} submission(s) (gradebook column 'isolation'): "
               f"{sandbox.REFUSED}", file=sys.stderr)
+    return 0
+
+
+def _tool(args) -> int:
+    """``gradescope`` (grader.gradescope) and ``report`` (grader.report): no student code runs."""
+    if args.command == "gradescope":
+        from grader import gradescope
+
+        secret = gradescope.bundle_secret()
+        path = gradescope.build(args.out, secret=secret or "")
+        print(f"{path}: Gradescope autograder, " + ("with the instructor secret (instructor/secret.txt, 0600)" if secret
+              else "WITHOUT an instructor secret (set GRADER_SECRET or GRADER_SECRET_FILE and build again)"))
+        return 0
+    from grader.report import write_report
+
+    if not (Path(args.out) / "gradebook.csv").is_file():
+        print(f"report: {args.out} has no gradebook.csv; run `python -m grader batch DIR --out {args.out}` first",
+              file=sys.stderr)
+        return 2
+    print(write_report(args.out))
     return 0
 
 

@@ -229,6 +229,9 @@ def run(submission_root: Path, task: dict, inputs: dict | None = None, limits: L
     scratch = base / "scratch"
     scratch.mkdir()
     try:
+        user = None if isolate else child_user()
+        if user is not None:
+            _hand_to(user, base, scratch)
         for py in submission_root.glob("*.py"):
             shutil.copyfile(py, scratch / py.name)
         for name, arrays in (inputs or {}).items():
@@ -244,7 +247,7 @@ def run(submission_root: Path, task: dict, inputs: dict | None = None, limits: L
             except RuntimeError:
                 timed_out = None  # the server died (perhaps killed by this run): run it the slow way
         if timed_out is None:
-            code, timed_out = _spawn(scratch, task_file, out_path, err_path, limits, isolate)
+            code, timed_out = _spawn(scratch, task_file, out_path, err_path, limits, isolate, user)
         seconds = time.monotonic() - start
         err_path.touch()
         stderr = _tail(err_path, limits.output)
@@ -283,12 +286,13 @@ def run(submission_root: Path, task: dict, inputs: dict | None = None, limits: L
 
 
 def _spawn(scratch: Path, task_file: Path, out_path: Path, err_path: Path, limits: Limits,
-           isolate: bool) -> tuple[int | None, bool]:
+           isolate: bool, user: tuple[int, int] | None = None) -> tuple[int | None, bool]:
     """One fresh child process for one run: (exit code, timed out)."""
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         proc = subprocess.Popen(_command(scratch, task_file, isolate), cwd=scratch, stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=err, env=scrubbed_env(str(scratch)),
-                                preexec_fn=_limit(limits), start_new_session=True)
+                                preexec_fn=_limit(limits), start_new_session=True,
+                                **({} if user is None else {"user": user[0], "group": user[1], "extra_groups": []}))
         try:
             return proc.wait(timeout=limits.wall), False
         except subprocess.TimeoutExpired:
@@ -299,6 +303,32 @@ def _spawn(scratch: Path, task_file: Path, out_path: Path, err_path: Path, limit
             except ProcessLookupError:
                 pass
             proc.wait()
+
+
+# --- An unprivileged user for student code where no bubblewrap runs (the Gradescope autograder) ---
+# grader.gradescope sets GRADER_CHILD_USER=nobody: there the per-submission container is the isolation
+# layer and the grader runs as root, so student code (run without bubblewrap) is started as that user,
+# and cannot read root's 0600 files (the instructor's secret, the held-out split) or write the results.
+CHILD_USER_ENV = "GRADER_CHILD_USER"
+
+
+def child_user() -> tuple[int, int] | None:
+    """(uid, gid) of ``GRADER_CHILD_USER`` for student code run without bubblewrap; None when unset."""
+    name = os.environ.get(CHILD_USER_ENV, "").strip()
+    if not name:
+        return None
+    import pwd
+
+    entry = pwd.getpwnam(name)
+    if os.geteuid() != 0 and os.geteuid() != entry.pw_uid:
+        raise RuntimeError(f"{CHILD_USER_ENV}={name}: only root can run student code as another user")
+    return entry.pw_uid, entry.pw_gid
+
+
+def _hand_to(user: tuple[int, int], base: Path, scratch: Path) -> None:
+    """Let ``user`` reach its scratch folder (and only that) inside the grader's private ``base``."""
+    os.chmod(base, 0o711)
+    os.chown(scratch, *user)
 
 
 def _tail(path: Path, cap: int) -> str:

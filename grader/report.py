@@ -1,0 +1,237 @@
+"""The class report: ``OUT/report.html`` and ``OUT/report.png`` from a batch's ``OUT`` folder.
+
+``write_report(out)`` reads what a batch wrote (``gradebook.csv``, ``results/*.json``) and shows what an
+instructor looks at first: the score distribution, the checks most students lost (each with one example
+feedback line), the submissions that were not graded (invalid, timeout, error) with their reasons, and the
+grading time. The figure is drawn with matplotlib (no pyplot, no display) into ``report.png``, and the same
+PNG is embedded in the page as base64, so ``report.html`` opens from disk, alone, with no server.
+Every text from a hand-in (student ids, reasons, messages) is escaped before it reaches the page.
+"""
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TOP_CHECKS = 10
+LINE_LIMIT = 240
+
+
+@dataclass
+class LostCheck:
+    """A rubric check and the submissions that lost points on it."""
+
+    part: str
+    name: str
+    title: str
+    hidden: bool
+    students: list[str] = field(default_factory=list)
+    points_lost: float = 0.0
+    example: str = ""
+    example_student: str = ""
+
+
+@dataclass
+class ClassSummary:
+    rows: list[dict]
+    results: dict[str, dict]
+    lost: list[LostCheck]
+    not_graded: list[tuple[str, str, str]]  # (student, status, reason)
+    seconds: dict[str, float]
+
+    @property
+    def statuses(self) -> dict[str, int]:
+        from grader.results import STATUSES
+
+        counts = {s: 0 for s in STATUSES}
+        for r in self.rows:
+            counts[r["status"]] = counts.get(r["status"], 0) + 1
+        return counts
+
+    @property
+    def scores(self) -> list[tuple[float, float]]:
+        """(score, max) of every row; an unreadable number counts as 0."""
+        return [(_number(r.get("score")), _number(r.get("max"))) for r in self.rows]
+
+
+def _number(v) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _first_line(text: str) -> str:
+    line = next((ln.strip() for ln in str(text).splitlines() if ln.strip()), "")
+    return line if len(line) <= LINE_LIMIT else line[:LINE_LIMIT - 3] + "..."
+
+
+def _title(part: str) -> str:
+    from grader.results import _part_title
+
+    return _part_title(part)
+
+
+def summarize(out: str | Path) -> ClassSummary:
+    """Everything the report shows, from ``out/gradebook.csv`` and ``out/results/*.json``."""
+    out = Path(out)
+    with open(out / "gradebook.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    results: dict[str, dict] = {}
+    for row in rows:
+        try:
+            results[row["student"]] = json.loads((out / "results" / f"{row['student']}.json").read_text("utf-8"))
+        except (OSError, ValueError):
+            pass  # the gradebook says error; the report shows the row without checks
+    lost: dict[tuple[str, str], LostCheck] = {}
+    for student in sorted(results):
+        for c in results[student].get("checks", []):
+            if c.get("passed", True):
+                continue
+            key = (c["part"], c["name"])
+            entry = lost.setdefault(key, LostCheck(c["part"], c["name"], f"{_title(c['part'])}: {c['name']}",
+                                                   bool(c.get("hidden"))))
+            entry.students.append(student)
+            entry.points_lost += _number(c.get("max_points")) - _number(c.get("points"))
+            if not entry.example:
+                entry.example, entry.example_student = _first_line(c.get("message", "")), student
+    ranked = sorted(lost.values(), key=lambda e: (-len(e.students), -e.points_lost, e.part, e.name))
+    not_graded = []
+    for row in rows:
+        if row["status"] != "graded":
+            reason = results.get(row["student"], {}).get("reason") or "no result file was written for it"
+            not_graded.append((row["student"], row["status"], _first_line(reason)))
+    seconds = {s: _number(d.get("seconds")) for s, d in results.items()}
+    return ClassSummary(rows, results, ranked, not_graded, seconds)
+
+
+def plot(summary: ClassSummary, path: Path) -> bytes:
+    """Score distribution, the most-lost checks and the grading time, side by side; the PNG's bytes."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(15, 4.6), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax_score, ax_lost, ax_time = fig.subplots(1, 3, width_ratios=[1, 1.5, 1])
+    colors = {"graded": "#4c72b0", "invalid": "#dd8452", "timeout": "#c44e52", "error": "#8172b3"}
+    top = max((m for _, m in summary.scores), default=0) or 1
+    bins = [i * top / 20 for i in range(21)]
+    stacks = [[s for (s, _), r in zip(summary.scores, summary.rows) if r["status"] == st] for st in colors]
+    ax_score.hist(stacks, bins=bins, stacked=True, color=list(colors.values()),
+                  label=[f"{st} ({len(v)})" for st, v in zip(colors, stacks)])
+    ax_score.set(title=f"Scores of {len(summary.rows)} submission(s)", xlabel=f"score (out of {top:g})",
+                 ylabel="submissions")
+    ax_score.legend(fontsize=8)
+    shown = summary.lost[:TOP_CHECKS][::-1]
+    if shown:
+        ax_lost.barh(range(len(shown)), [len(e.students) for e in shown], color="#c44e52")
+        ax_lost.set_yticks(range(len(shown)), [_short(e.title) for e in shown], fontsize=8)
+    else:
+        ax_lost.text(0.5, 0.5, "no check lost", ha="center", va="center", transform=ax_lost.transAxes)
+    ax_lost.set(title="Checks most students lost", xlabel="students who lost points")
+    times = list(summary.seconds.values())
+    ax_time.hist(times or [0], bins=20, color="#55a868")
+    ax_time.set(title=f"Grading time: {sum(times):.1f} s in all", xlabel="seconds per submission",
+                ylabel="submissions")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    data = buf.getvalue()
+    _atomic_bytes(path, data)
+    return data
+
+
+def _short(text: str, width: int = 48) -> str:
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def _atomic_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".part")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def _table(header: list[str], rows: list[list[str]], table_id: str) -> str:
+    """Cells are HTML already (escaped by the caller)."""
+    head = "".join(f"<th>{h}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1500px;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left;
+vertical-align:top}th{background:#f3f3f3}td.n{text-align:right}img{max-width:100%}.muted{color:#666}
+code{background:#f5f5f5;padding:0 .2em}"""
+
+
+def render(summary: ClassSummary, png: bytes) -> str:
+    e = html.escape
+    n = len(summary.rows)
+    graded = [s for (s, _), r in zip(summary.scores, summary.rows) if r["status"] == "graded"]
+    top = max((m for _, m in summary.scores), default=0)
+    counts = ", ".join(f"{v} {k}" for k, v in summary.statuses.items() if v)
+    parts = [f"<h1>Class report: {n} submission(s)</h1>",
+             f'<p id="statuses">{e(counts) or "no submissions"}.'
+             + (f" Graded: median score {statistics.median(graded):g} / {top:g}, mean {statistics.mean(graded):.2f},"
+                f" lowest {min(graded):g}, highest {max(graded):g}." if graded else "") + "</p>",
+             f'<img id="figure" src="data:image/png;base64,{base64.b64encode(png).decode()}" '
+             f'alt="score distribution, checks most students lost, grading time">',
+             '<p class="muted">The same figure is <a href="report.png">report.png</a>, beside this page.</p>']
+    parts.append("<h2>Checks most students lost</h2>")
+    if summary.lost:
+        first = summary.lost[0]
+        checked = sum(bool(d.get("checks")) for d in summary.results.values())
+        parts.append(f'<p>Most lost: <strong id="top-lost">{e(first.title)}</strong> '
+                     f"({len(first.students)} of {checked} submission(s) whose checks ran).</p>")
+        rows = [[e(c.title) + (" <span class='muted'>(hidden)</span>" if c.hidden else ""),
+                 f'<span class="n">{len(c.students)}</span>', f"{c.points_lost:g}",
+                 f"{e(c.example)} <span class='muted'>({e(c.example_student)})</span>"]
+                for c in summary.lost[:TOP_CHECKS]]
+        parts.append(_table(["check", "students", "points lost in all", "example feedback (student)"], rows,
+                            "lost-checks"))
+    else:
+        parts.append('<p id="top-lost">No check was lost.</p>')
+    parts.append("<h2>Not graded</h2>")
+    if summary.not_graded:
+        parts.append(_table(["student", "status", "reason"],
+                            [[e(s), e(st), e(r)] for s, st, r in summary.not_graded], "not-graded"))
+    else:
+        parts.append("<p>Every submission was graded.</p>")
+    times = summary.seconds
+    parts.append("<h2>Grading time</h2>")
+    if times:
+        slow = sorted(times.items(), key=lambda kv: -kv[1])[:5]
+        values = list(times.values())
+        parts.append(f'<p id="timing">{len(values)} result(s): {sum(values):.1f} s of grading in all, median '
+                     f"{statistics.median(values):.2f} s, slowest {max(values):.2f} s per submission "
+                     "(each submission's own time in its worker; a batch with N workers takes about 1/N of the "
+                     "total).</p>")
+        parts.append(_table(["slowest", "seconds"], [[e(s), f"{v:.2f}"] for s, v in slow], "slowest"))
+    isolation: dict[str, int] = {}
+    for r in summary.rows:
+        isolation[r.get("isolation") or "no student code run"] = isolation.get(r.get("isolation") or
+                                                                              "no student code run", 0) + 1
+    parts.append("<h2>Student code</h2>")
+    parts.append(_table(["isolation", "submissions"], [[e(k), str(v)] for k, v in sorted(isolation.items())],
+                        "isolation"))
+    versions = sorted({r.get("grader_version", "") for r in summary.rows} - {""})
+    parts.append(f'<p class="muted">grader {e(", ".join(versions))}; from gradebook.csv and results/*.json</p>')
+    body = "\n".join(parts)
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>Class report</title>'
+            f"<style>{CSS}</style></head><body>\n{body}\n</body></html>\n")
+
+
+def write_report(out_dir: str | Path) -> Path:
+    """Write ``out_dir/report.html`` and ``out_dir/report.png`` for a finished (or partial) batch; the HTML path."""
+    out = Path(out_dir)
+    summary = summarize(out)
+    png = plot(summary, out / "report.png")
+    from lab.workspace import atomic_write_text
+
+    target = out / "report.html"
+    atomic_write_text(target, render(summary, png))
+    return target

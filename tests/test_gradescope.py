@@ -1,0 +1,320 @@
+"""The Gradescope autograder, without Gradescope: the bundle unpacked into a root laid out like /autograder/.
+
+``python -m grader gradescope`` builds the zip; the test unzips it into ``ROOT/source``, copies
+``run_autograder`` to ``ROOT``, puts a hand-in into ``ROOT/submission`` and runs ``run_autograder`` with
+``AUTOGRADER_ROOT=ROOT`` and a ``python3`` first on ``PATH``, as Gradescope would (as root). Student code
+runs as ``nobody`` there, so the root and that ``python3`` must be reachable by ``nobody``: the root is a
+world-traversable folder under the system temp folder, and where this venv's interpreter lives under a
+private home, ``python3`` is a venv of the system's Python of the same version that sees this venv's
+packages.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from bad_submissions import corpus
+from grader import gradescope, reference
+from lab.submit import submit
+
+REPO = Path(__file__).resolve().parent.parent
+BUNDLE_SECRET = "bundle-secret-7f3a9c"   # given at bundle time (GRADER_SECRET), lands in instructor/secret.txt
+RUNTIME_SECRET = "runtime-secret-c41d2e"  # given at run time instead
+VISIBILITY = {"hidden", "after_due_date", "after_published", "visible"}
+
+
+def _ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def validate(doc: dict) -> None:
+    """Gradescope's documented results.json fields, with their types."""
+    number = (int, float)
+    assert isinstance(doc["score"], number) and not isinstance(doc["score"], bool)
+    assert isinstance(doc["execution_time"], number) and doc["execution_time"] >= 0
+    assert isinstance(doc["output"], str)
+    assert doc["visibility"] in VISIBILITY and doc["stdout_visibility"] in VISIBILITY
+    assert isinstance(doc["tests"], list)
+    for t in doc["tests"]:
+        assert isinstance(t["name"], str) and t["name"]
+        assert isinstance(t["score"], number) and isinstance(t["max_score"], number)
+        assert 0 <= t["score"] <= t["max_score"]
+        assert isinstance(t["output"], str)
+        assert t["visibility"] in VISIBILITY
+        assert t.get("status", "passed") in ("passed", "failed")
+    json.loads(json.dumps(doc, allow_nan=False))
+
+
+def not_in_reference() -> float:
+    from test_grader import not_in_reference as points
+
+    return points()
+
+
+# ----- set-up ------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def good_zip(tmp_path_factory) -> Path:
+    work = reference.build(tmp_path_factory.mktemp("reference") / "workspace")
+    return submit("reference", work, tmp_path_factory.mktemp("handed-in"))
+
+
+def _nobody_can_run(python: str) -> bool:
+    r = subprocess.run(["runuser", "-u", "nobody", "--", python, "-I", "-c", "import numpy, onnxruntime.quantization"],
+                       capture_output=True, timeout=120)
+    return r.returncode == 0
+
+
+@pytest.fixture(scope="module")
+def world() -> Path:
+    """A folder ``nobody`` can traverse (pytest's own temp folders are private to their user)."""
+    if os.geteuid() != 0 or shutil.which("runuser") is None:
+        if _ci():
+            pytest.fail("CI runs as root with runuser: the autograder's privilege drop must be tested there")
+        pytest.skip("run_autograder runs as root (as on Gradescope) and drops student code to nobody")
+    base = Path(tempfile.mkdtemp(prefix="gradescope-test-"))
+    os.chmod(base, 0o755)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def python_bin(world) -> Path:
+    """A folder holding a ``python3`` with this venv's packages that ``nobody`` can run."""
+    bin_dir = world / "bin"
+    bin_dir.mkdir()
+    python = sys.executable
+    if not _nobody_can_run(python):
+        version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+        base = next((p for p in (f"/usr/bin/{version}", f"/usr/local/bin/{version}") if os.path.exists(p)), None)
+        if base is None:
+            pytest.skip(f"this interpreter is not reachable by nobody, and there is no system {version}")
+        venv = world / "py"
+        subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+        site = Path(subprocess.check_output([str(venv / "bin" / "python3"), "-c",
+                                             "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                            text=True).strip())
+        (site / "project-venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+        python = str(venv / "bin" / "python3")
+        assert _nobody_can_run(python), "the system Python's venv cannot import this venv's packages as nobody"
+    wrapper = bin_dir / "python3"
+    wrapper.write_text(f'#!/bin/sh\nexec "{python}" "$@"\n')
+    wrapper.chmod(0o755)
+    return bin_dir
+
+
+@pytest.fixture(scope="module")
+def bundle(world) -> Path:
+    return gradescope.build(world / "autograder.zip", secret=BUNDLE_SECRET)
+
+
+@pytest.fixture
+def autograder(world, bundle, python_bin):
+    """Run ``run_autograder`` on a hand-in (a zip's bytes) in a fresh /autograder-like root; results.json back."""
+    roots = []
+
+    def grade(handin, **env) -> tuple[dict, subprocess.CompletedProcess]:
+        """``handin``: a zip's bytes, or a function of the root that returns them (a probe names paths in it)."""
+        root = Path(tempfile.mkdtemp(prefix="root-", dir=world))
+        roots.append(root)
+        if callable(handin):
+            handin = handin(root)
+        os.chmod(root, 0o755)
+        with zipfile.ZipFile(bundle) as zf:
+            zf.extractall(root / "source")
+            for info in zf.infolist():  # extractall does not keep modes; Gradescope's unzip does
+                os.chmod(root / "source" / info.filename, (info.external_attr >> 16) & 0o777)
+        shutil.copy2(root / "source" / "run_autograder", root / "run_autograder")
+        (root / "submission").mkdir()
+        (root / "results").mkdir()
+        zip_path = world / "handin.zip"
+        zip_path.write_bytes(handin)
+        with zipfile.ZipFile(zip_path) as zf:
+            zf.extractall(root / "submission")
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("GRADER_")}
+        clean.update(PATH=f"{python_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}", AUTOGRADER_ROOT=str(root), **env)
+        proc = subprocess.run([str(root / "run_autograder")], cwd=root, env=clean, capture_output=True, text=True,
+                              timeout=600)
+        results = root / "results" / "results.json"
+        assert results.is_file(), f"no results.json; run_autograder said:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+        return json.loads(results.read_text()), proc
+
+    yield grade
+    for root in roots:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _files(good_zip: Path) -> corpus.Files:
+    return corpus.read_zip(good_zip)
+
+
+# ----- the bundle ----------------------------------------------------------------------------------
+
+def test_bundle_holds_what_gradescope_runs(tmp_path, monkeypatch):
+    monkeypatch.delenv("GRADER_SECRET", raising=False)
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(BUNDLE_SECRET + "\n")
+    monkeypatch.setenv("GRADER_SECRET_FILE", str(secret_file))
+    proc = subprocess.run([sys.executable, "-m", "grader", "gradescope", "--out", str(tmp_path / "ag.zip")],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    with zipfile.ZipFile(tmp_path / "ag.zip") as zf:
+        infos = {i.filename: i for i in zf.infolist()}
+        names = set(infos)
+        assert {"setup.sh", "run_autograder", "requirements.txt", "grader/rubric.toml", "grader/core.py",
+                "grader/gradescope.py", "lab/__init__.py", "fixtures/fp32.onnx", "fixtures/heldout.npz",
+                "fixtures/manifest.json", "instructor/secret.txt"} <= names
+        assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
+        assert "fixtures/build.py" not in names
+        mode = {n: (i.external_attr >> 16) & 0o777 for n, i in infos.items()}
+        assert mode["run_autograder"] == 0o755 and mode["setup.sh"] == 0o755
+        assert mode["fixtures/heldout.npz"] == 0o600 and mode["instructor/secret.txt"] == 0o600
+        assert zf.read("instructor/secret.txt").decode().strip() == BUNDLE_SECRET
+        leaks = [n for n in names if n != "instructor/secret.txt" and BUNDLE_SECRET.encode() in zf.read(n)]
+        assert not leaks
+        run_script = zf.read("run_autograder").decode()
+        setup = zf.read("setup.sh").decode()
+        reqs = [r for r in zf.read("requirements.txt").decode().splitlines() if r and not r.startswith("#")]
+    # the explicit isolation settings, said where they are made
+    assert "export GRADER_UNSAFE_NO_SANDBOX=1" in run_script and "isolation layer" in run_script
+    assert 'GRADER_CHILD_USER="${GRADER_CHILD_USER:-nobody}"' in run_script
+    assert "AUTOGRADER_ROOT:-/autograder" in run_script and "exec python3 " in run_script
+    assert "bubblewrap" in setup and "-r requirements.txt" in setup
+    pinned = [line.strip() for line in (REPO / "requirements.txt").read_text().splitlines()]
+    assert reqs and all(r in pinned and "==" in r for r in reqs)
+    for script in ("setup.sh", "run_autograder"):
+        path = tmp_path / script
+        path.write_text(setup if script == "setup.sh" else run_script)
+        assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
+
+
+def test_no_secret_given_means_none_bundled(tmp_path, monkeypatch):
+    monkeypatch.delenv("GRADER_SECRET", raising=False)
+    monkeypatch.delenv("GRADER_SECRET_FILE", raising=False)
+    with zipfile.ZipFile(gradescope.build(tmp_path / "ag.zip")) as zf:
+        assert not any(n.startswith("instructor/") for n in zf.namelist())
+
+
+# ----- grading in an /autograder-like root -----------------------------------------------------------
+
+def test_reference_handin_gets_full_marks(autograder, good_zip):
+    doc, proc = autograder(good_zip.read_bytes())
+    validate(doc)
+    assert doc["extra_data"]["status"] == "graded", doc["output"]
+    assert doc["extra_data"]["isolation"] == "none (--unsafe-no-sandbox)"  # no bubblewrap, by the bundle's setting
+    assert doc["score"] == doc["extra_data"]["max_score"] - not_in_reference() and doc["score"] > 40
+    lost = [t["name"] for t in doc["tests"] if t["score"] < t["max_score"] and "toolbox.json" not in t["output"]]
+    assert not lost, lost
+    hidden = [t for t in doc["tests"] if t["name"].startswith("hidden checks")]
+    assert len(hidden) >= 2 and all(t["visibility"] == "after_published" for t in hidden)
+    assert all(t["visibility"] == "visible" for t in doc["tests"] if t not in hidden)
+    assert "the file is named" not in doc["output"]
+    assert BUNDLE_SECRET not in json.dumps(doc) and BUNDLE_SECRET not in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("case", ["onnx_corrupt", "metrics_transposed", "hash_mismatch"])
+def test_bad_handin_gets_its_corpus_status(autograder, good_zip, case):
+    spec = next(c for c in corpus.CASES if c.name == case)
+    doc, _ = autograder(spec.make(_files(good_zip)))
+    validate(doc)
+    assert doc["extra_data"]["status"] == spec.status
+    text = doc["output"] + "\n".join(t["output"] for t in doc["tests"])
+    assert spec.message in text
+    if spec.status == "invalid":
+        assert doc["score"] == 0 and doc["tests"] == [] and doc["extra_data"]["max_score"] > 0
+
+
+def test_zip_handed_in_unopened_is_graded(autograder, good_zip):
+    """A student who uploads ID.zip itself (Gradescope unpacks only what the upload dialog unpacks)."""
+    buf = tempfile.SpooledTemporaryFile()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("reference.zip", good_zip.read_bytes())
+    buf.seek(0)
+    doc, _ = autograder(buf.read())
+    validate(doc)
+    assert doc["extra_data"]["status"] == "graded" and doc["score"] > 40
+
+
+PROBE = '''import os
+from onnxruntime.quantization import CalibrationDataReader
+
+ROOT = {root!r}
+
+
+def probe():
+    out = []
+    for tag, path, mode in (("secret", ROOT + "/source/instructor/secret.txt", "rb"),
+                            ("heldout", ROOT + "/source/fixtures/heldout.npz", "rb"),
+                            ("environ", "/proc/%d/environ" % os.getppid(), "rb"),
+                            ("results", ROOT + "/results/results.json", "wb")):
+        try:
+            with open(path, mode) as f:
+                data = f.read() if "r" in mode else b"wrote"
+                if tag == "environ":
+                    data = [e for e in data.split(b"\\0") if e.startswith(b"GRADER_SECRET")]
+                out.append(tag + "=READ:" + repr(data[:40]))
+        except Exception as e:
+            out.append(tag + "=" + type(e).__name__)
+    return " ".join(out)
+'''
+READER = '''
+
+class DigitReader(CalibrationDataReader):
+    def __init__(self, pixels, batch_size=32, input_name="pixels"):
+        raise RuntimeError("PROBE " + probe())
+
+    def get_next(self):
+        return None
+
+    def rewind(self):
+        pass
+'''
+METRICS = '''
+
+def summarize(predictions, labels):
+    raise RuntimeError("PROBE " + probe())
+'''
+
+
+def _probe_handin(good_zip: Path, root: str) -> bytes:
+    """Its reader and summarize() raise with what they could open: the contents, or the error."""
+    files = _files(good_zip)
+    files["calibration_reader.py"] = (PROBE.format(root=root) + READER).encode()
+    files["metrics.py"] = (PROBE.format(root=root) + METRICS).encode()
+    return corpus.pack(files)
+
+
+def test_student_code_cannot_read_the_secret_or_the_heldout_split(autograder, good_zip, world):
+    """A hand-in whose reader and metrics.py open the secret, the held-out split and the grader's environment."""
+    doc, proc = autograder(lambda root: _probe_handin(good_zip, str(root)), GRADER_SECRET=RUNTIME_SECRET)
+    text = json.dumps(doc) + proc.stdout + proc.stderr
+    validate(doc)
+    probes = [t["output"] for t in doc["tests"] if "PROBE" in t["output"]]
+    assert len(probes) >= 2, [t["output"][:200] for t in doc["tests"]]
+    for out in probes:
+        assert ("secret=PermissionError heldout=PermissionError environ=PermissionError "
+                "results=PermissionError") in out, out
+    assert BUNDLE_SECRET not in text and RUNTIME_SECRET not in text
+    # the grader itself read both: the held-out check ran on the held-out split, as root
+    heldout = next(t for t in doc["tests"] if "held-out images" in t["output"])
+    assert heldout["score"] == heldout["max_score"], heldout["output"]
+
+
+def test_the_probe_is_live_as_root(autograder, good_zip, world):
+    """The same hand-in with student code left as root reads both: the test above can fail."""
+    doc, proc = autograder(lambda root: _probe_handin(good_zip, str(root)), GRADER_CHILD_USER="root",
+                           GRADER_SECRET=RUNTIME_SECRET)
+    text = json.dumps(doc) + proc.stdout + proc.stderr
+    probes = [t["output"] for t in doc["tests"] if "PROBE" in t["output"]]
+    assert probes and all("secret=READ" in p and "heldout=READ" in p for p in probes)
+    assert BUNDLE_SECRET in text and RUNTIME_SECRET in text
+
