@@ -244,7 +244,20 @@ def batch(folder: str | Path, out: str | Path, jobs: int = 2, resume: bool = Fal
     with contextlib.ExitStack() as stack:
         if dask:
             executor = stack.enter_context(dask_executor(dask))
-        return _batch(out, subs, students, jobs, resume, limits, executor, progress, unsafe_no_sandbox)
+        rows = _batch(out, subs, students, jobs, resume, limits, executor, progress, unsafe_no_sandbox)
+    report_after(out)
+    return rows
+
+
+def report_after(out: Path) -> None:
+    """``OUT/report.html`` for the instructor; a report that cannot be drawn never costs the gradebook."""
+    from grader.report import write_report
+
+    try:
+        write_report(out)
+    except Exception as e:  # noqa: BLE001 - the grades are written; say why the page is missing
+        print(f"grader: report.html not written ({type(e).__name__}: {e}); "
+              f"`python -m grader report {out}` retries", file=sys.stderr)
 
 
 def _batch(out: Path, subs: list[Path], students: list[str], jobs: int, resume: bool, limits: Limits | None,

@@ -33,7 +33,7 @@ def skip_unless_ci(reason: str) -> None:
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory) -> Path:
-    """OUT of `grader batch` over the reference hand-in and the bad corpus, then `grader report OUT`."""
+    """OUT of `grader batch` over the reference hand-in and the bad corpus (it writes report.html), then `grader report OUT`."""
     work = reference.build(tmp_path_factory.mktemp("reference") / "workspace")
     good = submit("reference", work, tmp_path_factory.mktemp("handed-in"))
     folder = tmp_path_factory.mktemp("corpus")
@@ -43,6 +43,8 @@ def graded(tmp_path_factory) -> Path:
     proc = subprocess.run([sys.executable, "-m", "grader", "batch", str(folder), "--out", str(out), "-j", "2",
                            "--timeout", "5", "--no-progress"], cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (out / "report.html").is_file(), "the batch writes report.html itself"
+    (out / "report.html").unlink()  # and `grader report OUT` writes it again
     proc = subprocess.run([sys.executable, "-m", "grader", "report", str(out)], cwd=REPO, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
