@@ -13,18 +13,22 @@ import json
 import logging
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from onnxruntime.quantization import CalibrationMethod
-from onnxruntime.quantization.calibrate import TensorsData, create_calibrator, save_tensors_data
+from onnxruntime.quantization.calibrate import (CalibrationCacheEncoder, HistogramCollector, TensorsData,
+                                                create_calibrator)
+from onnxruntime.quantization.calibrate import entropy as ort_entropy
+from onnxruntime.quantization.quant_utils import smooth_distribution
 
 from lab import data
 from lab.data import file_sha256
 from lab.measure import Evaluation, input_interval, measure
 from lab.quantize import QuantRecord, quantize
 from lab.readers import ArrayReader
+from lab.workspace import atomic_write_text
 
 logging.getLogger().setLevel(logging.ERROR)
 
@@ -49,6 +53,137 @@ def entropy_candidates(num_bins: int, num_quantized_bins: int = 128) -> int:
     return max(0, num_bins // 2 - num_quantized_bins // 2 + 1)
 
 
+# ---- Entropy's threshold search, vectorised -------------------------------------------------------
+# ORT's HistogramCollector.get_entropy_threshold tries every candidate window in a Python loop (Python's
+# sum() over numpy slices, one loop step per quantized bin): about a second per tensor at 2048 bins.
+# entropy_threshold builds the same p and q for every candidate at once and returns the same threshold.
+SMOOTH_EPS = 0.0001
+"""``smooth_distribution``'s default ``eps``, which ``get_entropy_threshold`` uses."""
+SCREEN_TOLERANCE = 3e-5
+"""How far a float64 KL divergence may be from ORT's float32 one, relative to ``1 + sum |terms|``.
+
+ORT's float32 pipeline (smoothing, normalising by pairwise sums, ``log``, a pairwise sum of the terms)
+errs by well under ``(60 + 60 * sum |terms|)`` float32 units in the last place (2**-24 each), about
+``4e-6 * (1 + sum |terms|)``; the tolerance is 8x that, so no candidate that could win is dropped."""
+CHUNK_CELLS = 1 << 21
+"""Candidates x bins per vectorised pass (about 16 MB per float64 array)."""
+
+
+def entropy_windows(num_bins: int, num_quantized_bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """The histogram slices ``[start, end)`` that ``get_entropy_threshold`` tries, in its loop's order."""
+    zero = num_bins // 2
+    i = np.arange(num_quantized_bins // 2, zero + 1)
+    return zero - i, np.minimum(zero + i + 1, num_bins)
+
+
+def _window_pq(hist: np.ndarray, cum: np.ndarray, start: np.ndarray, end: np.ndarray, num_quantized_bins: int):
+    """ORT's ``p`` and ``q`` for windows ``[start, end)`` that merge the same number of bins per quantized bin
+    (``length // num_quantized_bins``): one row per candidate, zero past each window's length.
+
+    ``p``: the window's counts, with everything left of it added to its first bin and everything right
+    of it to its last. ``q``: the window's counts (without those outliers) summed into
+    ``num_quantized_bins`` groups of ``merged`` bins (the last group also takes the remainder), each
+    spread evenly, floored, over the group's bins where ``p`` is non-zero; remainder bins get 0.
+    Integers, exactly as ORT computes them (``cum`` is ``hist``'s cumulative sum from 0).
+    """
+    n = hist.size
+    length = end - start
+    merged = int(length[0]) // num_quantized_bins
+    assert (length // num_quantized_bins == merged).all(), "one merge width per call"
+    width = int(length.max())
+    rows = np.arange(start.size)
+    valid = np.arange(width)[None, :] < length[:, None]
+    padded = np.concatenate([hist, np.zeros(width, dtype=hist.dtype)])
+    sliced = np.lib.stride_tricks.sliding_window_view(padded, width)[start] * valid
+    p = sliced.copy()
+    p[:, 0] += cum[start]
+    p[rows, length - 1] += cum[n] - cum[end]
+    covered = merged * num_quantized_bins
+    q = np.zeros(p.shape, dtype=np.int64)
+    if merged:
+        groups = (start.size, num_quantized_bins, merged)
+        quantized = sliced[:, :covered].reshape(groups).sum(axis=2, dtype=np.int64)
+        quantized[:, -1] += sliced[:, covered:].sum(axis=1, dtype=np.int64)
+        norm = (p[:, :covered] != 0).reshape(groups).sum(axis=2, dtype=np.int64)
+        spread = norm != 0
+        per_bin = np.where(spread, (quantized / np.where(spread, norm, 1)).astype(np.int64), 0)
+        q[:, :covered] = np.repeat(per_bin, merged, axis=1)
+    return p, q, valid, length
+
+
+def _smoothed(x: np.ndarray, valid: np.ndarray, length: np.ndarray):
+    """``smooth_distribution`` per row, in float64: (values, all-zero rows, eps1 per row)."""
+    nonzeros = (valid & (x != 0)).sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        eps1 = SMOOTH_EPS * (length - nonzeros) / nonzeros
+    smooth = np.where(valid, np.where(x != 0, x - eps1[:, None], SMOOTH_EPS), 0.0)
+    return smooth, nonzeros == 0, eps1
+
+
+def _ort_divergence(hist, cum, start: int, end: int, num_quantized_bins: int, dtype) -> np.ndarray:
+    """One candidate's KL divergence, computed by ORT's own ``smooth_distribution`` and ``entropy``."""
+    p, q, _, length = _window_pq(hist, cum, np.array([start]), np.array([end]), num_quantized_bins)
+    p, q = smooth_distribution(p[0, :length[0]]), smooth_distribution(q[0, :length[0]])
+    if p is None or q is None:
+        return np.array(np.inf, dtype=dtype)
+    return np.array(ort_entropy(p, q), dtype=dtype)
+
+
+def entropy_threshold(histogram: tuple, num_quantized_bins: int) -> tuple:
+    """ORT's ``HistogramCollector.get_entropy_threshold(histogram, num_quantized_bins)``, vectorised.
+
+    ``histogram`` is the collector's ``(hist, hist_edges, min, max, threshold)``. Returns the same
+    ``(low, high)`` ORT returns, bin for bin and float for float (tests/test_calibrators.py checks it):
+
+    1. every candidate window's ``p`` and ``q`` at once (``_window_pq``, exact integers), and its KL
+       divergence in float64;
+    2. the candidates whose float64 divergence is within ``SCREEN_TOLERANCE`` of the smallest could win
+       in ORT's float32 arithmetic; only those few are computed again with ORT's own
+       ``smooth_distribution`` and ``entropy``, and the first smallest wins, as in ORT's ``argmin``;
+    3. the winner's edges, clipped to the values seen, as in ORT.
+    """
+    hist, hist_edges = np.asarray(histogram[0]), histogram[1]
+    dtype = hist_edges.dtype
+    starts, ends = entropy_windows(hist.size, num_quantized_bins)
+    if starts.size == 0:
+        return HistogramCollector.get_entropy_threshold(None, histogram, num_quantized_bins)  # ORT's own error
+    cum = np.concatenate([[0], np.cumsum(hist, dtype=np.int64)])
+    kl, tolerance = np.full(starts.size, np.inf), np.zeros(starts.size)
+    merged = (ends - starts) // num_quantized_bins  # windows narrower than num_quantized_bins: q is 0, KL inf
+    for m in np.unique(merged[merged > 0]):
+        same = np.flatnonzero(merged == m)
+        rows = max(1, CHUNK_CELLS // int((ends[same] - starts[same]).max()))
+        for chunk in (same[a:a + rows] for a in range(0, same.size, rows)):
+            p, q, valid, length = _window_pq(hist, cum, starts[chunk], ends[chunk], num_quantized_bins)
+            ps, p_empty, p_eps1 = _smoothed(p, valid, length)
+            qs, q_empty, q_eps1 = _smoothed(q, valid, length)
+            if (p_eps1[~p_empty] >= 1).any() or (q_eps1[~q_empty] >= 1).any():
+                # smooth_distribution asserts eps1 < 1 (a window with 10,000 zero bins per non-zero one)
+                return HistogramCollector.get_entropy_threshold(None, histogram, num_quantized_bins)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                pk = ps / ps.sum(axis=1, keepdims=True)
+                qk = qs / qs.sum(axis=1, keepdims=True)
+                terms = np.where(valid, pk * np.log(np.where(valid, pk / qk, 1.0)), 0.0)
+            empty = p_empty | q_empty
+            kl[chunk] = np.where(empty, np.inf, terms.sum(axis=1))
+            tolerance[chunk] = np.where(empty, 0.0, SCREEN_TOLERANCE * (1.0 + np.abs(terms).sum(axis=1)))
+    finite = np.isfinite(kl)
+    best = 0  # every divergence infinite: ORT's argmin picks the first
+    if finite.any():
+        ceiling = np.min(kl[finite] + tolerance[finite])
+        ceiling += 4 * float(np.spacing(np.abs(np.asarray(ceiling, dtype=dtype))))  # ORT rounds to the edges' dtype
+        shortlist = np.flatnonzero(finite & (kl - tolerance <= ceiling))
+        exact = [_ort_divergence(hist, cum, int(starts[k]), int(ends[k]), num_quantized_bins, dtype) for k in shortlist]
+        best = int(shortlist[int(np.argmin(np.array(exact, dtype=np.float64)))])
+    threshold = (hist_edges[starts[best]], hist_edges[ends[best]])
+    min_value, max_value = histogram[2], histogram[3]
+    if threshold[0] < min_value:
+        threshold = (min_value, threshold[1])
+    if threshold[1] > max_value:
+        threshold = (threshold[0], max_value)
+    return threshold
+
+
 @dataclass
 class Calibration:
     """What ``create_calibrator`` / ``collect_data`` / ``compute_data`` produced."""
@@ -58,6 +193,7 @@ class Calibration:
     tensors: TensorsData
     bins: dict[str, int]
     seconds: float
+    _cache_text: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def ranges(self) -> dict[str, tuple[float, float]]:
@@ -65,6 +201,18 @@ class Calibration:
         return {name: (float(np.asarray(td.range_value[0]).reshape(-1)[0]),
                        float(np.asarray(td.range_value[1]).reshape(-1)[0]))
                 for name, td in self.tensors.data.items()}
+
+    def cache_text(self) -> str:
+        """The calibration cache ``save_tensors_data`` writes for these ranges, byte for byte, serialized once.
+
+        ORT's ``save_tensors_data`` streams the JSON through the pure-Python encoder (``json.dump``), about half
+        a second for 2048-bin histograms; ``json.dumps`` with the same encoder class gives the same text.
+        """
+        if self._cache_text is None:
+            payload = self.tensors.to_dict()
+            payload["smooth_quant"] = False  # save_tensors_data's default
+            self._cache_text = json.dumps(payload, cls=CalibrationCacheEncoder)
+        return self._cache_text
 
     def candidates(self) -> dict[str, int]:
         """Entropy only: thresholds tried per tensor, from the histogram sizes actually built."""
@@ -82,7 +230,8 @@ def calibrate(source: str | Path, calibration: np.ndarray, method: str = "Entrop
     The augmented model goes to a temporary folder, never next to ``source``. Calibration is
     deterministic, so a repeat call with the same model bytes, data, method, options and batch size
     returns the first result (and its ``seconds``) instead of searching again: the lesson's tables
-    share one 2048-bin Entropy search instead of repeating it.
+    share one 2048-bin Entropy search instead of repeating it. Entropy's threshold search is
+    ``entropy_threshold`` (ORT's search, vectorised: the same thresholds); everything else is ORT's.
     """
     options = dict(options or {})
     key = (file_sha256(source), data.data_sha256(np.asarray(calibration)), method,
@@ -100,6 +249,9 @@ def _calibrate(source: str | Path, calibration: np.ndarray, method: str, options
         calibrator.collect_data(ArrayReader(calibration, batch_size))
         collector = getattr(calibrator, "collector", None)
         bins = {name: int(h[0].size) for name, h in collector.histogram_dict.items()} if collector else {}
+        if method == "Entropy":
+            # ORT's compute_entropy loop, with its per-tensor search replaced by the vectorised copy
+            collector.get_entropy_threshold = entropy_threshold
         start = time.perf_counter()
         tensors = calibrator.compute_data()
         seconds = time.perf_counter() - start
@@ -117,7 +269,7 @@ def quantize_calibrated(source: str | Path, output: str | Path, calibration: np.
     cal = calibrate(source, calibration, method, options, batch_size)
     cache = output.with_name(output.stem + ".calibration.json")
     cache.unlink(missing_ok=True)
-    save_tensors_data(cal.tensors, cache)
+    atomic_write_text(cache, cal.cache_text())  # what save_tensors_data(cal.tensors, cache) writes
     record = quantize(source, output, None, calibrate_method=method, calibration_cache_path=cache, **settings)
     record.settings["calibrator_options"] = dict(options)
     record.calibration_sha256 = data.data_sha256(calibration)
