@@ -4,6 +4,10 @@ The floor is the same number of trivial notebooks (same names, same parameters c
 import ``lab`` and the libraries the lessons use, run by the same command, engine and kernel. So
 the ratio is what the lessons' own work costs on top of starting kernels and importing libraries.
 The floor is measured before and after the lessons and the faster of the two is used.
+
+Each lesson's seconds are also given as a ratio to its own floor notebook, and compared with the previous
+``workbook.json`` in ``build/bench/`` (if any): run it before and after a change to see what the change
+bought, each side against the floor measured in its own run.
 """
 from __future__ import annotations
 
@@ -105,12 +109,67 @@ def table(names: list[str], lessons: Timing, floor: Timing) -> list[str]:
     return lines
 
 
+def lesson_ratios(names: list[str], lessons: Timing, floor: Timing) -> dict[str, dict]:
+    """Per lesson: its seconds, its floor notebook's seconds, and their ratio."""
+    rows = {}
+    for name in names:
+        a, b = lessons.lessons.get(name), floor.lessons.get(name)
+        rows[name] = {"seconds": a, "floor_seconds": b, "ratio": round(a / b, 3) if a is not None and b else None}
+    return rows
+
+
+def previous_ratios(report: dict) -> dict[str, dict]:
+    """``lesson_ratios`` of an earlier ``workbook.json`` (older reports: rebuilt from their runs)."""
+    if "lessons" in report:
+        return report["lessons"]
+    runs = report.get("runs", [])
+    lessons = next((r for r in runs if r["label"] == "lessons"), None)
+    floors = [r for r in runs if r["label"].startswith("floor")]
+    if not lessons or not floors:
+        return {}
+    floor = min(floors, key=lambda r: r["seconds"])
+    return lesson_ratios(list(lessons["lessons"]), Timing(**lessons), Timing(**floor))
+
+
+def comparison(now: dict[str, dict], before: dict[str, dict], label: str) -> list[str]:
+    """Per lesson, before and now, each as seconds and as a ratio to its own run's floor."""
+    names = [n for n in now if n in before]
+    if not names:
+        return []
+    width = max(len(n) for n in names)
+    lines = [f"against {label}:", f"{'lesson':<{width}}  {'before s':>8}  {'ratio':>6}  {'now s':>6}  {'ratio':>6}"]
+    for n in names:
+        b, a = before[n], now[n]
+        fmt = lambda v, w, f: f"{v:>{w}{f}}" if v is not None else f"{'-':>{w}}"  # noqa: E731
+        lines.append(f"{n:<{width}}  {fmt(b['seconds'], 8, '.1f')}  {fmt(b['ratio'], 6, '.2f')}  "
+                     f"{fmt(a['seconds'], 6, '.1f')}  {fmt(a['ratio'], 6, '.2f')}")
+    return lines
+
+
+def commit() -> str | None:
+    """The checked-out commit, with ``+changes`` when the work tree differs from it."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+changes" if dirty else "")
+
+
 def main() -> int:
     names = [p.name for p in run.discover()]
     if not names:
         print("no lessons in notebooks/; nothing to time")
         return 1
     OUT.mkdir(parents=True, exist_ok=True)
+    previous = None
+    if (OUT / "workbook.json").exists():
+        try:
+            previous = json.loads((OUT / "workbook.json").read_text())
+        except ValueError:
+            previous = None
     floor_dir = write_floor(names, OUT / "floor-notebooks")
     print(f"timing {len(names)} lessons against {len(names)} trivial notebooks (papermill, kernel {run.KERNEL})",
           flush=True)
@@ -129,12 +188,22 @@ def main() -> int:
     for c in cells:
         print(f"  {c['seconds']:6.1f} s  {c['notebook']} cell {c['cell']}: {c['source']}")
     print(f"ratio {ratio:.2f}x the floor; target <= {TARGET_RATIO}x: {'met' if ratio <= TARGET_RATIO else 'NOT met'}")
+    per_lesson = lesson_ratios(names, lessons, floor)
+    if previous:
+        before = {**previous_ratios(previous), "whole run (wall)": {
+            "seconds": previous.get("lessons_seconds"), "ratio": previous.get("ratio")}}
+        now = {**per_lesson, "whole run (wall)": {"seconds": lessons.seconds, "ratio": round(ratio, 3)}}
+        print("\n".join(comparison(now, before, f"the previous run (commit {previous.get('commit') or 'unrecorded'})")))
     if lessons.returncode:
         print(f"python -m lab run failed (exit {lessons.returncode}); see {OUT / 'lessons.log'}", file=sys.stderr)
 
     report = {"benchmark": "workbook", "lessons_seconds": lessons.seconds, "floor_seconds": floor.seconds,
               "ratio": round(ratio, 3), "target_ratio": TARGET_RATIO, "met": ratio <= TARGET_RATIO,
               "slowest_lesson": {"notebook": slowest[0], "seconds": slowest[1]}, "slowest_cells": cells,
+              "lessons": per_lesson, "commit": commit(),
+              "previous": {"commit": previous.get("commit"), "lessons": previous_ratios(previous),
+                           "lessons_seconds": previous.get("lessons_seconds"), "ratio": previous.get("ratio")}
+              if previous else None,
               "runs": [asdict(t) for t in [*floors, lessons]],
               "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}}
     (OUT / "workbook.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
