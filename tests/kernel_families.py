@@ -350,3 +350,21 @@ def probe_family(value: float) -> str:
         return "saturating"
     raise ValueError(f"probe answer {value!r} is neither {PROBE_EXACT:g} (exact) nor {PROBE_SATURATING:g} "
                      "(saturating)")
+
+
+def skip_unless_ci(reason: str) -> None:
+    """Skip locally; in CI both families must run, so the same reason is a failure."""
+    import pytest
+
+    if in_ci():
+        pytest.fail(f"CI=true but a kernel family cannot run: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def family_prefix(require, *args) -> list[str]:
+    """``require(*args)``'s argv prefix, or a skip (a failure in CI) naming why the family cannot run."""
+    try:
+        return require(*args)
+    except Unavailable as exc:
+        reason = str(exc)
+    skip_unless_ci(reason)

@@ -16,22 +16,6 @@ import pytest
 import kernel_families as kf
 
 
-def skip_unless_ci(reason: str) -> None:
-    """Skip locally; in CI both families must run, so the same reason is a failure."""
-    if kf.in_ci():
-        pytest.fail(f"CI=true but a kernel family cannot run: {reason}", pytrace=False)
-    pytest.skip(reason)
-
-
-def family_prefix(require, *args) -> list[str]:
-    """``require(*args)``'s argv prefix, or a skip (a failure in CI) naming why the family cannot run."""
-    try:
-        return require(*args)
-    except kf.Unavailable as exc:
-        reason = str(exc)
-    skip_unless_ci(reason)
-
-
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory):
     """The probe model and an input batch of ones (3 rows, so batching is exercised too)."""
@@ -101,7 +85,7 @@ def test_aarch64_wrapper_has_no_machine_paths():
 @pytest.mark.slow
 def test_haswell_saturates(probe, tmp_path):
     """AVX2 without VNNI: vpmaddubsw's int16 pair sums clip, 32 x 32767 / 255 -> 4096."""
-    prefix = family_prefix(kf.require_haswell)
+    prefix = kf.family_prefix(kf.require_haswell)
     answer = probe_answer(prefix, probe, tmp_path / "haswell.npz")
     assert answer.ravel().tolist() == [kf.PROBE_SATURATING] * 3
 
@@ -109,7 +93,7 @@ def test_haswell_saturates(probe, tmp_path):
 @pytest.mark.slow
 def test_aarch64_is_exact(probe, tmp_path):
     """ARM64 dot-product kernels accumulate in int32: 64 x 255 x 127 / 255 = 8128."""
-    prefix = family_prefix(kf.require_aarch64, kf.DEFAULT_AARCH64_CACHE)
+    prefix = kf.family_prefix(kf.require_aarch64, kf.DEFAULT_AARCH64_CACHE)
     done = kf.run(prefix, "-c", "import platform, onnxruntime; print(platform.machine(), onnxruntime.__version__)")
     assert done.stdout.split() == ["aarch64", kf.ORT_VERSION]
     answer = probe_answer(prefix, probe, tmp_path / "aarch64.npz")

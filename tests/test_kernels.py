@@ -100,22 +100,6 @@ def top_two_gap(scores: np.ndarray) -> np.ndarray:
     return top[:, -1] - top[:, -2]
 
 
-def skip_unless_ci(reason: str) -> None:
-    """Skip locally; in CI both families must run, so the same reason is a failure (as in test_kernel_families)."""
-    if kf.in_ci():
-        pytest.fail(f"CI=true but a kernel family cannot run: {reason}", pytrace=False)
-    pytest.skip(reason)
-
-
-def family_prefix(require, *args) -> list[str]:
-    """``require(*args)``'s argv prefix, or a skip (a failure in CI) naming why the family cannot run."""
-    try:
-        return require(*args)
-    except kf.Unavailable as exc:
-        reason = str(exc)
-    skip_unless_ci(reason)
-
-
 def run_all(prefix: list[str], models: dict, x: np.ndarray, folder) -> dict:
     """All models in ONE process under ``prefix`` (qemu start-up costs seconds): kind -> output."""
     inputs, out = folder / "x.npz", folder / "out.npz"
@@ -252,13 +236,13 @@ def test_per_channel_weights_saturate(models, x):
 
 @pytest.fixture(scope="module")
 def haswell_outputs(models, x, tmp_path_factory) -> dict:
-    prefix = family_prefix(kf.require_haswell)
+    prefix = kf.family_prefix(kf.require_haswell)
     return run_all(prefix, models, x, tmp_path_factory.mktemp("haswell"))
 
 
 @pytest.fixture(scope="module")
 def aarch64_outputs(models, x, tmp_path_factory) -> dict:
-    prefix = family_prefix(kf.require_aarch64, kf.DEFAULT_AARCH64_CACHE)
+    prefix = kf.family_prefix(kf.require_aarch64, kf.DEFAULT_AARCH64_CACHE)
     return run_all(prefix, models, x, tmp_path_factory.mktemp("aarch64"))
 
 
