@@ -39,7 +39,7 @@ class SubmitError(LabError):
 
 def wanted(rel: str) -> bool:
     """Is ``rel`` (a path inside the workspace) one of the files the lessons write?"""
-    return rel in REQUIRED or rel in OPTIONAL or any(p.match(rel) for p in PATTERNS)
+    return rel in REQUIRED or rel in OPTIONAL or any(p.fullmatch(rel) for p in PATTERNS)
 
 
 def collect(work: Path) -> dict[str, Path]:
@@ -100,7 +100,7 @@ def submit(student: str, work_dir: str | Path = "workspace", out_dir: str | Path
     """Write ``out_dir/<student>.zip`` from the workspace and return its path."""
     from lab import schemas
 
-    if not STUDENT_ID.match(student or ""):
+    if not STUDENT_ID.fullmatch(student or ""):
         raise SubmitError(f"student id {student!r}: use letters, digits, '_', '.' or '-' (at most 64), "
                           "starting with a letter or digit")
     work = Path(work_dir).expanduser().resolve()

@@ -126,3 +126,16 @@ def test_nan_is_refused(lesson_suite):
     doc["sets"]["right"]["max_abs_error"] = float("nan")
     with pytest.raises(SchemaError, match="sets/right/max_abs_error"):
         schemas.validate("results", doc)
+
+
+def test_a_trailing_newline_does_not_pass_an_id_or_hash_pattern():
+    """Python's `$` matches before a final newline; the schemas' patterns must not (a student id "ref\\n")."""
+    doc = {"schema": "submission/1", "student": "ref", "submitted_at": "2026-12-01T00:00:00Z", "lab_version": "0",
+           "versions": {"python": "3", "onnx": "1", "onnxruntime": "1", "numpy": "2"}, "platform": "p",
+           "files": {"results.json": "0" * 64}}
+    schemas.validate("submission", doc)
+    for field, bad in (("student", "ref\n"), ("files", {"results.json": "0" * 64 + "\n"})):
+        broken = copy.deepcopy(doc)
+        broken[field] = bad
+        with pytest.raises(SchemaError):
+            schemas.validate("submission", broken)

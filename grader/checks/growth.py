@@ -43,7 +43,7 @@ def run_growth(ctx: Context) -> list:
     rows = _series(doc)
     reported = {(str(value(r, "kind", "set", "name")), int(value(r, "batches", "n_batches", "batch_count", default=-1))): r
                 for r in rows}
-    models = sorted((m.group(1), int(m.group(2))) for rel in ctx.sub.files if (m := GROWTH_FILE.match(rel)))
+    models = sorted((m.group(1), int(m.group(2))) for rel in ctx.sub.files if (m := GROWTH_FILE.fullmatch(rel)))
     narrow = sorted(n for k, n in models if k == "narrow")
     if not narrow:
         raise Missing("growth/narrow-NNN.onnx")
