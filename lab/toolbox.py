@@ -179,7 +179,19 @@ def candidates(source: str | Path, out_dir: str | Path, ev: Evaluation, calibrat
 
 def meets(accuracy_loss: float, size_ratio: float, static: bool) -> bool:
     """The exercise's requirement, on numbers measured on the same images as FP32."""
-    return bool(static and accuracy_loss <= MAX_ACCURACY_LOSS + 1e-9 and size_ratio <= MAX_SIZE_RATIO)
+    return not unmet(accuracy_loss, size_ratio, static)
+
+
+def unmet(accuracy_loss: float, size_ratio: float, static: bool) -> list[str]:
+    """Each limit of the requirement the numbers miss, with the number and the limit."""
+    out = []
+    if not static:
+        out.append("no static input ruler (a dynamic model computes its ranges at run time)")
+    if accuracy_loss > MAX_ACCURACY_LOSS + 1e-9:
+        out.append(f"accuracy loss {accuracy_loss:.4f} is over the limit {MAX_ACCURACY_LOSS}")
+    if size_ratio > MAX_SIZE_RATIO:
+        out.append(f"size {size_ratio:.1%} of FP32 is over the limit {MAX_SIZE_RATIO:.1%}")
+    return out
 
 
 # ---- selective quantization ----------------------------------------------------------------------

@@ -291,3 +291,11 @@ def test_check_choice_says_which_family_it_measured(source, work, right, family)
     with kernels.computing_as(family):
         result = tb.check_choice(good, source, "evaluation")
     assert result["kernel_family"] == family and result["meets"], result
+
+
+def test_unmet_names_each_limit_the_choice_misses():
+    assert tb.unmet(0.0, 0.30, True) == [] and tb.meets(0.0, 0.30, True)
+    problems = tb.unmet(0.01, 0.50, False)
+    assert len(problems) == 3 and not tb.meets(0.01, 0.50, False)
+    assert any(f"{tb.MAX_ACCURACY_LOSS}" in p for p in problems) and any("35.5%" in p for p in problems)
+    assert tb.unmet(0.0, 0.50, True) == [f"size 50.0% of FP32 is over the limit {tb.MAX_SIZE_RATIO:.1%}"]
