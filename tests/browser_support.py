@@ -65,6 +65,20 @@ def chromium_path() -> Path | None:
     return CHROMIUM if CHROMIUM.is_file() and os.access(CHROMIUM, os.X_OK) else None
 
 
+def launched_chromium(skip):
+    """Yield a headless Debian Chromium under Playwright, closed afterwards; ``skip(reason)`` when Playwright is missing."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        skip("Playwright for Python is not installed (it is in requirements.txt: run `make setup`)")
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(chromium_path()), headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from browser_support import (CHROMIUM_ARGS, JupyterServer, ServerStartError, chromium_path,
+from browser_support import (JupyterServer, ServerStartError, chromium_path, launched_chromium,
                              copy_notebooks, free_port, start_jupyter, stop_jupyter)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -97,16 +97,7 @@ def jupyter(lab_root) -> JupyterServer:
 
 @pytest.fixture(scope="module")
 def browser(jupyter):
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        skip_unless_ci("Playwright for Python is not installed (it is in requirements.txt: run `make setup`)")
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(chromium_path()), headless=True, args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+    yield from launched_chromium(skip_unless_ci)
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from bad_submissions import corpus
-from browser_support import CHROMIUM_ARGS, chromium_path
+from browser_support import chromium_path, launched_chromium
 from grader import reference
 from grader.context import rubric
 from grader.report import write_report
@@ -66,16 +66,7 @@ def most_lost(out: Path) -> tuple[str, int]:
 def browser():
     if chromium_path() is None:
         skip_unless_ci("Chromium is not installed at /usr/bin/chromium (Debian: apt-get install chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        skip_unless_ci("Playwright for Python is not installed (it is in requirements.txt: run `make setup`)")
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(chromium_path()), headless=True, args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+    yield from launched_chromium(skip_unless_ci)
 
 
 @pytest.mark.browser
