@@ -174,6 +174,22 @@ def _check_item(item, number: int, report: ReaderReport, input_name: str, n_feat
     return int(value.shape[0])
 
 
+def _first_call_problem(ending: str) -> str:
+    """A reader that raises before serving one batch has a bug, not an end: name it as such.
+
+    The usual cause is ``__init__``: an attribute it never set (``AttributeError``), or a value it stored in
+    the wrong shape or type, which the first ``get_next()`` trips over.
+    """
+    error = ending.replace("raise ", "", 1)
+    if error.startswith("AttributeError"):
+        where = ("__init__ never set the attribute it names: set every attribute get_next() and rewind() use "
+                 "in __init__ (self.pixels, self.batch_size, the position, ...)")
+    else:
+        where = ("a bug in __init__ (a value stored in the wrong shape or type) or in get_next() itself; "
+                 "the data has not run out, because no batch was served yet")
+    return f"get_next() raised {error} on its first call, before serving any batch: {where}"
+
+
 def check_reader(reader, input_name: str = INPUT_NAME, n_features: int = N_FEATURES,
                  expected_samples: int | None = None, max_batches: int = 100_000) -> ReaderReport:
     """Drive ``reader`` the way ONNX Runtime's calibrator does, and report in plain words.
@@ -190,7 +206,9 @@ def check_reader(reader, input_name: str = INPUT_NAME, n_features: int = N_FEATU
     report.batches, report.samples, ending = _one_pass(reader, report, input_name, n_features, max_batches)
     report.problems = [f"{_batches(numbers)}: {msg}" for msg, numbers in report.batch_problems.items() if numbers]
     report.ending = {"None": "returned None (correct)"}.get(ending, ending)
-    if ending.startswith("raise"):
+    if ending.startswith("raise") and report.batches == 0 and ending != "raise StopIteration":
+        report.problems.append(_first_call_problem(ending))
+    elif ending.startswith("raise"):
         report.problems.append(f"get_next() must return None when the data runs out; it {ending.replace('raise', 'raised', 1)}. "
                                "The calibrator stops on None, and any exception escapes quantize_static")
     elif ending.startswith("no end"):

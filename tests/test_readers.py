@@ -105,3 +105,24 @@ def test_recording_reader_hash_matches_the_data():
         pass
     assert (rec.samples, rec.batches) == (360, 52)
     assert rec.sha256 == data.data_sha256(X)
+
+
+class ForgotPosition(CalibrationDataReader):
+    """A bug in __init__: the position get_next() reads is never set."""
+
+    def __init__(self, x, batch_size=36):
+        self.x, self.batch_size = x, batch_size
+
+    def get_next(self):
+        if self.position >= len(self.x):
+            return None
+        self.position += self.batch_size
+        return {"pixels": self.x[self.position - self.batch_size:self.position]}
+
+
+def test_a_bug_in_init_is_named_as_such_not_as_the_end_of_the_data():
+    report = check_reader(ForgotPosition(X))
+    assert not report.ok
+    problem = report.problems[0]
+    assert "first call, before serving any batch" in problem and "__init__ never set" in problem
+    assert "position" in problem and "must return None" not in problem
