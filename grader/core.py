@@ -14,7 +14,7 @@ from typing import Callable
 
 from grader import __version__
 from lab import kernels
-from grader.checks import acceptance, calibration, growth, reader, release, toolbox
+from grader.checks import acceptance, calibration, growth, predictions, reader, release, toolbox
 from grader.context import Context, Missing, StudentFileError, check, is_runtime_error, rubric, runtime_problem
 from lab.environment import EnvironmentProblem
 from lab.errors import LabError, WorkspaceError
@@ -54,6 +54,7 @@ GROUPS = (
     Group("07", "release", ("recipe", "disjoint", "metadata", "scenarios"), release.NEEDS, release.run,
           release.active),
     Group("08", "toolbox", ("choice_meets", "choice_reported"), toolbox.NEEDS, toolbox.run, toolbox.active),
+    Group("01", "predictions", predictions.NAMES, predictions.NEEDS, predictions.run),
 )
 HIDDEN_NAMES = {"secret_summarize", "heldout", "choice_heldout"}
 

@@ -222,6 +222,22 @@ def _release(work: Path, reader_cls) -> None:
     recipe.write_release(work / "release", draft, doc, evaluation, here)
 
 
+def _predictions(work: Path) -> None:
+    """The predictions a student who reasoned right writes: the input rulers worked out from each set's range."""
+    from lab import data, predictions, ruler
+
+    rulers = {}
+    for kind in ("narrow", "right", "wide"):
+        calib = data.calibration_set(kind)
+        scale, zp = ruler.scale_zero_point(min(float(calib.min()), 0.0), float(calib.max()), "int8")
+        rulers[kind] = {"scale": float(scale), "zero_point": int(zp)}
+    for question, answer in {"clip_or_squash": {"clips": "narrow", "squashes": "wide"}, "input_rulers": rulers,
+                             "more_batches": {"narrow_reaches_right": False, "largest_narrow_range": 0.25},
+                             "formats": {"smaller": "QOperator", "same_input_ruler": True},
+                             "entry_tensor": "pixels"}.items():
+        predictions.record(work, question, answer)
+
+
 def build(work_dir: str | Path, growth_counts=GROWTH_COUNTS) -> Path:
     """Write a complete, correct workspace for lessons 00-07 (07 once the lab has it) into ``work_dir`` and return its path."""
     from lab import compare, data, workspace
@@ -237,6 +253,7 @@ def build(work_dir: str | Path, growth_counts=GROWTH_COUNTS) -> Path:
     _dump(work / "growth.json", _growth(work, reader_cls, x, labels, reference, growth_counts))
     _dump(work / "formats.json", _formats(work, reader_cls, x, labels, reference))
     _dump(work / "regression.json", _regression(work, reader_cls, x, labels))
+    _predictions(work)
     from grader.checks import release
 
     if release.active():

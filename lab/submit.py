@@ -21,12 +21,13 @@ from lab.errors import LabError
 REQUIRED = ("calibration_reader.py", "narrow.onnx", "right.onnx", "wide.onnx", "dynamic.onnx", "results.json")
 OPTIONAL = ("growth.json", "formats.json", "formats/model.qdq.onnx", "formats/model.qoperator.onnx",
             "formats/model.calibration.json", "metrics.py", "candidate.onnx", "regression.json",
-            "toolbox.json", "choice.onnx")
+            "toolbox.json", "choice.onnx", "predictions.json")
 PATTERNS = (re.compile(r"^growth/(narrow|right)-\d{3}\.onnx$"), re.compile(r"^release/[A-Za-z0-9_.-]+\.(onnx|json)$"))
 # Which lesson writes each optional file, so a student knows what to run before handing in.
 WRITTEN_BY = {"growth.json": "04", "formats.json": "05", "formats/model.qdq.onnx": "05",
               "formats/model.qoperator.onnx": "05", "formats/model.calibration.json": "05", "metrics.py": "06",
-              "candidate.onnx": "06", "regression.json": "06", "toolbox.json": "08", "choice.onnx": "08"}
+              "candidate.onnx": "06", "regression.json": "06", "toolbox.json": "08", "choice.onnx": "08",
+              "predictions.json": "01"}
 MODULES = ("calibration_reader.py", "metrics.py")
 STUB = "raise NotImplementedError("  # the release's exercise stub, with or without a message
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

@@ -1,0 +1,105 @@
+"""Predictions: saved and validated in the workspace, judged by the grader against the student's own models.
+
+The reference hand-in predicts right and gets full marks on both kernel families; each wrong prediction loses
+its points, and its feedback says what was predicted, what was measured and why.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from grader import core, reference
+from grader.checks import predictions as check
+from grader.context import Context
+from grader.submission import open_submission
+from lab import kernels, predictions
+from lab.submit import submit
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    return reference.build(tmp_path_factory.mktemp("reference") / "workspace", growth_counts=(1, 4, 16))
+
+
+def _graded(work: Path, tmp: Path, family: str | None = None) -> dict:
+    """The predictions part of a grade, as ``family``'s CPUs compute it: check name -> (points, message)."""
+    zip_path = submit("student", work, tmp)
+    ctx = Context(open_submission(zip_path, tmp / "opened"))
+    with kernels.computing_as(family):
+        return {c.name: (c.points, c.message) for c in check.run(ctx)}
+
+
+@pytest.mark.parametrize("family", kernels.FAMILIES)
+def test_the_reference_predictions_earn_full_marks_on_every_kernel_family(work, tmp_path, family):
+    got = _graded(work, tmp_path, family)
+    assert set(got) == set(check.NAMES)
+    assert all(points == 1.0 for points, _ in got.values()), got
+    assert all(message.startswith("prediction right") for _, message in got.values())
+
+
+def test_the_predictions_part_counts_in_the_full_grade(work, tmp_path):
+    result = core.grade(submit("student", work, tmp_path))
+    part = [c for c in result.checks if c.part == "predictions"]
+    assert [c.name for c in part] == list(check.NAMES) and all(c.passed for c in part), [c.message for c in part]
+
+
+WRONG = {
+    "clip_or_squash": ({"clips": "wide", "squashes": "narrow"}, ["you said wide clips", "narrow is clipping",
+                                                                 "reach past its end"]),
+    "input_rulers": ({"narrow": {"scale": 0.25, "zero_point": 0}, "right": {"scale": 1 / 255, "zero_point": -128},
+                      "wide": {"scale": 16 / 255, "zero_point": -128}},
+                     ["narrow: you said scale 0.25 / zero point 0", "scale = (max - min) / 255"]),
+    "more_batches": ({"narrow_reaches_right": True, "largest_narrow_range": 0.25},
+                     ["you said more narrow batches do reach", "MinMax keeps the largest value"]),
+    "formats": ({"smaller": "QDQ", "same_input_ruler": False},
+                ["you said QDQ is smaller", "they are the same", "one calibration cache"]),
+    "entry_tensor": ("fc2.out", ["you said the error enters at fc2.out", "it enters at pixels",
+                                 "first QuantizeLinear"]),
+}
+
+
+@pytest.mark.parametrize("question", list(WRONG))
+def test_a_wrong_prediction_loses_its_points_and_says_why(work, tmp_path, question):
+    answer, words = WRONG[question]
+    copy = shutil.copytree(work, tmp_path / "workspace")
+    predictions.record(copy, question, answer)
+    got = _graded(copy, tmp_path)
+    points, message = got[question]
+    assert points < 1.0 and message.startswith("prediction wrong"), message
+    for w in words:
+        assert w in message, (w, message)
+    assert all(p == 1.0 for q, (p, _) in got.items() if q != question), got
+
+
+def test_a_missing_prediction_names_the_lesson_that_asks_it(work, tmp_path):
+    copy = shutil.copytree(work, tmp_path / "workspace")
+    doc = json.loads((copy / predictions.FILE).read_text())
+    del doc["predictions"]["formats"]
+    (copy / predictions.FILE).write_text(json.dumps(doc))
+    points, message = _graded(copy, tmp_path)["formats"]
+    assert points == 0 and "no prediction for formats: lesson 05 asks" in message
+
+
+def test_record_keeps_the_other_predictions_and_refuses_a_malformed_answer(tmp_path):
+    predictions.record(tmp_path, "formats", {"smaller": "QDQ", "same_input_ruler": True})
+    predictions.record(tmp_path, "entry_tensor", "pixels")
+    assert predictions.load(tmp_path) == {"formats": {"smaller": "QDQ", "same_input_ruler": True},
+                                          "entry_tensor": "pixels"}
+    with pytest.raises(predictions.PredictionError, match=r"'formats' \(lesson 05\), smaller: expected one of"):
+        predictions.record(tmp_path, "formats", {"smaller": "qoperator", "same_input_ruler": True})
+    with pytest.raises(predictions.PredictionError, match=r"narrow.zero_point: expected an integer"):
+        predictions.normalise("input_rulers", {k: {"scale": 0.1, "zero_point": 0.5} for k in predictions.KINDS})
+    with pytest.raises(predictions.PredictionError, match="expected True or False"):
+        predictions.normalise("more_batches", {"narrow_reaches_right": "no", "largest_narrow_range": 0.25})
+    assert predictions.load(tmp_path)["formats"]["smaller"] == "QDQ", "a refused answer leaves the file as it was"
+
+
+def test_the_judge_uses_only_what_was_measured():
+    """A verdict depends on the measurement handed to it, not on a number this lab's CPU produced."""
+    sizes = {"QDQ": 100, "QOperator": 200}
+    assert predictions.judge_formats({"smaller": "QDQ", "same_input_ruler": False}, sizes, False).ok
+    verdict = predictions.judge_formats({"smaller": "QOperator", "same_input_ruler": False}, sizes, False)
+    assert verdict.score == 0.5 and "QDQ 100 bytes, QOperator 200 bytes" in verdict.message
