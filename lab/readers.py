@@ -242,6 +242,12 @@ def check_reader(reader, input_name: str = INPUT_NAME, n_features: int = N_FEATU
     return report
 
 
+# ONNX Runtime's own words for this are "No data is collected", four frames deep inside quantize_static
+USED_UP = ("the calibration reader served no batch at all: it is used up. That is lesson 02's mistake (b): a reader "
+           "that already ran to its end gives nothing the second time. Make a fresh DigitReader for each conversion "
+           "(or call reader.rewind() before reusing it)")
+
+
 class RecordingReader(CalibrationDataReader):
     """Pass a reader's batches through unchanged, and record a hash and a count of what was served."""
 
@@ -256,6 +262,8 @@ class RecordingReader(CalibrationDataReader):
 
     def get_next(self):
         item = self.reader.get_next()
+        if not item and self.batches == 0:
+            raise ReaderContractError(USED_UP)
         if item:
             value = np.ascontiguousarray(item[self.input_name], dtype=np.float32)
             self._hash.update(value.tobytes())
