@@ -3,8 +3,11 @@
 Refused, before anything is parsed: absolute paths and ``..`` (zip slip), symlinks, device
 files, archives or files over their size caps, too many files, damaged or foreign archives (a bad
 CRC, names that differ between headers or are not UTF-8, a file and a folder of one name, an
-unsupported or encrypted member), and files whose SHA-256 does not match ``submission.json``. JSON is parsed strictly (no NaN or Infinity) and checked
-against its schema; ONNX files are checked in ``grader.models``.
+unsupported or encrypted member), and files whose SHA-256 does not match ``submission.json``. Every JSON file,
+with a schema or not (lesson 05's calibration cache has none), is read by the one strict loader,
+``lab.schemas.loads``: NaN, Infinity, a number that overflows to infinity (``-1e999``), a key twice in one
+object and deep nesting are refused, naming the file and the field. A file with a schema must match it;
+ONNX files are checked in ``grader.models``.
 """
 from __future__ import annotations
 
@@ -304,7 +307,8 @@ def open_submission(path: str | Path, dest: str | Path) -> Submission:
 
 
 def _check_json(path: Path, rel: str) -> None:
-    """Strict JSON; if it names a schema the repo has, it must match it."""
+    """Strict JSON (``lab.schemas.loads``, the loader every reader of a hand-in uses); if it names a schema the
+    repo has, it must match it."""
     from lab import schemas
 
     if path.stat().st_size == 0:

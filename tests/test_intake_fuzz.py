@@ -12,6 +12,7 @@ import csv
 import io
 import json
 import os
+import re
 import stat
 import struct
 import subprocess
@@ -236,6 +237,7 @@ class DigitReader(CalibrationDataReader):
         self.position += self.batch_size
         return {self.input_name: batch}
 '''
+CACHE = "formats/model.calibration.json"
 SURROGATES = "\udc80\ud800 lone surrogates, \x1b[31m escape, \x00 NUL, \u202e right-to-left"
 
 NAMED = {
@@ -263,6 +265,14 @@ NAMED = {
     "json_deep_manifest": manifest_edit(lambda t: insert_key(t, '"deep": ' + deep(1000))),
     "json_deep_dicts": with_text("formats.json", '{"a": ' * 5000 + "1" + "}" * 5000),
     "json_duplicate_keys": json_edit("results.json", lambda t: insert_key(t, '"schema": "results/1"')),
+    # every JSON file the grader reads, schema or not (lesson 05's calibration cache has none): one strict loader
+    "json_duplicate_key_nested_in_cache": json_edit(
+        CACHE, lambda t: t.replace('"pixels": {"lowest": {"data": [', '"pixels": {"lowest": {"data": [0.5], "data": [', 1)),
+    "json_minus_1e999_in_cache": json_edit(
+        CACHE, lambda t: re.sub(r'("pixels": \{"lowest": \{"data": \[)[^\]]*', r"\1-1e999", t, count=1)),
+    "json_1e999_in_growth": json_edit("growth.json", lambda t: re.sub(r'("max_abs_error": )[0-9.eE+-]+', r"\g<1>1e999",
+                                                                      t, count=1)),
+    "json_duplicate_key_in_manifest": manifest_edit(lambda t: insert_key(t, '"student": "someone-else"')),
     # the student's model or data at fault
     "model_fp32_right": fp32_as("right.onnx"),
     "model_fp32_qdq": fp32_as("formats/model.qdq.onnx"),
@@ -301,6 +311,12 @@ EXPECT = {
     "json_deep_manifest": ("invalid", "submission.json: not valid JSON (lists and objects are nested deeper"),
     "json_deep_dicts": ("invalid", "formats.json: not valid JSON (lists and objects are nested deeper"),
     "json_duplicate_keys": ("invalid", "results.json: not valid JSON (key 'schema' appears twice"),
+    "json_duplicate_key_nested_in_cache": ("invalid", "formats/model.calibration.json: not valid JSON (key "
+                                           "'data/pixels/lowest/data' appears twice"),
+    "json_minus_1e999_in_cache": ("invalid", "formats/model.calibration.json: not valid JSON (field "
+                                  "'data/pixels/lowest/data/0' is -1e999, too large for a float: it reads as -inf"),
+    "json_1e999_in_growth": ("invalid", "growth.json: not valid JSON (field 'rows/0/max_abs_error' is 1e999"),
+    "json_duplicate_key_in_manifest": ("invalid", "submission.json: not valid JSON (key 'student' appears twice"),
     "model_fp32_right": ("graded", "right.onnx: not quantized"),
     "model_fp32_qdq": ("graded", "formats/model.qdq.onnx: not quantized"),
     "model_nan_candidate": ("graded", "accept_candidate is True, but"),
@@ -593,7 +609,9 @@ def test_safe_text_and_strict_json():
         text.encode("utf-8")
         assert not _unsafe(text)
     for bad, why in (("[" * 1000 + "]" * 1000, "nested deeper"), ('{"a": ' * 65 + "1" + "}" * 65, "nested deeper"),
-                     ('{"a": 1, "a": 2}', "appears twice"), ('{"a": NaN}', "NaN")):
+                     ('{"a": 1, "a": 2}', "appears twice"), ('{"a": NaN}', "field 'a' is NaN"),
+                     ('{"a": {"b": [1, {"c": 1, "c": 2}]}}', "key 'a/b/1/c' appears twice"),
+                     ('{"a": [0.5, -1e999]}', "field 'a/1' is -1e999, too large for a float: it reads as -inf")):
         with pytest.raises(ValueError, match=why):
             schemas.loads(bad)
     assert schemas.loads('{"a": ' * 64 + "1" + "}" * 64) is not None

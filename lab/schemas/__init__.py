@@ -32,44 +32,85 @@ def names() -> list[str]:
     return sorted(p.name[: -len(".schema.json")] for p in HERE.glob("*.schema.json"))
 
 
-def _reject_constant(token: str):
-    raise ValueError(f"{token} is not valid JSON; write null or a finite number")
+class _Refused:
+    """A value the parser met that is refused once its place in the document is known (to name the field)."""
+
+    def __init__(self, problem: str):
+        self.problem = problem
+
+
+def _constant(token: str) -> _Refused:
+    return _Refused(f"is {token}, which is not valid JSON; write null or a finite number")
+
+
+def _float(text: str) -> float | _Refused:
+    value = float(text)
+    if math.isfinite(value):
+        return value
+    return _Refused(f"is {text[:40]}, too large for a float: it reads as {value}; only finite numbers are allowed")
 
 
 MAX_DEPTH = 64  # the lessons' documents nest 5 deep; 1,000 deep would exhaust the parser's or a validator's stack
 
 
+class _Duplicated(dict):
+    """An object in which a key appeared twice (the last copy kept until the whole document is refused)."""
+
+    key: str = ""
+
+
 def _no_duplicates(pairs: list[tuple[str, object]]) -> dict:
-    obj = {}
+    obj: dict = {}
     for key, val in pairs:
-        if key in obj:
-            raise ValueError(f"key {key!r} appears twice in one object; which one is meant cannot be told")
+        if key in obj and not isinstance(obj, _Duplicated):
+            obj = _Duplicated(obj)
+            obj.key = key
         obj[key] = val
     return obj
 
 
-def _depth(obj: object) -> int:
-    """How deep lists and objects nest in ``obj`` (without recursion), stopping once past ``MAX_DEPTH``."""
-    deepest, stack = 0, [(obj, 1)]
+def _path(trail) -> str:
+    """'a/b/0' from the linked trail ``(parent_trail, key)`` built while walking (strings only when needed)."""
+    keys = []
+    while trail:
+        trail, key = trail
+        keys.append(str(key))
+    return "/".join(reversed(keys))
+
+
+def _refused(obj: object) -> str | None:
+    """The first refused value in document order, as "field 'a/b' is ..." (no recursion); None if there is none."""
+    stack: list[tuple[object, tuple | None, int]] = [(obj, None, 1)]
     while stack:
-        node, depth = stack.pop()
-        if isinstance(node, (dict, list)):
-            deepest = max(deepest, depth)
-            if depth > MAX_DEPTH:
-                break
-            stack.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict) else node))
-    return deepest
+        node, trail, depth = stack.pop()
+        if depth > MAX_DEPTH + 1:
+            return f"lists and objects are nested deeper than {MAX_DEPTH} levels; the lessons write at most a few"
+        if isinstance(node, _Refused):
+            return f"field '{_path(trail) or '(top level)'}' {node.problem}"
+        if isinstance(node, _Duplicated):
+            return f"key {_path((trail, node.key))!r} appears twice in one object; which one is meant cannot be told"
+        if isinstance(node, dict):
+            stack.extend((v, (trail, k), depth + 1) for k, v in reversed(node.items()))
+        elif isinstance(node, list):
+            stack.extend((v, (trail, i), depth + 1) for i, v in reversed(list(enumerate(node))))
+    return None
 
 
 def loads(text: str) -> object:
-    """Parse JSON strictly: NaN and Infinity, a key twice in one object, and nesting past ``MAX_DEPTH`` are refused."""
+    """Parse JSON strictly; every JSON file of a hand-in is read through here.
+
+    Refused, naming the field: NaN and Infinity, a number too large for a float (``-1e999`` reads as
+    ``-inf``), a key twice in one object (read last-wins, a wrong first copy would pass), and nesting
+    past ``MAX_DEPTH``.
+    """
     too_deep = f"lists and objects are nested deeper than {MAX_DEPTH} levels; the lessons write at most a few"
     try:
-        obj = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
+        obj = json.loads(text, parse_constant=_constant, parse_float=_float, object_pairs_hook=_no_duplicates)
     except RecursionError:
         raise ValueError(too_deep) from None
-    if _depth(obj) > MAX_DEPTH:
-        raise ValueError(too_deep)
+    problem = _refused(obj)
+    if problem:
+        raise ValueError(problem)
     return obj
 
 

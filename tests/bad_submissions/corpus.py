@@ -310,7 +310,7 @@ CASES = [
                                                                        _set("sets.right.max_abs_error", 0.01))),
     Case("reject_bad_hard_coded", "graded", "do not follow from your own numbers",
          with_json("regression.json", _reject_hardcoded)),
-    Case("json_nan", "invalid", "NaN is not valid JSON",
+    Case("json_nan", "invalid", "is NaN, which is not valid JSON",
          with_json("results.json", lambda d: None,
                    raw=lambda t: re.sub(r'("max_abs_error": )[0-9.eE+-]+', r"\1NaN", t, count=1))),
     Case("json_schema", "invalid", "does not match schema 'results'", with_json("results.json", lambda d: d.pop("sets"))),
