@@ -46,6 +46,12 @@ def title(part: str, name: str) -> str:
     return str(_rubric_file().get("titles", {}).get(part, {}).get(name, name))
 
 
+def charged_under(part: str, name: str) -> str:
+    """How a check names a mistake another check charges: "not charged here: charged once, under 06 acceptance:
+    summarize() counts right, ...". One wording for every group, so a student finds the entry that took the points."""
+    return f"not charged here: charged once, under {rubric()[part].get('title', part)}: {title(part, name)}"
+
+
 def points(part: str, name: str) -> float:
     try:
         return float(rubric()[part][name])

@@ -97,7 +97,7 @@ MISTAKES = [
             reader(READER.replace("    def rewind(self):\n        self.position = 0\n", "")),
             {"reader.contract": 1}, ("no rewind() method",)),
     Mistake("reader_never_ends_charged_once", reader(corpus.READER_HEAD + corpus.NEVER_ENDS),
-            {"reader.contract": 1}, ("never returned None", "charged once, under the reader contract")),
+            {"reader.contract": 1}, ("never returned None", "not charged here: charged once, under 02 the calibration reader")),
     Mistake("right_calibrated_on_evaluation", _right_on_evaluation,
             {"calibration.range_seen": 1}, ("a hash of the evaluation split",)),
     Mistake("regression_json_missing", corpus.without("regression.json"),

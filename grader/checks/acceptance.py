@@ -13,7 +13,7 @@ import numpy as np
 
 from grader import sandbox
 from grader.checks import own_code
-from grader.context import Context, check, entry, evaluation, fp32_outputs, number, value
+from grader.context import Context, charged_under, check, entry, evaluation, fp32_outputs, number, value
 from grader.results import Evidence
 
 PART = "acceptance"
@@ -147,8 +147,7 @@ def _compare_summary(name: str, rep: dict, mine: dict, probs: np.ndarray, exact:
         diff = np.abs(conf_rep - np.asarray(mine["confusion"])).sum()
         transposed = np.abs(conf_rep - np.asarray(mine["confusion"]).T).sum()
         if diff > 2 * allowed and transposed == 0 and transposed_charged:
-            notes.append(f"{TRANSPOSED}, written by your summarize(): not charged here, see lesson 06 "
-                         "'summarize() puts actual digits in rows'")
+            notes.append(f"{TRANSPOSED}, written by your summarize(): {charged_under(PART, 'summarize_code')}")
         elif diff > 2 * allowed:
             problems.append(TRANSPOSED if transposed == 0 else
                             f"confusion differs from the recomputed one in {int(diff)} count(s)")
@@ -385,7 +384,7 @@ def run_summarize(ctx: Context) -> list:
     visible_wrong = any(not k.endswith(" must raise") for k in by_problem)
     if secret_msg and visible_wrong:
         hidden = check("hidden", "secret_summarize", 1.0, "summarize() on the instructor's lists: the same kind "
-                       "of mistake as on the lesson's lists, charged once there (lesson 06: summarize)", hidden=True)
+                       f"of mistake as on the lesson's lists; {charged_under(PART, 'summarize_code')}", hidden=True)
     else:
         hidden = check("hidden", "secret_summarize", 0.0 if secret_msg else 1.0,
                        f"summarize() on the instructor's lists: {secret_msg or 'correct'}", hidden=True)

@@ -36,13 +36,81 @@ def _narrow_stream(doc: dict):
         return None
 
 
+def _int(x) -> int | None:
+    return x if isinstance(x, int) and not isinstance(x, bool) else None
+
+
+def _record_problems(doc: dict, rows: list[dict], stream) -> list[str]:
+    """growth.json's own record: the stream's hash, and one batch size everywhere, samples = batches x batch size."""
+    from lab.data import data_sha256
+
+    problems = []
+    spec = value(doc, "narrow_stream") or {}
+    if stream is None:
+        problems.append("growth.json narrow_stream: max_batches, batch_size and seed do not name a stream "
+                        "lab.data.narrow_batches can rebuild")
+    elif value(spec, "sha256") != data_sha256(stream):
+        problems.append(f"growth.json narrow_stream/sha256 is not the hash of the stream its max_batches "
+                        f"({value(spec, 'max_batches')}), batch_size ({value(spec, 'batch_size')}) and seed "
+                        f"({value(spec, 'seed')}) give")
+    bs = _int(value(spec, "batch_size"))
+    if _int(value(doc, "settings.batch_size")) != bs:
+        problems.append(f"growth.json settings/batch_size is {value(doc, 'settings.batch_size')}, narrow_stream/"
+                        f"batch_size {value(spec, 'batch_size')}: one lesson run has one batch size")
+    for i, r in enumerate(rows):
+        n, rbs, samples = (_int(value(r, k)) for k in ("batches", "batch_size", "samples"))
+        if rbs != bs or n is None or samples != n * rbs:
+            problems.append(f"growth.json rows/{i} ({value(r, 'kind')} x {value(r, 'batches')}): batch_size "
+                            f"{value(r, 'batch_size')} and samples {value(r, 'samples')}; the run's batch size is "
+                            f"{bs}, and samples = batches x batch_size")
+            break
+    return problems
+
+
+def _model_problem(ctx: Context, rel: str, kind: str, n: int, bs: int | None, seed, rep: dict,
+                   shas: dict) -> str:
+    """Does ``rel`` hold the model its name says: the ruler of the first n batches of its stream, and its reported hash?
+
+    A model swapped for another of the hand-in keeps a valid graph, but its ruler belongs to another batch count.
+    """
+    from lab import data, graph, ruler
+
+    if bs is None or bs < 1 or n * bs > 1 << 16:
+        return ""  # the record itself is wrong: charged once, as a record problem
+    if kind == "narrow":
+        try:
+            pixels = data.narrow_batches(n * bs, 1, seed=int(seed))  # prefix-stable: the first n x bs samples
+        except (TypeError, ValueError):
+            return ""
+        named = f"the first {n} batch(es) of {bs} of the narrow stream"
+    else:
+        pixels = data.calibration_set("right")[:n * bs]
+        named = f"the first {n} batch(es) of {bs} of the right set"
+    got = graph.input_ruler(ctx.model(rel))
+    scale, zp = ruler.scale_zero_point(float(pixels.min()), float(pixels.max()), got.dtype)
+    problems = []
+    if abs(got.scale - float(scale)) > 1e-6 * float(scale) or got.zero_point != zp:
+        problems.append(f"its input ruler (scale {got.scale:.6g}, zero point {got.zero_point}) is not what {named} "
+                        f"give{'s' if n == 1 else ''} (scale {float(scale):.6g}, zero point {zp})")
+    mine = ctx.sub.files.get(rel)
+    if rep and value(rep, "model_sha256") != mine:
+        problems.append("its SHA-256 is not the model_sha256 growth.json reports for it")
+    twin = next((other for other, sha in sorted(shas.items()) if other != rel and sha == mine), None)
+    if problems and twin:  # the copy is named where it is wrong, never where it is the original
+        problems.append(f"its bytes are those of {twin}")
+    return f"{rel}: " + "; ".join(problems) if problems else ""
+
+
 def run_growth(ctx: Context) -> list:
     from lab import compare, graph
 
     doc = ctx.doc("growth.json")
     rows = _series(doc)
-    reported = {(str(value(r, "kind", "set", "name")), int(value(r, "batches", "n_batches", "batch_count", default=-1))): r
-                for r in rows}
+    reported = {}
+    for r in rows:
+        n = _int(value(r, "batches", "n_batches", "batch_count"))
+        if n is not None:
+            reported[(str(value(r, "kind", "set", "name")), n)] = r
     models = sorted((m.group(1), int(m.group(2))) for rel in ctx.sub.files if (m := GROWTH_FILE.fullmatch(rel)))
     narrow = sorted(n for k, n in models if k == "narrow")
     if not narrow:
@@ -50,6 +118,18 @@ def run_growth(ctx: Context) -> list:
     picks = sorted({narrow[0], narrow[len(narrow) // 2], narrow[-1]})
     ok_count, msgs, ev = 0, [], []
     stream = _narrow_stream(doc)
+    run_bs = _int(value(doc, "narrow_stream.batch_size"))
+    seed = value(doc, "narrow_stream.seed")
+    shas = {f"growth/{k}-{n:03d}.onnx": ctx.sub.files[f"growth/{k}-{n:03d}.onnx"] for k, n in models}
+    # every model of the series holds the ruler its batch count implies (cheap: no inference)
+    wrong_model = {}
+    for kind, n in models:
+        rel = f"growth/{kind}-{n:03d}.onnx"
+        rep = reported.get((kind, n), {})
+        bs = _int(value(rep, "batch_size")) or run_bs
+        problem = _model_problem(ctx, rel, kind, n, bs, seed, rep, shas)
+        if problem:
+            wrong_model[(kind, n)] = problem
     for n in picks:
         rel = f"growth/narrow-{n:03d}.onnx"
         r = graph.input_ruler(ctx.model(rel))
@@ -62,18 +142,29 @@ def run_growth(ctx: Context) -> list:
                 and rep_err is not None and abs(rep_err - err) <= SOFTMAX_STEP)
         prov = ""
         if stream is not None:  # the row's calibration hash and count: the first n batches of the narrow stream
-            bs = int(value(rep, "batch_size", default=0) or value(doc, "narrow_stream.batch_size", default=0) or 0)
+            bs = int(value(rep, "batch_size", default=0) or run_bs or 0)
+            from lab import data
+
             prov_ok, prov, prov_ev = provenance(f"narrow x{n}", f"the first {n} batches of the narrow stream",
-                                                stream[:n * bs], value(rep, "calibration_sha256"),
+                                                data.narrow_batches(n * bs, 1, seed=int(seed)) if bs else stream[:0],
+                                                value(rep, "calibration_sha256"),
                                                 value(rep, "samples", "calibration_samples"))
             ev += prov_ev
             good = good and prov_ok
+        model_problem = wrong_model.pop(("narrow", n), "")
+        good = good and not model_problem
         ok_count += good
         msgs.append(f"{n} batches: range {r.range_seen:.4g}, error {err:.4f}" +
-                    ("" if good or prov else f" (reported {rep_range}, {rep_err}: not what {rel} gives)")
-                    + (f" ({prov})" if prov else ""))
-    out = [check("growth", "series", ok_count / len(picks),
-                 "recomputed first, middle and last narrow counts: " + "; ".join(msgs), ev)]
+                    ("" if good or prov or model_problem else f" (reported {rep_range}, {rep_err}: not what {rel} gives)")
+                    + (f" ({prov})" if prov else "") + (f" ({model_problem})" if model_problem else ""))
+    # one more point for what the picks do not show: a swapped model elsewhere in the series, a wrong record
+    rest = list(wrong_model.values()) + _record_problems(doc, rows, stream)
+    if rest:
+        msgs.append("the rest of the series: " + "; ".join(rest[:4]) + (" ..." if len(rest) > 4 else "")
+                    + ". Re-run lesson 04 from the top, so growth.json and every growth/ model come from one run")
+    out = [check("growth", "series", max(0, ok_count - bool(rest)) / len(picks),
+                 "recomputed first, middle and last narrow counts, and every model's ruler from its batch count: "
+                 + "; ".join(msgs), ev)]
     rights = sorted(n for k, n in models if k == "right")
     if rights:
         last = compare.max_abs_error(fp32_outputs(), ctx.outputs(f"growth/narrow-{narrow[-1]:03d}.onnx"))
@@ -89,30 +180,103 @@ def run_growth(ctx: Context) -> list:
     return out
 
 
+CACHE = "formats/model.calibration.json"
+
+
+def _cache_range(ctx: Context, doc: dict) -> tuple[tuple[float, float] | None, str]:
+    """The 'pixels' range in lesson 05's calibration cache, or None and what is wrong with the file.
+
+    The cache is what made the two formats share one calibration (ORT skips calibration when it exists),
+    so it must be handed in, be the file formats.json names, and hold a finite range per tensor.
+    """
+    from lab import data
+
+    named = value(doc, "calibration.cache")
+    if named != CACHE:
+        return None, f"formats.json calibration/cache is {named!r}; lesson 05's cache is {CACHE}"
+    if not ctx.has(CACHE):
+        return None, f"{CACHE} is not in the submission: lesson 05 writes it, and both formats are built from it"
+    if value(doc, "calibration.cache_sha256") != data.file_sha256(ctx.sub.path(CACHE)):
+        return None, f"formats.json calibration/cache_sha256 is not the hash of {CACHE} (changed after the lesson?)"
+    cache = ctx.doc(CACHE)  # the strict loader refused NaN, -1e999 and duplicate keys at intake
+    tensors = value(cache, "data")
+    if not isinstance(tensors, dict) or not tensors:
+        return None, (f"{CACHE} field 'data' holds no ranges (expected one per tensor, 'pixels' among them); "
+                      "re-run lesson 05, which writes it with lab.quantize.quantize_both_formats")
+    for name, entry in tensors.items():
+        lo, hi = (value(entry, f"{end}.data") for end in ("lowest", "highest"))
+        ok = all(isinstance(v, list) and len(v) == 1 and number(v[0]) is not None for v in (lo, hi))
+        if not ok or number(lo[0]) > number(hi[0]):
+            return None, (f"{CACHE} field 'data/{name}' is not a range: expected lowest/data and highest/data, "
+                          "one finite number each, lowest <= highest")
+    if "pixels" not in tensors:
+        return None, f"{CACHE} field 'data' has no range for 'pixels', the model's input"
+    entry = tensors["pixels"]
+    return (float(entry["lowest"]["data"][0]), float(entry["highest"]["data"][0])), ""
+
+
+def _formats_reported(ctx: Context, doc: dict, rels: dict, formats: dict) -> list[str]:
+    """Each format's reported file, hash, size and format, and the settings' per_channel, against the files."""
+    from lab import data
+    from lab.recipe import _per_channel
+
+    wrong = []
+    for name, rel in rels.items():
+        rep = value(value(doc, "formats") or {}, name) or {}
+        path = ctx.sub.path(rel)
+        for field, want in (("file", rel.split("/")[-1]), ("sha256", ctx.sub.files[rel]),
+                            ("size_bytes", path.stat().st_size), ("quant_format", formats[name])):
+            got = value(rep, field)
+            if got != want or isinstance(got, bool):
+                shown = f"{got}"[:20] if field == "sha256" else got
+                wrong.append(f"formats/{name}/{field} is {shown!r}, {rel} has {str(want)[:20] if field == 'sha256' else want!r}")
+    reported_pc = value(doc, "settings.per_channel")
+    graph_pc = {name: _per_channel(ctx.sub.path(rel)) for name, rel in rels.items()}
+    for name, pc in graph_pc.items():
+        if reported_pc is not pc:
+            wrong.append(f"settings/per_channel is {reported_pc}, but {rels[name]} has "
+                         f"{'per-channel' if pc else 'per-tensor'} weights")
+            break
+    return wrong
+
+
 def run_formats(ctx: Context) -> list:
-    from lab import compare, graph
+    from lab import compare, data, graph, ruler
 
     doc = ctx.doc("formats.json")
     qdq_rel, qop_rel = "formats/model.qdq.onnx", "formats/model.qoperator.onnx"
     fq, fo = graph.quant_format(ctx.model(qdq_rel)), graph.quant_format(ctx.model(qop_rel))
-    out = [check("formats", "two_formats", float(fq == "QDQ" and fo == "QOperator"),
+    wrong = _formats_reported(ctx, doc, {"QDQ": qdq_rel, "QOperator": qop_rel}, {"QDQ": fq, "QOperator": fo})
+    kinds_ok = (fq, fo) == ("QDQ", "QOperator")
+    out = [check("formats", "two_formats", float(kinds_ok and not wrong),
                  f"model.qdq.onnx is {fq}, model.qoperator.onnx is {fo}"
-                 + ("" if (fq, fo) == ("QDQ", "QOperator") else "; expected QDQ and QOperator (quant_format=...)"))]
+                 + ("" if kinds_ok else "; expected QDQ and QOperator (quant_format=...)")
+                 + ("" if not wrong else "; formats.json does not describe the files: " + "; ".join(wrong[:4])
+                    + ". Write formats.json from the models and the settings the conversion used"))]
     rq, ro = graph.input_ruler(ctx.model(qdq_rel)), graph.input_ruler(ctx.model(qop_rel))
     rep_q = value(value(doc, "formats") or doc, "QDQ", "qdq") or {}
     rep_o = value(value(doc, "formats") or doc, "QOperator", "qoperator") or {}
     same = rq.scale == ro.scale and rq.zero_point == ro.zero_point
     rep_s = number(value(rep_q, "scale", "input_scale"))
     rep_ok = rep_s is not None and abs(rep_s - rq.scale) <= 1e-6 * rq.scale
-    from lab import data
-
     cal = value(doc, "calibration") or {}
     prov_ok, prov, prov_ev = provenance("formats", "lab.data.calibration_set('right')", data.calibration_set("right"),
                                         value(cal, "sha256"), value(cal, "samples"))
-    out.append(check("formats", "same_scales", float(same and rep_ok and prov_ok),
+    # the cache both conversions read: its 'pixels' range gives the input ruler found in both models
+    cache, cache_problem = _cache_range(ctx, doc)
+    if cache is not None:
+        scale, zp = ruler.scale_zero_point(cache[0], cache[1], rq.dtype)
+        for name, r in (("QDQ", rq), ("QOperator", ro)):
+            if abs(r.scale - float(scale)) > 1e-6 * float(scale) or r.zero_point != zp:
+                cache_problem = (f"the 'pixels' range in {CACHE} [{cache[0]:.6g}, {cache[1]:.6g}] gives scale "
+                                 f"{float(scale):.9g} and zero point {zp}, but model.{name.lower()}.onnx has "
+                                 f"{r.scale:.9g} / {r.zero_point}: it was not built from that cache")
+                break
+    out.append(check("formats", "same_scales", float(same and rep_ok and prov_ok and not cache_problem),
                      f"input scales {rq.scale:.9g} (QDQ) and {ro.scale:.9g} (QOperator)"
                      + ("" if same else "; expected identical: build both from one calibration cache")
-                     + ("" if rep_ok else f"; reported {rep_s}") + (f"; {prov}" if prov else ""),
+                     + ("" if rep_ok else f"; reported {rep_s}") + (f"; {prov}" if prov else "")
+                     + (f"; {cache_problem}" if cache_problem else f"; both rulers come from {CACHE}"),
                      [Evidence("QDQ input scale", rep_s, rq.scale, 1e-6 * rq.scale, WHY_SCALE)] + prov_ev))
     eq = compare.max_abs_error(fp32_outputs(), ctx.outputs(qdq_rel))
     eo = compare.max_abs_error(fp32_outputs(), ctx.outputs(qop_rel))
@@ -123,11 +287,28 @@ def run_formats(ctx: Context) -> list:
                      f"max abs error QDQ {eq:.4f}, QOperator {eo:.4f} (ratio {ratio:.2f}, same order if at most 3)",
                      [Evidence("QDQ max abs error", rq_err, eq, SOFTMAX_STEP, WHY_OUTPUT),
                       Evidence("QOperator max abs error", ro_err, eo, SOFTMAX_STEP, WHY_OUTPUT)]))
-    diff = float(np.max(np.abs(ctx.outputs(qdq_rel).astype(np.float64) - ctx.outputs(qop_rel))))
+    out.append(_elementwise(ctx, doc, qdq_rel, qop_rel))
+    return out
+
+
+def _elementwise(ctx: Context, doc: dict, qdq_rel: str, qop_rel: str):
+    """The largest elementwise difference and the count of predictions that differ, recomputed."""
+    from grader.checks.acceptance import near_boundary
+
+    a, b = ctx.outputs(qdq_rel), ctx.outputs(qop_rel)
+    diff = float(np.max(np.abs(a.astype(np.float64) - b)))
     rep_d = number(value(doc, "difference.max_abs_difference", "max_elementwise_difference"))
     ok = diff > 0 and rep_d is not None and rep_d > 0 and abs(rep_d - diff) <= 2 * SOFTMAX_STEP
-    out.append(check("formats", "elementwise", float(ok),
-                     f"largest elementwise difference between the formats: {diff:.4f} (reported {rep_d})",
-                     [Evidence("max elementwise difference", rep_d, diff, 2 * SOFTMAX_STEP,
-                               "two output grid steps: each format may land one step apart on another CPU")]))
-    return out
+    differ = int(np.sum(a.argmax(1) != b.argmax(1)))
+    near = len(set(near_boundary(a).tolist()) | set(near_boundary(b).tolist()))
+    rep_p = value(doc, "difference.predictions_differ")
+    p_ok = isinstance(rep_p, int) and not isinstance(rep_p, bool) and abs(rep_p - differ) <= near
+    return check("formats", "elementwise", float(ok and p_ok),
+                 f"largest elementwise difference between the formats: {diff:.4f} (reported {rep_d}); "
+                 f"predictions that differ: {differ} (reported {rep_p})"
+                 + ("" if p_ok else "; count the samples whose argmax differs between the two formats"),
+                 [Evidence("max elementwise difference", rep_d, diff, 2 * SOFTMAX_STEP,
+                           "two output grid steps: each format may land one step apart on another CPU"),
+                  Evidence("predictions that differ", rep_p, differ, near,
+                           "near-boundary policy: a sample whose top-2 margin is within the grid may flip on "
+                           "another CPU")])

@@ -8,7 +8,7 @@ import numpy as np
 
 from grader import sandbox
 from grader.checks import own_code
-from grader.context import Context, Missing, check
+from grader.context import Context, Missing, charged_under, check
 from grader.results import Evidence
 
 PART = "reader"
@@ -265,7 +265,7 @@ def _range_check(ctx: Context, first: np.ndarray | None, pixels: np.ndarray):
     if first is None:
         first = pixels
         instead = ("checked against lesson 03's 'right' calibration set itself, because your reader did not serve "
-                   "it (that is charged once, under the reader contract): ")
+                   f"it ({charged_under(PART, 'contract')}): ")
     try:
         model = ctx.model("right.onnx")
     except Missing:

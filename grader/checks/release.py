@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from grader.context import SOFTMAX_STEP, WHY_OUTPUT, Context, check, number, value
+from grader.context import SOFTMAX_STEP, WHY_OUTPUT, Context, charged_under, check, number, value
 from grader.results import Evidence
 
 PART = "release"
@@ -48,7 +48,7 @@ def _served(ctx: Context, doc: dict, sel, ev: list) -> list[tuple[str, bool]]:
     if served != count and "reader:sizes" in ctx.charged:
         ctx.notes.append(f"lesson 07: recipe.json says {count} calibration images, but your DigitReader serves "
                          f"{served} of them at batch_size={bs}: the release was calibrated on fewer images than "
-                         "its recipe records (charged once, under lesson 02's reader contract)")
+                         f"its recipe records ({charged_under('reader', 'contract')})")
         return items
     items.append((f"the recipe's count is what your reader served ({served} at batch_size={bs})", served == count))
     return items
@@ -136,9 +136,35 @@ def run(ctx: Context) -> list:
         msgs.append(f"{name}: {s.verdict}" + ("" if good else f" (reported {rep.get('verdict')}, "
                                                                f"INT8 accuracy {ia}, recomputed {s.int8_accuracy:.4f})"))
     fam_ok, fam_msgs, fam_ev = _families(doc, ctx.sub.path(MODEL), acc_split)
-    out.append(check(PART, "scenarios", (ok_count + fam_ok) / (len(mine) + 1), "; ".join(msgs + fam_msgs),
-                     ev + fam_ev))
+    record_wrong = _record_problems(ctx, record, doc, mine)
+    if record_wrong:
+        msgs.append("scenarios.json does not match the release: " + "; ".join(record_wrong))
+    out.append(check(PART, "scenarios", (ok_count + fam_ok + (not record_wrong)) / (len(mine) + 2),
+                     "; ".join(msgs + fam_msgs), ev + fam_ev))
     return out
+
+
+def _record_problems(ctx: Context, record: dict, doc: dict, mine: dict) -> list[str]:
+    """scenarios.json's own fields: the lab's limit and margin, the model and recipe it describes, all_pass.
+
+    The limit decides every verdict: a record that raised it to pass a scenario is not the lab's release.
+    """
+    from lab import data, recipe
+
+    wrong = []
+    for field, want in (("limit", recipe.LIMIT), ("boundary_margin", recipe.BOUNDARY_MARGIN)):
+        got = number(record.get(field))
+        if got is None or abs(got - want) > 1e-12:
+            wrong.append(f"{field} is {record.get(field)}; the lab's (lab.recipe.{field.upper()}) is {want}")
+    for field, rel in (("model_sha256", MODEL), ("recipe_sha256", RECIPE)):
+        if record.get(field) != ctx.sub.files.get(rel):
+            wrong.append(f"{field} is not the hash of {rel}")
+    if record.get("acceptance") != {k: doc["acceptance"].get(k) for k in ("split", "count", "sha256")}:
+        wrong.append("acceptance is not the recipe's acceptance set (split, count, sha256)")
+    passed = all(s.verdict == "pass" for s in mine.values())
+    if record.get("all_pass") is not passed:
+        wrong.append(f"all_pass is {record.get('all_pass')}, but the recomputed verdicts say {passed}")
+    return wrong
 
 
 def _families(doc: dict, model, acc_split) -> tuple[float, list[str], list]:
