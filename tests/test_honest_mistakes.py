@@ -15,6 +15,7 @@ import pytest
 
 from bad_submissions import corpus
 from grader import core, reference, sandbox
+from grader.checks import toolbox
 from lab.submit import submit
 
 READER = corpus.READER_HEAD + corpus.GOOD_NEXT
@@ -26,6 +27,8 @@ class Mistake:
     make: Callable[[corpus.Files], bytes]
     lost: dict = field(default_factory=dict)  # "part.check" -> points lost
     words: tuple[str, ...] = ()
+    base: str = "reference"  # the hand-in it is made from, and graded against: a key of BASES
+    status: str = "graded"   # "invalid": refused at intake, the words in the reason
 
 
 def reader(src: str):
@@ -75,6 +78,171 @@ def corpus_release(kind: str) -> str:
     return f"release/{kind}.json"
 
 
+def _copy(src: str, dst: str):
+    return lambda files: corpus.pack({**files, dst: files[src]})
+
+
+def _edit(rel: str, path: str, val):
+    def edit(doc: dict) -> None:
+        node = doc
+        keys = path.split(".")
+        for k in keys[:-1]:
+            node = node[k]
+        node[keys[-1]] = val
+    return corpus.with_json(rel, edit)
+
+
+def _duplicate_first(rel: str, raw: str):
+    """A wrong first copy of a key before the right one: read last-wins, the wrong copy would pass unseen."""
+    def make(files: corpus.Files) -> bytes:
+        text = files[rel].decode()
+        at = text.index('"max_abs_error"')
+        return corpus.pack({**files, rel: (text[:at] + raw + text[at:]).encode()})
+    return make
+
+
+def _cache_without_data(files: corpus.Files) -> bytes:
+    """formats/model.calibration.json with its ranges deleted, and formats.json's hash updated to match."""
+    import hashlib
+
+    cache = json.loads(files[CACHE])
+    cache["data"] = {}
+    raw = json.dumps(cache).encode()
+    doc = json.loads(files["formats.json"])
+    doc["calibration"]["cache_sha256"] = hashlib.sha256(raw).hexdigest()
+    return corpus.pack({**files, CACHE: raw, "formats.json": json.dumps(doc, indent=2).encode()})
+
+
+CACHE = "formats/model.calibration.json"
+
+
+def _workspace(tmp: Path, reader_source: str = reference.READER_SOURCE):
+    """A scratch workspace with the FP32 source and a reader, as lessons 03-08 start: (folder, DigitReader)."""
+    from lab import data, workspace
+
+    (tmp / "source.onnx").write_bytes(data.fixture_path("fp32.onnx").read_bytes())
+    (tmp / "calibration_reader.py").write_text(reader_source)
+    return tmp, workspace.load_module(tmp, "calibration_reader").DigitReader
+
+
+def _growth_rerun(files: corpus.Files, batch_size: int) -> bytes:
+    """Lesson 04's grow cell run again with another BATCH_SIZE; the growth.json cell not run again."""
+    import tempfile
+
+    from lab import compare, data, growth
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work, reader_cls = _workspace(Path(tmp))
+        ev = data.load_split("evaluation")
+        common = dict(make_reader=lambda p: reader_cls(p, batch_size=batch_size), batch_size=batch_size, x=ev.pixels,
+                      labels=ev.labels, reference=compare.predict(work / "source.onnx", ev.pixels))
+        counts = reference.GROWTH_COUNTS
+        growth.grow(work / "source.onnx", work / "growth", counts, stream=data.narrow_batches(max(counts), batch_size),
+                    kind="narrow", **common)
+        growth.grow(work / "source.onnx", work / "growth", reference.RIGHT_COUNTS, stream=data.calibration_set("right"),
+                    kind="right", **common)
+        models = {f"growth/{p.name}": p.read_bytes() for p in (work / "growth").glob("*.onnx")}
+    return corpus.pack({**files, **models})
+
+
+def _lesson05(files: corpus.Files, per_channel: bool = False, qoperator_apart: bool = False) -> bytes:
+    """Lesson 05 done again with one change; formats.json written from the new models, its settings as typed."""
+    import tempfile
+
+    from lab import compare, data, formats, quantize
+    from lab.data import file_sha256
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work, reader_cls = _workspace(Path(tmp))
+        out = work / "formats"
+        out.mkdir()
+        calib = data.calibration_set("right")
+        cache = out / "model.calibration.json"
+        if qoperator_apart:
+            record = quantize.quantize(work / "source.onnx", out / "model.qdq.onnx", reader_cls(calib, batch_size=36),
+                                       quant_format="QDQ", calibration_cache_path=cache)
+            quantize.quantize(work / "source.onnx", out / "model.qoperator.onnx", reader_cls(calib[:36], batch_size=36),
+                              quant_format="QOperator")
+        else:
+            record = quantize.quantize_both_formats(work / "source.onnx", out, reader_cls(calib, batch_size=36),
+                                                    per_channel=per_channel)["QDQ"]
+        ev = data.load_split("evaluation")
+        doc = json.loads(files["formats.json"])  # settings as the student typed them: per_channel False
+        doc.update(formats.compare_formats(out / "model.qdq.onnx", out / "model.qoperator.onnx", ev.pixels, ev.labels,
+                                           compare.predict(work / "source.onnx", ev.pixels)))
+        doc["calibration"].update(cache_sha256=file_sha256(cache), samples=record.calibration_samples,
+                                  batches=record.calibration_batches, sha256=record.calibration_sha256)
+        new = {f"formats/{p.name}": p.read_bytes() for p in out.iterdir()}
+    return corpus.pack({**files, **new, "formats.json": json.dumps(doc, indent=2).encode()})
+
+
+DROPS_LAST = reference.READER_SOURCE.replace("if self.position >= len(self.pixels):",
+                                             "if self.position + self.batch_size > len(self.pixels):")
+
+
+def _lab_run_with_reader(source: str) -> bytes:
+    """Every lesson run with this reader (lesson 02's exercise), then handed in with ``lab submit``."""
+    import tempfile
+
+    original = reference.READER_SOURCE
+    with tempfile.TemporaryDirectory() as tmp:
+        reference.READER_SOURCE = source
+        try:
+            work = reference.build(Path(tmp) / "workspace")
+        finally:
+            reference.READER_SOURCE = original
+        return submit("reference", work, Path(tmp) / "out").read_bytes()
+
+
+GOOD_CHOICE = {"quant_format": "QOperator", "preprocess": True}
+
+
+def _with_toolbox(files: corpus.Files, settings: dict, excluded_bytes=None) -> bytes:
+    return corpus.pack(_toolbox_files(files, settings, excluded_bytes))
+
+
+def _toolbox_files(files: corpus.Files, settings: dict, excluded_bytes=None) -> corpus.Files:
+    """Lesson 08's choice.onnx and toolbox.json, its tables cut to the chosen row (the full lesson takes minutes;
+    the grader reads the choice). ``settings`` is the student's CHOICE."""
+    import tempfile
+
+    from lab import data, measure
+    from lab import toolbox as tb
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work, _ = _workspace(Path(tmp))
+        source, choice = work / "source.onnx", work / "choice.onnx"
+        tb.build(source, choice, data.calibration_set("right"), settings, scratch_dir=work / "scratch")
+        ev = measure.evaluation(source)
+        check = tb.check_choice(choice, source, "evaluation")
+        m = measure.measure(choice, ev)
+        full = {**tb.BASELINE, **settings}
+        interval = measure.input_interval(choice)
+        row = {"name": tb.settings_name(full), "settings": full, **tb.describe(full), **m,
+               "accuracy_loss": check["accuracy_loss"], "size_ratio": check["size_ratio"], "meets": check["meets"]}
+        method = {"calibration": "right", "method": "MinMax", "options": {}, "input_range": interval, **m}
+        doc = tb.document(
+            ev=ev, methods=[method], outliers=[method],
+            entropy={"num_bins": 128, "num_quantized_bins": 128, "histogram_bins": [], "candidates_per_tensor": [],
+                     "formula_candidates": 0, "same_ranges_as_minmax": False},
+            settings=[{"name": row["name"], "settings": full, "static": True, "input_range": interval, **m}],
+            excluded={"name": "baseline, fc3.matmul left in FP32", "excluded": ["fc3.matmul"], **m, "float_weights": 1},
+            sensitivity_={"activations": [], "drops": [], "weights": [], "most_sensitive_node": None},
+            preprocess={"ops_before": {}, "ops_after": {}, "value_info_before": 0, "value_info_after": 0,
+                        "bytes_before": 1, "bytes_after": 1},
+            speed={"threads": 1, "timings": [], "sweep": [], "crossover_width": None}, candidates_=[row],
+            choice={"file": "choice.onnx", "sha256": data.file_sha256(choice), "settings": full,
+                    "max_abs_error": check["max_abs_error"], "accuracy": check["accuracy"], "bytes": check["bytes"],
+                    "accuracy_loss": check["accuracy_loss"], "size_ratio": check["size_ratio"],
+                    "justification": f"the candidate I picked: {row['name']}, measured on the evaluation split"})
+        if excluded_bytes is not None:
+            doc["excluded"]["bytes"] = excluded_bytes
+        return {**files, "choice.onnx": choice.read_bytes(), "toolbox.json": json.dumps(doc, indent=1).encode()}
+
+
+BASES = {"reference": lambda files: files, "toolbox": lambda files: _toolbox_files(files, GOOD_CHOICE)}
+
+
 MISTAKES = [
     Mistake("reader_drops_last_partial_batch",
             reader(READER.replace("if self.position >= len(self.pixels):",
@@ -106,7 +274,50 @@ MISTAKES = [
     Mistake("summarize_transposed", corpus.with_file("metrics.py", corpus.METRICS_TRANSPOSED),
             {"acceptance.summarize_code": 1.5}, ("confusion is transposed",)),
     Mistake("scenario_loss_sign_flipped", _flip_loss, {"release.scenarios": 0.5}, ("is not FP32 accuracy minus INT8 accuracy",)),
+    # lesson 04: the grow cell re-run with BATCH_SIZE = 16 after growth.json was written for 8
+    Mistake("growth_models_from_another_batch_size", lambda f: _growth_rerun(f, batch_size=16), {"growth.series": 3},
+            ("is not what the first 1 batch(es) of 8 of the narrow stream give", "Re-run lesson 04 from the top")),
+    # lesson 05: the ORT guide's per-channel recipe in the conversion, per_channel False typed into formats.json
+    Mistake("formats_per_channel_reported_as_false", lambda f: _lesson05(f, per_channel=True),
+            {"formats.two_formats": 1}, ("settings/per_channel is False, but formats/model.qdq.onnx has per-channel",)),
+    # lesson 05: the QOperator model converted on its own, from one batch ("the second format needs no more"), not the cache
+    Mistake("formats_from_two_calibrations", lambda f: _lesson05(f, qoperator_apart=True), {"formats.same_scales": 1},
+            ("that format was calibrated apart from the cache",)),
+    # lesson 07 run with a reader that drops the last partial batch: the release saw 396 of the recipe's 420 images
+    Mistake("lab_run_with_a_reader_that_drops_the_last_batch", lambda f: _lab_run_with_reader(DROPS_LAST),
+            {"reader.contract": 1}, ("the last, partial batch must be served too", "recipe.json says 420 calibration "
+                                     "images, but your DigitReader serves 396", "not charged here: charged once, "
+                                     "under 02 the calibration reader")),
+    # lesson 08: the choice picked by the lowest error instead of the smallest file; size is charged once
+    Mistake("toolbox_choice_misses_the_size", lambda f: _with_toolbox(f, {}), {"toolbox.choice_meets": 1},
+            ("size ratio", "NO", "misses the requirement on size only", "not charged here: charged once, under 08 "
+                                                                        "the quantization toolbox"),
+            base="toolbox"),
 ]
+
+# What a seeded fuzz of the reference hand-in found unchecked: each now recomputed, or refused by its schema.
+FUZZ_FINDINGS = [
+    Mistake("fuzz_growth_model_swapped", _copy("growth/narrow-001.onnx", "growth/narrow-064.onnx"),
+            {"growth.series": 1}, ("growth/narrow-064.onnx: its input ruler", "its bytes are those of "
+                                                                            "growth/narrow-001.onnx")),
+    Mistake("fuzz_growth_batch_size_8_to_7", _edit("growth.json", "settings.batch_size", 7), {"growth.series": 1},
+            ("settings/batch_size is 7, narrow_stream/batch_size 8",)),
+    Mistake("fuzz_formats_size_bytes", _edit("formats.json", "formats.QDQ.size_bytes", 999),
+            {"formats.two_formats": 1}, ("formats/QDQ/size_bytes is 999",)),
+    Mistake("fuzz_formats_predictions_differ_0_to_10", _edit("formats.json", "difference.predictions_differ", 10),
+            {"formats.elementwise": 1}, ("predictions that differ: 0 (reported 10)",)),
+    Mistake("fuzz_calibration_cache_data_deleted", _cache_without_data, {"formats.same_scales": 1},
+            ("formats/model.calibration.json field 'data' holds no ranges",)),
+    Mistake("fuzz_scenarios_limit", _edit(corpus_release("scenarios"), "limit", 0.05), {"release.scenarios": 0.5},
+            ("limit is 0.05; the lab's (lab.recipe.LIMIT) is 0.01",)),
+    Mistake("fuzz_toolbox_excluded_size_1e308", lambda f: _with_toolbox(f, GOOD_CHOICE, excluded_bytes=1e308),
+            words=("toolbox.json: field 'excluded/bytes'", "greater than the maximum"), base="toolbox",
+            status="invalid"),
+    Mistake("fuzz_duplicate_key_wrong_first_copy", _duplicate_first("results.json", '"max_abs_error": 0.01, '),
+            words=("results.json: not valid JSON (key 'sets/narrow/max_abs_error' appears twice",),
+            status="invalid"),
+]
+ALL = MISTAKES + FUZZ_FINDINGS
 
 
 @pytest.fixture(scope="module")
@@ -117,39 +328,49 @@ def graded(tmp_path_factory):
     good_zip = submit("reference", work, tmp_path_factory.mktemp("handed-in"))
     files = corpus.read_zip(good_zip)
     folder = tmp_path_factory.mktemp("mistakes")
-    good = core.grade(good_zip)
-    out = {}
-    for m in MISTAKES:
-        if m.name.startswith("scenario") and "release/scenarios.json" not in files:
+    bases, out = {}, {}
+    for m in ALL:
+        if m.name.startswith(("scenario", "fuzz_scenarios")) and "release/scenarios.json" not in files:
             continue
+        if m.base == "toolbox" and not toolbox.active():
+            continue
+        if m.base not in bases:
+            base = BASES[m.base](dict(files))
+            path = folder / f"base-{m.base}.zip"
+            path.write_bytes(corpus.pack(base))
+            bases[m.base] = (base, core.grade(path))
         path = folder / f"{m.name}.zip"
-        path.write_bytes(m.make(dict(files)))
+        path.write_bytes(m.make(dict(bases[m.base][0])))
         out[m.name] = core.grade(path)
-    return good, out
+    return {k: r for k, (_, r) in bases.items()}, out
 
 
 def _points(result) -> dict:
     return {f"{c.part}.{c.name}": c.points for c in result.checks}
 
 
-@pytest.mark.parametrize("mistake", MISTAKES, ids=[m.name for m in MISTAKES])
+@pytest.mark.parametrize("mistake", ALL, ids=[m.name for m in ALL])
 def test_each_honest_mistake_loses_its_points_once_and_says_why(graded, mistake):
-    good, results = graded
+    bases, results = graded
     if mistake.name not in results:
-        pytest.skip("lesson 07 is not in this lab")
-    result = results[mistake.name]
-    assert result.status == "graded", result.reason
-    before, after = _points(good), _points(result)
-    lost = {k: round(before[k] - after.get(k, 0), 4) for k in before if round(before[k] - after.get(k, 0), 4)}
-    assert lost == mistake.lost, (lost, [c.message for c in result.checks if not c.passed])
-    text = result.to_markdown() + "\n".join(c.message for c in result.checks) + "\n".join(result.notes)
+        pytest.skip("that lesson is not in this lab")
+    result, good = results[mistake.name], bases[mistake.base]
+    if mistake.base != "reference":  # a base made here must itself earn full marks (the reference's test is elsewhere)
+        assert all(c.passed for c in good.checks), [c.message for c in good.checks if not c.passed]
+    assert result.status == mistake.status, result.reason
+    if mistake.status == "graded":
+        before, after = _points(good), _points(result)
+        lost = {k: round(before[k] - after.get(k, 0), 4) for k in before if round(before[k] - after.get(k, 0), 4)}
+        assert lost == mistake.lost, (lost, [c.message for c in result.checks if not c.passed])
+    text = (result.reason + result.to_markdown() + "\n".join(c.message for c in result.checks)
+            + "\n".join(result.notes))
     for words in mistake.words:
         assert words in text, (words, text[-3000:])
 
 
 def test_reference_scores_whole_or_half_points_only(graded):
-    good, results = graded
-    for r in [good, *results.values()]:
+    bases, results = graded
+    for r in [*bases.values(), *results.values()]:
         assert all(c.points * 2 == int(c.points * 2) for c in r.checks)
         assert "1.33" not in r.to_markdown() and "0.67" not in r.to_markdown()
 

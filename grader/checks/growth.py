@@ -91,7 +91,7 @@ def _model_problem(ctx: Context, rel: str, kind: str, n: int, bs: int | None, se
     problems = []
     if abs(got.scale - float(scale)) > 1e-6 * float(scale) or got.zero_point != zp:
         problems.append(f"its input ruler (scale {got.scale:.6g}, zero point {got.zero_point}) is not what {named} "
-                        f"give{'s' if n == 1 else ''} (scale {float(scale):.6g}, zero point {zp})")
+                        f"give (scale {float(scale):.6g}, zero point {zp})")
     mine = ctx.sub.files.get(rel)
     if rep and value(rep, "model_sha256") != mine:
         problems.append("its SHA-256 is not the model_sha256 growth.json reports for it")
@@ -215,6 +215,34 @@ def _cache_range(ctx: Context, doc: dict) -> tuple[tuple[float, float] | None, s
     return (float(entry["lowest"]["data"][0]), float(entry["highest"]["data"][0])), ""
 
 
+def _hidden_rulers(ctx: Context, rels: dict, dtype: str) -> str:
+    """Each MatMul output's ruler in both models against the cache's range for it; '' when all agree.
+
+    Both formats quantize the MatMul outputs from the same cached range (the Adds and the Softmax differ by
+    design: QOperator fuses Add+Relu, and forces its own Softmax grid). A format calibrated apart shows here.
+    """
+    from onnx import numpy_helper
+
+    from lab import data, graph, ruler
+
+    tensors = value(ctx.doc(CACHE), "data")
+    matmuls = [n.output[0] for n in graph.load(data.fixture_path("fp32.onnx")).graph.node if n.op_type == "MatMul"]
+    for name, rel in rels.items():
+        inits = {i.name: i for i in ctx.model(rel).graph.initializer}
+        for t in matmuls:
+            if t not in tensors or f"{t}_scale" not in inits or f"{t}_zero_point" not in inits:
+                continue
+            lo, hi = float(tensors[t]["lowest"]["data"][0]), float(tensors[t]["highest"]["data"][0])
+            want, want_zp = ruler.scale_zero_point(lo, hi, dtype)
+            got = float(numpy_helper.to_array(inits[f"{t}_scale"]).reshape(-1)[0])
+            got_zp = int(numpy_helper.to_array(inits[f"{t}_zero_point"]).reshape(-1)[0])
+            if abs(got - float(want)) > 1e-6 * float(want) or got_zp != want_zp:
+                return (f"{rel}'s ruler for '{t}' (scale {got:.6g}, zero point {got_zp}) is not the one {CACHE} "
+                        f"gives ({float(want):.6g}, {want_zp}): that format was calibrated apart from the cache, "
+                        "so the two formats do not share one calibration")
+    return ""
+
+
 def _formats_reported(ctx: Context, doc: dict, rels: dict, formats: dict) -> list[str]:
     """Each format's reported file, hash, size and format, and the settings' per_channel, against the files."""
     from lab import data
@@ -272,6 +300,8 @@ def run_formats(ctx: Context) -> list:
                                  f"{float(scale):.9g} and zero point {zp}, but model.{name.lower()}.onnx has "
                                  f"{r.scale:.9g} / {r.zero_point}: it was not built from that cache")
                 break
+        else:
+            cache_problem = _hidden_rulers(ctx, {"QDQ": qdq_rel, "QOperator": qop_rel}, rq.dtype)
     out.append(check("formats", "same_scales", float(same and rep_ok and prov_ok and not cache_problem),
                      f"input scales {rq.scale:.9g} (QDQ) and {ro.scale:.9g} (QOperator)"
                      + ("" if same else "; expected identical: build both from one calibration cache")
