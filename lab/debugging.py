@@ -15,6 +15,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from lab.errors import LabError
 from lab.graph import load
 from lab.readers import ArrayReader
 
@@ -88,6 +89,41 @@ def entry_point(rows: Sequence[LayerSQNR], reference: Sequence[LayerSQNR], drop_
         if r.tensor in ref and r.vs_fp32 < ref[r.tensor] - drop_db:
             return r
     return None
+
+
+class EntryCheckFailed(LabError):
+    """Lesson 07, exercise 1: the entry tensor or the flash measurement behind it is not what was asked."""
+
+
+def check_entry_tensor(answer, flash_rows: Sequence[LayerSQNR], daylight_rows: Sequence[LayerSQNR],
+                       measured: Sequence[LayerSQNR], order: Sequence[str], drop_db: float = 10.0) -> str:
+    """Lesson 07, exercise 1: the student's flash SQNR rows match the lab's own ``measured`` run (1 dB), and
+    ``answer`` is the first tensor, in graph order, ``drop_db`` below daylight's. Returns the check's line;
+    raises ``EntryCheckFailed`` naming the mistake (the wrong tensor, with both runs' dB at it)."""
+    mine = {r.tensor: r.vs_fp32 for r in flash_rows}
+    day = {r.tensor: r.vs_fp32 for r in daylight_rows}
+    for r in measured:
+        if r.tensor not in mine:
+            raise EntryCheckFailed(f"flash_errors has no row for {r.tensor!r}: run compute_activation_error on "
+                                   "the matching of both augmented models (every tensor of the graph)")
+        if abs(mine[r.tensor] - r.vs_fp32) > 1.0:
+            raise EntryCheckFailed(
+                f"flash_errors[{r.tensor!r}]['xmodel_err'] is {mine[r.tensor]:.1f} dB, but the flash run measures "
+                f"{r.vs_fp32:.1f} dB there: collect both models' activations with a DigitReader over flash_pixels, "
+                "rewind() it between the two runs, and pass the QDQ activations first to create_activation_matching")
+    if answer not in order:
+        raise EntryCheckFailed(f"ENTRY_TENSOR = {answer!r} is not a tensor of this graph; pick one of `order`: "
+                               + ", ".join(order))
+    expected = entry_point(measured, daylight_rows, drop_db)
+    if expected is None or answer == expected.tensor:
+        return (f"check: ENTRY_TENSOR is the first tensor, in graph order, whose SQNR against FP32 falls more than "
+                f"{drop_db:g} dB below daylight's")
+    at = (f"at {answer}, flash has {mine[answer]:.1f} dB against daylight's {day[answer]:.1f} dB"
+          if answer in mine and answer in day else f"{answer} has no QDQ pair, so no SQNR row")
+    raise EntryCheckFailed(
+        f"ENTRY_TENSOR is {answer!r}, but the first tensor in graph order that falls more than {drop_db:g} dB below "
+        f"daylight is {expected.tensor!r} ({mine[expected.tensor]:.1f} dB against {day[expected.tensor]:.1f} dB); "
+        f"{at}. The error enters at the first such tensor: every later one inherits it")
 
 
 def format_sqnr(runs: Mapping[str, Sequence[LayerSQNR]]) -> str:

@@ -112,3 +112,44 @@ def format_table(rows: list[Row]) -> str:
         lines.append(f"{r['kind']:<7} {r['batches']:>7d} {r['samples']:>7d} {r['calibration_range']:>11.4f} "
                      f"{r['range_seen']:>10.4f} {r['max_abs_error']:>11.3f} {r['accuracy']:>8.3f}")
     return "\n".join(lines)
+
+
+HIDDEN = ("relu1.out", "relu2.out", "fc3.out")
+
+
+def hidden_rulers(source: str | Path, models: dict, x: np.ndarray, tensors: Iterable[str] = HIDDEN) -> list[dict]:
+    """Per hidden tensor and model: where the ruler ends, the share of the deployed values it clips, and its
+    mean round-trip error on them. Why a small right calibration can match a large one: fewer images see fewer
+    extremes, so their rulers end sooner (finer steps, a few values clipped), and the two trade off."""
+    from lab import ruler
+
+    tensors = list(tensors)
+    values = graph.tensor_values(source, x, tensors)
+    rows = []
+    for t in tensors:
+        v = values[t]
+        row = {"tensor": t, "values_reach": [float(v.min()), float(v.max())]}
+        for label, model in models.items():
+            r = graph.input_ruler(model, t)
+            stats = ruler.ruler_stats(v, *r.interval)
+            row[label] = {"ruler": list(r.interval), "clipped_fraction": stats["clipped_fraction"],
+                          "mean_abs_error": stats["mean_abs_error"]}
+        rows.append(row)
+    return rows
+
+
+def format_hidden_rulers(rows: list[dict]) -> str:
+    """One line per tensor: where the deployed values reach, then each model's ruler, clipped share, mean error."""
+    labels = [k for k in rows[0] if k not in ("tensor", "values_reach")]
+    head = f"{'tensor':<10} {'values reach':>17}" + "".join(f" | {label + ': ruler':>24} {'clipped':>7} {'mean err':>8}"
+                                                              for label in labels)
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lo, hi = r["values_reach"]
+        line = f"{r['tensor']:<10} [{lo:>7.2f}, {hi:>6.2f}]"
+        for label in labels:
+            m = r[label]
+            line += (f" | {'[' + format(m['ruler'][0], '.2f') + ', ' + format(m['ruler'][1], '.2f') + ']':>24} "
+                     f"{m['clipped_fraction']:>7.1%} {m['mean_abs_error']:>8.4f}")
+        lines.append(line)
+    return "\n".join(lines)

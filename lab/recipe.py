@@ -65,7 +65,11 @@ def select(parts: Sequence[tuple[str, Sequence[int] | slice | None]], split: str
     ``positions`` index the split (None or a slice for many); the condition is applied to those
     images' deployed pixels. Example: ``select([("daylight", None), ("flash", slice(0, None, 6))])``.
     """
-    s = data.load_split(split)
+    try:
+        s = data.load_split(split)
+    except FileNotFoundError:
+        raise ReleaseError(f"recipe.select(..., split={split!r}): there is no {split!r} split here, and a calibration "
+                           "selection draws from the calibration split only: leave split at its default") from None
     conditions = scenarios.acceptance_conditions()
     chunks, rec, idx = [], [], []
     for condition, positions in parts:

@@ -123,3 +123,22 @@ def test_format_table_has_one_line_per_row(grown):
     lines = growth.format_table(rows).splitlines()
     assert len(lines) == 2 + len(rows)
     assert lines[-1].split()[:2] == ["right", "1"]
+
+
+def test_hidden_rulers_show_a_small_right_calibration_ends_sooner_than_the_whole_set(tmp_path):
+    """Fewer images hold fewer extremes: one batch's hidden rulers end at or before the 360 images' own."""
+    from lab.quantize import quantize
+
+    source = make_workspace(tmp_path) / "source.onnx"
+    right = data.calibration_set("right")
+    quantize(source, tmp_path / "one.onnx", ArrayReader(right[:BATCH], BATCH))
+    quantize(source, tmp_path / "all.onnx", ArrayReader(right, BATCH))
+    x = data.load_split("evaluation").pixels
+    rows = growth.hidden_rulers(source, {"1 batch": tmp_path / "one.onnx", "all 360": tmp_path / "all.onnx"}, x)
+    assert [r["tensor"] for r in rows] == list(growth.HIDDEN)
+    for r in rows:
+        assert r["1 batch"]["ruler"][1] <= r["all 360"]["ruler"][1]
+        assert r["1 batch"]["clipped_fraction"] >= r["all 360"]["clipped_fraction"]
+    assert any(r["1 batch"]["clipped_fraction"] > 0 for r in rows), "one batch misses some extremes"
+    table = growth.format_hidden_rulers(rows)
+    assert "relu1.out" in table and "1 batch: ruler" in table and "all 360: ruler" in table

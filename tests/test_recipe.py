@@ -168,3 +168,32 @@ def test_bad_recipe_and_bad_model_are_refused_with_the_field_or_expectation(rele
     onnx.save(m, str(tmp_path / "renamed.onnx"))
     with pytest.raises(ModelContractError, match="expected an input named 'pixels'"):
         recipe.verify(tmp_path / "renamed.onnx", release["recipe"])
+
+
+def test_a_selection_from_a_split_that_is_not_there_names_the_calibration_split(monkeypatch):
+    def missing(name):
+        raise FileNotFoundError(name)
+
+    monkeypatch.setattr(data, "load_split", missing)
+    with pytest.raises(recipe.ReleaseError, match="no 'heldout' split here.*calibration split only"):
+        recipe.select([("daylight", None)], split="heldout")
+
+
+def test_exercise_1_check_names_the_wrong_entry_tensor_with_both_runs_db(drafts, tmp_path):
+    from lab import debugging
+
+    work = drafts["source"].parent
+    ev = data.load_split("evaluation")
+    daylight = debugging.layer_sqnr(drafts["source"], work / "daylight.onnx", ev.pixels, tmp_path)
+    flash = debugging.layer_sqnr(drafts["source"], work / "daylight.onnx", scenarios.flash(ev.pixels, 0), tmp_path)
+    order = debugging.tensor_order(drafts["source"])
+    entry = debugging.entry_point(flash, daylight).tensor
+    assert debugging.check_entry_tensor(entry, flash, daylight, flash, order).startswith("check: ENTRY_TENSOR")
+    later = next(r.tensor for r in flash if r.tensor != entry)
+    with pytest.raises(debugging.EntryCheckFailed, match=rf"ENTRY_TENSOR is '{later}', but the first tensor .* "
+                                                         rf"is '{entry}' \(.* dB against .* dB\); at {later}, flash"):
+        debugging.check_entry_tensor(later, flash, daylight, flash, order)
+    with pytest.raises(debugging.EntryCheckFailed, match="not a tensor of this graph"):
+        debugging.check_entry_tensor("pixel", flash, daylight, flash, order)
+    with pytest.raises(debugging.EntryCheckFailed, match="rewind\\(\\) it between the two runs"):
+        debugging.check_entry_tensor(entry, daylight, daylight, flash, order)

@@ -74,7 +74,7 @@ def test_cli_names_the_lessons_still_to_run_and_warns_about_an_unfinished_exerci
     work = make_workspace(tmp_path)
     assert main(["--student", "s1", "--work-dir", str(work), "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "not in the workspace yet: growth.json" in out and "Lesson(s) 04, 05, 06, 07, 08 write them" in out
+    assert "not in the workspace yet: growth.json" in out and "Lesson(s) 01, 04, 05, 06, 07, 08 write them" in out
     assert "warning" not in out
     (work / "calibration_reader.py").write_text(f"class DigitReader:\n    def get_next(self):\n        {STUB}\n")
     assert main(["--student", "s1", "--work-dir", str(work), "--out", str(tmp_path)]) == 0
