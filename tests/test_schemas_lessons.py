@@ -139,3 +139,22 @@ def test_a_trailing_newline_does_not_pass_an_id_or_hash_pattern():
         broken[field] = bad
         with pytest.raises(SchemaError):
             schemas.validate("submission", broken)
+
+
+@pytest.mark.parametrize("name, path", [
+    ("toolbox", ["$defs", "measured", "properties", "bytes"]),
+    ("formats", ["properties", "formats", "properties", "QDQ", "properties", "size_bytes"]),
+    ("formats", ["properties", "formats", "properties", "QOperator", "properties", "size_bytes"]),
+    ("regression", ["$defs", "model", "properties", "evidence", "properties", "size_bytes"]),
+])
+def test_a_file_size_is_bounded_by_the_hand_in_cap(name, path):
+    """JSON Schema's "integer" takes 1e308 (a float with no fraction): a size the grader does not recompute
+    (lesson 08's excluded model is not handed in) must be bounded, or 1e308 bytes passes."""
+    from grader.submission import MAX_FILE_BYTES
+
+    node = schemas.load(name)
+    for key in path:
+        node = node[key]
+    check = jsonschema.Draft202012Validator(node)
+    assert check.is_valid(11935) and check.is_valid(MAX_FILE_BYTES)
+    assert not check.is_valid(1e308) and not check.is_valid(MAX_FILE_BYTES + 1)
