@@ -12,7 +12,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from lab.data import N_CLASSES, file_sha256
-from lab.errors import WorkspaceError
+from lab.errors import LabError, WorkspaceError
 
 FLOOR = 0.95  # the FP32 model must reach this accuracy before any candidate is judged against it
 LIMIT = 0.01  # the largest accuracy loss we accept: one percentage point, absolute
@@ -272,3 +272,156 @@ def student_reader(work_dir: str | Path):
     if not hasattr(module, "DigitReader"):
         raise WorkspaceError(f"{path.name} defines no class DigitReader; lesson 02's exercise writes it")
     return module.DigitReader
+
+
+# --- the visible check of lesson 06's exercise ---------------------------------------------------
+
+class SummarizeCheckError(LabError):
+    """The student's ``summarize`` breaks one of the exercise's rules; the message names the rule."""
+
+
+SUMMARIZE_EXAMPLE = ([2, 2, 1, 0, 8], [1, 2, 1, 0, 9])  # predictions, then labels: 1 read as 2, 9 read as 8
+# (arguments, what is wrong with them, the value the ValueError message must name or None)
+SUMMARIZE_REFUSALS = ((([1, 2], [1]), "mismatched lengths", None),
+                      (([], []), "empty input", None),
+                      (([1, 2], [1, 10]), "a label outside 0-9", "10"),
+                      (([-1], [3]), "a prediction outside 0-9", "-1"))
+
+
+def _call(summarize, args) -> str:
+    return f"summarize({', '.join(map(repr, args))})"
+
+
+def check_summarize(summarize) -> list[str]:
+    """Run the exercise's rules against a student's ``summarize``; one line per rule kept.
+
+    The first broken rule raises ``SummarizeCheckError`` with one line that names it, instead of the
+    traceback the broken rule would otherwise end in (an IndexError from ``confusion[10]``, a bare
+    AssertionError). Why each rule: the grader compares the whole matrix with its reference, and a
+    summary of bad input that does not raise would put a wrong number in ``regression.json``.
+    """
+    preds, labels = SUMMARIZE_EXAMPLE
+    call = _call(summarize, SUMMARIZE_EXAMPLE)
+    try:
+        s = summarize(list(preds), list(labels))
+    except Exception as e:  # noqa: BLE001 - the student's code: name what it raised
+        raise SummarizeCheckError(f"{call} raised {type(e).__name__}: {e}") from None
+    keys = ("count", "correct", "accuracy", "confusion")
+    if not isinstance(s, dict) or any(k not in s for k in keys):
+        got = sorted(s) if isinstance(s, dict) else type(s).__name__
+        raise SummarizeCheckError(f"{call} returned {got}; expected a dict with keys {list(keys)}")
+    if (s["count"], s["correct"]) != (5, 3):
+        raise SummarizeCheckError(f"{call}: count {s['count']}, correct {s['correct']}; expected 5 and 3 "
+                                  "(three of the five answers are right)")
+    if not isinstance(s["accuracy"], (int, float)) or abs(s["accuracy"] - 0.6) > 1e-12:
+        raise SummarizeCheckError(f"{call}: accuracy {s['accuracy']!r}; expected 0.6, a ratio between 0 and 1 "
+                                  "(correct / count), not a percentage")
+    c = np.asarray(s["confusion"])
+    if c.shape != (N_CLASSES, N_CLASSES):
+        raise SummarizeCheckError(f"{call}: confusion has shape {list(c.shape)}; expected 10 x 10 "
+                                  "(one row and one column per digit)")
+    if c[2, 1] == 1 and c[8, 9] == 1 and c[1, 2] == 0:
+        raise SummarizeCheckError(f"{call}: the confusion matrix is transposed: an actual 1 read as 2 is in "
+                                  "confusion[2][1]; rows are the actual digit, so it belongs in confusion[1][2]")
+    if c[1, 2] != 1 or c[9, 8] != 1 or c.sum() != 5:
+        raise SummarizeCheckError(f"{call}: confusion[1][2] is {c[1, 2]}, confusion[9][8] is {c[9, 8]}, total "
+                                  f"{c.sum()}; expected 1, 1 and 5 (row = actual digit, column = predicted)")
+    lines = [f"{call}: count 5, correct 3, accuracy 0.6, rows actual and columns predicted: ok"]
+    try:
+        on_arrays = summarize(np.array(preds), np.array(labels))
+    except Exception as e:  # noqa: BLE001
+        raise SummarizeCheckError(f"summarize on numpy arrays raised {type(e).__name__}: {e}; the models' "
+                                  "predictions are numpy arrays (convert them with list() first)") from None
+    if not isinstance(on_arrays, dict) or on_arrays.get("correct") != 3:
+        raise SummarizeCheckError("summarize on numpy arrays of the same five answers does not count 3 correct; "
+                                  "the models' predictions are numpy arrays")
+    for args, what, named in SUMMARIZE_REFUSALS:
+        call = _call(summarize, args)
+        try:
+            summarize(*args)
+        except ValueError as e:
+            if named is not None and named not in str(e):
+                raise SummarizeCheckError(f"{call} raised ValueError({str(e)!r}): {what} must raise a ValueError "
+                                          f"that names the bad value {named}") from None
+            lines.append(f"{what:<24} -> ValueError: {e}")
+            continue
+        except Exception as e:  # noqa: BLE001
+            rule = f"{what} must raise ValueError" + (f" naming the bad value {named}" if named else "")
+            raise SummarizeCheckError(f"{call} raised {type(e).__name__} ({e}) instead: {rule}") from None
+        raise SummarizeCheckError(f"{call} returned without an error: {what} must raise ValueError")
+    return lines
+
+
+# --- the guide's validation, and what to check instead ---------------------------------------------
+
+GUIDE_ATOL = 0.01  # ORT's guide: np.allclose(fp32_out, int8_out, atol=0.01)
+
+
+def allclose_rows(reference: np.ndarray, outputs: Mapping[str, np.ndarray], atol: float = GUIDE_ATOL) -> list[dict]:
+    """For each model: does the guide's ``np.allclose(reference, out, atol)`` pass, the largest difference,
+    how many of the probabilities differ by more than ``atol``, and how many answers (argmax) differ."""
+    ref = np.asarray(reference)
+    rows = []
+    for name, out in outputs.items():
+        diff = np.abs(np.asarray(out, dtype=np.float64) - ref)
+        rows.append({"model": name, "allclose": bool(np.allclose(ref, out, atol=atol)),
+                     "max_abs_difference": float(diff.max()), "beyond_atol": int((diff > atol).sum()),
+                     "values": int(diff.size), "answers_changed": int((out.argmax(1) != ref.argmax(1)).sum()),
+                     "images": int(len(ref))})
+    return rows
+
+
+def format_allclose(rows: Sequence[Mapping], atol: float = GUIDE_ATOL) -> str:
+    lines = [f"{'model':<10} {'allclose':>8}  {'max abs diff':>12}  {f'values > {atol}':>16}  answers changed"]
+    for r in rows:
+        lines.append(f"{r['model']:<10} {str(r['allclose']):>8}  {r['max_abs_difference']:>12.4f}  "
+                     f"{r['beyond_atol']:>6} of {r['values']:<6}  {r['answers_changed']:>4} of {r['images']}")
+    return "\n".join(lines)
+
+
+# --- tracing one disagreement ------------------------------------------------------------------------
+
+def first_disagreement(reference: np.ndarray, output: np.ndarray, labels: np.ndarray) -> int | None:
+    """The first image the reference reads right and ``output`` reads wrong, or None."""
+    hits = np.nonzero((reference.argmax(1) == labels) & (output.argmax(1) != labels))[0]
+    return int(hits[0]) if hits.size else None
+
+
+def trace_disagreement(image: int, split, fp32_model: str | Path, model: str | Path) -> list[tuple[str, str]]:
+    """Trace one disagreement stage by stage, with the unquantized model kept as the reference.
+
+    1. preprocessing: the pixels the model read against the deployed path applied to the raw image;
+    2. export: the unquantized ONNX model (the reference) on those pixels, right or wrong;
+    3. quantization, input: the image after the quantized model's input ruler, read by the reference;
+    4. quantization, inside: the quantized model itself (hidden rulers, integer kernels).
+    The first stage whose answer is wrong is where the disagreement enters. Returns (stage, finding) pairs.
+    """
+    from lab import compare, data, graph, ruler
+
+    raw, label, pixels = split.raw[image:image + 1], int(split.labels[image]), split.pixels[image:image + 1]
+    deployed = data.preprocess(raw)
+    out = []
+    gap = float(np.abs(deployed - pixels).max())
+    out.append(("preprocessing", f"pixels vs preprocess(raw): max difference {gap:g}: "
+                                 + ("the deployed path, not the cause" if gap == 0 else "PREPROCESSING DIFFERS")))
+
+    def read(m, x):
+        p = compare.predict(m, x)[0]
+        return int(p.argmax()), float(p.max())
+
+    d, p = read(fp32_model, pixels)
+    out.append(("export (FP32 reference)", f"reads {d} ({p:.3f}); the label is {label}: "
+                + ("the unquantized model is right, so export and weights are not the cause" if d == label
+                   else "the reference is wrong too: look at the model or its export, not at INT8")))
+    r = graph.input_ruler(model)
+    seen = ruler.round_trip(pixels, r.scale, r.zero_point, r.dtype).astype(np.float32)
+    levels = len(np.unique(seen))
+    d_in, p_in = read(fp32_model, seen)
+    out.append(("quantization: input ruler", f"scale {r.scale:.4g}: the image's {len(np.unique(pixels))} pixel "
+                f"values land on {levels}; the reference reads the rounded image as {d_in} ({p_in:.3f})"))
+    d, p = read(model, pixels)
+    where = ("the error enters at the input ruler" if d_in != label else
+             "the input ruler keeps the digit, so the error enters inside the model "
+             "(the hidden layers' rulers, or on a saturating CPU the integer kernels)")
+    out.append(("quantization: the whole model", f"reads {d} ({p:.3f}): " + (where if d != label else "right")))
+    return out

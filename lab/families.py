@@ -20,6 +20,7 @@ from onnx import numpy_helper
 
 from lab import compare, graph, kernels, measure
 from lab import quantize as quantize_module
+from lab.errors import LabError
 
 ACTIVATION_MAX = 255  # the largest u8 activation the U8S8 kernel multiplies
 # The candidate's settings, changed one at a time: name -> (what changes, the overrides).
@@ -237,15 +238,19 @@ def why(row: Mapping) -> str:
             f"and does not reach the outputs: {moved}")
 
 
+class PredictionError(LabError, ValueError):
+    """``PREDICTION`` is not a set of the table's setting names; shown as one line, not a traceback."""
+
+
 def check_prediction(prediction, rows: Sequence[Mapping]) -> tuple[bool, str]:
     """Compare a predicted set of setting names (those whose answers change on a saturating CPU) with
     the measured rows. Returns (matched, a table with the reason for each setting); unknown names raise."""
     names = [r["name"] for r in rows]
     if isinstance(prediction, str) or not all(isinstance(p, str) for p in prediction):
-        raise ValueError(f"PREDICTION should be a set of setting names, e.g. {{'{names[0]}'}}; got {prediction!r}")
+        raise PredictionError(f"PREDICTION should be a set of setting names, e.g. {{'{names[0]}'}}; got {prediction!r}")
     unknown = sorted(set(prediction) - set(names))
     if unknown:
-        raise ValueError(f"PREDICTION names {unknown}, which are not settings here; choose from {names}")
+        raise PredictionError(f"PREDICTION names {unknown}, which are not settings here; choose from {names}")
     lines, right = [], 0
     width = max(map(len, names))
     for r in rows:

@@ -17,6 +17,8 @@ import numpy as np
 
 from lab import graph, kernels
 from lab.calibrators import BATCH_SIZE
+from lab.data import file_sha256
+from lab.errors import LabError
 from lab.measure import Evaluation, evaluation, family, input_interval, measure
 from lab.quantize import QuantRecord, quantize, quantize_dynamic_model, versions
 from lab.readers import ArrayReader
@@ -265,7 +267,171 @@ def preprocess_report(source: str | Path, out_dir: str | Path) -> dict:
             "bytes_before": Path(source).stat().st_size, "bytes_after": out.stat().st_size}
 
 
+# ---- more of the guide: the config object, op types, MinimumRealRange, how many samples ---------
+def _config(calibration: np.ndarray, batch_size: int = BATCH_SIZE, **options):
+    """``StaticQuantConfig`` with the baseline's settings (QDQ, QInt8, per-tensor, MinMax), plus ``options``."""
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, StaticQuantConfig
+
+    return StaticQuantConfig(ArrayReader(calibration, batch_size), calibrate_method=CalibrationMethod.MinMax,
+                             quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
+                             weight_type=QuantType.QInt8, per_channel=False, reduce_range=False, **options)
+
+
+def config_form(source: str | Path, output: str | Path, calibration: np.ndarray, same_as: str | Path,
+                batch_size: int = BATCH_SIZE) -> dict:
+    """``quantize(model, output, StaticQuantConfig(...))``, the guide's config-object form, with the baseline's
+    settings; compared byte for byte with ``same_as`` (the baseline that ``quantize_static`` wrote)."""
+    from onnxruntime.quantization import quantize as ort_quantize
+
+    Path(output).parent.mkdir(parents=True, exist_ok=True)
+    ort_quantize(str(source), str(output), _config(calibration, batch_size))
+    return {"file": Path(output).name, "bytes": Path(output).stat().st_size,
+            "same_bytes": file_sha256(output) == file_sha256(same_as), "compared_with": Path(same_as).name}
+
+
+def op_types_rows(source: str | Path, out_dir: str | Path, ev: Evaluation, calibration: np.ndarray,
+                  baseline_model: str | Path, op_types: tuple[str, ...] = ("MatMul",),
+                  families: tuple[str, ...] = kernels.FAMILIES) -> list[dict]:
+    """The baseline against a conversion that quantizes only ``op_types`` (``op_types_to_quantize``),
+    on each kernel family: bytes, max abs error, accuracy, and which op types are left in float."""
+    from onnxruntime.quantization import quantize as ort_quantize
+
+    out = Path(out_dir) / "guide"
+    out.mkdir(parents=True, exist_ok=True)
+    model = out / f"only-{'-'.join(op_types)}.onnx"
+    ort_quantize(str(source), str(model), _config(calibration, op_types_to_quantize=list(op_types)))
+    rows = []
+    for name, path in (("all op types (baseline)", Path(baseline_model)), (f"only {', '.join(op_types)}", model)):
+        quantized = {n.op_type for n in graph.load(path).graph.node} - {"QuantizeLinear", "DequantizeLinear"}
+        counts = graph.op_counts(path)
+        for f in families:
+            with kernels.computing_as(f):
+                rows.append({"name": name, "family": f, "quantize_dequantize": counts.get("QuantizeLinear", 0)
+                             + counts.get("DequantizeLinear", 0), "ops": sorted(quantized), **measure(path, ev)})
+    return rows
+
+
+def zero_calibration_rows(source: str | Path, out_dir: str | Path, ev: Evaluation, minimum_real_range: float = 1.0,
+                          fixture: str | Path | None = None, samples: int = 360,
+                          families: tuple[str, ...] = kernels.FAMILIES) -> list[dict]:
+    """Lesson 06's bad model rebuilt (per-channel QDQ from one all-zero batch), without and with the
+    ``MinimumRealRange`` extra option: the input ruler and the accuracy on each family.
+
+    Without it, an empty range (0 .. 0) makes ORT's ``compute_scale_zp`` fall back to scale 1.0;
+    with it, ``rmax`` becomes at least ``rmin + MinimumRealRange`` before the scale is computed.
+    """
+    out = Path(out_dir) / "guide"
+    out.mkdir(parents=True, exist_ok=True)
+    zeros = np.zeros((samples, 64), np.float32)
+    rows = []
+    for option in (None, minimum_real_range):
+        model = out / ("all-zero.onnx" if option is None else f"all-zero-minrange={option:g}.onnx")
+        quantize(source, model, zeros, batch_size=samples, per_channel=True,
+                 extra_options=None if option is None else {"MinimumRealRange": option})
+        r = graph.input_ruler(model)
+        same = fixture is not None and file_sha256(model) == file_sha256(fixture)
+        for f in families:
+            with kernels.computing_as(f):
+                rows.append({"MinimumRealRange": option, "family": f, "input_scale": r.scale,
+                             "input_zero_point": r.zero_point, "input_range": input_interval(model),
+                             "same_as_fixture": same, **measure(model, ev)})
+    return rows
+
+
+SAMPLE_COUNTS = (1, 2, 5, 10, 20, 50, 100, 200, 360)
+
+
+def sample_count_rows(source: str | Path, out_dir: str | Path, ev: Evaluation, calibration: np.ndarray,
+                      counts: tuple[int, ...] = SAMPLE_COUNTS, draws: int = 5, seed: int = 0,
+                      batch_size: int = BATCH_SIZE) -> list[dict]:
+    """Baseline conversions from ``n`` right-set images drawn at random (``draws`` draws per ``n``; one for
+    the whole set), measured as the target family. Each row: n, draw, input ruler, max abs error, accuracy."""
+    out = Path(out_dir) / "guide" / "samples"
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    rows = []
+    for n in counts:
+        for d in range(1 if n >= len(calibration) else draws):
+            subset = calibration if n >= len(calibration) else calibration[rng.choice(len(calibration), n, replace=False)]
+            model = out / f"n{n:03d}-{d}.onnx"
+            quantize(source, model, subset, batch_size=batch_size)
+            rows.append({"n": int(min(n, len(calibration))), "draw": d, "input_range": input_interval(model),
+                         **measure(model, ev)})
+    return rows
+
+
+def sample_count_summary(rows: list[dict], fp32_accuracy: float, max_loss: float = MAX_ACCURACY_LOSS) -> list[dict]:
+    """Per ``n``: draws, smallest and largest max abs error and accuracy, and whether every draw loses at
+    most ``max_loss`` accuracy."""
+    out = []
+    for n in sorted({r["n"] for r in rows}):
+        rs = [r for r in rows if r["n"] == n]
+        errors, accs = [r["max_abs_error"] for r in rs], [r["accuracy"] for r in rs]
+        out.append({"n": n, "draws": len(rs), "error_min": min(errors), "error_max": max(errors),
+                    "accuracy_min": min(accs), "accuracy_max": max(accs),
+                    "all_within": all(fp32_accuracy - a <= max_loss + 1e-9 for a in accs)})
+    return out
+
+
+def enough_samples(summary: list[dict]) -> int | None:
+    """The smallest n from which every draw of every larger n keeps the accuracy within the loss limit."""
+    settled = None
+    for row in reversed(summary):
+        if not row["all_within"]:
+            break
+        settled = row["n"]
+    return settled
+
+
+def plot_sample_counts(rows: list[dict], title: str = "Max abs error against the number of calibration images"):
+    """Each draw's max abs error against n (log axis), the whole set's as a line."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    ax.scatter([r["n"] for r in rows], [r["max_abs_error"] for r in rows], s=18, alpha=0.7, label="one random draw")
+    full = max(rows, key=lambda r: r["n"])
+    ax.axhline(full["max_abs_error"], color="gray", ls="--", lw=1, label=f"all {full['n']} images")
+    ax.set_xscale("log")
+    ax.set_xlabel("calibration images (right set, log scale)")
+    ax.set_ylabel("max abs error vs FP32")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
 # ---- the choice, the document, the check ---------------------------------------------------------
+class ChoiceError(LabError, ValueError):
+    """``CHOICE`` or ``JUSTIFICATION`` is not what the exercise asks for; shown as one line."""
+
+
+def check_choice_input(choice, justification, rows: list[dict]) -> tuple[dict | None, list[str]]:
+    """Check the exercise's answer before anything is built: ``CHOICE`` must be a settings dict (a row's
+    ``"settings"``, not the row), ``JUSTIFICATION`` a non-empty text. Returns the row of ``rows`` the choice
+    is (None if it is none of them) and notes for the student; a wrong type raises ``ChoiceError``."""
+    if not isinstance(choice, dict):
+        raise ChoiceError(f"CHOICE is a {type(choice).__name__} ({choice!r:.60}); expected the settings dict of one "
+                          "row of cands, e.g. CHOICE = row[\"settings\"]")
+    if "settings" in choice or "accuracy_loss" in choice:
+        raise ChoiceError("CHOICE is a whole row of cands (it has 'settings', 'accuracy_loss', ...); "
+                          "set CHOICE = row[\"settings\"], the settings dict of that row")
+    unknown = sorted(set(choice) - set(BASELINE))
+    if unknown:
+        raise ChoiceError(f"CHOICE has keys {unknown} that are not settings; expected keys among {sorted(BASELINE)} "
+                          "(dynamic models have no fixed input ruler and cannot meet the requirement)")
+    if not isinstance(justification, str) or not justification.strip():
+        raise ChoiceError("JUSTIFICATION is empty; say why that row, citing its numbers from the table")
+    wanted = {**BASELINE, **choice}
+    row = next((r for r in rows if {**BASELINE, **r["settings"]} == wanted), None)
+    notes = []
+    if row is None:
+        notes.append("CHOICE is none of the rows measured above; it is measured below all the same, but select "
+                     "a row of cands in code so the choice follows the measurements")
+    if not any(ch.isdigit() for ch in justification):
+        notes.append("JUSTIFICATION cites no number; quote the row's bytes, accuracy or loss from the table")
+    return row, notes
+
+
 def check_choice(choice: str | Path, source: str | Path, split: str = "evaluation") -> dict:
     """Measure a chosen model against the requirement on ``split``: the numbers the grader looks at.
 

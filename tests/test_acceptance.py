@@ -182,3 +182,88 @@ def test_missing_reader_points_to_lesson_02(tmp_path):
     (tmp_path / "calibration_reader.py").write_text("X = 1\n")
     with pytest.raises(WorkspaceError, match="no class DigitReader"):
         acceptance.student_reader(tmp_path)
+
+
+# --- the visible check of the exercise ------------------------------------------------------------
+
+def _no_digit_check(predictions, labels):
+    """A typical first try: lengths and empty input checked, the 0-9 rule forgotten."""
+    predictions, labels = list(predictions), list(labels)
+    if len(predictions) != len(labels):
+        raise ValueError("lengths differ")
+    if not labels:
+        raise ValueError("empty")
+    confusion = [[0] * 10 for _ in range(10)]
+    for p, a in zip(predictions, labels):
+        confusion[a][p] += 1
+    correct = sum(confusion[d][d] for d in range(10))
+    return {"count": len(labels), "correct": correct, "accuracy": correct / len(labels), "confusion": confusion}
+
+
+def _variant(**changes):
+    def summarize_(predictions, labels):
+        s = summarize(predictions, labels)
+        if changes.get("transpose"):
+            s["confusion"] = [list(r) for r in np.array(s["confusion"]).T]
+        if changes.get("percent"):
+            s["accuracy"] *= 100
+        if changes.get("no_arrays") and isinstance(labels, np.ndarray):
+            raise ValueError("The truth value of an array with more than one element is ambiguous")
+        return s
+    return summarize_
+
+
+def test_check_summarize_passes_the_reference_and_prints_one_line_per_rule():
+    lines = acceptance.check_summarize(summarize)
+    assert len(lines) == 1 + len(acceptance.SUMMARIZE_REFUSALS)
+    assert "labels[1] is 10" in lines[3]
+
+
+@pytest.mark.parametrize("student, words", [
+    (_no_digit_check, "raised IndexError (list index out of range) instead: a label outside 0-9 must raise "
+                      "ValueError naming the bad value 10"),
+    (_variant(transpose=True), "transposed"),
+    (_variant(percent=True), "not a percentage"),
+    (_variant(no_arrays=True), "numpy arrays"),
+    (lambda p, l: None, "returned NoneType"),
+])
+def test_check_summarize_names_the_broken_rule_in_one_line(student, words):
+    with pytest.raises(acceptance.SummarizeCheckError) as info:
+        acceptance.check_summarize(student)
+    assert words in str(info.value) and "\n" not in str(info.value)
+    assert len(info.value._render_traceback_()) == 1
+
+
+def test_check_summarize_wants_the_bad_value_named():
+    def vague(predictions, labels):
+        if any(not 0 <= v <= 9 for v in list(predictions) + list(labels)):
+            raise ValueError("bad input")
+        return summarize(predictions, labels)
+    with pytest.raises(acceptance.SummarizeCheckError, match="names the bad value 10"):
+        acceptance.check_summarize(vague)
+
+
+def test_allclose_rows_count_what_the_guides_check_sees():
+    ref = np.full((2, 10), 0.1)
+    out = ref.copy()
+    out[0, :2] = [0.085, 0.115]
+    row, = acceptance.allclose_rows(ref, {"m": out})
+    assert not row["allclose"] and row["beyond_atol"] == 2 and row["answers_changed"] == 1
+    assert abs(row["max_abs_difference"] - 0.015) < 1e-9
+    assert acceptance.allclose_rows(ref, {"same": ref})[0]["allclose"]
+
+
+def test_trace_finds_where_the_bad_model_parts_from_fp32(tmp_path):
+    from lab.workspace import make_workspace
+
+    work = make_workspace(tmp_path / "w")
+    ev = data.load_split("evaluation")
+    bad = data.fixture_path("bad-calibration.onnx")
+    image = acceptance.first_disagreement(compare.predict(work / "source.onnx", ev.pixels),
+                                          compare.predict(bad, ev.pixels), ev.labels)
+    assert image is not None
+    stages = dict(acceptance.trace_disagreement(image, ev, work / "source.onnx", bad))
+    assert list(stages) == ["preprocessing", "export (FP32 reference)", "quantization: input ruler",
+                            "quantization: the whole model"]
+    assert "max difference 0" in stages["preprocessing"] and "is right" in stages["export (FP32 reference)"]
+    assert "land on 2" in stages["quantization: input ruler"]

@@ -299,3 +299,67 @@ def test_unmet_names_each_limit_the_choice_misses():
     assert len(problems) == 3 and not tb.meets(0.01, 0.50, False)
     assert any(f"{tb.MAX_ACCURACY_LOSS}" in p for p in problems) and any("35.5%" in p for p in problems)
     assert tb.unmet(0.0, 0.50, True) == [f"size 50.0% of FP32 is over the limit {tb.MAX_SIZE_RATIO:.1%}"]
+
+
+# --- more of the guide: the config object, op types, MinimumRealRange, sample counts --------------
+
+def test_static_quant_config_writes_the_same_bytes_as_quantize_static(source, work, right, baseline):
+    form = tb.config_form(source, work / "guide" / "config.onnx", right, baseline)
+    assert form["same_bytes"] and form["bytes"] == baseline.stat().st_size
+
+
+def test_op_types_to_quantize_leaves_the_other_ops_in_float(source, work, right, ev, baseline):
+    rows = tb.op_types_rows(source, work, ev, right, baseline, ("MatMul",))
+    only = [r for r in rows if r["name"] == "only MatMul"]
+    full = [r for r in rows if r["name"].startswith("all op types")]
+    assert len(only) == len(full) == 2  # one row per kernel family
+    assert only[0]["quantize_dequantize"] < full[0]["quantize_dequantize"]
+    model = graph.load(work / "guide" / "only-MatMul.onnx")
+    softmax_in = next(n.input[0] for n in model.graph.node if n.op_type == "Softmax")
+    assert not any(n.output[0] == softmax_in and n.op_type == "DequantizeLinear" for n in model.graph.node)
+
+
+def test_minimum_real_range_replaces_the_scale_one_fallback_but_not_the_bad_calibration(source, work, ev):
+    rows = tb.zero_calibration_rows(source, work, ev, 1.0, fixture=data.fixture_path("bad-calibration.onnx"))
+    without = [r for r in rows if r["MinimumRealRange"] is None]
+    with_ = [r for r in rows if r["MinimumRealRange"] == 1.0]
+    assert all(r["input_scale"] == 1.0 and r["same_as_fixture"] for r in without)
+    assert all(abs(r["input_scale"] - 1 / 255) < 1e-7 and r["input_range"] == [0.0, 1.0] for r in with_)
+    assert all(r["accuracy"] < ev.fp32_accuracy - 0.2 for r in rows)  # the hidden rulers stay wrong
+
+
+def test_sample_count_summary_and_where_it_is_enough():
+    rows = [{"n": 1, "max_abs_error": 0.5, "accuracy": 0.90}, {"n": 1, "max_abs_error": 0.1, "accuracy": 0.97},
+            {"n": 5, "max_abs_error": 0.1, "accuracy": 0.97}, {"n": 9, "max_abs_error": 0.1, "accuracy": 0.96},
+            {"n": 20, "max_abs_error": 0.1, "accuracy": 0.97}]
+    summary = tb.sample_count_summary(rows, 0.97, 0.005)
+    assert [s["all_within"] for s in summary] == [False, True, False, True]
+    assert summary[0]["error_max"] == 0.5 and summary[0]["draws"] == 2
+    assert tb.enough_samples(summary) == 20
+    assert tb.enough_samples(tb.sample_count_summary(rows[:1], 0.97)) is None
+
+
+def test_sample_count_rows_draw_subsets_of_the_right_set(source, work, right, ev):
+    rows = tb.sample_count_rows(source, work, ev, right, counts=(3, len(right)), draws=2)
+    assert [(r["n"], r["draw"]) for r in rows] == [(3, 0), (3, 1), (len(right), 0)]
+    assert all(r["input_range"] is not None for r in rows)
+
+
+@pytest.mark.parametrize("choice, justification, words", [
+    ("QOperator", "x", "CHOICE is a str"),
+    ({"settings": {}, "accuracy_loss": 0.0}, "x", "whole row of cands"),
+    ({"mode": "dynamic"}, "x", "not settings"),
+    ({"per_channel": True}, "  ", "JUSTIFICATION is empty"),
+])
+def test_a_choice_of_the_wrong_kind_is_named_in_one_line(choice, justification, words):
+    with pytest.raises(tb.ChoiceError, match=words) as info:
+        tb.check_choice_input(choice, justification, [{"settings": {"per_channel": True}}])
+    assert len(info.value._render_traceback_()) == 1
+
+
+def test_a_choice_outside_the_table_or_without_numbers_gets_notes():
+    rows = [{"settings": {**tb.BASELINE, "per_channel": True}}]
+    row, notes = tb.check_choice_input({"per_channel": True}, "12 bytes", rows)
+    assert row is rows[0] and notes == []
+    row, notes = tb.check_choice_input({"reduce_range": True}, "smallest", rows)
+    assert row is None and any("none of the rows" in n for n in notes) and any("no number" in n for n in notes)
