@@ -149,11 +149,12 @@ def check_families(by_family: Mapping[str, Sequence[ScenarioResult]], targets: S
     if missing:
         raise ReleaseError(f"the release was never evaluated under its target kernel family {', '.join(missing)}; "
                            "use scenario_checks.compare_families(..., families=TARGET_FAMILIES)")
-    failing = {f: [r.name for r in by_family[f] if not r.passed] for f in targets}
-    failing = {f: names for f, names in failing.items() if names}
+    failing = {f: [r for r in by_family[f] if not r.passed] for f in targets}
+    failing = {f: rows for f, rows in failing.items() if rows}
     if failing:
         raise ReleaseError("the release does not pass under every target kernel family: " + "; ".join(
-            f"{f}: {', '.join(names)} need work" for f, names in failing.items()))
+            f"{f}: " + ", ".join(f"{r.name} needs work ({r.note})" if r.note else f"{r.name} needs work" for r in rows)
+            for f, rows in failing.items()))
 
 
 def recipe(release_id: str, source_model: str | Path, selection: Selection, settings: Mapping,

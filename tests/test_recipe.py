@@ -197,3 +197,11 @@ def test_exercise_1_check_names_the_wrong_entry_tensor_with_both_runs_db(drafts,
         debugging.check_entry_tensor("pixel", flash, daylight, flash, order)
     with pytest.raises(debugging.EntryCheckFailed, match="rewind\\(\\) it between the two runs"):
         debugging.check_entry_tensor(entry, daylight, daylight, flash, order)
+
+
+def test_a_release_that_fails_a_family_names_the_scenario_and_why(drafts):
+    before = list(drafts["before"].values())
+    with pytest.raises(recipe.ReleaseError, match=r"exact: .*flash needs work \(.+\)"):
+        recipe.check_families({"exact": before, "saturating": list(drafts["after"].values())}, ["exact"])
+    with pytest.raises(recipe.ReleaseError, match="never evaluated under its target kernel family saturating"):
+        recipe.check_families({"exact": before}, ["exact", "saturating"])
