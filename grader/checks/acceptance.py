@@ -83,6 +83,9 @@ def run(ctx: Context) -> list:
         rep = _reported(doc, name)
         ok, msg, evs = _compare_summary(name, rep, mine[name], probs[name], exact=(name == "fp32"),
                                         transposed_charged=charged)
+        file_wrong = _file_facts(ctx, name, rep) if rep else []
+        if file_wrong:
+            ok, msg = False, msg + (", but " if ok else ", ") + ", ".join(file_wrong)
         good += ok
         msgs.append(msg)
         ev += evs
@@ -94,6 +97,27 @@ def run(ctx: Context) -> list:
     out.append(_probabilities(doc, probs))
     out.append(_decisions(doc, mine, probs))
     return out
+
+
+def _file_facts(ctx: Context, name: str, rep: dict) -> list[str]:
+    """A model's reported hash and storage evidence (bytes, weight dtypes) against its file.
+
+    The kernels in the evidence are left alone: they are the execution profile of the student's CPU.
+    """
+    from lab import data, graph
+
+    path = {"fp32": data.fixture_path("fp32.onnx"), "candidate": ctx.sub.path("candidate.onnx"),
+            "bad": data.fixture_path("bad-calibration.onnx")}[name]
+    wrong = []
+    if value(rep, "sha256") != data.file_sha256(path):
+        wrong.append(f"sha256 is not the hash of {path.name}")
+    size = value(rep, "evidence.size_bytes")
+    if size != path.stat().st_size or isinstance(size, bool):
+        wrong.append(f"evidence size_bytes {size}, the file has {path.stat().st_size}")
+    dtypes = value(rep, "evidence.weight_dtypes")
+    if dtypes != graph.weight_dtypes(path):
+        wrong.append(f"evidence weight_dtypes {dtypes}, the file stores {graph.weight_dtypes(path)}")
+    return wrong
 
 
 def run_candidate(ctx: Context) -> list:
@@ -211,6 +235,12 @@ def _decisions(doc: dict, mine: dict, probs: dict):
     ev = [Evidence("candidate loss", number(value(doc, "loss")), loss, slack, "near-boundary policy on the candidate"),
           Evidence("accept_candidate", rep_accept, accept, None, "recomputed from the grader's accuracies"),
           Evidence("reject_bad", rep_reject, reject, None, "recomputed from the grader's accuracies")]
+    for field, want in (("floor", GATE), ("limit", LOSS_LIMIT)):  # the lab's gate and limit, not the student's own
+        got = number(value(doc, field))
+        if got is None or abs(got - want) > 1e-12:
+            score = max(0.0, score - 0.25)  # half a point of decisions
+            msgs.append(f"regression.json {field} is {value(doc, field)}; lesson 06's is {want}: the decisions are "
+                        "taken against the lab's numbers")
     own = _own_decisions(doc)
     if own is not None:
         own_accept, own_reject = own
