@@ -26,7 +26,7 @@ test: setup
 
 jupyter: setup
 	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(PORT) --no-browser $(if $(filter 0,$(shell id -u)),--allow-root) \
-	  --ServerApp.root_dir=notebooks --MultiKernelManager.default_kernel_name=$(KERNEL)
+	  --ServerApp.root_dir=. --MultiKernelManager.default_kernel_name=$(KERNEL)
 
 bench: setup
 	$(PY) -m benchmarks

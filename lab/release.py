@@ -5,9 +5,12 @@ release is the list ``PIPELINE`` applied in order. Solutions become ``raise NotI
 (inside ``%%writefile`` cells too, so the written module carries the stub), hidden tests go,
 outputs and instructor metadata go. The same sources always give byte-identical files.
 
-The kit gets its own ``Makefile`` (``setup``, ``jupyter``, ``lab`` that runs the lessons without
-grading, ``submit STUDENT=ID``, ``clean``), a ``README.md`` made of the project's pitch and its
-"For students" section, and ``requirements.txt`` without the test stack: it has no tests/ or grader/.
+The kit gets its own ``Makefile`` (``setup``, ``jupyter`` on the kit folder, ``lab`` that runs the lessons without
+grading, ``submit STUDENT=ID``, ``clean``), a ``notebooks/Makefile`` that runs those from ``notebooks/`` (where a
+JupyterLab terminal may start), a ``README.md`` made of a student pitch, the kit's commands and the project's
+"For students" section, and ``requirements.txt`` without the test stack: it has no tests/ or grader/. Markdown
+paragraphs between ``<!-- instructor-only -->`` lines stay out, and the release refuses a kit whose Markdown
+still names an instructor tool (``INSTRUCTOR_WORDS``).
 
 The kit is built from committed files only (``git archive`` of HEAD, or ``--rev``): an uncommitted edit
 never reaches students, and the command names the uncommitted changes it left out. It holds no
@@ -77,7 +80,7 @@ STUDENT ?=
 
 help:
 \t@echo "make setup                   .venv with the pinned stack and the Calibration Lab kernel (once; jupyter, lab and submit do it too)"
-\t@echo "make jupyter                 JupyterLab on the lessons; open the link with the token it prints"
+\t@echo "make jupyter                 JupyterLab on this folder (notebooks/, docs/, workspace/); open the link with the token it prints"
 \t@echo "make lab                     run every lesson top to bottom, headless, into build/ (your workspace/ is not touched)"
 \t@echo "make submit STUDENT=YOUR_ID  pack workspace/ into YOUR_ID.zip: the file you hand in"
 \t@echo "make clean                   delete build/ (never workspace/ or your notebooks)"
@@ -93,7 +96,7 @@ $(STAMP): requirements.txt pyproject.toml
 
 jupyter: setup
 \t$(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(PORT) --no-browser $(if $(filter 0,$(shell id -u)),--allow-root) \\
-\t  --ServerApp.root_dir=notebooks --MultiKernelManager.default_kernel_name=$(KERNEL)
+\t  --ServerApp.root_dir=. --MultiKernelManager.default_kernel_name=$(KERNEL)
 
 lab: setup
 \t$(PY) -m lab run --no-grade
@@ -115,13 +118,40 @@ On a machine with Python 3.11 and `make`:
 
 | command | what it does |
 |---|---|
-| `make jupyter` | sets up `.venv` on first use (a few minutes), then opens JupyterLab on `notebooks/`; open the link with the token it prints |
+| `make jupyter` | sets up `.venv` on first use (a few minutes), then opens JupyterLab on this folder: the lessons in `notebooks/`, `docs/`, and your `workspace/` once lesson 00 has made it; open the link with the token it prints |
 | `make lab` | runs every lesson top to bottom without you, into `build/`: it stops at the first exercise you have not done yet and names it. Your `workspace/` is not touched |
-| `make submit STUDENT=YOUR_ID` | packs `workspace/` into `YOUR_ID.zip`, the file you hand in (the same as `.venv/bin/python -m lab submit --student YOUR_ID`) |
+| `make submit STUDENT=YOUR_ID` | packs `workspace/` into `YOUR_ID.zip` in this folder, the file you hand in (the same as `.venv/bin/python -m lab submit --student YOUR_ID`). It works from `notebooks/` too, where a JupyterLab terminal may start |
 | `make setup` | only the `.venv` (pinned onnx, onnxruntime and numpy: they decide the bytes of every model) and the **Calibration Lab** kernel |
 | `make clean` | deletes `build/`; never `workspace/` or your notebooks |
 
 """
+
+
+# notebooks/Makefile in the kit: a JupyterLab terminal may start in notebooks/, and hand-in must work there too.
+NOTEBOOKS_MAKEFILE = """\
+# Calibration Lab, student kit: the kit's own targets, run from the kit folder above (`make submit STUDENT=YOUR_ID`).
+.PHONY: help setup jupyter lab submit clean
+
+help setup jupyter lab submit clean:
+\t@$(MAKE) --no-print-directory -C .. $@
+"""
+
+# The kit README's opening: the pitch, for students (the project README's opening also speaks to instructors).
+STUDENT_INTRO = """\
+# Calibration Lab
+
+A hands-on workbook about one hard idea: **in static quantization, the calibration data builds the ruler.**
+You quantize a small digit reader to INT8 with ONNX Runtime, watch a narrow calibration set clip and a wide one
+squash, and learn to accept or reject a quantized model on evidence. When you hand in, the grader recomputes
+every number you report from your own model files and modules.
+"""
+
+# Paragraphs of the project's Markdown files that only instructors need sit between these lines; the kit drops them.
+INSTRUCTOR_BEGIN, INSTRUCTOR_END = "<!-- instructor-only -->", "<!-- end instructor-only -->"
+# Words that name instructor tools, or files the kit does not have: none may survive in the kit's Markdown.
+INSTRUCTOR_WORDS = ("batch-grade", "make fixtures", "make test", "make release", "make bench", "fixtures.build",
+                    "test_fixtures", "tests/", "python -m grader", "gradebook", "GRADER_SECRET", "For instructors",
+                    "For maintainers", "instructor-only")
 
 
 class ReleaseError(LabError):
@@ -265,10 +295,19 @@ def _section(text: str, heading: str) -> str:
     return "\n".join(lines[start:end]).strip() + "\n"
 
 
+def strip_instructor(text: str, where: str = "README.md") -> str:
+    """``text`` without the regions between ``INSTRUCTOR_BEGIN`` and ``INSTRUCTOR_END`` lines (markers included)."""
+    lines = text.splitlines()
+    regions = _regions(text, INSTRUCTOR_BEGIN, INSTRUCTOR_END, where)
+    for start, stop in reversed(regions):
+        del lines[start:stop + 1]
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip() + "\n"
+
+
 def student_readme(readme: str) -> str:
-    """The kit's README: the project's title and pitch, the kit's commands, and the 'For students' section."""
-    intro = readme.split("\n## ", 1)[0].strip()
-    return intro + "\n\n" + STUDENT_COMMANDS + _section(readme, "## For students")
+    """The kit's README: the student pitch, the kit's commands, and the README's 'For students' section
+    (its instructor-only paragraphs left out)."""
+    return STUDENT_INTRO + "\n" + STUDENT_COMMANDS + strip_instructor(_section(readme, "## For students"))
 
 
 def student_requirements(requirements: str) -> str:
@@ -343,6 +382,7 @@ def kit_manifest(manifest: dict[str, str]) -> dict[str, str]:
 def kit_fixtures_readme(text: str) -> str:
     """The fixtures README without the rows of files the kit leaves out, and a line saying so."""
     names = [Path(rel).name for rel in LEFT_OUT if rel.startswith("fixtures/")]
+    text = strip_instructor(text, "fixtures/README.md")
     lines = [ln for ln in text.splitlines() if not any(f"`{n}`" in ln for n in names)]
     return "\n".join(lines).rstrip() + ("\n\nThe held-out split of the grader's hidden checks and the script that builds "
                                         "the fixtures stay with the instructor; they are not in this kit.\n")
@@ -380,11 +420,28 @@ def heldout_rows_in(kit: Path, hashes: set[str]) -> dict[str, int]:
     return found
 
 
+def instructor_words_in(kit: Path) -> dict[str, list[str]]:
+    """``{file: [words]}`` for every Markdown file of ``kit`` that names an instructor tool or a file the kit lacks."""
+    found = {}
+    for path in sorted(kit.rglob("*.md")):
+        text = path.read_text(encoding="utf-8")
+        words = [w for w in INSTRUCTOR_WORDS if w in text]
+        if words:
+            found[path.relative_to(kit).as_posix()] = words
+    return found
+
+
 def check_kit(out: Path, source: Path) -> None:
-    """Safety net: refuse a kit that holds an instructor tool, the grader, the tests or a held-out row."""
+    """Safety net: refuse a kit that holds an instructor tool, the grader, the tests, instructor words in its
+    Markdown, or a held-out row."""
     present = [rel for rel in LEFT_OUT + ("grader", "tests") if (out / rel).exists()]
     if present:
         raise ReleaseError(f"the kit would hold {', '.join(present)}; these stay with the instructor")
+    words = instructor_words_in(out)
+    if words:
+        raise ReleaseError("the kit's Markdown speaks to instructors: " + "; ".join(
+            f"{rel} says {', '.join(map(repr, w))}" for rel, w in words.items())
+            + f" (put such paragraphs between '{INSTRUCTOR_BEGIN}' and '{INSTRUCTOR_END}' lines)")
     leaked = heldout_rows_in(out, heldout_hashes(source))
     if leaked:
         raise ReleaseError("the kit would hold held-out rows: "
@@ -415,6 +472,7 @@ def build(out: Path, repo: Path = REPO, notebooks: Path | None = None) -> list[P
     (out / "requirements.txt").write_text(
         student_requirements((repo / "requirements.txt").read_text(encoding="utf-8")), encoding="utf-8")
     (out / "notebooks").mkdir(parents=True, exist_ok=True)
+    (out / "notebooks" / "Makefile").write_text(NOTEBOOKS_MAKEFILE, encoding="utf-8")
     for path in sorted(notebooks.iterdir()):
         if path.name in IGNORED or path.name.startswith("."):
             continue

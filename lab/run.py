@@ -174,20 +174,42 @@ def describe_failure(exc: BaseException, output: Path) -> Failure:
     return Failure(index, type(exc).__name__, f"{where}{type(exc).__name__}: {text[0] if text else ''}")
 
 
+# ipykernel warns on every start that its local TCP sockets are not encrypted. The headless run's kernels
+# listen on 127.0.0.1 only, for one process of the same user, so the line says nothing about this run; it is
+# the one line left out of the kernel's log (every other line, crash messages included, is kept).
+TCP_WARNING = b"Kernel is running over TCP without encryption"
+
+
+def copy_kernel_stderr(stream, log_path: Path, drop: bytes = TCP_WARNING) -> None:
+    """Copy the kernel's stderr ``stream`` into ``log_path`` line by line, without the lines holding ``drop``."""
+    with stream, open(log_path, "ab") as log:
+        for line in iter(stream.readline, b""):
+            if drop not in line:
+                log.write(line)
+                log.flush()
+
+
 def kernel_manager_logging_to(log_path: Path) -> type:
-    """A kernel manager whose kernel's own stderr (start-up chatter, crash messages) goes to ``log_path``.
+    """A kernel manager whose kernel's own stderr (start-up chatter, crash messages) goes to ``log_path``,
+    without ipykernel's unencrypted-TCP warning (``TCP_WARNING``).
 
     Cell output, warnings included, still reaches the executed notebook; only the kernel process's
     log lines are kept out of the terminal.
     """
+    import subprocess
+    import threading
+
     from jupyter_client.manager import AsyncKernelManager
 
     class LoggingKernelManager(AsyncKernelManager):
         async def _async_launch_kernel(self, kernel_cmd, **kw):
             log_path.parent.mkdir(parents=True, exist_ok=True)
-            with open(log_path, "ab") as log:
-                kw["stderr"] = log
-                await super()._async_launch_kernel(kernel_cmd, **kw)
+            kw["stderr"] = subprocess.PIPE
+            await super()._async_launch_kernel(kernel_cmd, **kw)
+            process = getattr(self.provisioner, "process", None)
+            if process is not None and process.stderr is not None:
+                threading.Thread(target=copy_kernel_stderr, args=(process.stderr, log_path), daemon=True,
+                                 name="kernel-stderr").start()
 
     return LoggingKernelManager
 

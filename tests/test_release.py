@@ -243,6 +243,8 @@ def test_student_kit_makefile_readme_and_requirements_are_written_for_students(r
     assert {"setup", "jupyter", "lab", "submit", "clean"} <= targets
     assert not {"test", "bench", "fixtures", "release"} & targets  # no tests/, benchmarks/ or sources in the kit
     assert "--no-grade" in makefile and "rm -rf build\n" in makefile  # clean never touches workspace/
+    assert "--ServerApp.root_dir=. " in makefile  # JupyterLab shows notebooks/, docs/ and workspace/
+    assert (released / "notebooks" / "Makefile").read_text() == release.NOTEBOOKS_MAKEFILE
     readme = (released / "README.md").read_text()
     assert "## For students" in readme and "make submit STUDENT=YOUR_ID" in readme
     assert "For instructors" not in readme and "-m grader" not in readme and "make test" not in readme
@@ -394,3 +396,55 @@ def test_released_lesson_stops_at_its_first_exercise_with_not_implemented(lesson
         f"released {name} should stop with NotImplementedError at its first exercise, got {result.error}"
     assert result.failed_cell is not None and result.failed_cell >= stub, \
         f"released {name} failed at cell {result.failed_cell}, before its first exercise (cell {stub})"
+
+
+# --- a kit written for students -----------------------------------------------------------------------
+
+def test_the_kits_markdown_speaks_to_students_only(released):
+    assert release.instructor_words_in(released) == {}
+    readme = (released / "README.md").read_text()
+    fixtures = (released / "fixtures" / "README.md").read_text()
+    for text in (readme, fixtures):
+        assert "batch-grades" not in text and "make fixtures" not in text and "tests/test_fixtures.py" not in text
+    assert readme.startswith(release.STUDENT_INTRO) and "## For students" in readme
+    assert "lesson 00 checks them" in fixtures and "| `fp32.onnx` |" in fixtures
+    assert "<!--" not in readme + fixtures
+
+
+def test_instructor_only_paragraphs_go_and_a_kit_that_still_names_a_tool_is_refused(tmp_path):
+    text = ("# T\n\nFor all.\n\n<!-- instructor-only -->\nRun `make fixtures`.\n<!-- end instructor-only -->\n\n"
+            "Also for all.\n")
+    assert release.strip_instructor(text) == "# T\n\nFor all.\n\nAlso for all.\n"
+    with pytest.raises(ReleaseError, match="has no '<!-- end instructor-only -->' after it"):
+        release.strip_instructor("<!-- instructor-only -->\nsecret\n")
+    kit, source = tmp_path / "kit", tmp_path / "source"
+    (kit / "fixtures").mkdir(parents=True)
+    source.mkdir()
+    (kit / "fixtures" / "README.md").write_text("Rebuild them with `make fixtures`.\n")
+    with pytest.raises(ReleaseError, match="fixtures/README.md says 'make fixtures'"):
+        release.check_kit(kit, source)
+
+
+@pytest.mark.skipif(not shutil.which("make"), reason="make is not installed")
+def test_hand_in_works_from_the_notebooks_folder_as_the_readme_says(released, tmp_path):
+    """A JupyterLab terminal may start in notebooks/: the README's `make submit STUDENT=YOUR_ID` must work there."""
+    kit = tmp_path / "kit"
+    shutil.copytree(released, kit)
+    readme = (kit / "README.md").read_text()
+    assert "`make submit STUDENT=YOUR_ID`, from the kit's folder or from `notebooks/`" in readme
+    # The kit's .venv is this project's (set up already): make must not reinstall it.
+    (kit / ".venv").symlink_to(release.REPO / ".venv")
+    assert (kit / ".venv" / ".installed").exists(), "run `make setup` first"
+    for name in ("requirements.txt", "pyproject.toml"):
+        os.utime(kit / name, (0, 0))
+    work = kit / "workspace"
+    work.mkdir()
+    (work / "calibration_reader.py").write_text("class DigitReader:\n    pass\n")
+    (work / "results.json").write_text('{"schema": "results/1"}\n')
+    done = subprocess.run(["make", "submit", "STUDENT=s-001"], cwd=kit / "notebooks", capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"wrote {kit / 's-001.zip'} (2 files from {work})" in done.stdout
+    assert "  lesson 03: narrow.onnx, right.onnx, wide.onnx, dynamic.onnx\n" in done.stdout
+    refused = subprocess.run(["make", "submit"], cwd=kit / "notebooks", capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and "usage: make submit STUDENT=YOUR_ID" in refused.stdout

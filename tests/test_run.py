@@ -131,6 +131,30 @@ def test_a_failure_names_notebook_and_cell_keeps_partial_output_and_exits_nonzer
     assert (failed["failed_cell"], failed["ename"]) == (4, "ZeroDivisionError")
 
 
+def test_the_kernel_log_keeps_every_line_but_the_unencrypted_tcp_warning(tmp_path):
+    import os
+
+    read, write = os.pipe()
+    with os.fdopen(write, "wb") as w:
+        w.write(b"[IPKernelApp] WARNING | Kernel is running over TCP without encryption. All communication ...\n"
+                b"Traceback: the kernel died\n")
+    run.copy_kernel_stderr(os.fdopen(read, "rb"), tmp_path / "kernel.log")
+    assert (tmp_path / "kernel.log").read_bytes() == b"Traceback: the kernel died\n"
+
+
+@pytest.mark.slow
+def test_a_headless_run_shows_no_unencrypted_tcp_warning(lessons, tmp_path, capfd):
+    out = tmp_path / "build"
+    code = run.main(["--notebooks", str(lessons), "--work-dir", str(tmp_path / "ws"), "--out", str(out),
+                     "--only", "00", "--no-grade"])
+    printed = capfd.readouterr()
+    assert code == 0, printed
+    assert "without encryption" not in printed.out + printed.err
+    assert "without encryption" not in (out / run.KERNEL_LOG).read_text()
+    executed = nbformat.read(out / "00_first.ipynb", as_version=4)
+    assert "without encryption" not in json.dumps(executed)
+
+
 def test_bad_arguments_exit_2_without_running(lessons, tmp_path, capsys):
     assert run.main(["--notebooks", str(lessons), "--out", str(lessons)]) == 2
     assert "never go over the sources" in capsys.readouterr().err
@@ -149,7 +173,7 @@ def test_grade_hook_names_what_an_unfinished_workspace_lacks(tmp_path):
     if grader is None or not callable(getattr(grader, "grade", None)):
         assert run.grade_workspace(tmp_path) is None
         return
-    with pytest.raises(SubmitError, match="has no calibration_reader.py"):
+    with pytest.raises(SubmitError, match="holds none of the files the lessons write"):
         run.grade_workspace(tmp_path)
 
 

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from lab import schemas
-from lab.submit import REQUIRED, STUB, SubmitError, default_workspace, main, submit
+from lab.submit import REQUIRED, STUB, SubmitError, default_workspace, main, missing_by_lesson, submit
 
 
 def make_workspace(root: Path) -> Path:
@@ -42,11 +43,30 @@ def test_zip_holds_manifest_and_workspace_files_only(tmp_path):
     assert "metrics.py" in doc["missing"]
 
 
-def test_refuses_a_missing_required_file(tmp_path):
+def test_a_missing_lesson_is_named_not_refused_and_an_empty_workspace_is_refused(tmp_path, capsys):
     work = make_workspace(tmp_path)
     (work / "right.onnx").unlink()
-    with pytest.raises(SubmitError, match="right.onnx"):
-        submit("s1", work, tmp_path)
+    (work / "calibration_reader.py").unlink()
+    assert main(["--student", "s1", "--work-dir", str(work), "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "the grader will score the checks that need them 0" in out
+    assert "  lesson 02: calibration_reader.py\n" in out and "  lesson 03: right.onnx\n" in out
+    with zipfile.ZipFile(tmp_path / "s1.zip") as zf:
+        assert "right.onnx" not in zf.namelist() and "wide.onnx" in zf.namelist()
+    empty = tmp_path / "empty"
+    (empty / "drafts").mkdir(parents=True)
+    (empty / "source.onnx").write_bytes(b"the fixture copy is not handed in")
+    with pytest.raises(SubmitError, match="holds none of the files the lessons write"):
+        submit("s1", empty, tmp_path)
+
+
+def test_missing_by_lesson_groups_files_and_folders():
+    handed_in = set(REQUIRED) | {"growth/right-001.onnx", "metrics.py"}
+    missing = missing_by_lesson(handed_in)
+    assert "02" not in missing and "03" not in missing
+    assert missing["04"] == ["growth.json"] and missing["07"] == ["release/"]
+    assert "metrics.py" not in missing["06"] and "candidate.onnx" in missing["06"]
+    assert missing_by_lesson(set())["04"] == ["growth.json", "growth/"]
 
 
 def test_refuses_empty_files_symlinks_and_bad_ids(tmp_path):
@@ -74,7 +94,9 @@ def test_cli_names_the_lessons_still_to_run_and_warns_about_an_unfinished_exerci
     work = make_workspace(tmp_path)
     assert main(["--student", "s1", "--work-dir", str(work), "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "not in the workspace yet: growth.json" in out and "Lesson(s) 01, 04, 05, 06, 07, 08 write them" in out
+    assert "not in the workspace yet, so the grader will score the checks that need them 0" in out
+    lessons = re.findall(r"^  lesson (\d\d): ", out, re.M)
+    assert lessons == ["01", "04", "05", "06", "07", "08"] and "  lesson 04: growth.json\n" in out
     assert "warning" not in out
     (work / "calibration_reader.py").write_text(f"class DigitReader:\n    def get_next(self):\n        {STUB}\n")
     assert main(["--student", "s1", "--work-dir", str(work), "--out", str(tmp_path)]) == 0
