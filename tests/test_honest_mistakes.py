@@ -273,6 +273,11 @@ MISTAKES = [
             ("regression.json is not in the submission",)),
     Mistake("summarize_transposed", corpus.with_file("metrics.py", corpus.METRICS_TRANSPOSED),
             {"acceptance.summarize_code": 1.5}, ("confusion is transposed",)),
+    # a last-minute edit to metrics.py that does not even import: charged once, under summarize_code
+    Mistake("metrics_does_not_import", corpus.with_file("metrics.py", reference.METRICS_SOURCE.replace(
+        "    ### BEGIN SOLUTION\n", "    ### BEGIN SOLUTION\n  predictions = list(predictions)\n", 1)),
+            {"acceptance.summarize_code": 3}, ("metrics.py could not be run", "IndentationError",
+                                               "not charged here: charged once, under 06 acceptance")),
     Mistake("scenario_loss_sign_flipped", _flip_loss, {"release.scenarios": 0.5}, ("is not FP32 accuracy minus INT8 accuracy",)),
     # lesson 04: the grow cell re-run with BATCH_SIZE = 16 after growth.json was written for 8
     Mistake("growth_models_from_another_batch_size", lambda f: _growth_rerun(f, batch_size=16), {"growth.series": 3},

@@ -376,8 +376,13 @@ def run_summarize(ctx: Context) -> list:
         if child.status == "timeout":
             ctx.timed_out = True
         why = child.message or child.data.get("error", "")
+        if child.status == "refused":  # no isolation layer: nothing of the student's was run, nor judged
+            return [check(PART, "summarize_code", 0, f"metrics.py could not be run: {why}"),
+                    check("hidden", "secret_summarize", 0, f"metrics.py could not be run: {why}", hidden=True)]
+        # the student's module failed (import error, time limit, crash): one mistake, charged once
         return [check(PART, "summarize_code", 0, f"metrics.py could not be run: {why}"),
-                check("hidden", "secret_summarize", 0, f"metrics.py could not be run: {why}", hidden=True)]
+                check("hidden", "secret_summarize", 1, "metrics.py could not be run on the instructor's lists "
+                      f"either; {charged_under(PART, 'summarize_code')}", hidden=True)]
     got = {c.get("name"): c for c in child.data.get("cases", []) if isinstance(c, dict)}
     secret_msg = ""
     by_problem: dict[str, list[str]] = {}

@@ -102,7 +102,7 @@ def _model_problem(ctx: Context, rel: str, kind: str, n: int, bs: int | None, se
 
 
 def run_growth(ctx: Context) -> list:
-    from lab import compare, graph
+    from lab import compare, data, graph
 
     doc = ctx.doc("growth.json")
     rows = _series(doc)
@@ -142,9 +142,7 @@ def run_growth(ctx: Context) -> list:
                 and rep_err is not None and abs(rep_err - err) <= SOFTMAX_STEP)
         prov = ""
         if stream is not None:  # the row's calibration hash and count: the first n batches of the narrow stream
-            bs = int(value(rep, "batch_size", default=0) or run_bs or 0)
-            from lab import data
-
+            bs = _int(value(rep, "batch_size")) or run_bs or 0
             prov_ok, prov, prov_ev = provenance(f"narrow x{n}", f"the first {n} batches of the narrow stream",
                                                 data.narrow_batches(n * bs, 1, seed=int(seed)) if bs else stream[:0],
                                                 value(rep, "calibration_sha256"),
