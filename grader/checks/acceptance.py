@@ -436,9 +436,9 @@ def run_heldout(ctx: Context) -> list:
     acc_f = float((fp32.argmax(1) == split.labels).mean())
     loss = acc_f - acc_c
     ok = loss <= HELDOUT_LIMIT
+    # the kind of failure, never the held-out numbers (they would let a student tune to the held-out split)
     return [check("hidden", "heldout", float(ok),
-                  f"on {len(split)} held-out images the candidate reaches {acc_c:.4f} against FP32 {acc_f:.4f}: "
-                  f"loss {loss:.4f} (limit {HELDOUT_LIMIT})" + ("" if ok else "; the candidate does not generalize: "
-                                                                "check its calibration data"),
-                  [Evidence("held-out loss against FP32", None, loss, HELDOUT_LIMIT,
-                            "the limit for data no one tuned on: twice the acceptance limit")], hidden=True)]
+                  f"on {len(split)} held-out images the candidate's accuracy loss against FP32 is "
+                  + (f"within the limit ({HELDOUT_LIMIT})" if ok else
+                     f"over the limit ({HELDOUT_LIMIT}): the candidate does not generalize; check its calibration "
+                     "data"), hidden=True)]
