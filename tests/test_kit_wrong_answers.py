@@ -1,0 +1,196 @@
+"""The released kit's lessons 01-07 with a typical wrong answer filled in: each gets a message that names the mistake.
+
+The kit is built from the committed files (``lab.release``) and its notebooks run with papermill on the kit's
+own ``lab``, as a student runs them. Every other exercise stub of the lesson gets the instructor's solution; the
+one under test gets the wrong answer; the run stops after the cell that checks it. A wrong prediction does not
+stop the lesson: its message says what was predicted, what was measured and why.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import nbformat
+import pytest
+
+from grader import reference
+from lab import release, run
+
+REPO = Path(__file__).resolve().parents[1]
+BEGIN, END = release.BEGIN_SOLUTION, release.END_SOLUTION
+HIDDEN = re.compile(re.escape(release.BEGIN_HIDDEN) + r".*?" + re.escape(release.END_HIDDEN) + r"\n?", re.S)
+
+BROKEN_INIT_READER = '''import numpy as np
+from onnxruntime.quantization import CalibrationDataReader
+
+
+class DigitReader(CalibrationDataReader):
+    def __init__(self, pixels, batch_size=32, input_name="pixels"):
+        self.pixels = np.asarray(pixels, dtype=np.float32).reshape(-1, 64)
+        self.batch_size, self.input_name = batch_size, input_name      # forgot self.position = 0
+
+    def get_next(self):
+        if self.position >= len(self.pixels):
+            return None
+        self.position += self.batch_size
+        return {self.input_name: self.pixels[self.position - self.batch_size:self.position]}
+
+    def rewind(self):
+        self.position = 0
+'''
+
+
+@dataclass(frozen=True)
+class Wrong:
+    """One wrong answer: the lesson, the cell it goes into (its solution replaced by ``answer(solution)``), the
+    cell after which the run stops, and the words the student must see."""
+
+    lesson: str
+    cell: str
+    answer: Callable[[str], str]
+    stop_after: str
+    words: tuple[str, ...]
+    fails: bool = True
+    parameters: dict = field(default_factory=dict)
+    reader: str | None = None
+
+
+CASES = {
+    "01 prediction: wide clips, narrow squashes": Wrong(
+        "01_the_ruler", "cell-09b", lambda s: 'PREDICTED = {"clips": "wide", "squashes": "narrow"}', "cell-11a",
+        ("prediction wrong: you said wide clips", "narrow is clipping", "reach past its end"), fails=False),
+    "03 reader bug in __init__": Wrong(
+        "03_narrow_right_wide", "l03-03", lambda s: s, "l03-03",
+        ("raised AttributeError", "first call, before serving any batch", "__init__ never set"),
+        reader=BROKEN_INIT_READER),
+    "03 prediction: zero point 0": Wrong(
+        "03_narrow_right_wide", "l03-05b",
+        lambda s: s.replace('"zero_point": round(-128 - low / scale)', '"zero_point": 0'), "l03-10a",
+        ("prediction wrong: narrow: you said scale", "zero point 0", "zero point = round(-128 - min / scale)"),
+        fails=False),
+    "03 one reader reused for three conversions": Wrong(
+        "03_narrow_right_wide", "l03-07",
+        lambda s: ("reader = calibration_reader.DigitReader(lab.data.calibration_set('right'), batch_size=BATCH_SIZE)\n"
+                   "for kind in KINDS:\n"
+                   "    records[kind] = lab.quantize.quantize(SOURCE, WORK / f'{kind}.onnx', reader)"), "l03-08",
+        ("ReaderContractError", "it is used up. That is lesson 02's mistake (b)", "fresh DigitReader")),
+    "04 prediction: more narrow batches catch up": Wrong(
+        "04_more_batches", "l04-04b",
+        lambda s: 'PREDICTED_GROWTH = {"narrow_reaches_right": True, "largest_narrow_range": 1.0}', "l04-14a",
+        ("prediction wrong: you said more narrow batches do reach", "you said the largest narrow calibration sees "
+         "a range of 1", "MinMax keeps the largest value"), fails=False, parameters={"MAX_BATCHES": 8}),
+    "05 prediction: QDQ is smaller, rulers differ": Wrong(
+        "05_qdq_vs_qoperator", "l05-04b", lambda s: 'PREDICTED_FORMATS = {"smaller": "QDQ", "same_input_ruler": False}',
+        "l05-12a", ("prediction wrong: you said QDQ is smaller", "they are the same", "one calibration cache"),
+        fails=False),
+    "05 prediction in the wrong form": Wrong(
+        "05_qdq_vs_qoperator", "l05-04b", lambda s: 'PREDICTED_FORMATS = {"smaller": "qop", "same_input_ruler": True}',
+        "l05-04b", ("PredictionError", "smaller: expected one of 'QDQ', 'QOperator', got 'qop'")),
+    "07 prediction: the error enters at relu1.out": Wrong(
+        "07_calibrate_the_deployed_representation", "l07-14b", lambda s: 'PREDICTED_ENTRY = "relu1.out"', "l07-17",
+        ("prediction wrong: you said the error enters at relu1.out; measured, it enters at pixels",), fails=False),
+    "07 wrong ENTRY_TENSOR": Wrong(
+        "07_calibrate_the_deployed_representation", "l07-15", lambda s: s + '\nENTRY_TENSOR = "fc3.out"', "l07-17",
+        ("EntryCheckFailed", "ENTRY_TENSOR is 'fc3.out', but the first tensor in graph order", "'pixels'")),
+    "07 selection from the held-out split": Wrong(
+        "07_calibrate_the_deployed_representation", "l07-23",
+        lambda s: s.replace('slice(0, None, 6))])', 'slice(0, None, 6))], split="heldout")'), "l07-24",
+        ("ReleaseError", "there is no 'heldout' split here", "calibration split only")),
+    "07 selection without flash": Wrong(
+        "07_calibrate_the_deployed_representation", "l07-23",
+        lambda s: 'fixed_selection = recipe.select([("daylight", None)])', "l07-24",
+        ("SelectionCheckFailed", "holds only daylight", "add flash images")),
+}
+
+
+@pytest.fixture(scope="module")
+def kit(tmp_path_factory) -> Path:
+    return release.release(tmp_path_factory.mktemp("kit") / "student", rev=release.commit_of(release.REPO, "HEAD"))
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory) -> Path:
+    """Lessons 00-06 done right (the reference hand-in): what a student has when they reach each lesson."""
+    return reference.build(tmp_path_factory.mktemp("done") / "workspace", growth_counts=(1, 2))
+
+
+def _solution(source: str) -> str:
+    """A cell's code as the instructor wrote it: markers out, hidden tests out."""
+    return "\n".join(l for l in HIDDEN.sub("", source).splitlines() if l.strip() not in (BEGIN, END))
+
+
+def _solution_region(source: str) -> str:
+    lines = source.splitlines()
+    start = next(i for i, l in enumerate(lines) if l.strip() == BEGIN)
+    stop = next(i for i, l in enumerate(lines) if l.strip() == END)
+    return "\n".join(lines[start + 1:stop])
+
+
+def _with_wrong_answer(kit_nb: Path, case: Wrong) -> nbformat.NotebookNode:
+    """The kit's lesson, cut after ``case.stop_after``: stubs filled with the instructor's solutions, one wrong."""
+    nb = nbformat.read(kit_nb, as_version=4)
+    source = {c.get("id"): c.source for c in nbformat.read(REPO / "notebooks" / kit_nb.name, as_version=4).cells}
+    cells = []
+    for cell in nb.cells:
+        cid = cell.get("id")
+        if cid == case.cell and BEGIN in source[cid]:
+            region = _solution_region(source[cid])
+            full = source[cid]
+            start, stop = full.index(BEGIN), full.index(END) + len(END)
+            cell.source = _solution(full[:start] + case.answer(region) + full[stop:])
+        elif release.CODE_STUB in cell.source:
+            cell.source = _solution(source[cid])
+        cells.append(cell)
+        if cid == case.stop_after:
+            break
+    nb.cells = cells
+    return nb
+
+
+def _text(nb_path: Path) -> str:
+    """Everything the student sees below the cells: printed lines and the error a cell ended in."""
+    out = []
+    for cell in nbformat.read(nb_path, as_version=4).cells:
+        for o in cell.get("outputs", []):
+            if o.output_type == "stream":
+                out.append(o.text)
+            elif o.output_type == "error":
+                out.append(f"{o.ename}: {o.evalue}\n" + "\n".join(o.traceback))
+    return re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(out))
+
+
+def _error(nb_path: Path) -> str:
+    """The error a run ended in, as the student sees it under the cell."""
+    for cell in nbformat.read(nb_path, as_version=4).cells:
+        for o in cell.get("outputs", []):
+            if o.output_type == "error":
+                return re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(o.traceback))
+    return ""
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_wrong_answer_gets_a_message_that_names_the_mistake(name, kit, workspace, tmp_path, monkeypatch):
+    case = CASES[name]
+    monkeypatch.setenv("PYTHONPATH", str(kit))  # the kernel imports the kit's lab, as a student's does
+    work = shutil.copytree(workspace, tmp_path / "workspace")
+    if case.reader:
+        (work / "calibration_reader.py").write_text(case.reader)
+    lesson = tmp_path / f"{case.lesson}.ipynb"
+    nbformat.write(_with_wrong_answer(kit / "notebooks" / f"{case.lesson}.ipynb", case), lesson)
+    got = run.run_lesson(lesson, tmp_path / "out", {"WORK_DIR": str(work), "INTERACTIVE": False, **case.parameters},
+                         cwd=kit / "notebooks")
+    text = _text(Path(got.output))
+    assert (got.error is not None) == case.fails, (got.error, text[-2000:])
+    for words in case.words:
+        assert words in text, (words, text[-3000:])
+    if case.fails:
+        shown = _error(Path(got.output))
+        assert "AssertionError" not in shown and "Traceback" not in shown and "File \"" not in shown, shown
+        assert len(shown.splitlines()) <= 12, f"one message, not a traceback wall:\n{shown}"
+    if not case.fails:
+        saved = json.loads((work / "predictions.json").read_text())
+        assert saved["schema"] == "predictions/1"
