@@ -448,3 +448,101 @@ def test_hand_in_works_from_the_notebooks_folder_as_the_readme_says(released, tm
     assert "  lesson 03: narrow.onnx, right.onnx, wide.onnx, dynamic.onnx\n" in done.stdout
     refused = subprocess.run(["make", "submit"], cwd=kit / "notebooks", capture_output=True, text=True, timeout=60)
     assert refused.returncode != 0 and "usage: make submit STUDENT=YOUR_ID" in refused.stdout
+
+
+# --- the released lessons 06 and 08 with a typical wrong answer: a message that names the mistake --------
+
+KIT_CASES = {
+    "06 summarize without the 0-9 rule": (
+        "06_accept_or_reject", "%%writefile {WORK_DIR}/metrics.py",
+        lambda s: s.replace("    for name, values in ((\"predictions\", predictions), (\"labels\", labels)):\n"
+                            "        for i, value in enumerate(values):\n"
+                            "            if value != int(value) or not 0 <= value < N_CLASSES:\n"
+                            "                raise ValueError(f\"{name}[{i}] is {value}; expected a digit 0-9\")\n", ""),
+        "acceptance.check_summarize(", True,
+        ("SummarizeCheckError", "raised IndexError (list index out of range) instead: a label outside 0-9 must "
+                                "raise ValueError naming the bad value 10")),
+    "06 summarize with a transposed matrix": (
+        "06_accept_or_reject", "%%writefile {WORK_DIR}/metrics.py",
+        lambda s: s.replace("confusion[int(actual)][int(predicted)] += 1", "confusion[int(predicted)][int(actual)] += 1"),
+        "acceptance.check_summarize(", True, ("the confusion matrix is transposed", "belongs in confusion[1][2]")),
+    "06 PREDICTION names a setting that is not in the table": (
+        "06_accept_or_reject", "PREDICTION = ", lambda s: 'PREDICTION = {"per_channel"}',
+        "families.check_prediction(", True, ("PredictionError", "PREDICTION names ['per_channel'], which are not "
+                                             "settings here")),
+    "06 PREDICTION that misses a setting": (
+        "06_accept_or_reject", "PREDICTION = ", lambda s: 'PREDICTION = {"reduce_range"}',
+        "families.check_prediction(", False, ("NO  reduce_range", "no pair can saturate")),
+    "08 CHOICE is the whole row": (
+        "08_the_quantization_toolbox", "CHOICE = best", lambda s: s.replace('CHOICE = best["settings"]', "CHOICE = best"),
+        "tb.check_choice_input(", True, ("ChoiceError", "CHOICE is a whole row of cands")),
+    "08 CHOICE that is too big": (
+        "08_the_quantization_toolbox", "CHOICE = best",
+        lambda s: s.replace('CHOICE = best["settings"]', 'CHOICE = next(r for r in cands if r["accuracy_loss"] == 0 '
+                                                          'and r["size_ratio"] > tb.MAX_SIZE_RATIO)["settings"]'),
+        "tb.check_choice_input(", False, ("meets the requirement on the evaluation images", "not met: size")),
+}
+
+
+def _kit_lesson_with(kit_nb: Path, answer_marker: str, answer, stop_marker: str) -> nbformat.NotebookNode:
+    """The kit's lesson up to the cell holding ``stop_marker``: every stub filled with the instructor's solution,
+    the one holding ``answer_marker`` with ``answer(solution)`` instead."""
+    nb = nbformat.read(kit_nb, as_version=4)
+    source = {c.get("id"): c.source for c in nbformat.read(release.REPO / "notebooks" / kit_nb.name, as_version=4).cells}
+
+    def instructor(text: str) -> str:
+        text = release.remove_hidden_tests(nbformat.v4.new_notebook(cells=[new_code_cell(text)]), "x").cells
+        lines = text[0].source.splitlines() if text else []
+        return "\n".join(ln for ln in lines if ln.strip() not in (release.BEGIN_SOLUTION, release.END_SOLUTION))
+
+    cells = []
+    for cell in nb.cells:
+        if release.CODE_STUB in cell.source:
+            full = source[cell.get("id")]
+            if answer_marker in full:
+                begin, end = full.index(release.BEGIN_SOLUTION), full.index(release.END_SOLUTION)
+                start, after = full.rfind("\n", 0, begin) + 1, full.find("\n", end)
+                region = full[full.index("\n", begin) + 1:full.rindex("\n", 0, end) + 1]
+                full = full[:start] + answer(region) + (full[after + 1:] if after >= 0 else "")
+            cell.source = instructor(full)
+        cells.append(cell)
+        if stop_marker in cell.source:
+            break
+    nb.cells = cells
+    return nb
+
+
+@pytest.fixture(scope="module")
+def done_workspace(tmp_path_factory) -> Path:
+    """Lessons 00-05 done right (the grader's reference hand-in)."""
+    from grader import reference
+
+    return reference.build(tmp_path_factory.mktemp("done") / "workspace", growth_counts=(1, 2))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(KIT_CASES))
+def test_a_wrong_answer_in_lessons_06_and_08_of_the_kit_is_named(name, released, done_workspace, tmp_path, monkeypatch):
+    import re
+
+    lesson, answer_marker, answer, stop_marker, fails, words = KIT_CASES[name]
+    monkeypatch.setenv("PYTHONPATH", str(released))  # the kernel imports the kit's lab, as a student's does
+    work = shutil.copytree(done_workspace, tmp_path / "workspace")
+    path = tmp_path / f"{lesson}.ipynb"
+    nbformat.write(_kit_lesson_with(released / "notebooks" / path.name, answer_marker, answer, stop_marker), path)
+    got = run.run_lesson(path, tmp_path / "out", {"WORK_DIR": str(work), "INTERACTIVE": False},
+                         cwd=released / "notebooks")
+    shown, error = [], ""
+    for cell in nbformat.read(got.output, as_version=4).cells:
+        for o in cell.get("outputs", []):
+            if o.output_type == "stream":
+                shown.append(o.text)
+            elif o.output_type == "error":
+                error = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(o.traceback))
+                shown.append(error)
+    text = "\n".join(shown)
+    assert (got.error is not None) == fails, (got.error, text[-2000:])
+    for w in words:
+        assert w in text, (w, text[-3000:])
+    if fails:  # one line, not a traceback wall
+        assert len(error.splitlines()) == 1 and "Traceback" not in error, error
