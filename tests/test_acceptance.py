@@ -234,6 +234,13 @@ def test_check_summarize_names_the_broken_rule_in_one_line(student, words):
     assert len(info.value._render_traceback_()) == 1
 
 
+def test_check_summarize_leaves_the_exercise_stub_alone():
+    def stub(predictions, labels):
+        raise NotImplementedError("exercise: replace this line with your code")
+    with pytest.raises(NotImplementedError, match="exercise"):
+        acceptance.check_summarize(stub)
+
+
 def test_check_summarize_wants_the_bad_value_named():
     def vague(predictions, labels):
         if any(not 0 <= v <= 9 for v in list(predictions) + list(labels)):
