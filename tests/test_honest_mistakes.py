@@ -63,6 +63,31 @@ def _right_on_evaluation(files: corpus.Files) -> bytes:
     return corpus.pack({**files, "right.onnx": model, "results.json": json.dumps(doc, indent=2).encode()})
 
 
+def _right_on(kind: str):
+    """Lesson 03's 'right' model calibrated on another named set (the loop's variable copied), reported honestly."""
+    def make(files: corpus.Files) -> bytes:
+        import tempfile
+
+        from lab import compare, data, graph, quantize
+
+        with tempfile.TemporaryDirectory() as tmp:
+            work, reader_cls = _workspace(Path(tmp))
+            x = data.load_split("evaluation").pixels
+            record = quantize.quantize(work / "source.onnx", work / "right.onnx",
+                                       reader_cls(data.calibration_set(kind), batch_size=36))
+            r = graph.input_ruler(work / "right.onnx")
+            doc = json.loads(files["results.json"])
+            ref = compare.predict(data.fixture_path("fp32.onnx"), x)
+            doc["sets"]["right"].update(
+                model_sha256=data.file_sha256(work / "right.onnx"), calibration_samples=record.calibration_samples,
+                calibration_batches=record.calibration_batches, calibration_sha256=record.calibration_sha256,
+                scale=r.scale, zero_point=r.zero_point, range_seen=r.range_seen,
+                max_abs_error=compare.max_abs_error(ref, compare.predict(work / "right.onnx", x)))
+            model = (work / "right.onnx").read_bytes()
+        return corpus.pack({**files, "right.onnx": model, "results.json": json.dumps(doc, indent=2).encode()})
+    return make
+
+
 def _flip_loss(files: corpus.Files) -> bytes:
     doc = json.loads(files[corpus_release("scenarios")])
     for row in doc["results"]:
@@ -268,6 +293,12 @@ MISTAKES = [
             {"reader.contract": 1}, ("never returned None", "not charged here: charged once, under 02 the calibration reader")),
     Mistake("right_calibrated_on_evaluation", _right_on_evaluation,
             {"calibration.range_seen": 1}, ("a hash of the evaluation split",)),
+    # lesson 03's loop calibrated 'right' on the wide set: charged under range_seen, named by the reader's check.
+    # The predictions part judges the student's right-scale prediction against this model's graph, so it shows too.
+    Mistake("right_calibrated_on_the_wide_set", _right_on("wide"),
+            {"calibration.range_seen": 1, "predictions.input_rulers": 0.5},
+            ("a hash of the 'wide' calibration set", "right.onnx was calibrated on other data than the 'right' set; "
+                                                     "not charged here: charged once, under 03 narrow / right / wide")),
     Mistake("regression_json_missing", corpus.without("regression.json"),
             {"acceptance.summaries": 3, "acceptance.probabilities": 1, "acceptance.decisions": 2},
             ("regression.json is not in the submission",)),

@@ -277,12 +277,32 @@ def _range_check(ctx: Context, first: np.ndarray | None, pixels: np.ndarray):
     ok = rel <= 1e-6 and got.zero_point == zp
     source = "the 'right' set" if instead else "your reader's batches"
     ev = []  # right.onnx's ruler is the model's, not a number the student reported: the message names both
+    if not ok and _other_data(ctx, got, pixels):
+        return check(PART, "range_from_reader", 1.0, instead + (
+            f"right.onnx's input ruler (scale {got.scale:.6g}, zero point {got.zero_point}) is not the one ORT's "
+            f"calibrator gives on {source} (scale {float(scale):.6g}): right.onnx was calibrated on other data than "
+            f"the 'right' set; {charged_under('calibration', 'range_seen')}"), ev)
     msg = instead + (
         f"ORT's calibrator on {source} gives range [{lo:.4g}, {hi:.4g}], the ruler inside right.onnx" if ok else
         f"right.onnx's input ruler (scale {got.scale:.6g}, zero point {got.zero_point}) does not come from "
         f"{source} (calibrator range [{lo:.4g}, {hi:.4g}] gives scale {float(scale):.6g}, zero point {zp}). "
         "Re-run lesson 03 with DigitReader(lab.data.calibration_set('right'), batch_size=36)")
     return check(PART, "range_from_reader", 1.0 if ok else 0.0, msg, ev)
+
+
+def _other_data(ctx: Context, got, pixels: np.ndarray) -> bool:
+    """Is right.onnx calibrated on other data than the 'right' set, as lesson 03's range_seen judges it?
+
+    Then the mistake is lesson 03's (the model's data), charged there, not the reader's: one mistake, one charge.
+    Without results.json lesson 03's checks cannot judge it, and this check charges it.
+    """
+    from grader.checks.calibration import RANGE_REL
+    from lab import ruler
+
+    if not ctx.has("results.json"):
+        return False
+    want, zp = ruler.scale_zero_point(float(pixels.min()), float(pixels.max()), got.dtype)
+    return abs(got.scale - float(want)) > RANGE_REL * float(want) or got.zero_point != zp
 
 
 def served_count(ctx: Context, pixels: np.ndarray, batch_size: int) -> int | None:
