@@ -1,6 +1,6 @@
 """The lessons in a real JupyterLab, driven by Debian's Chromium through Playwright.
 
-Runs lesson 01 through the UI, moves the range explorer's slider and checks the numbers change,
+JupyterLab serves the folder above notebooks/, as `make jupyter` does. Runs lesson 01 through the UI, moves the range explorer's slider and checks the numbers change,
 then runs lesson 00 and checks no output holds an error. Then runs lesson 02 with a broken reader and
 checks the student sees the contract error as a message, not a traceback. Screenshots go to
 artifacts/browser/.
@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from browser_support import (JupyterServer, ServerStartError, chromium_path, launched_chromium,
+from browser_support import (JupyterServer, ServerStartError, _api, chromium_path, launched_chromium,
                              copy_notebooks, free_port, start_jupyter, stop_jupyter)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -87,7 +87,8 @@ def jupyter(lab_root) -> JupyterServer:
     for pattern in (RULER, "00_*.ipynb"):
         if not any(lab_root.glob(pattern)):
             skip_unless_ci(f"notebooks/{pattern} does not exist yet")
-    server = start_jupyter(lab_root, lab_root.parent / "server", kernel=KERNEL)
+    # As `make jupyter` does: JupyterLab serves the kit's folder (notebooks/, docs/, workspace/), not notebooks/.
+    server = start_jupyter(lab_root.parent, lab_root.parent / "server", kernel=KERNEL)
     try:
         yield server
     finally:
@@ -126,7 +127,7 @@ def shot(target, name: str) -> Path:
 
 def open_notebook(page, server: JupyterServer, name: str) -> None:
     """Open ``name`` alone (``reset`` drops the tabs of the last visit) and wait for its idle kernel."""
-    page.goto(server.lab_url(name).replace("?", "?reset&", 1), timeout=60_000)
+    page.goto(server.lab_url(f"{NOTEBOOKS.name}/{name}").replace("?", "?reset&", 1), timeout=60_000)
     page.locator("#jp-main-dock-panel .lm-TabBar-tab.lm-mod-current", has_text=name).wait_for(timeout=90_000)
     page.locator(f"{PANEL} .jp-Notebook-ExecutionIndicator").wait_for(timeout=60_000)
     page.wait_for_function("() => document.querySelector('#jp-main-statusbar')?.innerText.includes('Idle')",
@@ -293,6 +294,9 @@ def drive_lessons(page, errors: list[str], jupyter: JupyterServer, lab_root: Pat
     # The lessons' WORK_DIR ("../workspace") lands next to the temp copy, never in the repo.
     workspace = lab_root.parent / "workspace"
     assert (workspace / "source.onnx").is_file(), f"the lessons did not write {workspace / 'source.onnx'}"
+    # ... and the student sees it in JupyterLab's file browser, beside the lessons.
+    listed = {item["name"] for item in json.loads(_api(jupyter, "/api/contents"))["content"]}
+    assert {"notebooks", "workspace"} <= listed, f"JupyterLab's root lists {sorted(listed)}"
     say(capsys, f"{name} ran clean; page screenshot {page_png}; "
                 f"{len(errors)} console errors in all (none from widgets)")
 
