@@ -30,10 +30,25 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from grader import __version__
-from grader.context import rubric
-from grader.results import GradeResult
-from grader import sandbox
-from grader.sandbox import Limits
+
+
+def _without_unused_format_checkers() -> None:
+    """Keep jsonschema from importing ``rfc3987_syntax``: about 2 s of every grading process's start.
+
+    jsonschema imports it, when installed (JupyterLab's dependencies install it), only to offer an "iri"
+    format checker, and importing it compiles 38 Lark grammars. The lab's schemas use no "format" and
+    are validated without a format checker, so validation is the same without it.
+    """
+    if "jsonschema" not in sys.modules:
+        sys.modules.setdefault("rfc3987_syntax", None)  # None in sys.modules: importing it raises ImportError
+
+
+_without_unused_format_checkers()
+
+from grader.context import rubric  # noqa: E402 - after the line above, which must run before jsonschema loads
+from grader import models, sandbox  # noqa: E402
+from grader.results import GradeResult  # noqa: E402
+from grader.sandbox import Limits  # noqa: E402
 from grader.submission import sha256_of_input, student_from_path
 
 
@@ -66,7 +81,9 @@ def grade_one(path: str | Path, limits: Limits | None = None) -> tuple[GradeResu
     from grader.core import grade
 
     sandbox.take_runs()
-    result = grade(path, limits)
+    sandbox.warm_up()  # the fork server preloads while intake and the model checks run
+    with models.reuse():  # one session per model; the fixtures' predictions once per worker
+        result = grade(path, limits)
     runs = sandbox.take_runs()
     if "refused" in runs:
         result.notes.append(sandbox.REFUSED_NOTE)

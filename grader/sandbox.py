@@ -175,8 +175,21 @@ def _command(scratch: Path, task_file: Path, isolate: bool) -> list[str]:
 _SERVER = None
 
 
-def fork_server():
-    """This process's preloaded fork server (``grader.forkserver``), or None where it is not used."""
+def warm_up() -> None:
+    """Start this process's fork server now, without waiting for its preload, where student code will run in it.
+
+    A grade calls this first: the server's imports then overlap intake and the model checks (on another
+    core) instead of delaying the first student-code run.
+    """
+    if isolation() == "bubblewrap":
+        fork_server(wait=False)
+
+
+def fork_server(wait: bool = True):
+    """This process's preloaded fork server (``grader.forkserver``), or None where it is not used.
+
+    ``wait=False`` returns it before its preload is done; its first ``run`` waits.
+    """
     global _SERVER
     if os.environ.get("GRADER_NO_FORKSERVER") or not bwrap_available():
         return None
@@ -188,7 +201,7 @@ def fork_server():
 
         base = Path(tempfile.mkdtemp(prefix="grader-fs-"))
         try:
-            _SERVER = ForkServer(base, scrubbed_env(str(base)))
+            _SERVER = ForkServer(base, scrubbed_env(str(base)), wait=wait)
         except (OSError, RuntimeError):
             shutil.rmtree(base, ignore_errors=True)
             return None
