@@ -63,8 +63,8 @@ def _right_on_evaluation(files: corpus.Files) -> bytes:
     return corpus.pack({**files, "right.onnx": model, "results.json": json.dumps(doc, indent=2).encode()})
 
 
-def _right_on(kind: str):
-    """Lesson 03's 'right' model calibrated on another named set (the loop's variable copied), reported honestly."""
+def _right_on(kind: str, model: str = "right"):
+    """Lesson 03's ``model`` calibrated on another named set (the loop's variable copied), reported honestly."""
     def make(files: corpus.Files) -> bytes:
         import tempfile
 
@@ -73,18 +73,18 @@ def _right_on(kind: str):
         with tempfile.TemporaryDirectory() as tmp:
             work, reader_cls = _workspace(Path(tmp))
             x = data.load_split("evaluation").pixels
-            record = quantize.quantize(work / "source.onnx", work / "right.onnx",
-                                       reader_cls(data.calibration_set(kind), batch_size=36))
-            r = graph.input_ruler(work / "right.onnx")
+            path = work / f"{model}.onnx"
+            record = quantize.quantize(work / "source.onnx", path, reader_cls(data.calibration_set(kind), batch_size=36))
+            r = graph.input_ruler(path)
             doc = json.loads(files["results.json"])
             ref = compare.predict(data.fixture_path("fp32.onnx"), x)
-            doc["sets"]["right"].update(
-                model_sha256=data.file_sha256(work / "right.onnx"), calibration_samples=record.calibration_samples,
+            doc["sets"][model].update(
+                model_sha256=data.file_sha256(path), calibration_samples=record.calibration_samples,
                 calibration_batches=record.calibration_batches, calibration_sha256=record.calibration_sha256,
-                scale=r.scale, zero_point=r.zero_point, range_seen=r.range_seen,
-                max_abs_error=compare.max_abs_error(ref, compare.predict(work / "right.onnx", x)))
-            model = (work / "right.onnx").read_bytes()
-        return corpus.pack({**files, "right.onnx": model, "results.json": json.dumps(doc, indent=2).encode()})
+                scale=r.scale, zero_point=r.zero_point, range_seen=r.range_seen, diagnosis=compare.diagnose(r, x).kind,
+                max_abs_error=compare.max_abs_error(ref, compare.predict(path, x)))
+            data_bytes = path.read_bytes()
+        return corpus.pack({**files, f"{model}.onnx": data_bytes, "results.json": json.dumps(doc, indent=2).encode()})
     return make
 
 
@@ -299,6 +299,10 @@ MISTAKES = [
             {"calibration.range_seen": 1, "predictions.input_rulers": 0.5},
             ("a hash of the 'wide' calibration set", "right.onnx was calibrated on other data than the 'right' set; "
                                                      "not charged here: charged once, under 03 narrow / right / wide")),
+    # the same slip for 'narrow' (calibrated on the right set): its diagnosis is not judged, range_seen charges it
+    Mistake("narrow_calibrated_on_the_right_set", _right_on("right", model="narrow"),
+            {"calibration.range_seen": 1, "predictions.clip_or_squash": 0.5, "predictions.input_rulers": 0.5},
+            ("narrow: not judged, narrow.onnx was calibrated on other data than the narrow set (not charged here",)),
     Mistake("regression_json_missing", corpus.without("regression.json"),
             {"acceptance.summaries": 3, "acceptance.probabilities": 1, "acceptance.decisions": 2},
             ("regression.json is not in the submission",)),

@@ -1,8 +1,8 @@
 """Lesson 03: narrow / right / wide (and dynamic), every number recomputed from the models handed in."""
 from __future__ import annotations
 
-from grader.context import (SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, Missing, check, entry, evaluation,
-                            fp32_outputs, number, provenance, value)
+from grader.context import (SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, Missing, charged_under, check, entry,
+                            evaluation, fp32_outputs, number, provenance, value)
 from grader.models import ModelRefused
 from grader.results import Evidence
 
@@ -30,6 +30,7 @@ def run(ctx: Context) -> list:
     x, _ = evaluation()
     per = {name: [] for name in ("quantized", "ruler_reported", "range_seen", "max_abs_error")}
     found = {}
+    other_data: set[str] = set()  # models calibrated on other data than their named set: charged under range_seen
     for kind in KINDS:
         rel = f"{kind}.onnx"
         rep = entry(results_doc, kind, "models", "results", "rows", "sets") or {}
@@ -61,6 +62,8 @@ def run(ctx: Context) -> list:
         calib = data.calibration_set(kind)
         exp_scale, exp_zp = ruler.scale_zero_point(float(calib.min()), float(calib.max()), r.dtype)
         ok = abs(r.scale - float(exp_scale)) <= RANGE_REL * float(exp_scale) and r.zero_point == exp_zp
+        if not ok:
+            other_data.add(kind)
         range_rep = number(value(rep, "range_seen"))
         ev = []  # the model's own scale is not a number the student reported: the message names it
         if range_rep is not None:
@@ -94,12 +97,14 @@ def run(ctx: Context) -> list:
         if good < len(rows):
             msg = f"{len(rows) - good} of {len(rows)} wrong: {msg}. Expected: {hints[name]}"
         out.append(check(PART, name, good / len(KINDS), msg, [e for _, _, evs in rows for e in evs]))
-    out.append(_diagnosis(ctx, results_doc, found))
+    out.append(_diagnosis(ctx, results_doc, found, other_data))
     out.append(_dynamic(ctx, results_doc))
     return out
 
 
-def _diagnosis(ctx: Context, doc: dict, rulers: dict):
+def _diagnosis(ctx: Context, doc: dict, rulers: dict, other_data: set[str] = frozenset()):
+    """narrow clips and wide squashes, as reported and as the models show; a model calibrated on other data
+    than its set is charged under range_seen, and its diagnosis is not judged (it shows that data, not the set)."""
     from lab import compare
 
     x, _ = evaluation()
@@ -107,6 +112,11 @@ def _diagnosis(ctx: Context, doc: dict, rulers: dict):
     for kind, expected in EXPECTED_DIAGNOSIS.items():
         rep = value(entry(doc, kind, "models", "results", "rows", "sets") or {}, "diagnosis", "diagnosis.kind")
         got = compare.diagnose(rulers[kind], x).kind if kind in rulers else None
+        if kind in other_data:
+            ok_count += 1
+            msgs.append(f"{kind}: not judged, {kind}.onnx was calibrated on other data than the {kind} set "
+                        f"({charged_under(PART, 'range_seen')})")
+            continue
         ev.append(Evidence(f"{kind} diagnosis", rep, got, None, "compare.diagnose on the evaluation set"))
         if rep == expected and got == expected:
             ok_count += 1
