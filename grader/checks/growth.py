@@ -254,8 +254,8 @@ def _formats_reported(ctx: Context, doc: dict, rels: dict, formats: dict) -> lis
                             ("size_bytes", path.stat().st_size), ("quant_format", formats[name])):
             got = value(rep, field)
             if got != want or isinstance(got, bool):
-                shown = f"{got}"[:20] if field == "sha256" else got
-                wrong.append(f"formats/{name}/{field} is {shown!r}, {rel} has {str(want)[:20] if field == 'sha256' else want!r}")
+                shown, has = (f"{got}"[:20], want[:20]) if field == "sha256" else (got, want)
+                wrong.append(f"formats/{name}/{field} is {shown!r}, {rel} has {has!r}")
     reported_pc = value(doc, "settings.per_channel")
     graph_pc = {name: _per_channel(ctx.sub.path(rel)) for name, rel in rels.items()}
     for name, pc in graph_pc.items():
