@@ -1,7 +1,12 @@
 """Honest mistakes: the reference hand-in with one mistake a student really makes, as the lesson would write it.
 
-Each case states the points it must lose (check -> points, against the reference's own result) and words its
-feedback must contain. Nothing else may be charged: one mistake, one charge.
+Each case states the points it must lose (check -> points, against its base hand-in's own result) and words its
+feedback must contain. Nothing else may be charged: one mistake, one charge. A lesson 08 case starts from the
+reference with a toolbox that meets the requirement (``BASES``). ``FUZZ_FINDINGS`` are what a seeded fuzz of the
+reference found unchecked, each now recomputed or refused.
+
+Two cases also lose a predictions point: that part judges a student's prediction against the student's own model,
+so a model calibrated on the wrong set shows there too (stated in the case, not hidden).
 """
 from __future__ import annotations
 
