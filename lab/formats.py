@@ -11,6 +11,7 @@ import numpy as np
 
 from lab import compare, graph
 from lab.data import file_sha256
+from lab.errors import LabError
 
 
 def scorecard(model, x: np.ndarray, labels: np.ndarray, reference: np.ndarray) -> dict:
@@ -129,3 +130,45 @@ def format_difference(report: dict) -> str:
         f"  within 2 steps ({b['grid_bound']:.4f})  : {b['within_grid']:.1%}   no more than the output grids alone can do",
         f"  beyond 2 steps           : {b['beyond_grid']:.1%}   the logits already differed",
     ])
+
+
+class ExerciseCheckFailed(LabError):
+    """A lesson's exercise did not produce what the lesson asked for; the message names the file and the rule."""
+
+
+def check_three_conversions(work: str | Path, records: dict, kinds=("narrow", "right", "wide")) -> str:
+    """Lesson 03's exercise: one QDQ model per calibration set, each calibrated on exactly its own set."""
+    from lab import data
+
+    for kind in kinds:
+        path = Path(work) / f"{kind}.onnx"
+        if kind not in records or not path.exists():
+            raise ExerciseCheckFailed(f"no {path.name} (or no records[{kind!r}]): convert once per calibration set, "
+                                      "and keep the record each lab.quantize.quantize call returns")
+        fmt = graph.quant_format(path)
+        if fmt != "QDQ":
+            raise ExerciseCheckFailed(f"{path.name} is a {fmt} model: use quant_format='QDQ'")
+        if records[kind].calibration_sha256 != data.data_sha256(data.calibration_set(kind)):
+            raise ExerciseCheckFailed(f"{path.name} was not calibrated on exactly lab.data.calibration_set({kind!r}): "
+                                      f"its reader served {records[kind].calibration_samples} images that hash "
+                                      "differently; give each conversion a fresh DigitReader over its own set")
+    return "three QDQ models, each calibrated on its own set"
+
+
+def check_both_formats(qdq: Path, qop: Path, cache: Path, records: dict) -> str:
+    """Lesson 05's exercise: a QDQ and a QOperator model from one calibration cache of the 'right' set."""
+    from lab import data
+
+    for path in (qdq, qop, cache):
+        if not Path(path).exists():
+            raise ExerciseCheckFailed(f"{Path(path).name} is missing: quantize_both_formats(SOURCE, FORMATS, reader, "
+                                      "stem='model') writes it")
+    for path, wanted in ((qdq, "QDQ"), (qop, "QOperator")):
+        got = graph.quant_format(path)
+        if got != wanted:
+            raise ExerciseCheckFailed(f"{Path(path).name} is a {got} model; expected {wanted}: let "
+                                      "quantize_both_formats pick the formats")
+    if records["QDQ"].calibration_sha256 != data.data_sha256(data.calibration_set("right")):
+        raise ExerciseCheckFailed(f"the calibration served {records['QDQ'].calibration_samples} images that are not "
+                                  "lab.data.calibration_set('right'): calibrate on exactly that set")
+    return f"{Path(qdq).name} and {Path(qop).name}, both from {Path(cache).name}"

@@ -13,11 +13,17 @@ import numpy as np
 
 from lab import graph
 from lab.data import data_sha256, file_sha256
-from lab.errors import ReaderContractError
+from lab.errors import LabError, ReaderContractError
 from lab.formats import scorecard
 from lab.quantize import quantize
 
 Row = dict
+
+
+class GrowthCheckFailed(LabError):
+    """Lesson 04's exercise did not build the series the lesson asked for."""
+
+
 Progress = Callable[[Row], None]
 
 
@@ -153,3 +159,19 @@ def format_hidden_rulers(rows: list[dict]) -> str:
                      f"{m['clipped_fraction']:>7.1%} {m['mean_abs_error']:>8.4f}")
         lines.append(line)
     return "\n".join(lines)
+
+
+def check_series(rows: list[Row], counts: list[int], right_batches: list[int], folder: Path) -> str:
+    """Lesson 04's exercise: one narrow model per count in ``counts``, then one right model per count in
+    ``right_batches``, each written into ``folder``. Raises ``GrowthCheckFailed`` naming what is missing."""
+    got = {kind: [r.get("batches") for r in rows if isinstance(r, dict) and r.get("kind") == kind]
+           for kind in ("narrow", "right")}
+    for kind, wanted, name in (("narrow", counts, "counts"), ("right", right_batches, "RIGHT_BATCHES")):
+        if got[kind] != list(wanted):
+            raise GrowthCheckFailed(f"rows hold {kind} models for batch counts {got[kind]}; expected one per count in "
+                                    f"{name}, {list(wanted)}: call lab.growth.grow(..., kind={kind!r}) with {name} "
+                                    "and put its rows in `rows`")
+    missing = [r["model"] for r in rows if not (Path(folder) / r["model"]).exists()]
+    if missing:
+        raise GrowthCheckFailed(f"{missing[0]} is not in {Path(folder).name}/: pass GROWTH as grow's out_dir")
+    return f"{len(rows)} models in {Path(folder).name}/"

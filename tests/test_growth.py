@@ -142,3 +142,18 @@ def test_hidden_rulers_show_a_small_right_calibration_ends_sooner_than_the_whole
     assert any(r["1 batch"]["clipped_fraction"] > 0 for r in rows), "one batch misses some extremes"
     table = growth.format_hidden_rulers(rows)
     assert "relu1.out" in table and "1 batch: ruler" in table and "all 360: ruler" in table
+
+
+def test_check_series_names_the_missing_series_and_the_folder(tmp_path):
+    rows = [{"kind": "narrow", "batches": n, "model": growth.model_name("narrow", n)} for n in (1, 2)]
+    for r in rows:
+        (tmp_path / r["model"]).write_bytes(b"")
+    with pytest.raises(growth.GrowthCheckFailed, match=r"right models for batch counts \[\]; expected one per count "
+                                                       r"in RIGHT_BATCHES, \[1\]"):
+        growth.check_series(rows, [1, 2], [1], tmp_path)
+    with pytest.raises(growth.GrowthCheckFailed, match=r"narrow models for batch counts \[1, 2\]; expected .*\[1, 2, 4\]"):
+        growth.check_series(rows, [1, 2, 4], [], tmp_path)
+    assert growth.check_series(rows, [1, 2], [], tmp_path) == "2 models in " + tmp_path.name + "/"
+    (tmp_path / rows[0]["model"]).unlink()
+    with pytest.raises(growth.GrowthCheckFailed, match="narrow-001.onnx is not in"):
+        growth.check_series(rows, [1, 2], [], tmp_path)

@@ -67,6 +67,10 @@ CASES = {
         "03_narrow_right_wide", "l03-03", lambda s: s, "l03-03",
         ("raised AttributeError", "first call, before serving any batch", "__init__ never set"),
         reader=BROKEN_INIT_READER),
+    "03 every model calibrated on the right set": Wrong(
+        "03_narrow_right_wide", "l03-07", lambda s: s.replace("calibration_set(kind)", 'calibration_set("right")'),
+        "l03-08", ("ExerciseCheckFailed", "narrow.onnx was not calibrated on exactly "
+                   "lab.data.calibration_set('narrow')", "fresh DigitReader over its own set")),
     "03 prediction: zero point 0": Wrong(
         "03_narrow_right_wide", "l03-05b",
         lambda s: s.replace('"zero_point": round(-128 - low / scale)', '"zero_point": 0'), "l03-10a",
@@ -83,6 +87,13 @@ CASES = {
         lambda s: 'PREDICTED_GROWTH = {"narrow_reaches_right": True, "largest_narrow_range": 1.0}', "l04-14a",
         ("prediction wrong: you said more narrow batches do reach", "you said the largest narrow calibration sees "
          "a range of 1", "MinMax keeps the largest value"), fails=False, parameters={"MAX_BATCHES": 8}),
+    "04 only the narrow series": Wrong(
+        "04_more_batches", "l04-08", lambda s: s.split("rows += ")[0], "l04-09",
+        ("GrowthCheckFailed", "rows hold right models for batch counts []; expected one per count in RIGHT_BATCHES",),
+        parameters={"MAX_BATCHES": 8}),
+    "05 calibrated on the narrow set": Wrong(
+        "05_qdq_vs_qoperator", "l05-06", lambda s: s.replace('calibration_set("right")', 'calibration_set("narrow")'),
+        "l05-07", ("ExerciseCheckFailed", "images that are not lab.data.calibration_set('right')")),
     "05 prediction: QDQ is smaller, rulers differ": Wrong(
         "05_qdq_vs_qoperator", "l05-04b", lambda s: 'PREDICTED_FORMATS = {"smaller": "QDQ", "same_input_ruler": False}',
         "l05-12a", ("prediction wrong: you said QDQ is smaller", "they are the same", "one calibration cache"),
