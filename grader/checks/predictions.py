@@ -6,6 +6,7 @@ input rulers, their errors on the evaluation set, their file sizes, their per-te
 """
 from __future__ import annotations
 
+import shutil
 import tempfile
 
 from grader.context import Context, Missing, check, evaluation, fp32_outputs
@@ -68,12 +69,15 @@ def _entry_tensor(ctx: Context, answer):
     if graph.quant_format(model) != "QDQ":
         return predictions.Verdict("entry_tensor", 0.0, "right.onnx is not a QDQ model, so the grader cannot trace "
                                    "where the flash error enters; lesson 03 writes it with quant_format='QDQ'")
-    source, x = data.fixture_path("fp32.onnx"), evaluation()[0]
+    x = evaluation()[0]
     with tempfile.TemporaryDirectory(prefix="grader-sqnr-") as tmp:
+        # a copy: ORT writes <model>-inferred.onnx beside the model it debugs, and fixtures/ is shared by every
+        # batch worker (two workers raced on that file) and may be read-only
+        source = shutil.copy(data.fixture_path("fp32.onnx"), tmp)
         daylight = debugging.layer_sqnr(source, ctx.sub.path("right.onnx"), x, tmp)
         flash = debugging.layer_sqnr(source, ctx.sub.path("right.onnx"), scenarios.flash(x, 0), tmp)
-    return predictions.judge_entry_tensor(answer, debugging.entry_point(flash, daylight),
-                                          debugging.tensor_order(source))
+        order = debugging.tensor_order(source)
+    return predictions.judge_entry_tensor(answer, debugging.entry_point(flash, daylight), order)
 
 
 JUDGES = {"clip_or_squash": _clip_or_squash, "input_rulers": _input_rulers, "more_batches": _more_batches,
