@@ -338,11 +338,11 @@ def zero_calibration_rows(source: str | Path, out_dir: str | Path, ev: Evaluatio
     return rows
 
 
-SAMPLE_COUNTS = (1, 2, 5, 10, 20, 50, 100, 200, 360)
+SAMPLE_COUNTS = (1, 2, 5, 10, 30, 100, 360)
 
 
 def sample_count_rows(source: str | Path, out_dir: str | Path, ev: Evaluation, calibration: np.ndarray,
-                      counts: tuple[int, ...] = SAMPLE_COUNTS, draws: int = 5, seed: int = 0,
+                      counts: tuple[int, ...] = SAMPLE_COUNTS, draws: int = 3, seed: int = 0,
                       batch_size: int = BATCH_SIZE) -> list[dict]:
     """Baseline conversions from ``n`` right-set images drawn at random (``draws`` draws per ``n``; one for
     the whole set), measured as the target family. Each row: n, draw, input ruler, max abs error, accuracy."""
