@@ -111,7 +111,8 @@ def test_gradebook_has_one_row_per_submission(corpus_run):
     assert "Why this tolerance: one step of the Softmax output grid" in md
     # only the lost point has details: the summary table, then one entry
     entries = [ln for ln in md.splitlines() if ln.startswith("### ") and "choice" not in ln]  # see not_in_reference
-    assert entries == ["### 03 narrow / right / wide: the reported max abs error recomputes (2 / 3)"], entries
+    assert entries == ["### 03 narrow / right / wide: the reported max abs error and accuracy recompute (2 / 3)"], \
+        entries
     # a refused submission is 0 out of the points on offer, not 0 / 0
     assert by["not_a_zip"]["max"] == by["good"]["max"] and float(by["not_a_zip"]["score"]) == 0
     # re-zipped by hand, with the OS's leftovers or inside a folder: graded like the good one
@@ -140,7 +141,7 @@ def test_lost_points_show_only_the_numbers_outside_their_tolerance():
                     ("right max abs error", 0.1, 0.1, 1 / 255, "one grid step")]),
                   ("release", "recipe", 0, 2, "release/model.onnx is not in the submission"),
                   ("release", "disjoint", 0, 1, "release/model.onnx is not in the submission")]).to_markdown()
-    assert "| 03 narrow / right / wide | 2 / 3 | the reported max abs error recomputes (-1) |" in md
+    assert "| 03 narrow / right / wide | 2 / 3 | the reported max abs error and accuracy recompute (-1) |" in md
     assert "| narrow max abs error | 0.5 | 0.98 | 0.48 | 0.00392157 | **no** |" in md
     assert "right max abs error" not in md and "1 other reported number(s)" in md
     assert "Why this tolerance: one grid step." in md

@@ -63,7 +63,9 @@ def _right_on_evaluation(files: corpus.Files) -> bytes:
             model_sha256=file_sha256(work / "right.onnx"), calibration_samples=record.calibration_samples,
             calibration_batches=record.calibration_batches, calibration_sha256=record.calibration_sha256,
             scale=r.scale, zero_point=r.zero_point, range_seen=r.range_seen,
-            max_abs_error=compare.max_abs_error(ref, compare.predict(work / "right.onnx", x)))
+            max_abs_error=compare.max_abs_error(ref, compare.predict(work / "right.onnx", x)),
+            accuracy=float((compare.predict(work / "right.onnx", x).argmax(1) == data.load_split("evaluation").labels)
+                           .mean()))
         model = (work / "right.onnx").read_bytes()
     return corpus.pack({**files, "right.onnx": model, "results.json": json.dumps(doc, indent=2).encode()})
 
@@ -77,7 +79,7 @@ def _right_on(kind: str, model: str = "right"):
 
         with tempfile.TemporaryDirectory() as tmp:
             work, reader_cls = _workspace(Path(tmp))
-            x = data.load_split("evaluation").pixels
+            x, labels = data.load_split("evaluation").pixels, data.load_split("evaluation").labels
             path = work / f"{model}.onnx"
             record = quantize.quantize(work / "source.onnx", path, reader_cls(data.calibration_set(kind), batch_size=36))
             r = graph.input_ruler(path)
@@ -87,7 +89,8 @@ def _right_on(kind: str, model: str = "right"):
                 model_sha256=data.file_sha256(path), calibration_samples=record.calibration_samples,
                 calibration_batches=record.calibration_batches, calibration_sha256=record.calibration_sha256,
                 scale=r.scale, zero_point=r.zero_point, range_seen=r.range_seen, diagnosis=compare.diagnose(r, x).kind,
-                max_abs_error=compare.max_abs_error(ref, compare.predict(path, x)))
+                max_abs_error=compare.max_abs_error(ref, compare.predict(path, x)),
+                accuracy=float((compare.predict(path, x).argmax(1) == labels).mean()))
             data_bytes = path.read_bytes()
         return corpus.pack({**files, f"{model}.onnx": data_bytes, "results.json": json.dumps(doc, indent=2).encode()})
     return make
@@ -355,6 +358,10 @@ FUZZ_FINDINGS = [
             ("formats/model.calibration.json field 'data' holds no ranges",)),
     Mistake("fuzz_scenarios_limit", _edit(corpus_release("scenarios"), "limit", 0.05), {"release.scenarios": 0.5},
             ("limit is 0.05; the lab's (lab.recipe.LIMIT) is 0.01",)),
+    Mistake("fuzz_results_model_sha256", _edit("results.json", "sets.narrow.model_sha256", "0" * 64),
+            {"calibration.quantized": 1}, ("results.json's model_sha256 is not the hash of narrow.onnx",)),
+    Mistake("fuzz_results_accuracy", _edit("results.json", "sets.right.accuracy", 0.9), {"calibration.max_abs_error": 1},
+            ("accuracy 0.9750 (reported 0.9)",)),
     Mistake("fuzz_regression_size_bytes", _edit("regression.json", "models.candidate.evidence.size_bytes", 5000),
             {"acceptance.summaries": 1}, ("evidence size_bytes 5000, the file has",)),
     Mistake("fuzz_regression_limit", _edit("regression.json", "limit", 0.02), {"acceptance.decisions": 0.5},
