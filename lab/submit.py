@@ -164,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with zipfile.ZipFile(path) as zf:
         doc = json.loads(zf.read("submission.json"))
-    print(f"wrote {path} ({len(doc['files'])} files from {work.resolve()}); hand in this zip as it is")
+    n = len(doc["files"])
+    print(f"wrote {path} ({n} file{'' if n == 1 else 's'} from {work.resolve()}); hand in this zip as it is")
     missing = missing_by_lesson(doc["files"])
     if missing:
         print("not in the workspace yet, so the grader will score the checks that need them 0 "
