@@ -3,10 +3,10 @@
 Every prediction goes into one workspace file, ``predictions.json`` (schema ``predictions/1``): question ->
 the lesson that asks it and the answer. ``record`` saves one answer as soon as the student writes it;
 ``judge`` sets it against what was measured and says what was predicted, what was measured and why. The
-notebook judges against its own measurement; the grader against numbers it recomputes from the student's
-models. The answers are judgements (which set clips, which file is smaller, where the error enters) or
-numbers worked out by hand from a set's range, never this CPU's numbers, so one answer is right on every
-INT8 kernel family.
+notebook judges against its own measurement; the grader against the lesson's truth, which it recomputes from
+the fixtures (never from the student's models: a wrong model is charged once, in its own lesson). The answers
+are judgements (which set clips, which file is smaller, where the error enters) or numbers worked out by hand
+from a set's range, never this CPU's numbers, so one answer is right on every INT8 kernel family.
 """
 from __future__ import annotations
 
@@ -190,15 +190,16 @@ def judge_clip_or_squash(answer, diagnoses: Mapping[str, object]) -> Verdict:
                     f"when it is far longer than what deployment feeds it. Measured: {reasons}")
 
 
-def judge_input_rulers(answer, rulers: Mapping[str, object]) -> Verdict:
-    """``rulers``: kind -> the input ruler read back from that set's model (``graph.input_ruler``)."""
+def judge_input_rulers(answer, rulers: Mapping[str, object], measured: str = "the graph has") -> Verdict:
+    """``rulers``: kind -> the input ruler read back from that set's model (``graph.input_ruler``), or the one its
+    range gives (``ruler.ruler_for``); ``measured`` says which, in the message."""
     answer = normalise("input_rulers", answer)
     parts = []
     for kind in KINDS:
         said, r = answer[kind], rulers[kind]
         ok = abs(said["scale"] - r.scale) <= SCALE_REL * r.scale and said["zero_point"] == r.zero_point
         parts.append((ok, f"{kind}: you said scale {said['scale']:.6g} / zero point {said['zero_point']}, "
-                          f"the graph has {r.scale:.6g} / {r.zero_point}"))
+                          f"{measured} {r.scale:.6g} / {r.zero_point}"))
     return _verdict("input_rulers", parts,
                     "MinMax takes the lowest and highest value the set holds (widened to include 0), and spreads "
                     "them over 255 steps: scale = (max - min) / 255, zero point = round(-128 - min / scale). "

@@ -5,8 +5,8 @@ feedback must contain. Nothing else may be charged: one mistake, one charge. A l
 reference with a toolbox that meets the requirement (``BASES``). ``FUZZ_FINDINGS`` are what a seeded fuzz of the
 reference found unchecked, each now recomputed or refused.
 
-Two cases also lose a predictions point: that part judges a student's prediction against the student's own model,
-so a model calibrated on the wrong set shows there too (stated in the case, not hidden).
+The predictions part judges against the lesson's truth, recomputed from the fixtures: a model calibrated on the
+wrong set costs its lesson's point only, never a prediction that was right.
 """
 from __future__ import annotations
 
@@ -302,14 +302,14 @@ MISTAKES = [
     Mistake("right_calibrated_on_evaluation", _right_on_evaluation,
             {"calibration.range_seen": 1}, ("a hash of the evaluation split",)),
     # lesson 03's loop calibrated 'right' on the wide set: charged under range_seen, named by the reader's check.
-    # The predictions part judges the student's right-scale prediction against this model's graph, so it shows too.
+    # The predictions ask about the lesson's sets, not this model: a right prediction keeps its point.
     Mistake("right_calibrated_on_the_wide_set", _right_on("wide"),
-            {"calibration.range_seen": 1, "predictions.input_rulers": 0.5},
+            {"calibration.range_seen": 1},
             ("a hash of the 'wide' calibration set", "right.onnx was calibrated on other data than the 'right' set; "
                                                      "not charged here: charged once, under 03 narrow / right / wide")),
     # the same slip for 'narrow' (calibrated on the right set): its diagnosis is not judged, range_seen charges it
     Mistake("narrow_calibrated_on_the_right_set", _right_on("right", model="narrow"),
-            {"calibration.range_seen": 1, "predictions.clip_or_squash": 0.5, "predictions.input_rulers": 0.5},
+            {"calibration.range_seen": 1},
             ("narrow: not judged, narrow.onnx was calibrated on other data than the narrow set (not charged here",)),
     Mistake("regression_json_missing", corpus.without("regression.json"),
             {"acceptance.summaries": 3, "acceptance.probabilities": 1, "acceptance.decisions": 2},

@@ -1,7 +1,9 @@
-"""Predictions: saved and validated in the workspace, judged by the grader against the student's own models.
+"""Predictions: saved and validated in the workspace, judged by the grader against the lesson's truth.
 
-The reference hand-in predicts right and gets full marks on both kernel families; each wrong prediction loses
-its points, and its feedback says what was predicted, what was measured and why.
+The grader recomputes that truth from the fixtures, never from the student's models: a model calibrated on the
+wrong set is charged once, in its own lesson, and a right prediction keeps its point. The reference hand-in
+predicts right and gets full marks on both kernel families; each wrong prediction loses its points, and its
+feedback says what was predicted, what was measured and why.
 """
 from __future__ import annotations
 
@@ -72,6 +74,25 @@ def test_a_wrong_prediction_loses_its_points_and_says_why(work, tmp_path, questi
     for w in words:
         assert w in message, (w, message)
     assert all(p == 1.0 for q, (p, _) in got.items() if q != question), got
+
+
+def test_a_wrong_model_does_not_cost_a_right_prediction(work, tmp_path):
+    """Lesson 03's loop with the variable copied: right.onnx calibrated on the wide set, narrow.onnx on the right
+    set. range_seen charges both models; the predictions ask about the lesson's sets, so they keep every point."""
+    from lab import data, graph, quantize
+
+    copy = shutil.copytree(work, tmp_path / "workspace")
+    for model, kind in (("right", "wide"), ("narrow", "right")):
+        quantize.quantize(copy / "source.onnx", copy / f"{model}.onnx", data.calibration_set(kind), batch_size=36)
+    assert graph.input_ruler(copy / "right.onnx").range_seen > 15, "right.onnx now holds the wide set's ruler"
+    result = core.grade(submit("student", copy, tmp_path))
+    range_seen = next(c for c in result.checks if (c.part, c.name) == ("calibration", "range_seen"))
+    assert range_seen.points == range_seen.max_points - 2, range_seen.message
+    part = {c.name: c for c in result.checks if c.part == "predictions"}
+    assert set(part) == set(check.NAMES)
+    assert all(c.passed and c.message.startswith("prediction right") for c in part.values()), \
+        {n: c.message for n, c in part.items()}
+    assert "the lesson's set gives" in part["input_rulers"].message and "not on your files" in part["input_rulers"].message
 
 
 def test_a_missing_prediction_names_the_lesson_that_asks_it(work, tmp_path):

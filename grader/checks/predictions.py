@@ -1,83 +1,161 @@
-"""Predictions (lessons 01, 03, 04, 05, 07): each judged against numbers recomputed here from the student's models.
+"""Predictions (lessons 01, 03, 04, 05, 07): each judged against the lesson's truth, recomputed here from the fixtures.
 
-Never against what the student reported: the truth of each question comes from the models handed in (their
-input rulers, their errors on the evaluation set, their file sizes, their per-tensor SQNR), and
-``lab.predictions`` judges the answer with the same words the notebook used.
+A prediction asks about the lesson's setup (the sets it names, the fixture model), so neither what the student
+reported nor the student's models decide it: a model calibrated on the wrong set is charged once, in its lesson
+(03's range_seen), and a prediction that was right keeps its point. The input rulers and the clip/squash diagnosis
+follow from each named set's min and max (``lab.ruler``, pure numpy). The growth errors, the two formats' sizes
+and the flash SQNR trace need conversions of the FP32 fixture with the lesson's settings: each is done once per
+grader worker and cached (the errors per kernel family, as the hand-in's family computes them), in a temporary
+folder, so fixtures/ is never written. ``lab.predictions`` judges with the same words the notebook used.
 """
 from __future__ import annotations
 
 import shutil
 import tempfile
+from functools import lru_cache
+from pathlib import Path
 
-from grader.context import Context, Missing, check, evaluation, fp32_outputs
-from grader.checks.growth import GROWTH_FILE
+from grader.context import Context, check, evaluation, fp32_outputs
 
 PART = "predictions"
 NAMES = ("clip_or_squash", "input_rulers", "more_batches", "formats", "entry_tensor")
 NEEDS = ("predictions.json",)
+KINDS = ("narrow", "right", "wide")
+WHERE = " (measured on the lesson's sets and the fixture, not on your files)"  # what every verdict was judged on
 
 
-def _rulers(ctx: Context) -> dict:
-    from lab import graph
+# ----- the lesson's truth: pure, from the named sets ------------------------------------------------------
 
-    return {kind: graph.input_ruler(ctx.model(f"{kind}.onnx")) for kind in ("narrow", "right", "wide")}
+@lru_cache(maxsize=1)
+def lesson_rulers() -> dict:
+    """Lesson 03: the input ruler MinMax lays on each named set (its min and max, widened to include 0)."""
+    from lab import data, ruler
+
+    sets = {kind: data.calibration_set(kind) for kind in KINDS}
+    return {kind: ruler.ruler_for(float(x.min()), float(x.max())) for kind, x in sets.items()}
 
 
-def _clip_or_squash(ctx: Context, answer):
+# ----- the lesson's truth: conversions of the fixture, once per worker ------------------------------------
+
+def _source(tmp: str) -> Path:
+    """A copy of the FP32 fixture: ORT writes <model>-inferred.onnx beside the model it is given, and fixtures/
+    is shared by every batch worker (two raced on that file) and may be read-only."""
+    from lab import data
+
+    return Path(shutil.copy(data.fixture_path("fp32.onnx"), tmp))
+
+
+@lru_cache(maxsize=1)
+def _growth_models() -> dict:
+    """Lesson 04's series as the lesson runs it (its stream, counts and settings): (kind, batches) -> model.
+
+    Each calibration is served as one batch: MinMax keeps the lowest and highest value over all batches, so
+    the models are the lesson's (same bytes as its batches of 8), in half the time."""
+    from lab import data, graph, growth, quantize
+    from grader import reference
+
+    stream = data.narrow_batches(max(reference.GROWTH_COUNTS), reference.GROWTH_BATCH, seed=0)
+    series = [("narrow", n, stream) for n in growth.doubling_counts(max(reference.GROWTH_COUNTS))]
+    series += [("right", n, data.calibration_set("right")) for n in reference.RIGHT_COUNTS]
+    models = {}
+    with tempfile.TemporaryDirectory(prefix="grader-lesson04-") as tmp:
+        source = _source(tmp)
+        for kind, n, pixels in series:
+            path = Path(tmp) / growth.model_name(kind, n)
+            served = pixels[:n * reference.GROWTH_BATCH]
+            quantize.quantize(source, path, served, batch_size=len(served), **reference.SETTINGS)
+            models[(kind, n)] = graph.load(path)
+    return models
+
+
+@lru_cache(maxsize=4)
+def lesson_growth(family: str) -> tuple[dict, dict, float]:
+    """Lesson 04 as CPUs of ``family`` compute it: narrow and right max abs errors per batch count, and the
+    range the largest narrow calibration sees."""
+    from lab import compare, graph
+
+    models = _growth_models()
+    errors = {"narrow": {}, "right": {}}
+    for (kind, n), model in models.items():
+        errors[kind][n] = compare.max_abs_error(fp32_outputs(), compare.predict(model, evaluation()[0],
+                                                                                family=family))
+    largest = graph.input_ruler(models[("narrow", max(errors["narrow"]))]).range_seen
+    return errors["narrow"], errors["right"], largest
+
+
+@lru_cache(maxsize=1)
+def lesson_formats() -> tuple[dict, bool]:
+    """Lesson 05: both formats from one calibration of the 'right' set: file bytes per format, and whether their
+    input rulers are the same. Sizes and rulers do not depend on the kernel family."""
+    from lab import data, graph, quantize
+    from grader import reference
+
+    with tempfile.TemporaryDirectory(prefix="grader-lesson05-") as tmp:
+        settings = {k: v for k, v in reference.SETTINGS.items() if k != "quant_format"}
+        records = quantize.quantize_both_formats(_source(tmp), tmp, data.calibration_set("right"),
+                                                 batch_size=reference.BATCH, **settings)
+        paths = {f: Path(r.output) for f, r in records.items()}
+        sizes = {f: p.stat().st_size for f, p in paths.items()}
+        rulers = [graph.input_ruler(p) for p in paths.values()]
+    return sizes, len({(r.scale, r.zero_point) for r in rulers}) == 1
+
+
+@lru_cache(maxsize=1)
+def lesson_entry() -> tuple[object, list[str]]:
+    """Lesson 07: where the flash error enters the daylight draft (the row, or None), and the graph order.
+
+    The draft as the lesson builds it: per-channel QDQ, calibrated on all daylight calibration images; the
+    trace compares it with FP32 on the evaluation images and on their flash. The debug copies compute with
+    exact int32 sums on every CPU, so one trace serves every kernel family."""
+    from lab import debugging, quantize, recipe, scenarios
+    from grader import reference
+
+    x = evaluation()[0]
+    with tempfile.TemporaryDirectory(prefix="grader-lesson07-") as tmp:
+        source = _source(tmp)
+        draft = Path(tmp) / "daylight.onnx"
+        daylight_pixels = recipe.select([("daylight", None)]).pixels
+        quantize.quantize(source, draft, daylight_pixels, batch_size=reference.BATCH, per_channel=True)
+        daylight = debugging.layer_sqnr(source, draft, x, tmp)
+        flash = debugging.layer_sqnr(source, draft, scenarios.flash(x, 0), tmp)
+        order = debugging.tensor_order(source)
+    return debugging.entry_point(flash, daylight), order
+
+
+# ----- the judges ------------------------------------------------------------------------------------------
+
+def _clip_or_squash(answer):
     from lab import compare, predictions
 
-    x, _ = evaluation()
-    return predictions.judge_clip_or_squash(answer, {k: compare.diagnose(r, x) for k, r in _rulers(ctx).items()})
+    x = evaluation()[0]
+    return predictions.judge_clip_or_squash(answer, {k: compare.diagnose(r, x) for k, r in lesson_rulers().items()})
 
 
-def _input_rulers(ctx: Context, answer):
+def _input_rulers(answer):
     from lab import predictions
 
-    return predictions.judge_input_rulers(answer, _rulers(ctx))
+    return predictions.judge_input_rulers(answer, lesson_rulers(), measured="the lesson's set gives")
 
 
-def _more_batches(ctx: Context, answer):
-    from lab import compare, graph, predictions
+def _more_batches(answer):
+    from lab import kernels, predictions
 
-    models = sorted((m.group(1), int(m.group(2))) for rel in ctx.sub.files if (m := GROWTH_FILE.fullmatch(rel)))
-    errors = {"narrow": {}, "right": {}}
-    for kind, n in models:
-        errors[kind][n] = compare.max_abs_error(fp32_outputs(), ctx.outputs(f"growth/{kind}-{n:03d}.onnx"))
-    for kind, found in errors.items():
-        if not found:
-            raise Missing(f"growth/{kind}-NNN.onnx")
-    largest = graph.input_ruler(ctx.model(f"growth/narrow-{max(errors['narrow']):03d}.onnx")).range_seen
-    return predictions.judge_more_batches(answer, errors["narrow"], errors["right"], largest)
+    predictions.normalise("more_batches", answer)  # a malformed answer costs no conversion
+    return predictions.judge_more_batches(answer, *lesson_growth(kernels.target_family()))
 
 
-def _formats(ctx: Context, answer):
-    from lab import graph, predictions
+def _formats(answer):
+    from lab import predictions
 
-    rels = {"QDQ": "formats/model.qdq.onnx", "QOperator": "formats/model.qoperator.onnx"}
-    rulers = {f: graph.input_ruler(ctx.model(rel)) for f, rel in rels.items()}
-    sizes = {f: ctx.sub.path(rel).stat().st_size for f, rel in rels.items()}
-    same = (rulers["QDQ"].scale, rulers["QDQ"].zero_point) == (rulers["QOperator"].scale, rulers["QOperator"].zero_point)
-    return predictions.judge_formats(answer, sizes, same)
+    predictions.normalise("formats", answer)
+    return predictions.judge_formats(answer, *lesson_formats())
 
 
-def _entry_tensor(ctx: Context, answer):
-    """Recomputed on the student's right.onnx: calibrated on the same daylight images as lesson 07's draft, so
-    its input ruler ends where the draft's does. The debug copies compute with exact int32 sums on every CPU."""
-    from lab import data, debugging, graph, predictions, scenarios
+def _entry_tensor(answer):
+    from lab import predictions
 
-    model = ctx.model("right.onnx")
-    if graph.quant_format(model) != "QDQ":
-        return predictions.Verdict("entry_tensor", 0.0, "right.onnx is not a QDQ model, so the grader cannot trace "
-                                   "where the flash error enters; lesson 03 writes it with quant_format='QDQ'")
-    x = evaluation()[0]
-    with tempfile.TemporaryDirectory(prefix="grader-sqnr-") as tmp:
-        # a copy: ORT writes <model>-inferred.onnx beside the model it debugs, and fixtures/ is shared by every
-        # batch worker (two workers raced on that file) and may be read-only
-        source = shutil.copy(data.fixture_path("fp32.onnx"), tmp)
-        daylight = debugging.layer_sqnr(source, ctx.sub.path("right.onnx"), x, tmp)
-        flash = debugging.layer_sqnr(source, ctx.sub.path("right.onnx"), scenarios.flash(x, 0), tmp)
-        order = debugging.tensor_order(source)
-    return predictions.judge_entry_tensor(answer, debugging.entry_point(flash, daylight), order)
+    predictions.normalise("entry_tensor", answer)
+    return predictions.judge_entry_tensor(answer, *lesson_entry())
 
 
 JUDGES = {"clip_or_squash": _clip_or_squash, "input_rulers": _input_rulers, "more_batches": _more_batches,
@@ -98,13 +176,9 @@ def run(ctx: Context) -> list:
                                             f"{q.asks}; run its prediction cell, then hand in again"))
             continue
         try:
-            verdict = JUDGES[name](ctx, saved[name])
-        except Missing as e:
-            out.append(check(PART, name, 0, f"{e.rel} is not in the submission, and the prediction is judged "
-                                            f"against it: run the lesson that writes it, then hand in again"))
-            continue
-        except LabError as e:  # a malformed answer or an unusable model: the message names it
+            verdict = JUDGES[name](saved[name])
+        except LabError as e:  # a malformed answer: the message names the field
             out.append(check(PART, name, 0, str(e)))
             continue
-        out.append(check(PART, name, verdict.score, verdict.message))
+        out.append(check(PART, name, verdict.score, verdict.message + WHERE))
     return out
