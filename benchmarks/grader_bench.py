@@ -33,6 +33,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+# `python -m grader` refuses to start without an instructor secret (grader.preflight); the benchmark grades copies
+# of the reference run, and the public summarize() lists cost what the secret ones do. A secret that is set is used.
+os.environ.setdefault("GRADER_NO_SECRET", "1")
 N_STUDENTS = 100
 BROKEN_FRACTION = 0.2
 JOBS = 2

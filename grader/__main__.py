@@ -1,6 +1,8 @@
 """``python -m grader grade PATH`` or ``python -m grader batch DIR --out OUT [-j N] [--resume]``.
 
 Both refuse to run student code where bubblewrap does not work, unless given ``--unsafe-no-sandbox``.
+``grade``, ``batch`` and ``gradescope`` first check the fixtures, the rubric and the instructor secret
+(``grader.preflight``) and refuse to start, exit code 3, when one is missing or differs: never a class of zeros.
 """
 from __future__ import annotations
 
@@ -37,9 +39,21 @@ def main(argv: list[str] | None = None) -> int:
     gs = sub.add_parser("gradescope", help="build Gradescope's autograder zip (the secret from GRADER_SECRET or "
                         "GRADER_SECRET_FILE, never the repository)")
     gs.add_argument("--out", default="autograder.zip")
+    for p in (g, b, gs):
+        p.add_argument("--no-secret", action="store_true",
+                       help="grade (or bundle) without an instructor secret: the hidden summarize() lists are then "
+                            "the public ones (default: refuse to start without GRADER_SECRET or GRADER_SECRET_FILE)")
     rp = sub.add_parser("report", help="write OUT/report.html and OUT/report.png for a batch's OUT folder")
     rp.add_argument("out")
     args = parser.parse_args(argv)
+    if args.command in ("grade", "batch", "gradescope"):
+        from grader import preflight
+
+        try:
+            preflight.require(args.command, no_secret=args.no_secret)
+        except preflight.PreflightError as e:
+            print(e, file=sys.stderr)
+            return preflight.EXIT_REFUSED
     if args.command in ("gradescope", "report"):
         return _tool(args)
     limits = Limits(wall=args.timeout, cpu=max(1, int(args.timeout)), memory=args.memory_mib << 20)

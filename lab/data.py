@@ -8,11 +8,42 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+class FixturesNotFound(FileNotFoundError):
+    """The ``fixtures`` package (its files are package data) cannot be found or is not a folder on disk."""
+
+
+def fixtures_dir() -> Path:
+    """The folder of the ``fixtures`` package, wherever the lab is installed.
+
+    Found through ``importlib.resources``, not from this file's location: a non-editable install puts
+    ``lab`` and ``fixtures`` side by side in site-packages, an editable one leaves them in the source tree,
+    the Gradescope bundle puts them on ``PYTHONPATH``. ONNX Runtime and numpy open files by path, so the
+    package must be a real folder (not inside a zip).
+    """
+    try:
+        root = resources.files("fixtures")
+    except ModuleNotFoundError:
+        raise FixturesNotFound("the 'fixtures' package is not installed next to 'lab'; reinstall the project "
+                               "(`pip install .`, or `make setup` in a checkout)") from None
+    path = Path(str(root))
+    if not path.is_dir():
+        raise FixturesNotFound(f"the 'fixtures' package is not a folder on disk ({root}); install the project "
+                               "unzipped (`pip install .`)")
+    return path
+
+
+def __getattr__(name: str):
+    """``data.FIXTURES``, the fixtures folder, looked up when first read: importing ``lab`` never fails for want
+    of fixtures (the grader's preflight reports that, with the fix)."""
+    if name == "FIXTURES":
+        return fixtures_dir()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 INPUT_NAME = "pixels"
 OUTPUT_NAME = "probabilities"
 N_FEATURES = 64
@@ -41,9 +72,11 @@ class Split:
 
 def fixture_path(name: str) -> Path:
     """Path of a fixture file, e.g. ``fixture_path("fp32.onnx")``."""
-    path = FIXTURES / name
+    folder = fixtures_dir()
+    path = folder / name
     if not path.exists():
-        raise FileNotFoundError(f"fixture {name!r} not found in {FIXTURES}; run `python -m fixtures.build`")
+        raise FileNotFoundError(f"fixture {name!r} not found in {folder}; reinstall the project (`pip install .`, "
+                                "or `make setup` in a checkout), or rebuild the fixtures (`python -m fixtures.build`)")
     return path
 
 
@@ -136,5 +169,6 @@ def manifest() -> dict[str, str]:
 
 def verify_fixtures() -> dict[str, bool]:
     """Check every fixture file against the manifest. Returns name -> matches."""
-    return {name: file_sha256(FIXTURES / name) == digest if (FIXTURES / name).exists() else False
+    folder = fixtures_dir()
+    return {name: file_sha256(folder / name) == digest if (folder / name).exists() else False
             for name, digest in manifest().items()}

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from lab.errors import LabError
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent  # the checkout, when the lab is imported from one (editable install)
+DISTRIBUTION = "calibration-lab"  # pyproject.toml's project name: its metadata holds requires-python once installed
 KERNEL_NAME = "calibration-lab"
 KERNEL_DISPLAY_NAME = "Calibration Lab"
 # A mismatch here changes the bytes of every converted model: the lessons' numbers stop matching.
@@ -159,7 +160,8 @@ def fixture_checks(matches: dict[str, bool]) -> list[Check]:
     """One check per fixture file: its SHA-256 against the committed manifest."""
     return [Check("fixtures", name, "sha256 matches" if ok else "missing or changed", "manifest sha256",
                   "ok" if ok else "fail",
-                  "" if ok else "restore the file: `git checkout -- fixtures/` (lessons never write there)")
+                  "" if ok else "restore the file: `git checkout -- fixtures/` in a checkout, or reinstall the "
+                  "lab (lessons never write there)")
             for name, ok in sorted(matches.items())]
 
 
@@ -252,18 +254,36 @@ def kernelspec_python(kernel_name: str = KERNEL_NAME) -> str | None:
 
 
 def requires_python(pyproject: Path) -> str | None:
-    """``project.requires-python`` from a pyproject.toml, or None."""
+    """``project.requires-python`` from a pyproject.toml; without one (a non-editable install), the installed
+    distribution's ``Requires-Python``; None when neither says."""
     import tomllib
 
-    if not pyproject.exists():
+    if pyproject.exists():
+        return tomllib.loads(pyproject.read_text()).get("project", {}).get("requires-python")
+    try:
+        return metadata.metadata(DISTRIBUTION).get("Requires-Python")
+    except metadata.PackageNotFoundError:
         return None
-    return tomllib.loads(pyproject.read_text()).get("project", {}).get("requires-python")
 
 
-def check(repo: Path = REPO) -> EnvironmentReport:
+def project_root(repo: Path = REPO, cwd: Path | None = None) -> Path:
+    """The project folder whose ``requirements.txt`` and ``.venv`` the check compares against.
+
+    The checkout the lab is imported from, when it is one; after ``pip install .`` (the lab in
+    site-packages) the current folder or its parent, whichever holds ``requirements.txt`` (lessons run
+    in ``notebooks/``); else ``repo`` unchanged, and the check says the pins were not found.
+    """
+    if (repo / "requirements.txt").exists():
+        return repo
+    cwd = Path.cwd() if cwd is None else cwd
+    return next((d for d in (cwd, cwd.parent) if (d / "requirements.txt").exists()), repo)
+
+
+def check(repo: Path | None = None) -> EnvironmentReport:
     """Check this machine: Python, pinned versions, fixture checksums, and the kernel."""
     from lab.data import verify_fixtures
 
+    repo = project_root() if repo is None else repo
     requirements = repo / "requirements.txt"
     pins = parse_pins(requirements.read_text()) if requirements.exists() else {}
     checks = [python_check(".".join(map(str, sys.version_info[:3])), requires_python(repo / "pyproject.toml"))]

@@ -54,6 +54,27 @@ def discover(notebooks_dir: str | Path = NOTEBOOKS) -> list[Path]:
     return sorted(Path(notebooks_dir).glob(LESSON_GLOB))
 
 
+def find_notebooks(option: str | None = None, cwd: Path | None = None,
+                   checkout: Path = NOTEBOOKS) -> Path:
+    """The lessons' folder: ``--notebooks`` when given; else ``./notebooks``, the current folder, or the
+    checkout the lab is imported from (an editable install), the first that holds lessons.
+
+    After ``pip install .`` the lab lives in site-packages and the lessons do not: run from the project's
+    folder, or name the folder. Raises ``FileNotFoundError`` naming every place looked in.
+    """
+    if option:
+        candidates = [Path(option)]
+    else:
+        cwd = Path.cwd() if cwd is None else cwd
+        candidates = list(dict.fromkeys([cwd / "notebooks", cwd, checkout]))
+    for folder in candidates:
+        if discover(folder):
+            return folder.resolve()
+    looked = ", ".join(str(c) for c in candidates)
+    raise FileNotFoundError(f"no lessons ({LESSON_GLOB}) in {looked}; run from the project's folder (the one "
+                            f"holding notebooks/), or pass --notebooks DIR")
+
+
 def select(notebooks: list[Path], only: str | None) -> list[Path]:
     """Keep the lessons whose number is in ``only`` (``"03,04"``); all of them when ``only`` is empty."""
     if not only:
@@ -297,21 +318,19 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                         help="set a parameter in every lesson that declares it, e.g. -p MAX_BATCHES 16")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds allowed per cell")
-    parser.add_argument("--notebooks", default=str(NOTEBOOKS), help=argparse.SUPPRESS)
+    parser.add_argument("--notebooks", default=None, metavar="DIR",
+                        help="the lessons' folder (default: ./notebooks, else the checkout the lab runs from)")
     parser.add_argument("--no-grade", action="store_true", help="do not grade the workspace afterwards")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(sys.argv[1:] if argv is None else argv)
-    notebooks_dir = Path(args.notebooks).resolve()
     try:
+        notebooks_dir = find_notebooks(args.notebooks)
         lessons = select(discover(notebooks_dir), args.only)
-    except ValueError as e:
+    except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
-    if not lessons:
-        print(f"error: no lessons ({LESSON_GLOB}) in {notebooks_dir}", file=sys.stderr)
         return 2
     work_dir, out_dir = Path(args.work_dir).resolve(), Path(args.out).resolve()
     if out_dir == notebooks_dir:

@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 import math
 from functools import lru_cache
+from importlib import resources
 from pathlib import Path
 
 from lab.errors import LabError
 
-HERE = Path(__file__).resolve().parent
+HERE = resources.files(__name__)  # the schemas are package data: found wherever the lab is installed
 
 
 class SchemaError(LabError):
@@ -23,13 +24,13 @@ class SchemaError(LabError):
 def load(name: str) -> dict:
     """The schema called ``name`` (e.g. ``"results"``)."""
     path = HERE / f"{name}.schema.json"
-    if not path.exists():
+    if not path.is_file():
         raise FileNotFoundError(f"no schema named {name!r}; have {names()}")
-    return json.loads(path.read_text())
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def names() -> list[str]:
-    return sorted(p.name[: -len(".schema.json")] for p in HERE.glob("*.schema.json"))
+    return sorted(p.name[: -len(".schema.json")] for p in HERE.iterdir() if p.name.endswith(".schema.json"))
 
 
 class _Refused:
