@@ -87,6 +87,11 @@ exec python3 -m grader.gradescope --root "$ROOT"
 
 def requirements(project: Path = SOURCE) -> str:
     """The bundle's requirements.txt: the project's exact pins of ``GRADING_PACKAGES``."""
+    if not (project / "requirements.txt").is_file():  # an installed grader (pip install .): the versions it runs with
+        from importlib import metadata
+
+        return "# Written by `python -m grader gradescope`: the packages the grader imports, pinned as installed\n" \
+            + "\n".join(f"{p}=={metadata.version(p)}" for p in GRADING_PACKAGES) + "\n"
     pins = {}
     for line in (project / "requirements.txt").read_text().splitlines():
         line = line.split("#", 1)[0].strip()
@@ -209,6 +214,11 @@ def run(root: str | Path) -> dict:
             raise RuntimeError("run_autograder runs as root (as on Gradescope), so that student code can "
                                "run as an unprivileged user who cannot read the secret or the held-out split")
         lock_down()
+        from grader import preflight  # fixtures and rubric as built; the secret was checked when the bundle was
+
+        found = preflight.fixture_problems() + preflight.rubric_problems()
+        if found:
+            raise preflight.PreflightError(preflight.message(found, "run_autograder"))
         result, isolation = grade_one(submission_path(root / "submission"), Limits())
         # Gradescope names the folder, and knows who handed in: the grader's note that submission.json names
         # another student than the file is noise here
