@@ -68,5 +68,16 @@ def load_module(work_dir: str | Path, name: str):
     spec = importlib.util.spec_from_file_location(f"workspace_{name}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules.pop(spec.name, None)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as e:  # IndentationError included: name the line, not importlib's frames
+        raise WorkspaceError(f"{path.name} line {e.lineno}: {type(e).__name__}: {e.msg}; fix that line in the "
+                             f"exercise cell that writes {path.name}, run it again, then this cell") from None
+    except Exception as e:  # the module raised while it was being imported: name the line it raised on
+        import traceback
+
+        lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == str(path)]
+        where = f" on line {lines[-1]}" if lines else ""
+        raise WorkspaceError(f"importing {path.name} raised {type(e).__name__}{where}: {e}; fix the exercise cell "
+                             f"that writes {path.name}, run it again, then this cell") from None
     return module

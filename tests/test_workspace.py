@@ -33,6 +33,16 @@ def test_load_module_reads_fresh_and_names_missing_files(tmp_path):
         workspace.load_module(tmp_path, "absent")
 
 
+def test_load_module_names_the_line_of_a_broken_module(tmp_path):
+    """A student's metrics.py that does not parse, or raises while importing, is one line naming file and line."""
+    (tmp_path / "metrics.py").write_text("def summarize(p, l):\nreturn {}\n")
+    with pytest.raises(WorkspaceError, match=r"^metrics.py line 2: IndentationError: expected an indented block"):
+        workspace.load_module(tmp_path, "metrics")
+    (tmp_path / "metrics.py").write_text("import numpy\nLIMIT = undefined_name\n")
+    with pytest.raises(WorkspaceError, match=r"^importing metrics.py raised NameError on line 2: name 'undefined_name'"):
+        workspace.load_module(tmp_path, "metrics")
+
+
 def test_atomic_write_replaces_whole_file(tmp_path):
     path = workspace.atomic_write_text(tmp_path / "a" / "b.json", "{}")
     assert path.read_text() == "{}" and not [p for p in path.parent.iterdir() if p.name.startswith(".")]
