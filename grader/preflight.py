@@ -128,6 +128,13 @@ def secret_problems(env: Mapping[str, str] = os.environ, no_secret: bool = False
     return [Problem(f"instructor secret: neither {SECRET_ENV} nor {SECRET_FILE_ENV} is set", FIX_SECRET)]
 
 
+def secret_note(env: Mapping[str, str] = os.environ) -> str:
+    """One line for stderr when grading without a secret on purpose; empty when there is one."""
+    if env.get(SECRET_ENV) or env.get(SECRET_FILE_ENV):
+        return ""
+    return "instructor secret: none (--no-secret): the hidden summarize() lists are the public ones"
+
+
 def problems(no_secret: bool = False, env: Mapping[str, str] = os.environ) -> list[Problem]:
     """Everything the grader needs and lacks, fixtures first (the cheapest and the likeliest)."""
     return fixture_problems() + rubric_problems() + secret_problems(env, no_secret)

@@ -119,6 +119,7 @@ def test_a_grader_that_is_set_up_starts(tmp_path):
     for env in ({"GRADER_SECRET": "s"}, {"GRADER_NO_SECRET": "1"}):
         proc = grader_cli(tmp_path, "grade", str(tmp_path / "nowhere.zip"), **env)
         assert proc.returncode == 2 and "does not exist" in proc.stderr, proc.stderr
+        assert ("the hidden summarize() lists are the public ones" in proc.stderr) == ("GRADER_NO_SECRET" in env)
     assert preflight.problems(env={"GRADER_SECRET": "s"}) == []
 
 
