@@ -254,3 +254,28 @@ def _known_set(sha256) -> str | None:
         if data.data_sha256(data.calibration_set(kind)) == sha256:
             return f"'{kind}' calibration set"
     return None
+
+
+@lru_cache(maxsize=1)
+def _common_truth() -> dict:
+    from lab import data
+
+    x, _ = evaluation()
+    return {"source_sha256": data.file_sha256(data.fixture_path("fp32.onnx")), "evaluation/count": int(len(x)),
+            "evaluation/sha256": data.data_sha256(x), "evaluation/name": "evaluation", "evaluation/split": "evaluation"}
+
+
+def common_claims(doc: dict, rel: str) -> list[str]:
+    """What every lesson's report says about its inputs, recomputed: ``source_sha256`` is the FP32 fixture's hash,
+    ``evaluation`` names the evaluation split, its count and hash. One message per wrong field (absent: nothing,
+    a schema that needs a field requires it)."""
+    wrong = []
+    for field_, want in _common_truth().items():
+        node = doc
+        for key in field_.split("/"):
+            node = node.get(key) if isinstance(node, dict) else None
+        if node is not None and (node != want or type(node) is not type(want)):
+            shown = f"{want[:12]}..." if isinstance(want, str) and len(want) == 64 else repr(want)
+            got = f"{node[:12]}..." if isinstance(node, str) and len(node) == 64 else repr(node)
+            wrong.append(f"{rel} {field_} is {got}; recomputed from the lab's fixtures: {shown}")
+    return wrong

@@ -323,10 +323,10 @@ def verify(model_path: str | Path, recipe_path: str | Path, max_fields: int = 8)
                  f"hashes to {actual[:12]}... (edited after the release, or another release's recipe)")
     if META_RECIPE in meta:
         try:
-            carried = json.loads(meta[META_RECIPE])
-        except ValueError:
+            carried = schemas.loads(meta[META_RECIPE])  # strict, as every file of a hand-in: no duplicate keys
+        except ValueError as e:
             carried = None
-            diff(f"the recipe in the model's metadata ({META_RECIPE}) is not valid JSON")
+            diff(f"the recipe in the model's metadata ({META_RECIPE}) is not valid JSON ({e})")
         if carried is not None:
             a, b = _leaves(carried), _leaves(doc)
             fields = [k for k in sorted(set(a) | set(b)) if a.get(k, "<missing>") != b.get(k, "<missing>")]

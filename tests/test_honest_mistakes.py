@@ -149,6 +149,19 @@ def _cache_without_data(files: corpus.Files) -> bytes:
 CACHE = "formats/model.calibration.json"
 
 
+def _carried_recipe_duplicate(files: corpus.Files) -> bytes:
+    """release/model.onnx whose carried recipe has a wrong first copy of release_id before the right one."""
+    import onnx
+
+    from lab import recipe
+
+    model = onnx.load_from_string(files["release/model.onnx"])
+    for prop in model.metadata_props:
+        if prop.key == recipe.META_RECIPE:
+            prop.value = prop.value.replace("{", '{"release_id": "another-release", ', 1)
+    return corpus.pack({**files, "release/model.onnx": model.SerializeToString()})
+
+
 def _workspace(tmp: Path, reader_source: str = reference.READER_SOURCE):
     """A scratch workspace with the FP32 source and a reader, as lessons 03-08 start: (folder, DigitReader)."""
     from lab import data, workspace
@@ -369,6 +382,9 @@ FUZZ_FINDINGS = [
     Mistake("fuzz_toolbox_excluded_size_1e308", lambda f: _with_toolbox(f, GOOD_CHOICE, excluded_bytes=1e308),
             words=("toolbox.json: field 'excluded/bytes'", "greater than the maximum"), base="toolbox",
             status="invalid"),
+    # the recipe carried in the released model's metadata is read by the same strict loader: last-wins would pass
+    Mistake("fuzz_carried_recipe_duplicate_key", _carried_recipe_duplicate, {"release.metadata": 1},
+            ("is not valid JSON (key 'release_id' appears twice",)),
     Mistake("fuzz_duplicate_key_wrong_first_copy", _duplicate_first("results.json", '"max_abs_error": 0.01, '),
             words=("results.json: not valid JSON (key 'sets/narrow/max_abs_error' appears twice",),
             status="invalid"),
@@ -386,7 +402,7 @@ def graded(tmp_path_factory):
     folder = tmp_path_factory.mktemp("mistakes")
     bases, out = {}, {}
     for m in ALL:
-        if m.name.startswith(("scenario", "fuzz_scenarios")) and "release/scenarios.json" not in files:
+        if m.name.startswith(("scenario", "fuzz_scenarios", "fuzz_carried")) and "release/scenarios.json" not in files:
             continue
         if m.base == "toolbox" and not toolbox.active():
             continue

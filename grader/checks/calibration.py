@@ -1,8 +1,10 @@
 """Lesson 03: narrow / right / wide (and dynamic), every number recomputed from the models handed in."""
 from __future__ import annotations
 
-from grader.context import (SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, Missing, charged_under, check, entry,
-                            evaluation, fp32_outputs, number, provenance, value)
+from functools import lru_cache
+
+from grader.context import (SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, Missing, charged_under, check,
+                            common_claims, entry, evaluation, fp32_outputs, number, provenance, value)
 from grader.models import ModelRefused
 from grader.results import Evidence
 from grader.checks.acceptance import near_boundary
@@ -12,6 +14,8 @@ KINDS = ("narrow", "right", "wide")
 EXPECTED_DIAGNOSIS = {"narrow": "clipping", "wide": "squashing"}
 SCALE_REL = 1e-6
 RANGE_REL = 1e-5
+HIDDEN = "relu1.out"  # the first hidden activation, whose ruler lesson 03 reads
+FRACTION_TOL = 1e-6  # clipped / used fractions: lab.compare.diagnose on the same ruler and pixels, exact but rounding
 
 
 def _g(x) -> str:
@@ -25,12 +29,13 @@ def _ruler(ctx: Context, kind: str):
 
 
 def run(ctx: Context) -> list:
-    from lab import compare, data, graph, ruler
+    from lab import compare, data, graph, growth, ruler
 
     results_doc = ctx.doc("results.json") if ctx.has("results.json") else {}
     x, _ = evaluation()
     per = {name: [] for name in ("quantized", "ruler_reported", "range_seen", "max_abs_error")}
     found = {}
+    charged: set[str] = set()  # results.json-wide fields already charged on one model
     other_data: set[str] = set()  # models calibrated on other data than their named set: charged under range_seen
     for kind in KINDS:
         rel = f"{kind}.onnx"
@@ -52,16 +57,26 @@ def run(ctx: Context) -> list:
             continue
         found[kind] = r
         same_file = value(rep, "model_sha256") == ctx.sub.files.get(rel)  # results.json describes this file
-        per["quantized"].append((fmt == "QDQ" and same_file, f"{kind}: {fmt} model with a {r.dtype} ruler on 'pixels'"
-                                 + ("" if same_file else f"; results.json's model_sha256 is not the hash of {rel}"),
+        pc_rep, pc = value(results_doc, "settings.per_channel"), _per_channel(ctx.sub.path(rel))
+        pc_ok = pc_rep is None or pc_rep is pc or "per_channel" in charged  # one setting: charged once
+        if not pc_ok:
+            charged.add("per_channel")
+        per["quantized"].append((fmt == "QDQ" and same_file and pc_ok,
+                                 f"{kind}: {fmt} model with a {r.dtype} ruler on 'pixels'"
+                                 + ("" if same_file else f"; results.json's model_sha256 is not the hash of {rel}")
+                                 + ("" if pc_ok else f"; settings/per_channel is {pc_rep}, but {rel} has "
+                                                     f"{'per-channel' if pc else 'per-tensor'} weights"),
                                  []))
         # reported ruler
         s_rep, z_rep = number(value(rep, "scale", "input_scale")), value(rep, "zero_point", "input_zero_point")
         ok = s_rep is not None and abs(s_rep - r.scale) <= SCALE_REL * r.scale and z_rep == r.zero_point
-        per["ruler_reported"].append((ok, f"{kind}: reported scale {_g(s_rep)} / zero point {z_rep}, graph has "
-                                          f"{r.scale:.9g} / {r.zero_point}",
+        wrong = _ruler_numbers(ctx, rel, kind, rep, r) if rep else []  # interval, round trip, hidden layer
+        per["ruler_reported"].append((ok and not wrong, f"{kind}: reported scale {_g(s_rep)} / zero point {z_rep}, "
+                                      f"graph has {r.scale:.9g} / {r.zero_point}"
+                                      + "".join(f"; {m}" for m, _ in wrong),
                                       [Evidence(f"{kind} input scale", s_rep, r.scale, SCALE_REL * r.scale, WHY_SCALE),
-                                       Evidence(f"{kind} zero point", z_rep, r.zero_point, 0, "an integer: exact")]))
+                                       Evidence(f"{kind} zero point", z_rep, r.zero_point, 0, "an integer: exact")]
+                                      + [e for _, e in wrong]))
         # the range the named calibration set implies
         calib = data.calibration_set(kind)
         exp_scale, exp_zp = ruler.scale_zero_point(float(calib.min()), float(calib.max()), r.dtype)
@@ -78,6 +93,20 @@ def run(ctx: Context) -> list:
         prov_ok, prov_msg, prov_ev = provenance(kind, f"lab.data.calibration_set('{kind}')", calib,
                                                 value(rep, "calibration_sha256"), value(rep, "calibration_samples"))
         ev += prov_ev
+        # the set's range (lab.growth.calibration_range, lesson 03's call) and the batches the reader serves it in
+        extra = []
+        want_range = growth.calibration_range(calib)
+        if "calibration_range" in rep and not _close(rep["calibration_range"], want_range, RANGE_REL * want_range):
+            extra.append(f"sets/{kind}/calibration_range is {_g(rep['calibration_range'])}, "
+                         f"lab.growth.calibration_range gives {want_range:.6g}")
+        size = value(results_doc, "settings.batch_size")
+        if "calibration_batches" in rep and isinstance(size, int) and size > 0:
+            want_b = -(-len(calib) // size)
+            if rep["calibration_batches"] != want_b:
+                extra.append(f"sets/{kind}/calibration_batches is {rep['calibration_batches']}; {len(calib)} "
+                             f"images in batches of settings/batch_size {size} are {want_b}")
+        if extra:
+            prov_ok, prov_msg = False, "; ".join(([prov_msg] if prov_msg else []) + extra)
         msg = (f"{kind}: the ruler spans {r.range_seen:.4g}; the {kind} set implies {float(exp_scale) * r.steps:.4g}"
                + ("" if ok else f" -- calibrate with lab.data.calibration_set('{kind}')"))
         if not prov_ok:
@@ -99,6 +128,13 @@ def run(ctx: Context) -> list:
                                       Evidence(f"{kind} accuracy", acc_rep, acc, slack + 1e-9,
                                                "near-boundary policy: samples whose top-2 margin is within the grid "
                                                "may flip on another CPU")]))
+    # the report's inputs and the fixture it measures for contrast: one wrong field costs one model's point
+    wrong = common_claims(results_doc, "results.json") + _bad_calibration(results_doc)
+    if wrong:
+        for i, (ok, msg, ev) in enumerate(per["max_abs_error"]):
+            if ok:
+                per["max_abs_error"][i] = (False, f"{msg}; " + "; ".join(wrong), ev)
+                break
     out = []
     hints = {"quantized": "each of narrow.onnx, right.onnx, wide.onnx must be a QDQ model from quantize_static",
              "ruler_reported": "report the scale and zero point read back with lab.graph.input_ruler(model)",
@@ -116,13 +152,114 @@ def run(ctx: Context) -> list:
     return out
 
 
+@lru_cache(maxsize=1)
+def _hidden_values():
+    """relu1.out of the FP32 fixture on the evaluation set: the values lesson 03's hidden rulers meet."""
+    from lab import data, graph
+
+    return graph.tensor_values(data.fixture_path("fp32.onnx"), evaluation()[0], [HIDDEN])[HIDDEN]
+
+
+def _close(rep, want: float, tol: float) -> bool:
+    got = number(rep)
+    return got is not None and abs(got - want) <= tol
+
+
+def _ruler_numbers(ctx: Context, rel: str, kind: str, rep: dict, r) -> list[tuple[str, Evidence]]:
+    """The numbers results.json reports about a model's rulers, each recomputed with the lab calls lesson 03
+    makes (graph.input_ruler, ruler.round_trip, graph.tensor_values, ruler.ruler_stats): (message, evidence)
+    for each that is wrong, naming the field, reported vs recomputed."""
+    import numpy as np
+
+    from lab import graph, ruler
+
+    x = evaluation()[0]
+    want = {"interval/0": (r.interval[0], SCALE_REL * r.range_seen, WHY_SCALE),
+            "interval/1": (r.interval[1], SCALE_REL * r.range_seen, WHY_SCALE),
+            "pixel_round_trip_max_error": (float(np.abs(ruler.round_trip(x, r.scale, r.zero_point) - x).max()),
+                                           1e-6, "float32 rounding of one round trip")}
+    iv = value(rep, "interval")
+    iv = iv if isinstance(iv, list) and len(iv) == 2 else [None, None]
+    got = {"interval/0": iv[0], "interval/1": iv[1], "pixel_round_trip_max_error": value(rep, "pixel_round_trip_max_error")}
+    hidden_rep = value(rep, "hidden_layer")
+    if isinstance(hidden_rep, dict):
+        h = graph.input_ruler(ctx.model(rel), HIDDEN)
+        values = _hidden_values()
+        stats = ruler.ruler_stats(values, *h.interval)
+        for name, (w, tol, why) in {
+                "scale": (h.scale, SCALE_REL * h.scale, WHY_SCALE),
+                "zero_point": (int(h.zero_point), 0, "an integer: exact"),
+                "ruler_end": (h.interval[1], SCALE_REL * h.range_seen, WHY_SCALE),
+                "value_max": (float(values.max()), 1e-4 * float(values.max()), "FP32 arithmetic of another CPU"),
+                "clipped_fraction": (stats["clipped_fraction"], 1e-3, "a value within float rounding of the "
+                                                                      "ruler's end may fall either side"),
+                "mean_round_trip_error": (stats["mean_abs_error"], 1e-3 * h.scale, "float32 rounding")}.items():
+            want[f"hidden_layer/{name}"] = (w, tol, why)
+            got[f"hidden_layer/{name}"] = hidden_rep.get(name)
+        want["hidden_layer/tensor"] = (HIDDEN, 0, "the tensor lesson 03 reads")
+        got["hidden_layer/tensor"] = hidden_rep.get("tensor")
+    wrong = []
+    for field_, (w, tol, why) in want.items():
+        rep_v = got[field_]
+        exact = isinstance(w, str) or field_.endswith("zero_point")
+        ok = (rep_v == w and type(rep_v) is type(w)) if exact else _close(rep_v, w, tol)
+        if not ok:
+            wrong.append((f"sets/{kind}/{field_} is {_g(rep_v)}, recomputed from {rel} {_g(w)}",
+                          Evidence(f"{kind} {field_}", number(rep_v) if not isinstance(w, str) else rep_v, w, tol,
+                                   why)))
+    return wrong
+
+
+def _per_channel(path) -> bool:
+    from lab.recipe import _per_channel as per_channel
+
+    return per_channel(path)
+
+
+def _bad_calibration(doc: dict) -> list[str]:
+    """results.json's numbers for the all-zero fixture (bad-calibration.onnx), recomputed on the evaluation set."""
+    from lab import compare, data
+
+    rep = value(doc, "bad_calibration")
+    if not isinstance(rep, dict):
+        return []
+    probs = compare.predict(data.fixture_path("bad-calibration.onnx"), evaluation()[0])
+    err = compare.max_abs_error(fp32_outputs(), probs)
+    acc = float((probs.argmax(1) == evaluation()[1]).mean())
+    slack = len(near_boundary(probs)) / len(probs) + 1e-9
+    wrong = []
+    if "max_abs_error" in rep and not _close(rep["max_abs_error"], err, SOFTMAX_STEP):
+        wrong.append(f"bad_calibration/max_abs_error is {_g(rep['max_abs_error'])}, recomputed {err:.4f}")
+    if "accuracy" in rep and not _close(rep["accuracy"], acc, slack):
+        wrong.append(f"bad_calibration/accuracy is {_g(rep['accuracy'])}, recomputed {acc:.4f}")
+    return wrong
+
+
+def _fractions(doc: dict, kind: str, r) -> list[tuple[str, Evidence]]:
+    """results.json's clipped_fraction and grid_used_fraction against lab.compare.diagnose on the model's ruler
+    (lesson 03's call): (message, evidence) for each that is wrong."""
+    from lab import compare
+
+    d = compare.diagnose(r, evaluation()[0])
+    rep = entry(doc, kind, "models", "results", "rows", "sets") or {}
+    wrong = []
+    for name in ("clipped_fraction", "grid_used_fraction"):
+        want = getattr(d, name)
+        if not _close(value(rep, name), want, FRACTION_TOL):
+            wrong.append((f"sets/{kind}/{name} is {_g(value(rep, name))}, lab.compare.diagnose gives {want:.6g}",
+                          Evidence(f"{kind} {name}", number(value(rep, name)), want, FRACTION_TOL,
+                                   "lab.compare.diagnose on the same ruler and pixels")))
+    return wrong
+
+
 def _diagnosis(ctx: Context, doc: dict, rulers: dict, other_data: set[str] = frozenset()):
-    """narrow clips and wide squashes, as reported and as the models show; a model calibrated on other data
-    than its set is charged under range_seen, and its diagnosis is not judged (it shows that data, not the set)."""
+    """narrow clips and wide squashes, as reported and as the models show, with the clipped and used fractions
+    behind each diagnosis; a model calibrated on other data than its set is charged under range_seen, and its
+    diagnosis is not judged (it shows that data, not the set). right's fractions wrong cost half a point."""
     from lab import compare
 
     x, _ = evaluation()
-    ok_count, msgs, ev = 0, [], []
+    ok_count, msgs, ev = 0.0, [], []
     for kind, expected in EXPECTED_DIAGNOSIS.items():
         rep = value(entry(doc, kind, "models", "results", "rows", "sets") or {}, "diagnosis", "diagnosis.kind")
         got = compare.diagnose(rulers[kind], x).kind if kind in rulers else None
@@ -132,13 +269,23 @@ def _diagnosis(ctx: Context, doc: dict, rulers: dict, other_data: set[str] = fro
                         f"({charged_under(PART, 'range_seen')})")
             continue
         ev.append(Evidence(f"{kind} diagnosis", rep, got, None, "compare.diagnose on the evaluation set"))
-        if rep == expected and got == expected:
+        wrong = _fractions(doc, kind, rulers[kind]) if kind in rulers else []
+        ev += [e for _, e in wrong]
+        if rep == expected and got == expected and not wrong:
             ok_count += 1
             msgs.append(f"{kind}: {expected}, as reported")
+        elif rep == expected and got == expected:
+            msgs.append(f"{kind}: {expected}, but " + "; ".join(m for m, _ in wrong))
         else:
             msgs.append(f"{kind}: reported {rep!r}, the model shows {got!r}; expected {expected!r} "
                         f"(look at the error split by input size in lesson 03)")
-    return check(PART, "diagnosis", ok_count / 2, "; ".join(msgs), ev)
+    if "right" in rulers and "right" not in other_data:
+        wrong = _fractions(doc, "right", rulers["right"])
+        if wrong:
+            ok_count -= 0.5
+            ev += [e for _, e in wrong]
+            msgs.append("right: " + "; ".join(m for m, _ in wrong))
+    return check(PART, "diagnosis", max(0.0, ok_count) / 2, "; ".join(msgs), ev)
 
 
 def _dynamic(ctx: Context, doc: dict):
