@@ -40,6 +40,18 @@ def reader(src: str):
     return corpus.with_file("calibration_reader.py", src)
 
 
+def _model_fields(path: Path, x: np.ndarray) -> dict:
+    """What lesson 03's results.json says about a model's rulers, from the model (as the notebook writes it)."""
+    from lab import compare, graph, ruler
+
+    r = graph.input_ruler(path)
+    d = compare.diagnose(r, x)
+    return {"interval": list(r.interval), "clipped_fraction": d.clipped_fraction,
+            "grid_used_fraction": d.grid_used_fraction,
+            "pixel_round_trip_max_error": float(np.abs(ruler.round_trip(x, r.scale, r.zero_point) - x).max()),
+            "hidden_layer": reference._hidden_layer(path, x)}
+
+
 def _right_on_evaluation(files: corpus.Files) -> bytes:
     """Lesson 03's 'right' model calibrated on the evaluation split, and results.json written from that run."""
     import tempfile
@@ -65,7 +77,7 @@ def _right_on_evaluation(files: corpus.Files) -> bytes:
             scale=r.scale, zero_point=r.zero_point, range_seen=r.range_seen,
             max_abs_error=compare.max_abs_error(ref, compare.predict(work / "right.onnx", x)),
             accuracy=float((compare.predict(work / "right.onnx", x).argmax(1) == data.load_split("evaluation").labels)
-                           .mean()))
+                           .mean()), **_model_fields(work / "right.onnx", x))
         model = (work / "right.onnx").read_bytes()
     return corpus.pack({**files, "right.onnx": model, "results.json": json.dumps(doc, indent=2).encode()})
 
@@ -90,7 +102,7 @@ def _right_on(kind: str, model: str = "right"):
                 calibration_batches=record.calibration_batches, calibration_sha256=record.calibration_sha256,
                 scale=r.scale, zero_point=r.zero_point, range_seen=r.range_seen, diagnosis=compare.diagnose(r, x).kind,
                 max_abs_error=compare.max_abs_error(ref, compare.predict(path, x)),
-                accuracy=float((compare.predict(path, x).argmax(1) == labels).mean()))
+                accuracy=float((compare.predict(path, x).argmax(1) == labels).mean()), **_model_fields(path, x))
             data_bytes = path.read_bytes()
         return corpus.pack({**files, f"{model}.onnx": data_bytes, "results.json": json.dumps(doc, indent=2).encode()})
     return make
@@ -151,6 +163,8 @@ CACHE = "formats/model.calibration.json"
 
 def _carried_recipe_duplicate(files: corpus.Files) -> bytes:
     """release/model.onnx whose carried recipe has a wrong first copy of release_id before the right one."""
+    import hashlib
+
     import onnx
 
     from lab import recipe
@@ -159,7 +173,10 @@ def _carried_recipe_duplicate(files: corpus.Files) -> bytes:
     for prop in model.metadata_props:
         if prop.key == recipe.META_RECIPE:
             prop.value = prop.value.replace("{", '{"release_id": "another-release", ', 1)
-    return corpus.pack({**files, "release/model.onnx": model.SerializeToString()})
+    raw = model.SerializeToString()
+    scen = json.loads(files["release/scenarios.json"])
+    scen["model_sha256"] = hashlib.sha256(raw).hexdigest()  # scenarios.json written for this model, as lab does
+    return corpus.pack({**files, "release/model.onnx": raw, "release/scenarios.json": json.dumps(scen).encode()})
 
 
 def _workspace(tmp: Path, reader_source: str = reference.READER_SOURCE):

@@ -5,8 +5,8 @@ import re
 
 import numpy as np
 
-from grader.context import (SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, Missing, check, fp32_outputs, number,
-                            provenance, value)
+from grader.context import (SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, Missing, check, common_claims, evaluation,
+                            fp32_outputs, number, provenance, value)
 from grader.results import Evidence
 
 GROWTH_FILE = re.compile(r"^growth/(narrow|right)-(\d{3})\.onnx$")
@@ -101,6 +101,98 @@ def _model_problem(ctx: Context, rel: str, kind: str, n: int, bs: int | None, se
     return f"{rel}: " + "; ".join(problems) if problems else ""
 
 
+def _row_pixels(kind: str, n: int, bs, seed):
+    from lab import data
+
+    if not isinstance(bs, int) or bs < 1 or n * bs > 1 << 16:
+        return None
+    if kind == "narrow":
+        try:
+            return data.narrow_batches(n * bs, 1, seed=int(seed))  # prefix-stable: the first n x bs samples
+        except (TypeError, ValueError):
+            return None
+    return data.calibration_set("right")[:n * bs]
+
+
+def _rows_and_verdict(ctx: Context, doc: dict, models: list, reported: dict, run_bs, seed,
+                      picks: list[int] = ()) -> list[str]:
+    """Every row of growth.json, its verdict, right_data and settings/per_channel, recomputed from the growth/
+    models and the stream with the lab calls lesson 04 makes (graph.input_ruler, growth.calibration_range,
+    data_sha256, compare.max_abs_error, growth.verdict): one message per wrong field, reported vs recomputed.
+    The picked narrow counts' hash, count, range and error are judged (and charged) by their own points."""
+    from lab import compare, graph, growth
+    from lab.data import data_sha256
+
+    from grader.checks.acceptance import near_boundary
+    from grader.checks.calibration import _per_channel
+
+    labels = evaluation()[1]
+    problems, mine = [], []
+    for kind, n in models:
+        rel = f"growth/{kind}-{n:03d}.onnx"
+        rep = reported.get((kind, n), {})
+        r = graph.input_ruler(ctx.model(rel))
+        probs = ctx.outputs(rel)
+        row = {"kind": kind, "batches": n, "scale": r.scale, "zero_point": int(r.zero_point),
+               "range_seen": r.range_seen, "max_abs_error": compare.max_abs_error(fp32_outputs(), probs),
+               "accuracy": float((probs.argmax(1) == labels).mean())}
+        pixels = _row_pixels(kind, n, _int(value(rep, "batch_size")) or run_bs, seed)
+        if pixels is not None:
+            row.update(calibration_sha256=data_sha256(pixels), calibration_range=growth.calibration_range(pixels))
+        mine.append(row)
+        slack = len(near_boundary(probs)) / len(probs) + 1e-9
+        tol = {"scale": 1e-6 * r.scale, "range_seen": r.scale / 2, "max_abs_error": SOFTMAX_STEP, "accuracy": slack,
+               "calibration_range": 1e-6}
+        for key, want in row.items():
+            if key in ("kind", "batches") or key not in rep or (
+                    kind == "narrow" and n in picks and key in ("calibration_sha256", "range_seen", "max_abs_error")):
+                continue
+            got = rep[key]
+            ok = _close(got, want, tol[key]) if key in tol else (got == want and type(got) is type(want))
+            if not ok:
+                problems.append(f"growth.json rows ({kind} x {n}) {key} is {_short(got)}, recomputed from {rel} "
+                                f"{_short(want)}")
+    reported_verdict = value(doc, "verdict")
+    if isinstance(reported_verdict, dict) and any(r["kind"] == "narrow" for r in mine) \
+            and any(r["kind"] == "right" for r in mine):
+        want_v = growth.verdict(mine)
+        for key, want in want_v.items():
+            if key not in reported_verdict:
+                continue
+            got = reported_verdict[key]
+            if isinstance(want, float):
+                ok = _close(got, want, SOFTMAX_STEP if "error" in key else 1 / len(labels) * 4)
+            else:
+                ok = got == want and type(got) is type(want)
+            if not ok:
+                problems.append(f"growth.json verdict/{key} is {_short(got)}, lab.growth.verdict on the recomputed "
+                                f"rows gives {_short(want)}")
+    rights = sorted(n for k, n in models if k == "right")
+    if value(doc, "right_data.batches") not in (None, rights):
+        problems.append(f"growth.json right_data/batches is {value(doc, 'right_data.batches')}; the hand-in's "
+                        f"growth/right-NNN.onnx models have {rights}")
+    pc_rep = value(doc, "settings.per_channel")
+    if models and pc_rep is not None:
+        rel = f"growth/{models[0][0]}-{models[0][1]:03d}.onnx"
+        if pc_rep is not _per_channel(ctx.sub.path(rel)):
+            problems.append(f"growth.json settings/per_channel is {pc_rep}, but {rel} has "
+                            f"{'per-tensor' if pc_rep else 'per-channel'} weights")
+    return common_claims(doc, "growth.json") + problems
+
+
+def _close(got, want: float, tol: float) -> bool:
+    got = number(got)
+    return got is not None and abs(got - want) <= tol
+
+
+def _short(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, str) and len(v) == 64:
+        return v[:12] + "..."
+    return repr(v)
+
+
 def run_growth(ctx: Context) -> list:
     from lab import compare, data, graph
 
@@ -156,7 +248,8 @@ def run_growth(ctx: Context) -> list:
                     ("" if good or prov or model_problem else f" (reported {rep_range}, {rep_err}: not what {rel} gives)")
                     + (f" ({prov})" if prov else "") + (f" ({model_problem})" if model_problem else ""))
     # one more point for what the picks do not show: a swapped model elsewhere in the series, a wrong record
-    rest = list(wrong_model.values()) + _record_problems(doc, rows, stream)
+    rest = (list(wrong_model.values()) + _record_problems(doc, rows, stream)
+            + _rows_and_verdict(ctx, doc, models, reported, run_bs, seed, picks))
     if rest:
         msgs.append("the rest of the series: " + "; ".join(rest[:4]) + (" ..." if len(rest) > 4 else "")
                     + ". Re-run lesson 04 from the top, so growth.json and every growth/ model come from one run")
