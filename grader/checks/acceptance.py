@@ -13,7 +13,8 @@ import numpy as np
 
 from grader import sandbox
 from grader.checks import own_code
-from grader.context import Context, charged_under, check, entry, evaluation, fp32_outputs, number, value
+from grader.context import (Context, charged_under, check, common_claims, entry, evaluation, fp32_outputs, number,
+                            value)
 from grader.results import Evidence
 
 PART = "acceptance"
@@ -84,6 +85,8 @@ def run(ctx: Context) -> list:
         ok, msg, evs = _compare_summary(name, rep, mine[name], probs[name], exact=(name == "fp32"),
                                         transposed_charged=charged)
         file_wrong = _file_facts(ctx, name, rep) if rep else []
+        if name == "fp32":  # the file's own inputs: charged once, with the first model
+            file_wrong += common_claims(doc, "regression.json")
         if file_wrong:
             ok, msg = False, msg + (", but " if ok else ", ") + ", ".join(file_wrong)
         good += ok
@@ -94,9 +97,19 @@ def run(ctx: Context) -> list:
         text += (". Rows must be the actual class and columns the predicted one: fix summarize() in metrics.py, "
                  "then re-run lesson 06")
     out.append(check(PART, "summaries", good / 3, text, ev))
-    out.append(_probabilities(doc, probs))
+    out.append(_probabilities(doc, probs, _paths(ctx)))
     out.append(_decisions(doc, mine, probs))
     return out
+
+
+def _paths(ctx: Context) -> dict:
+    from lab import data
+
+    return {"fp32": data.fixture_path("fp32.onnx"), "candidate": ctx.sub.path("candidate.onnx"),
+            "bad": data.fixture_path("bad-calibration.onnx")}
+
+
+FILE_NAMES = {"fp32": "source.onnx", "candidate": "candidate.onnx", "bad": "bad-calibration.onnx"}
 
 
 def _file_facts(ctx: Context, name: str, rep: dict) -> list[str]:
@@ -109,6 +122,8 @@ def _file_facts(ctx: Context, name: str, rep: dict) -> list[str]:
     path = {"fp32": data.fixture_path("fp32.onnx"), "candidate": ctx.sub.path("candidate.onnx"),
             "bad": data.fixture_path("bad-calibration.onnx")}[name]
     wrong = []
+    if "file" in rep and rep["file"] != FILE_NAMES[name]:
+        wrong.append(f"file is {rep['file']!r}; lesson 06 measures {FILE_NAMES[name]}")
     if value(rep, "sha256") != data.file_sha256(path):
         wrong.append(f"sha256 is not the hash of {path.name}")
     size = value(rep, "evidence.size_bytes")
@@ -191,19 +206,36 @@ def _compare_summary(name: str, rep: dict, mine: dict, probs: np.ndarray, exact:
     return True, f"{name}: {mine['correct']}/{mine['count']} recomputed{note}", ev
 
 
-def _probabilities(doc: dict, probs: dict):
+def _probabilities(doc: dict, probs: dict, paths: dict):
+    """Each model's reported row sums, tolerance and verdict, recomputed with lesson 06's calls
+    (lab.acceptance.probability_tolerance from the graph's output scale, check_probabilities)."""
+    from lab import acceptance as lab_acceptance, graph
+
     tol = 10 / 255
     ok_count, msgs, ev = 0, [], []
     for name, p in probs.items():
         s = p.sum(1)
         mins = float(s.min())
+        rec = value(_reported(doc, name), "probabilities")
         rep = number(value(_reported(doc, name), "probabilities.min_sum", "min_probability_sum", "min_sum"))
         rules = bool(np.isfinite(p).all() and (p >= 0).all() and np.all(np.abs(s - 1) <= tol))
         ev.append(Evidence(f"{name} minimum row sum", rep, mins, tol, WHY_PROB))
         good = rep is not None and abs(rep - mins) <= tol
+        wrong = []
+        if isinstance(rec, dict):
+            want_tol = lab_acceptance.probability_tolerance(graph.output_scale(paths[name]))
+            mine = lab_acceptance.check_probabilities(p, want_tol)
+            if "max_sum" in rec and (number(rec["max_sum"]) is None or abs(rec["max_sum"] - mine.max_sum) > tol):
+                wrong.append(f"max_sum {rec['max_sum']}, recomputed {mine.max_sum:.4f}")
+            if "tolerance" in rec and (number(rec["tolerance"]) is None
+                                       or abs(rec["tolerance"] - want_tol) > 1e-6 * want_tol):
+                wrong.append(f"tolerance {rec['tolerance']}, lab.acceptance.probability_tolerance gives {want_tol:.6g}")
+            if "ok" in rec and rec["ok"] is not mine.ok:
+                wrong.append(f"ok {rec['ok']}, lab.acceptance.check_probabilities says {mine.ok}")
+        good = good and not wrong
         ok_count += good
         msgs.append(f"{name}: min row sum {mins:.4f}, rules {'hold' if rules else 'broken'}"
-                    + ("" if good else f" (reported {rep})"))
+                    + ("" if good or wrong else f" (reported {rep})") + "".join(f"; {w}" for w in wrong))
     return check(PART, "probabilities", ok_count / len(probs), "; ".join(msgs)
                  + ("" if ok_count == len(probs) else ". Report each model's minimum row sum as probabilities.min_sum"), ev)
 
@@ -235,9 +267,20 @@ def _decisions(doc: dict, mine: dict, probs: dict):
     ev = [Evidence("candidate loss", number(value(doc, "loss")), loss, slack, "near-boundary policy on the candidate"),
           Evidence("accept_candidate", rep_accept, accept, None, "recomputed from the grader's accuracies"),
           Evidence("reject_bad", rep_reject, reject, None, "recomputed from the grader's accuracies")]
-    for field, want in (("floor", GATE), ("limit", LOSS_LIMIT)):  # the lab's gate and limit, not the student's own
+    from lab.acceptance import EPSILON
+
+    bad_slack = len(near_boundary(probs["bad"])) / n
+    for field, want, tol in (("loss", loss, slack + 1e-9), ("bad_loss", bad_loss, bad_slack + 1e-9)):
         got = number(value(doc, field))
-        if got is None or abs(got - want) > 1e-12:
+        if field in doc and (got is None or abs(got - want) > tol):  # FP32 accuracy minus the model's
+            score = max(0.0, score - 0.25)
+            msgs.append(f"regression.json {field} is {value(doc, field)}, recomputed {want:.4f} (FP32 accuracy "
+                        "minus the model's)")
+    for field, want in (("floor", GATE), ("limit", LOSS_LIMIT), ("epsilon", EPSILON)):  # the lab's, not the student's
+        if field == "epsilon" and field not in doc:
+            continue
+        got = number(value(doc, field))
+        if got is None or abs(got - want) > 1e-12 * max(1.0, want) or (field == "epsilon" and got != want):
             score = max(0.0, score - 0.25)  # half a point of decisions
             msgs.append(f"regression.json {field} is {value(doc, field)}; lesson 06's is {want}: the decisions are "
                         "taken against the lab's numbers")

@@ -359,6 +359,71 @@ def _formats_reported(ctx: Context, doc: dict, rels: dict, formats: dict) -> lis
     return wrong
 
 
+FRACTION_TOL = 0.01  # a fraction of the 4,000 output elements: elements one grid step from a band's edge may move
+
+
+def _leaf_problems(rep, want, where: str, tol) -> list[str]:
+    """Each leaf of ``want`` that ``rep`` reports otherwise: strings, booleans and integers exactly, floats within
+    ``tol(field)``; a leaf ``rep`` lacks is not judged (the schema says which are required)."""
+    if isinstance(want, dict):
+        if not isinstance(rep, dict):
+            return [] if rep is None else [f"{where} is {_short(rep)}, expected an object"]
+        return [m for k, w in want.items() if k in rep for m in _leaf_problems(rep[k], w, f"{where}/{k}", tol)]
+    if isinstance(want, float):
+        return [] if _close(rep, want, tol(where)) else [f"{where} is {_short(rep)}, recomputed {_short(want)}"]
+    if rep == want and type(rep) is type(want):
+        return []
+    return [f"{where} is {_short(rep)}, recomputed {_short(want)}"]
+
+
+def _formats_recomputed(ctx: Context, doc: dict, qdq_rel: str, qop_rel: str) -> tuple[list[str], list[str]]:
+    """formats.json's description of each model, and of how their outputs differ, recomputed with lesson 05's
+    calls (lab.formats.describe, output_difference, difference_bands): (model fields wrong, difference fields
+    wrong). The count of predictions that differ is judged by its own near-boundary policy in elementwise."""
+    from lab import formats
+
+    x, labels = evaluation()
+    model = {}
+    for name, rel in (("QDQ", qdq_rel), ("QOperator", qop_rel)):
+        d = formats.describe(ctx.sub.path(rel), x, labels, fp32_outputs())
+        for k in ("file", "size_bytes", "sha256", "quant_format", "max_abs_error", "accuracy"):
+            d.pop(k)  # judged in two_formats and same_order
+        model[name] = d
+    a, b = ctx.outputs(qdq_rel), ctx.outputs(qop_rel)
+    diff = formats.output_difference(a, b)
+    wrong_diff = []
+    sample = value(doc, "difference.sample_with_max_difference")
+    per_sample = np.abs(a.astype(np.float64) - b).max(axis=1)
+    if isinstance(sample, int) and not isinstance(sample, bool) and 0 <= sample < len(per_sample):
+        if per_sample[sample] < per_sample.max() - 2 * SOFTMAX_STEP:  # a near-tie may pick another sample
+            wrong_diff.append(f"difference/sample_with_max_difference is {sample}; its largest difference is "
+                              f"{per_sample[sample]:.4f}, sample {int(per_sample.argmax())}'s {per_sample.max():.4f}")
+    elif sample is not None:
+        wrong_diff.append(f"difference/sample_with_max_difference is {_short(sample)}, not a sample of the "
+                          f"{len(per_sample)} evaluation images")
+    for k in ("predictions_differ", "max_abs_difference", "sample_with_max_difference"):
+        diff.pop(k)  # judged in elementwise, or above
+    bands = formats.difference_bands(a, b, max(model["QDQ"]["output_scale"] or 0, model["QOperator"]["output_scale"]
+                                               or 0))
+
+    def tol(where: str) -> float:
+        if "scale" in where or "grid_bound" in where:
+            return 1e-6 * max(1e-9, abs(number(value(doc, where.replace("/", "."))) or 1.0))
+        if where.startswith(("difference/fraction", "bands/")):
+            return FRACTION_TOL
+        return SOFTMAX_STEP  # probabilities and errors: one output grid step
+    wrong_model = []
+    for name in model:
+        wrong_model += _leaf_problems(value(doc, f"formats.{name}"), model[name], f"formats/{name}", tol)
+    wrong_diff += _leaf_problems(value(doc, "difference"), diff, "difference", tol)
+    wrong_diff += _leaf_problems(value(doc, "bands"), bands, "bands", tol)
+    return common_claims(doc, "formats.json") + wrong_model, wrong_diff
+
+
+def same_ruler(a, b) -> bool:
+    return (a.scale, a.zero_point) == (b.scale, b.zero_point)
+
+
 def run_formats(ctx: Context) -> list:
     from lab import compare, data, graph, ruler
 
@@ -366,6 +431,8 @@ def run_formats(ctx: Context) -> list:
     qdq_rel, qop_rel = "formats/model.qdq.onnx", "formats/model.qoperator.onnx"
     fq, fo = graph.quant_format(ctx.model(qdq_rel)), graph.quant_format(ctx.model(qop_rel))
     wrong = _formats_reported(ctx, doc, {"QDQ": qdq_rel, "QOperator": qop_rel}, {"QDQ": fq, "QOperator": fo})
+    wrong_model, wrong_diff = _formats_recomputed(ctx, doc, qdq_rel, qop_rel)
+    wrong += wrong_model
     kinds_ok = (fq, fo) == ("QDQ", "QOperator")
     out = [check("formats", "two_formats", float(kinds_ok and not wrong),
                  f"model.qdq.onnx is {fq}, model.qoperator.onnx is {fo}"
@@ -381,6 +448,16 @@ def run_formats(ctx: Context) -> list:
     cal = value(doc, "calibration") or {}
     prov_ok, prov, prov_ev = provenance("formats", "lab.data.calibration_set('right')", data.calibration_set("right"),
                                         value(cal, "sha256"), value(cal, "samples"))
+    extra = []
+    if "same_input_ruler" in doc and doc["same_input_ruler"] is not same_ruler(rq, ro):
+        extra.append(f"same_input_ruler is {doc['same_input_ruler']}, but the two models' input rulers are "
+                     + ("the same" if same_ruler(rq, ro) else "not the same"))
+    size, n_right = value(doc, "settings.batch_size"), len(data.calibration_set("right"))
+    if "batches" in cal and _int(size) and size > 0 and cal["batches"] != -(-n_right // size):
+        extra.append(f"calibration/batches is {_short(cal['batches'])}; {n_right} images in batches of "
+                     f"settings/batch_size {size} are {-(-n_right // size)}")
+    if extra:
+        prov_ok, prov = False, "; ".join(([prov] if prov else []) + extra)
     # the cache both conversions read: its 'pixels' range gives the input ruler found in both models
     cache, cache_problem = _cache_range(ctx, doc)
     if cache is not None:
@@ -408,12 +485,13 @@ def run_formats(ctx: Context) -> list:
                      f"max abs error QDQ {eq:.4f}, QOperator {eo:.4f} (ratio {ratio:.2f}, same order if at most 3)",
                      [Evidence("QDQ max abs error", rq_err, eq, SOFTMAX_STEP, WHY_OUTPUT),
                       Evidence("QOperator max abs error", ro_err, eo, SOFTMAX_STEP, WHY_OUTPUT)]))
-    out.append(_elementwise(ctx, doc, qdq_rel, qop_rel))
+    out.append(_elementwise(ctx, doc, qdq_rel, qop_rel, wrong_diff))
     return out
 
 
-def _elementwise(ctx: Context, doc: dict, qdq_rel: str, qop_rel: str):
-    """The largest elementwise difference and the count of predictions that differ, recomputed."""
+def _elementwise(ctx: Context, doc: dict, qdq_rel: str, qop_rel: str, wrong: list[str] = ()):
+    """The largest elementwise difference and the count of predictions that differ, recomputed; ``wrong``: the
+    rest of formats.json's difference and bands, recomputed (one message each)."""
     from grader.checks.acceptance import near_boundary
 
     a, b = ctx.outputs(qdq_rel), ctx.outputs(qop_rel)
@@ -424,10 +502,11 @@ def _elementwise(ctx: Context, doc: dict, qdq_rel: str, qop_rel: str):
     near = len(set(near_boundary(a).tolist()) | set(near_boundary(b).tolist()))
     rep_p = value(doc, "difference.predictions_differ")
     p_ok = isinstance(rep_p, int) and not isinstance(rep_p, bool) and abs(rep_p - differ) <= near
-    return check("formats", "elementwise", float(ok and p_ok),
+    return check("formats", "elementwise", float(ok and p_ok and not wrong),
                  f"largest elementwise difference between the formats: {diff:.4f} (reported {rep_d}); "
                  f"predictions that differ: {differ} (reported {rep_p})"
-                 + ("" if p_ok else "; count the samples whose argmax differs between the two formats"),
+                 + ("" if p_ok else "; count the samples whose argmax differs between the two formats")
+                 + "".join(f"; formats.json {m}" for m in wrong[:4]),
                  [Evidence("max elementwise difference", rep_d, diff, 2 * SOFTMAX_STEP,
                            "two output grid steps: each format may land one step apart on another CPU"),
                   Evidence("predictions that differ", rep_p, differ, near,
