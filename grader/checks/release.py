@@ -162,10 +162,35 @@ def _record_problems(ctx: Context, record: dict, doc: dict, mine: dict) -> list[
             wrong.append(f"{field} is not the hash of {rel}")
     if record.get("acceptance") != {k: doc["acceptance"].get(k) for k in ("split", "count", "sha256")}:
         wrong.append("acceptance is not the recipe's acceptance set (split, count, sha256)")
+    if "release_id" in record and record["release_id"] != doc.get("release_id"):
+        wrong.append(f"release_id is {record['release_id']!r}; recipe.json's is {doc.get('release_id')!r}")
+    rows = {row.get("name"): row for row in record.get("results", []) if isinstance(row, dict)}
+    for name, s in mine.items():  # the rest of each row, as lab.scenario_checks computes it
+        rep, want = rows.get(name, {}), s.to_dict()
+        slack = max(1, s.changed)  # near-boundary policy: the images whose answer changed may flip on another CPU
+        for key in ("count", "changed", "accepted_differences", "defects", "description"):
+            if key not in rep:
+                continue
+            got = rep[key]
+            if key in ("count", "description"):
+                ok = got == want[key] and type(got) is type(want[key])
+            else:
+                ok = isinstance(got, int) and not isinstance(got, bool) and abs(got - want[key]) <= slack
+            if not ok:
+                wrong.append(f"results/{name}/{key} is {got!r}, lab.scenario_checks gives {want[key]!r}")
+        if "note" in rep and _note_claims(rep["note"]) != _note_claims(want["note"]):
+            wrong.append(f"results/{name}/note is {rep['note']!r}; the recomputed scenario "
+                         + (f"notes {want['note']!r}" if want["note"] else "has nothing to note"))
     passed = all(s.verdict == "pass" for s in mine.values())
     if record.get("all_pass") is not passed:
         wrong.append(f"all_pass is {record.get('all_pass')}, but the recomputed verdicts say {passed}")
     return wrong
+
+
+def _note_claims(note) -> tuple:
+    """What a scenario's note asserts: whether it names a problem, and its FP32 remark (exact: the fixture's)."""
+    parts = [p for p in str(note).split("; ") if p] if isinstance(note, str) else [repr(note)]
+    return (any(not p.startswith("FP32 itself") for p in parts), [p for p in parts if p.startswith("FP32 itself")])
 
 
 def _families(doc: dict, model, acc_split) -> tuple[float, list[str], list]:

@@ -45,6 +45,7 @@ def run(ctx: Context) -> list:
               "accuracy": rep_acc is not None and abs(rep_acc - mine["accuracy"]) <= 2 / n,
               "max_abs_error": rep_err is not None and abs(rep_err - mine["max_abs_error"]) <= SOFTMAX_STEP,
               "settings.quant_format": rep_fmt == fmt}
+    checks.update(_choice_facts(ctx, doc, rep, mine, path))
     wrong = [k for k, ok in checks.items() if not ok]
     out.append(check(PART, "choice_reported", (len(checks) - len(wrong)) / len(checks),
                      "toolbox.json's choice matches choice.onnx" if not wrong else
@@ -56,6 +57,47 @@ def run(ctx: Context) -> list:
                       Evidence("choice format", rep_fmt, fmt, None, "op types in the graph")]))
     out.append(_heldout(path, source, mine))
     return out
+
+
+def _choice_facts(ctx: Context, doc: dict, rep: dict, mine: dict, path) -> dict[str, bool]:
+    """The rest of what toolbox.json says about the choice, recomputed: its loss and size ratio
+    (lab.toolbox.check_choice), per_channel (from the graph), the candidates row of the chosen settings, the
+    lab's requirement (lab.toolbox's, not the student's) and the evaluation it was measured on."""
+    from lab import toolbox
+    from lab.recipe import _per_channel
+
+    out = {"accuracy_loss": rep.get("accuracy_loss", mine["accuracy_loss"]) is not None
+           and _near(rep.get("accuracy_loss", mine["accuracy_loss"]), mine["accuracy_loss"], 2 / 400 + 1e-4),
+           "size_ratio": _near(rep.get("size_ratio", mine["size_ratio"]), mine["size_ratio"], 1e-4)}
+    settings = value(rep, "settings") or {}
+    if "per_channel" in settings:
+        out["settings.per_channel"] = settings["per_channel"] is _per_channel(path)
+    want_req = {"text": toolbox.REQUIREMENT, "max_accuracy_loss": toolbox.MAX_ACCURACY_LOSS,
+                "max_size_ratio": toolbox.MAX_SIZE_RATIO, "static": True}
+    req = value(doc, "requirement") or {}
+    out["requirement (lab.toolbox's)"] = all(req.get(k, w) == w and type(req.get(k, w)) is type(w)
+                                             for k, w in want_req.items())
+    ev = value(doc, "evaluation") or {}
+    from grader.context import evaluation
+
+    out["evaluation"] = (ev.get("split", "evaluation") == "evaluation"
+                         and ev.get("samples", len(evaluation()[1])) == len(evaluation()[1])
+                         and ev.get("kernel_family", mine["kernel_family"]) == mine["kernel_family"])
+    row = next((r for r in value(doc, "candidates") or [] if isinstance(r, dict)
+                and r.get("settings") == settings), None)
+    if row is not None:  # the table's row for the chosen settings describes the same file
+        out["candidates row of the choice"] = (
+            _near(row.get("max_abs_error"), mine["max_abs_error"], SOFTMAX_STEP) and row.get("bytes") == mine["bytes"]
+            and _near(row.get("accuracy_loss"), mine["accuracy_loss"], 2 / 400 + 1e-4)
+            and _near(row.get("size_ratio"), mine["size_ratio"], 1e-4) and row.get("meets") is mine["meets"]
+            and row.get("name") == toolbox.settings_name(settings)
+            and all(row.get(k) == v for k, v in toolbox.describe(settings).items()))
+    return out
+
+
+def _near(got, want: float, tol: float) -> bool:
+    got = number(got)
+    return got is not None and abs(got - want) <= tol
 
 
 def _heldout(path, source, mine: dict):
