@@ -49,3 +49,87 @@ def lesson_suite(tmp_path_factory) -> LessonSuite:
     """The instructor's lessons (solutions in) run once per session with small parameters."""
     base = tmp_path_factory.mktemp("lessons")
     return run_lessons(run.discover(), base / "ws", base / "executed")
+
+
+REPO_WRITERS = ("test_browser.py", "test_report.py")  # screenshots into artifacts/browser/, JupyterLab on notebooks/
+REPO_WATCHERS = ("test_batch_with_a_read_only_project_writes_nothing",)  # fails if any path in the repository changes
+
+
+def xdist_group(item) -> str | None:
+    """The pytest-xdist group of a test that shares an expensive session fixture (the headless run of
+    every lesson, or one kernel family's nbval run), or that must not run beside another. ``--dist
+    loadgroup`` keeps a group on one worker, one test after another, so each of those runs happens once per
+    test run and the groups run side by side on the workers."""
+    names = getattr(item, "fixturenames", ())
+    if item.path.name in REPO_WRITERS or item.name in REPO_WATCHERS:
+        return "repository"  # never side by side: one writes into the repository while the other watches it
+    if "lesson_suite" in names:
+        return "lesson_suite"
+    if "nbval_runs" in names:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        return f"nbval: {params.get('family', 'the other')}"
+    return None
+
+
+# pytest-xdist's own --dist loadgroup renames each test (item._nodeid += "@group"), which pytest 9 ignores
+# (a node id is derived from item._id), so every group is scattered over the workers. Here the workers write
+# node id -> group into a file while they collect, and the controller's scheduler sends each group whole.
+GROUPS_ENV = "CALIBRATION_LAB_XDIST_GROUPS"
+
+
+def pytest_configure(config):
+    if getattr(config.option, "dist", "no") == "loadgroup" and not hasattr(config, "workerinput"):
+        import os
+        import tempfile
+
+        fd, path = tempfile.mkstemp(prefix="xdist-groups-", suffix=".json")
+        os.close(fd)
+        os.environ[GROUPS_ENV] = path  # the workers, started after this, inherit it
+
+
+def pytest_collection_modifyitems(config, items):
+    import json
+    import os
+
+    path = os.environ.get(GROUPS_ENV)
+    if path and hasattr(config, "workerinput"):
+        groups = {item.nodeid: group for item in items if (group := xdist_group(item))}
+        tmp = f"{path}.{config.workerinput['workerid']}"
+        with open(tmp, "w") as f:
+            json.dump(groups, f)
+        os.replace(tmp, path)  # every worker collects the same tests: any one's file will do
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: unknown where it is not loaded (nbval's run)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup``: each group (see ``xdist_group``) to one worker, every other test on its own."""
+    import json
+    import os
+
+    if getattr(config.option, "dist", "no") != "loadgroup" or not os.environ.get(GROUPS_ENV):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        groups: dict | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:
+                try:
+                    with open(os.environ[GROUPS_ENV]) as f:
+                        GroupScheduling.groups = json.load(f)
+                except (OSError, ValueError):
+                    return nodeid
+            return self.groups.get(nodeid, nodeid)
+
+    return GroupScheduling(config, log)
+
+
+def pytest_unconfigure(config):
+    import os
+
+    path = os.environ.get(GROUPS_ENV)
+    if path and not hasattr(config, "workerinput"):
+        for p in (path, *(f"{path}.gw{i}" for i in range(64))):
+            if os.path.exists(p):
+                os.remove(p)

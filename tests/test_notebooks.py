@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -141,33 +142,128 @@ def test_point_parameters_rewrites_only_declared_names():
     assert run.declared_parameters(nb) == {"WORK_DIR": "/x/ws", "SEED": 0, "INTERACTIVE": False}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("family", ["this machine's", "the other"])
-def test_nbval_passes_on_every_lesson(tmp_path, family, monkeypatch):
-    """On this machine's INT8 kernels, and as the other kernel family computes (``LAB_KERNEL_FAMILY``):
-    every assertion and every compared output of a lesson must hold on both families."""
-    if not NAMES:
-        pytest.skip("no lessons yet")
-    if family == "the other":
-        monkeypatch.setenv(kernels.ENV_VAR, next(f for f in kernels.FAMILIES if f != kernels.machine_family()))
-    copies = nbval_copy(LESSONS, tmp_path / "notebooks", {"WORK_DIR": str(tmp_path / "workspace"),
-                                                          "INTERACTIVE": False})
+# nbval runs every lesson once per kernel family, in one pytest process over copies of the lessons
+# (later lessons read what earlier ones wrote); one test per lesson and family reads that run's
+# outcome for its cells, so `-k 06` selects lesson 06's two nbval tests and runs lessons 00-06 only.
+FAMILIES = ("this machine's", "the other")
+OUTCOME = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) \S*?([^/\s]+\.ipynb)::(.*)$", re.M)
+
+
+@dataclass(frozen=True)
+class NbvalRun:
+    """One nbval run over copies of ``notebooks`` as ``family`` computes."""
+
+    family: str
+    env_family: str | None  # LAB_KERNEL_FAMILY for the run; None: this machine's
+    notebooks: tuple[str, ...]
+    folder: Path  # tmp folder: notebooks/ (the copies), workspace/, nbval.log
+    returncode: int
+    stdout: str
+    stderr: str
+    before: frozenset
+    after: frozenset
+
+    def outcomes(self, name: str) -> list[tuple[str, str]]:
+        """(outcome, cell) for each of ``name``'s cells nbval collected."""
+        return [(m.group(1), m.group(3)) for m in OUTCOME.finditer(self.stdout) if m.group(2) == name]
+
+    def failures(self, name: str) -> str:
+        """nbval's failure reports for ``name``'s cells (up to 8,000 characters)."""
+        text = self.stdout.split("= FAILURES =", 1)[-1] if "= FAILURES =" in self.stdout else ""
+        blocks = re.split(r"\n(?=_{3,} )", text)
+        return "\n".join(b for b in blocks if name in b.split("\n", 1)[0])[:8000]
+
+
+def other_family() -> str:
+    return next(f for f in kernels.FAMILIES if f != kernels.machine_family())
+
+
+def run_nbval(family: str, notebooks: list[Path], tmp_path: Path) -> NbvalRun:
+    """nbval over copies of ``notebooks`` whose parameters cell points WORK_DIR into ``tmp_path``."""
+    env_family = other_family() if family == "the other" else None
+    env = dict(os.environ, **({kernels.ENV_VAR: env_family} if env_family else {}))
+    if env_family is None:
+        env.pop(kernels.ENV_VAR, None)
+    copies = nbval_copy(notebooks, tmp_path / "notebooks", {"WORK_DIR": str(tmp_path / "workspace"),
+                                                            "INTERACTIVE": False})
     cmd = [sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-current-env",
            "--nbval-sanitize-with", str(TESTS / "nbval_sanitize.cfg"), "--nbval-cell-timeout", "900",
-           "-p", "no:cacheprovider", "-o", "addopts=", "--rootdir", str(tmp_path), "-q", str(copies)]
+           "-p", "no:cacheprovider", "-p", "no:xdist", "-o", "addopts=", "--rootdir", str(tmp_path), "-q", "-rA",
+           str(copies)]
     before = listing(copies)
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=NBVAL_TIMEOUT_S)
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=NBVAL_TIMEOUT_S)
     (tmp_path / "nbval.log").write_text(proc.stdout + proc.stderr)
-    tail = "\n".join(proc.stdout.splitlines()[-40:])
-    failures = proc.stdout.split("= FAILURES =", 1)[-1][:8000] if "= FAILURES =" in proc.stdout else tail
-    assert proc.returncode == 0, (f"nbval failed (exit {proc.returncode}); full log {tmp_path / 'nbval.log'}\n"
-                                  f"{failures}\n{tail}\n{proc.stderr[-2000:]}")
-    passed = re.search(r"(\d+) passed", proc.stdout)
-    assert passed and int(passed.group(1)) > 0, f"nbval collected no cells:\n{tail}"
-    assert listing(copies) == before, f"lessons wrote next to the notebooks: {sorted(listing(copies) - before)}"
-    assert (tmp_path / "workspace" / "source.onnx").exists(), "the lessons did not write into WORK_DIR"
-    if family == "the other":  # and the workspace made as the other family grades in full here
-        with kernels.computing_as(os.environ[kernels.ENV_VAR]):
-            result = run.grade_workspace(tmp_path / "workspace", tmp_path / "graded")
-        lost = [f"{c.part}: {c.name}: {c.message}" for c in result.checks if c.points < c.max_points]
-        assert result.status == "graded" and not lost, lost
+    return NbvalRun(family, env_family, tuple(nb.name for nb in notebooks), tmp_path, proc.returncode, proc.stdout,
+                    proc.stderr, frozenset(before), frozenset(listing(copies)))
+
+
+def lessons_needed(items) -> list[Path]:
+    """Every lesson up to the last one a selected nbval test names (lessons read what earlier ones
+    wrote); all of them when a test about the whole run is selected."""
+    names = set()
+    for item in items:
+        if item.originalname == "test_nbval_passes_on_the_lesson":
+            names.add(item.callspec.params["name"])
+        elif item.originalname in WHOLE_RUN_TESTS:
+            return LESSONS
+    last = max((NAMES.index(n) for n in names), default=len(NAMES) - 1)
+    return LESSONS[:last + 1]
+
+
+_NBVAL_RUNS: dict[str, NbvalRun] = {}
+
+
+@pytest.fixture(scope="session")
+def nbval_runs(request, tmp_path_factory):
+    """``get(family)``: that family's nbval run, made once per session (per xdist worker: conftest puts
+    every nbval test of one family in one xdist group, so each family runs once)."""
+    def get(family: str) -> NbvalRun:
+        if family not in _NBVAL_RUNS:
+            tmp = tmp_path_factory.mktemp("nbval-other" if family == "the other" else "nbval-this")
+            _NBVAL_RUNS[family] = run_nbval(family, lessons_needed(request.session.items), tmp)
+        return _NBVAL_RUNS[family]
+    return get
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_nbval_passes_on_the_lesson(nbval_runs, family, name):
+    """On this machine's INT8 kernels, and as the other kernel family computes (``LAB_KERNEL_FAMILY``):
+    every assertion and every compared output of the lesson must hold on both families."""
+    result = nbval_runs(family)
+    outcomes = result.outcomes(name)
+    tail = "\n".join(result.stdout.splitlines()[-40:])
+    assert outcomes, (f"nbval collected no cells of {name} (exit {result.returncode}); full log "
+                      f"{result.folder / 'nbval.log'}\n{tail}\n{result.stderr[-2000:]}")
+    bad = [f"{cell}: {outcome}" for outcome, cell in outcomes if outcome in ("FAILED", "ERROR")]
+    assert not bad, (f"nbval failed on {name} ({family}): {bad}; full log {result.folder / 'nbval.log'}\n"
+                     f"{result.failures(name)}")
+    assert any(outcome == "PASSED" for outcome, _ in outcomes), f"no cell of {name} passed: {outcomes}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", FAMILIES)
+def test_nbval_run_writes_only_into_work_dir(nbval_runs, family):
+    result = nbval_runs(family)
+    assert result.returncode == 0, (f"nbval failed (exit {result.returncode}); full log "
+                                    f"{result.folder / 'nbval.log'}\n" + "\n".join(result.stdout.splitlines()[-40:]))
+    passed = re.search(r"(\d+) passed", result.stdout)
+    assert passed and int(passed.group(1)) > 0, "nbval collected no cells"
+    assert result.after == result.before, f"lessons wrote next to the notebooks: {sorted(result.after - result.before)}"
+    assert (result.folder / "workspace" / "source.onnx").exists(), "the lessons did not write into WORK_DIR"
+
+
+@pytest.mark.slow
+def test_the_other_familys_nbval_workspace_is_graded_in_full_here(nbval_runs, tmp_path):
+    """The workspace the lessons made as the other family computes grades in full on this machine."""
+    result = nbval_runs("the other")
+    assert result.returncode == 0, f"nbval failed (exit {result.returncode}); see {result.folder / 'nbval.log'}"
+    with kernels.computing_as(result.env_family):
+        graded = run.grade_workspace(result.folder / "workspace", tmp_path / "graded")
+    lost = [f"{c.part}: {c.name}: {c.message}" for c in graded.checks if c.points < c.max_points]
+    assert graded.status == "graded" and not lost, lost
+
+
+WHOLE_RUN_TESTS = {"test_nbval_run_writes_only_into_work_dir",
+                   "test_the_other_familys_nbval_workspace_is_graded_in_full_here"}
