@@ -95,6 +95,22 @@ def test_a_wrong_model_does_not_cost_a_right_prediction(work, tmp_path):
     assert "the lesson's set gives" in part["input_rulers"].message and "not on your files" in part["input_rulers"].message
 
 
+def test_the_graders_lesson_04_series_is_the_one_the_lesson_builds(tmp_path):
+    """The grader calibrates each count of lesson 04's series in one batch; MinMax keeps the min and max over all
+    batches, so each model is byte for byte the one lesson 04 builds with its batches of 8."""
+    from grader import reference
+    from lab import data, graph, quantize
+
+    source = shutil.copy(data.fixture_path("fp32.onnx"), tmp_path)
+    stream = data.narrow_batches(max(reference.GROWTH_COUNTS), reference.GROWTH_BATCH, seed=0)
+    models = check._growth_models()
+    for kind, n, pixels in (("narrow", 2, stream), ("right", 1, data.calibration_set("right"))):
+        out = tmp_path / f"{kind}-{n}.onnx"
+        quantize.quantize(source, out, pixels[:n * reference.GROWTH_BATCH], batch_size=reference.GROWTH_BATCH,
+                          **reference.SETTINGS)
+        assert graph.load(out).SerializeToString() == models[(kind, n)].SerializeToString(), (kind, n)
+
+
 def test_a_missing_prediction_names_the_lesson_that_asks_it(work, tmp_path):
     copy = shutil.copytree(work, tmp_path / "workspace")
     doc = json.loads((copy / predictions.FILE).read_text())
