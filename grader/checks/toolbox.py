@@ -83,14 +83,21 @@ def _choice_facts(ctx: Context, doc: dict, rep: dict, mine: dict, path) -> dict[
     out["evaluation"] = (ev.get("split", "evaluation") == "evaluation"
                          and ev.get("samples", len(evaluation()[1])) == len(evaluation()[1])
                          and ev.get("kernel_family", mine["kernel_family"]) == mine["kernel_family"])
-    row = next((r for r in value(doc, "candidates") or [] if isinstance(r, dict)
-                and r.get("settings") == settings), None)
+    rows = [r for r in value(doc, "candidates") or [] if isinstance(r, dict)]
+    # each row's name, columns and verdict follow from its settings and numbers (lab.toolbox's own functions)
+    out["candidates columns (name, format, weights, activations, meets)"] = all(
+        isinstance(r.get("settings"), dict) and r.get("name") == toolbox.settings_name(r["settings"])
+        and all(r.get(k) == v for k, v in toolbox.describe(r["settings"]).items())
+        and number(r.get("accuracy_loss")) is not None and number(r.get("size_ratio")) is not None
+        and r.get("meets") is toolbox.meets(r["accuracy_loss"], r["size_ratio"], True) for r in rows)
+    name = toolbox.settings_name(settings) if isinstance(settings, dict) else None
+    row = next((r for r in rows if r.get("name") == name), None)
     if row is not None:  # the table's row for the chosen settings describes the same file
         out["candidates row of the choice"] = (
             _near(row.get("max_abs_error"), mine["max_abs_error"], SOFTMAX_STEP) and row.get("bytes") == mine["bytes"]
             and _near(row.get("accuracy_loss"), mine["accuracy_loss"], 2 / 400 + 1e-4)
             and _near(row.get("size_ratio"), mine["size_ratio"], 1e-4) and row.get("meets") is mine["meets"]
-            and row.get("name") == toolbox.settings_name(settings)
+            and row.get("settings") == settings
             and all(row.get(k) == v for k, v in toolbox.describe(settings).items()))
     return out
 
