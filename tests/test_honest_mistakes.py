@@ -392,6 +392,16 @@ FUZZ_FINDINGS = [
             {"calibration.quantized": 1}, ("results.json's model_sha256 is not the hash of narrow.onnx",)),
     Mistake("fuzz_results_accuracy", _edit("results.json", "sets.right.accuracy", 0.9), {"calibration.max_abs_error": 1},
             ("accuracy 0.9750 (reported 0.9)",)),
+    # lesson 03's remaining fields, each recomputed from the model in the check it belongs to
+    Mistake("fuzz_results_interval", _edit("results.json", "sets.right.interval", [0.0, 1.5]),
+            {"calibration.ruler_reported": 1}, ("sets/right/interval/1 is 1.5, recomputed from right.onnx 1",)),
+    Mistake("fuzz_results_hidden_layer_clipped", _edit("results.json", "sets.wide.hidden_layer.clipped_fraction", 0.2),
+            {"calibration.ruler_reported": 1}, ("sets/wide/hidden_layer/clipped_fraction is 0.2, recomputed from "
+                                                "wide.onnx 0",)),
+    Mistake("fuzz_results_clipped_fraction", _edit("results.json", "sets.narrow.clipped_fraction", 0.0),
+            {"calibration.diagnosis": 1}, ("sets/narrow/clipped_fraction is 0, lab.compare.diagnose gives",)),
+    Mistake("fuzz_results_grid_used_fraction", _edit("results.json", "sets.right.grid_used_fraction", 0.5),
+            {"calibration.diagnosis": 0.5}, ("sets/right/grid_used_fraction is 0.5, lab.compare.diagnose gives 1",)),
     Mistake("fuzz_regression_size_bytes", _edit("regression.json", "models.candidate.evidence.size_bytes", 5000),
             {"acceptance.summaries": 1}, ("evidence size_bytes 5000, the file has",)),
     Mistake("fuzz_regression_limit", _edit("regression.json", "limit", 0.02), {"acceptance.decisions": 0.5},
