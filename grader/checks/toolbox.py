@@ -72,6 +72,9 @@ def _choice_facts(ctx: Context, doc: dict, rep: dict, mine: dict, path) -> dict[
     settings = value(rep, "settings") or {}
     if "per_channel" in settings:
         out["settings.per_channel"] = settings["per_channel"] is _per_channel(path)
+    for key, shown in _settings_in_graph(path).items():
+        if key in settings:
+            out[f"settings.{key}"] = settings[key] is shown
     want_req = {"text": toolbox.REQUIREMENT, "max_accuracy_loss": toolbox.MAX_ACCURACY_LOSS,
                 "max_size_ratio": toolbox.MAX_SIZE_RATIO, "static": True}
     req = value(doc, "requirement") or {}
@@ -99,6 +102,29 @@ def _choice_facts(ctx: Context, doc: dict, rep: dict, mine: dict, path) -> dict[
             and _near(row.get("size_ratio"), mine["size_ratio"], 1e-4) and row.get("meets") is mine["meets"]
             and row.get("settings") == settings
             and all(row.get(k) == v for k, v in toolbox.describe(settings).items()))
+    return out
+
+
+def _settings_in_graph(path) -> dict[str, bool]:
+    """What the chosen graph shows of lesson 08's settings: quant_pre_process fuses MatMul and Add into (Q)Gemm;
+    reduce_range stores 7-bit weights; symmetric activations put the input's zero point mid-grid."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    from lab import graph
+
+    ops = graph.op_counts(path)
+    weights = [numpy_helper.to_array(i) for i in graph.load(path).graph.initializer
+               if i.name.endswith("weight_quantized")]
+    out = {"preprocess": bool(ops.get("Gemm") or ops.get("QGemm"))}
+    if weights:
+        w = np.concatenate([a.astype(np.int64).ravel() for a in weights])
+        out["reduce_range"] = bool(np.abs(w).max() <= 64) if w.min() < 0 else bool(w.max() <= 127)
+    try:
+        r = graph.input_ruler(path)
+    except Exception:  # noqa: BLE001 - a model without a static ruler is charged under choice_meets
+        return out
+    out["activation_symmetric"] = r.zero_point == (0 if r.dtype == "int8" else 128)
     return out
 
 
