@@ -51,6 +51,8 @@ ALLOW = {
                                       "from their own fields",
     ("regression.json", "models/*/evidence/kernels/*"): "the execution profile of the student's CPU (which "
                                                         "kernels ONNX Runtime picked there), not a result",
+    ("formats.json", "formats/*/kernels_run/*"): "the execution profile of the student's CPU, as in "
+                                                 "regression.json's evidence",
     ("toolbox.json", "choice/justification"): "the student's free-text note",
     ("toolbox.json", "speed/*"): "timings and threads of the student's own CPU: not reproducible elsewhere",
     # MinMax ranges do not depend on how samples are batched, and nothing in a model records the batch size; the
