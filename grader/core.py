@@ -126,7 +126,10 @@ def students_mistake(e: Exception, ctx: Context, group: Group) -> str | None:
     if isinstance(e, StudentFileError):
         rel, problem = e.rel, e.problem
     elif isinstance(e, LabError) and not isinstance(e, GRADER_SIDE):
-        rel, problem = (ctx.touched or list(group.needs))[-1], str(e)
+        # the file the message names, else the last one the check opened (a check may open several first)
+        files = ctx.touched or list(group.needs)
+        named = [r for r in files if r in str(e) or r.rsplit("/", 1)[-1] in str(e)]
+        rel, problem = (named or files)[-1], str(e)
     elif is_runtime_error(e) and onnx_files:
         rel, problem = onnx_files[-1], f"ONNX Runtime could not run it: {runtime_problem(e)}"
     else:
