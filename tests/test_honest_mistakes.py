@@ -128,13 +128,7 @@ def _copy(src: str, dst: str):
 
 
 def _edit(rel: str, path: str, val):
-    def edit(doc: dict) -> None:
-        node = doc
-        keys = path.split(".")
-        for k in keys[:-1]:
-            node = node[k]
-        node[keys[-1]] = val
-    return corpus.with_json(rel, edit)
+    return corpus.with_json(rel, corpus.set_field(path, val))
 
 
 def _duplicate_first(rel: str, raw: str):

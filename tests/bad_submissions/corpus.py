@@ -264,7 +264,7 @@ def _in_a_folder(files: Files) -> bytes:
     return buf.getvalue()
 
 
-def _set(path: str, val):
+def set_field(path: str, val):
     def edit(doc: dict) -> None:
         node = doc
         keys = path.split(".")
@@ -308,7 +308,7 @@ CASES = [
     Case("right_is_narrow", "graded", "right.onnx was calibrated on other data than the 'right' set",
          _copy("narrow.onnx", "right.onnx")),
     Case("numbers_hard_coded", "graded", "(reported 0.01)", with_json("results.json",
-                                                                       _set("sets.right.max_abs_error", 0.01))),
+                                                                       set_field("sets.right.max_abs_error", 0.01))),
     Case("reject_bad_hard_coded", "graded", "do not follow from your own numbers",
          with_json("regression.json", _reject_hardcoded)),
     Case("json_nan", "invalid", "is NaN, which is not valid JSON",
