@@ -33,6 +33,7 @@ pre-processing, is 36.1 %."""
 REQUIREMENT = ("a static INT8 model (a fixed input ruler) that loses at most 0.5 points of accuracy "
                "against FP32, with the smallest file")
 SCHEMA = "toolbox/1"
+TABLES_SCHEMA = "toolbox-tables/1"  # the exploration tables: written to the workspace, not handed in
 
 # ---- settings ------------------------------------------------------------------------------------
 BASELINE = {"quant_format": "QDQ", "per_channel": False, "activation_type": "QInt8", "weight_type": "QInt8",
@@ -447,23 +448,39 @@ def check_choice(choice: str | Path, source: str | Path, split: str = "evaluatio
             "accuracy_loss": loss, "size_ratio": ratio, "static": static, "meets": meets(loss, ratio, static)}
 
 
-def document(*, ev: Evaluation, methods: list[dict], entropy: dict, outliers: list[dict], settings: list[dict],
-             excluded: dict, sensitivity_: dict, preprocess: dict, speed: dict, candidates_: list[dict],
-             choice: dict) -> dict:
-    """The ``toolbox/1`` document: every table of the lesson and the chosen settings.
+def _evaluation(ev: Evaluation) -> dict:
+    return {"split": ev.split, "samples": int(len(ev.labels)), "fp32_accuracy": round(ev.fp32_accuracy, 4),
+            "kernel_family": family()}
 
+
+def document(*, ev: Evaluation, speed: dict, candidates_: list[dict], choice: dict) -> dict:
+    """The ``toolbox/1`` document handed in: the requirement, the candidates and the chosen settings.
+
+    It holds only what the grader recomputes from choice.onnx or reads as the student's own CPU (``speed``);
+    the exploration tables describe models the hand-in does not hold, so they go to ``tables`` instead.
     ``evaluation.kernel_family`` names the family every INT8 number in it was computed for; the
     speed section's ``machine_family`` is this CPU's (timings always run on its own kernels).
     """
     from lab.schemas import validate
 
     speed = {**speed, "machine_family": kernels.machine_family()}
-    doc = {"schema": SCHEMA, "versions": versions(),
-           "evaluation": {"split": ev.split, "samples": int(len(ev.labels)),
-                          "fp32_accuracy": round(ev.fp32_accuracy, 4), "kernel_family": family()},
+    doc = {"schema": SCHEMA, "versions": versions(), "evaluation": _evaluation(ev),
            "requirement": {"text": REQUIREMENT, "max_accuracy_loss": MAX_ACCURACY_LOSS,
                            "max_size_ratio": MAX_SIZE_RATIO, "static": True},
-           "methods": methods, "entropy": entropy, "outliers": outliers, "settings": settings,
-           "excluded": excluded, "sensitivity": sensitivity_, "preprocess": preprocess, "speed": speed,
-           "candidates": candidates_, "choice": choice}
+           "speed": speed, "candidates": candidates_, "choice": choice}
     return validate("toolbox", doc)
+
+
+def tables(*, ev: Evaluation, methods: list[dict], entropy: dict, outliers: list[dict], settings: list[dict],
+           excluded: dict, sensitivity_: dict, preprocess: dict) -> dict:
+    """The ``toolbox-tables/1`` document: the lesson's exploration tables, kept in the workspace, not handed in.
+
+    The grader cannot check them without rebuilding every model they describe (minutes per student), so
+    toolbox.json's schema forbids them and they live here, for the student to reread.
+    """
+    from lab.schemas import validate
+
+    doc = {"schema": TABLES_SCHEMA, "evaluation": _evaluation(ev), "methods": methods, "entropy": entropy,
+           "outliers": outliers, "settings": settings, "excluded": excluded, "sensitivity": sensitivity_,
+           "preprocess": preprocess}
+    return validate("toolbox-tables", doc)

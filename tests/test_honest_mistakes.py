@@ -254,13 +254,14 @@ def _lab_run_with_reader(source: str) -> bytes:
 GOOD_CHOICE = {"quant_format": "QOperator", "preprocess": True}
 
 
-def _with_toolbox(files: corpus.Files, settings: dict, excluded_bytes=None) -> bytes:
-    return corpus.pack(_toolbox_files(files, settings, excluded_bytes))
+def _with_toolbox(files: corpus.Files, settings: dict, extra: dict | None = None) -> bytes:
+    return corpus.pack(_toolbox_files(files, settings, extra))
 
 
-def _toolbox_files(files: corpus.Files, settings: dict, excluded_bytes=None) -> corpus.Files:
-    """Lesson 08's choice.onnx and toolbox.json, its tables cut to the chosen row (the full lesson takes minutes;
-    the grader reads the choice). ``settings`` is the student's CHOICE."""
+def _toolbox_files(files: corpus.Files, settings: dict, extra: dict | None = None) -> corpus.Files:
+    """Lesson 08's choice.onnx and toolbox.json, its candidates cut to the chosen row (the full lesson takes
+    minutes; the grader reads the choice). ``settings`` is the student's CHOICE; ``extra`` adds top-level keys
+    to toolbox.json (an exploration table a student hands in after all)."""
     import tempfile
 
     from lab import data, measure
@@ -274,26 +275,15 @@ def _toolbox_files(files: corpus.Files, settings: dict, excluded_bytes=None) -> 
         check = tb.check_choice(choice, source, "evaluation")
         m = measure.measure(choice, ev)
         full = {**tb.BASELINE, **settings}
-        interval = measure.input_interval(choice)
         row = {"name": tb.settings_name(full), "settings": full, **tb.describe(full), **m,
                "accuracy_loss": check["accuracy_loss"], "size_ratio": check["size_ratio"], "meets": check["meets"]}
-        method = {"calibration": "right", "method": "MinMax", "options": {}, "input_range": interval, **m}
         doc = tb.document(
-            ev=ev, methods=[method], outliers=[method],
-            entropy={"num_bins": 128, "num_quantized_bins": 128, "histogram_bins": [], "candidates_per_tensor": [],
-                     "formula_candidates": 0, "same_ranges_as_minmax": False},
-            settings=[{"name": row["name"], "settings": full, "static": True, "input_range": interval, **m}],
-            excluded={"name": "baseline, fc3.matmul left in FP32", "excluded": ["fc3.matmul"], **m, "float_weights": 1},
-            sensitivity_={"activations": [], "drops": [], "weights": [], "most_sensitive_node": None},
-            preprocess={"ops_before": {}, "ops_after": {}, "value_info_before": 0, "value_info_after": 0,
-                        "bytes_before": 1, "bytes_after": 1},
-            speed={"threads": 1, "timings": [], "sweep": [], "crossover_width": None}, candidates_=[row],
+            ev=ev, speed={"threads": 1, "timings": [], "sweep": [], "crossover_width": None}, candidates_=[row],
             choice={"file": "choice.onnx", "sha256": data.file_sha256(choice), "settings": full,
                     "max_abs_error": check["max_abs_error"], "accuracy": check["accuracy"], "bytes": check["bytes"],
                     "accuracy_loss": check["accuracy_loss"], "size_ratio": check["size_ratio"],
                     "justification": f"the candidate I picked: {row['name']}, measured on the evaluation split"})
-        if excluded_bytes is not None:
-            doc["excluded"]["bytes"] = excluded_bytes
+        doc.update(extra or {})
         return {**files, "choice.onnx": choice.read_bytes(), "toolbox.json": json.dumps(doc, indent=1).encode()}
 
 
@@ -400,9 +390,11 @@ FUZZ_FINDINGS = [
             {"acceptance.summaries": 1}, ("evidence size_bytes 5000, the file has",)),
     Mistake("fuzz_regression_limit", _edit("regression.json", "limit", 0.02), {"acceptance.decisions": 0.5},
             ("regression.json limit is 0.02; lesson 06's is 0.01",)),
-    Mistake("fuzz_toolbox_excluded_size_1e308", lambda f: _with_toolbox(f, GOOD_CHOICE, excluded_bytes=1e308),
-            words=("toolbox.json: field 'excluded/bytes'", "greater than the maximum"), base="toolbox",
-            status="invalid"),
+    # lesson 08's exploration tables stay in toolbox-tables.json (not handed in): the grader cannot check them
+    Mistake("toolbox_exploration_table_handed_in",
+            lambda f: _with_toolbox(f, GOOD_CHOICE, extra={"excluded": {"name": "fc3.matmul left in FP32",
+                                                                        "excluded": ["fc3.matmul"], "bytes": 1e308}}),
+            words=("toolbox.json", "'excluded' was unexpected"), base="toolbox", status="invalid"),
     # the recipe carried in the released model's metadata is read by the same strict loader: last-wins would pass
     Mistake("fuzz_carried_recipe_duplicate_key", _carried_recipe_duplicate, {"release.metadata": 1},
             ("is not valid JSON (key 'release_id' appears twice",)),

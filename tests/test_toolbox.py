@@ -194,22 +194,26 @@ def test_excluding_a_node_keeps_its_weights_in_float(source, work, ev, right):
 
 def _doc(source, ev, baseline):
     m = measure.measure(baseline, ev)
-    row = {"calibration": "right", "method": "MinMax", "options": {}, "input_range": [0.0, 1.0], **m}
     settings = {**tb.BASELINE}
     cand = {"name": "baseline", "settings": settings, **m, "accuracy_loss": 0.0, "size_ratio": 0.44, "meets": False}
+    return dict(ev=ev, speed={"threads": 1, "timings": [], "sweep": [], "crossover_width": None},
+                candidates_=[cand],
+                choice={"file": "choice.onnx", "sha256": data.file_sha256(baseline), "settings": dict(settings), **m,
+                        "accuracy_loss": 0.0, "size_ratio": 0.44, "justification": "the baseline, for the test only"})
+
+
+def _tables(ev, baseline):
+    m = measure.measure(baseline, ev)
+    row = {"calibration": "right", "method": "MinMax", "options": {}, "input_range": [0.0, 1.0], **m}
     return dict(ev=ev, methods=[row], entropy={"num_bins": 128, "num_quantized_bins": 128, "histogram_bins": [128],
                                                 "candidates_per_tensor": [1], "formula_candidates": 1,
                                                 "same_ranges_as_minmax": True},
-                outliers=[row], settings=[{"name": "baseline", "settings": settings, "static": True,
+                outliers=[row], settings=[{"name": "baseline", "settings": {**tb.BASELINE}, "static": True,
                                            "input_range": [0.0, 1.0], **m}],
                 excluded={"name": "x", "excluded": ["fc1_MatMul"], "float_weights": 1, **m},
                 sensitivity_={"activations": [], "drops": [], "weights": [], "most_sensitive_node": None},
                 preprocess={"ops_before": {}, "ops_after": {}, "value_info_before": 0, "value_info_after": 5,
-                            "bytes_before": 1, "bytes_after": 1},
-                speed={"threads": 1, "timings": [], "sweep": [], "crossover_width": None},
-                candidates_=[cand],
-                choice={"file": "choice.onnx", "sha256": data.file_sha256(baseline), "settings": dict(settings), **m,
-                        "accuracy_loss": 0.0, "size_ratio": 0.44, "justification": "the baseline, for the test only"})
+                            "bytes_before": 1, "bytes_after": 1})
 
 
 def test_document_validates_and_the_schema_names_a_wrong_field(source, ev, baseline):
@@ -228,6 +232,23 @@ def test_document_validates_and_the_schema_names_a_wrong_field(source, ev, basel
     del bad["choice"]["justification"]
     with pytest.raises(schemas.SchemaError, match="justification"):
         tb.document(**bad)
+
+
+def test_the_exploration_tables_are_kept_apart_and_toolbox_json_refuses_them(ev, baseline):
+    """The handed-in document holds only what the grader checks; each table the lesson prints goes to
+    toolbox-tables.json (not handed in), and added back to toolbox.json it is refused by name."""
+    doc = tb.document(**_doc(None, ev, baseline))
+    kept = tb.tables(**_tables(ev, baseline))
+    assert kept["schema"] == "toolbox-tables/1" and kept["evaluation"] == doc["evaluation"]
+    table_keys = {"methods", "entropy", "outliers", "settings", "excluded", "sensitivity", "preprocess"}
+    assert table_keys <= set(kept) and not table_keys & set(doc)
+    for key in sorted(table_keys):
+        with pytest.raises(schemas.SchemaError, match=key):
+            schemas.validate("toolbox", {**doc, key: kept[key]})
+    bad = copy.deepcopy(_tables(ev, baseline))
+    bad["excluded"]["bytes"] = 1e308
+    with pytest.raises(schemas.SchemaError, match="excluded/bytes"):
+        tb.tables(**bad)
 
 
 def test_format_rows_aligns_text_left_and_numbers_right():
