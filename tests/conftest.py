@@ -79,7 +79,6 @@ GROUPS_ENV = "CALIBRATION_LAB_XDIST_GROUPS"
 
 def pytest_configure(config):
     if getattr(config.option, "dist", "no") == "loadgroup" and not hasattr(config, "workerinput"):
-        import os
         import tempfile
 
         fd, path = tempfile.mkstemp(prefix="xdist-groups-", suffix=".json")
@@ -89,7 +88,6 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     import json
-    import os
 
     path = os.environ.get(GROUPS_ENV)
     if path and hasattr(config, "workerinput"):
@@ -104,7 +102,6 @@ def pytest_collection_modifyitems(config, items):
 def pytest_xdist_make_scheduler(config, log):
     """``--dist loadgroup``: each group (see ``xdist_group``) to one worker, every other test on its own."""
     import json
-    import os
 
     if getattr(config.option, "dist", "no") != "loadgroup" or not os.environ.get(GROUPS_ENV):
         return None
@@ -126,8 +123,6 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_unconfigure(config):
-    import os
-
     path = os.environ.get(GROUPS_ENV)
     if path and not hasattr(config, "workerinput"):
         for p in (path, *(f"{path}.gw{i}" for i in range(64))):
