@@ -52,6 +52,7 @@ def _float(text: str) -> float | _Refused:
 
 
 MAX_DEPTH = 64  # the lessons' documents nest 5 deep; 1,000 deep would exhaust the parser's or a validator's stack
+TOO_DEEP = f"lists and objects are nested deeper than {MAX_DEPTH} levels; the lessons write at most a few"
 
 
 class _Duplicated(dict):
@@ -85,7 +86,7 @@ def _refused(obj: object) -> str | None:
     while stack:
         node, trail, depth = stack.pop()
         if depth > MAX_DEPTH + 1:
-            return f"lists and objects are nested deeper than {MAX_DEPTH} levels; the lessons write at most a few"
+            return TOO_DEEP
         if isinstance(node, _Refused):
             return f"field '{_path(trail) or '(top level)'}' {node.problem}"
         if isinstance(node, _Duplicated):
@@ -104,11 +105,10 @@ def loads(text: str) -> object:
     ``-inf``), a key twice in one object (read last-wins, a wrong first copy would pass), and nesting
     past ``MAX_DEPTH``.
     """
-    too_deep = f"lists and objects are nested deeper than {MAX_DEPTH} levels; the lessons write at most a few"
     try:
         obj = json.loads(text, parse_constant=_constant, parse_float=_float, object_pairs_hook=_no_duplicates)
     except RecursionError:
-        raise ValueError(too_deep) from None
+        raise ValueError(TOO_DEEP) from None
     problem = _refused(obj)
     if problem:
         raise ValueError(problem)
