@@ -79,15 +79,6 @@ print(json.dumps({"seconds": time.perf_counter() - start, "n": len(paths),
 '''
 
 
-def cli_env() -> dict[str, str]:
-    """The environment for ``python -m grader``: without an instructor secret it refuses to grade, so the
-    benchmark, like the tests, grades with the public lists (``GRADER_NO_SECRET=1``) unless one is set."""
-    env = dict(os.environ)
-    if not env.get("GRADER_SECRET") and not env.get("GRADER_SECRET_FILE"):
-        env["GRADER_NO_SECRET"] = "1"
-    return env
-
-
 def make_class(folder: Path, n: int = N_STUDENTS, broken: float = BROKEN_FRACTION) -> dict[str, str]:
     """``n`` submissions in ``folder``: the reference run, with about ``broken`` of them broken. Returns id -> kind."""
     sys.path.insert(0, str(REPO / "tests"))
@@ -99,6 +90,7 @@ def make_class(folder: Path, n: int = N_STUDENTS, broken: float = BROKEN_FRACTIO
     work = reference.build(folder.parent / "reference-workspace")
     good = submit("reference", work, folder.parent)
     files = corpus.read_zip(good)
+    good_bytes = good.read_bytes()
     cases = [c for c in corpus.CASES if c.status != "timeout"]
     n_broken = round(n * broken)
     kinds = {}
@@ -109,7 +101,7 @@ def make_class(folder: Path, n: int = N_STUDENTS, broken: float = BROKEN_FRACTIO
             (folder / f"{student}.zip").write_bytes(case.make(dict(files)))
             kinds[student] = case.name
         else:
-            (folder / f"{student}.zip").write_bytes(good.read_bytes())
+            (folder / f"{student}.zip").write_bytes(good_bytes)
             kinds[student] = "good"
     return kinds
 
@@ -153,7 +145,7 @@ def time_floor(folder: Path, jobs: int = JOBS, limit: int | None = None) -> floa
 def time_batch(folder: Path, out: Path, jobs: int = JOBS) -> tuple[float, str]:
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "grader", "batch", str(folder), "--out", str(out), "-j", str(jobs),
-                           "--no-progress"], cwd=REPO, capture_output=True, text=True, env=cli_env())
+                           "--no-progress"], cwd=REPO, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"grader batch failed: {proc.stderr[-1000:]}")
@@ -167,7 +159,7 @@ def time_scale(folder: Path, out: Path, *how: str) -> dict:
     """One CLI batch; the batch's own figures (grading loop only) and the command's wall clock."""
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "grader", "batch", str(folder), "--out", str(out), "--no-progress",
-                           *how], cwd=REPO, capture_output=True, text=True, env=cli_env())
+                           *how], cwd=REPO, capture_output=True, text=True)
     wall = time.perf_counter() - start
     m = BATCH_LINE.search(proc.stderr)
     if proc.returncode != 0 or not m:
@@ -256,7 +248,7 @@ def median_seconds(cmd: list[str], repeats: int = SINGLE_REPEATS) -> float:
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False, env=cli_env())
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False)
         times.append(time.perf_counter() - start)
         if proc.returncode not in (0, 1):  # 1: graded, but not "graded" (a broken hand-in); else it did not grade
             raise RuntimeError(f"{' '.join(cmd[1:3])} exited {proc.returncode}: {proc.stderr[-800:]}")
