@@ -268,7 +268,6 @@ def quantize_calibrated(source: str | Path, output: str | Path, calibration: np.
     output = Path(output)
     cal = calibrate(source, calibration, method, options, batch_size)
     cache = output.with_name(output.stem + ".calibration.json")
-    cache.unlink(missing_ok=True)
     atomic_write_text(cache, cal.cache_text())  # what save_tensors_data(cal.tensors, cache) writes
     record = quantize(source, output, None, calibrate_method=method, calibration_cache_path=cache, **settings)
     record.settings["calibrator_options"] = dict(options)
