@@ -91,18 +91,19 @@ def _right_on(kind: str, model: str = "right"):
 
         with tempfile.TemporaryDirectory() as tmp:
             work, reader_cls = _workspace(Path(tmp))
-            x, labels = data.load_split("evaluation").pixels, data.load_split("evaluation").labels
+            evaluation = data.load_split("evaluation")
+            x, labels = evaluation.pixels, evaluation.labels
             path = work / f"{model}.onnx"
             record = quantize.quantize(work / "source.onnx", path, reader_cls(data.calibration_set(kind), batch_size=36))
             r = graph.input_ruler(path)
             doc = json.loads(files["results.json"])
-            ref = compare.predict(data.fixture_path("fp32.onnx"), x)
+            ref, out = compare.predict(data.fixture_path("fp32.onnx"), x), compare.predict(path, x)
             doc["sets"][model].update(
                 model_sha256=data.file_sha256(path), calibration_samples=record.calibration_samples,
                 calibration_batches=record.calibration_batches, calibration_sha256=record.calibration_sha256,
                 scale=r.scale, zero_point=r.zero_point, range_seen=r.range_seen, diagnosis=compare.diagnose(r, x).kind,
-                max_abs_error=compare.max_abs_error(ref, compare.predict(path, x)),
-                accuracy=float((compare.predict(path, x).argmax(1) == labels).mean()), **_model_fields(path, x))
+                max_abs_error=compare.max_abs_error(ref, out),
+                accuracy=float((out.argmax(1) == labels).mean()), **_model_fields(path, x))
             data_bytes = path.read_bytes()
         return corpus.pack({**files, f"{model}.onnx": data_bytes, "results.json": json.dumps(doc, indent=2).encode()})
     return make
@@ -123,8 +124,7 @@ def corpus_release(kind: str) -> str:
     return f"release/{kind}.json"
 
 
-def _copy(src: str, dst: str):
-    return lambda files: corpus.pack({**files, dst: files[src]})
+_copy = corpus._copy
 
 
 def _edit(rel: str, path: str, val):
