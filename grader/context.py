@@ -216,6 +216,12 @@ def number(x) -> float | None:
     return float(x) if isinstance(x, (int, float)) else None
 
 
+def close(got, want: float, tol: float) -> bool:
+    """A reported number (``number``: not a bool, not a string) within ``tol`` of the recomputed one."""
+    got = number(got)
+    return got is not None and abs(got - want) <= tol
+
+
 def provenance(label: str, set_name: str, pixels: np.ndarray, sha256, samples) -> tuple[bool, str, list[Evidence]]:
     """A reported calibration hash and sample count against the set the lesson names.
 

@@ -119,8 +119,7 @@ def _file_facts(ctx: Context, name: str, rep: dict) -> list[str]:
     """
     from lab import data, graph
 
-    path = {"fp32": data.fixture_path("fp32.onnx"), "candidate": ctx.sub.path("candidate.onnx"),
-            "bad": data.fixture_path("bad-calibration.onnx")}[name]
+    path = _paths(ctx)[name]
     wrong = []
     if "file" in rep and rep["file"] != FILE_NAMES[name]:
         wrong.append(f"file is {rep['file']!r}; lesson 06 measures {FILE_NAMES[name]}")

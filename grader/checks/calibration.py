@@ -4,7 +4,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from grader.context import (SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, Missing, charged_under, check,
-                            common_claims, entry, evaluation, fp32_outputs, number, provenance, value)
+                            close, common_claims, entry, evaluation, fp32_outputs, number, provenance, value)
 from grader.models import ModelRefused
 from grader.results import Evidence
 from grader.checks.acceptance import near_boundary
@@ -30,6 +30,7 @@ def _ruler(ctx: Context, kind: str):
 
 def run(ctx: Context) -> list:
     from lab import compare, data, graph, growth, ruler
+    from lab.recipe import _per_channel
 
     results_doc = ctx.doc("results.json") if ctx.has("results.json") else {}
     x, _ = evaluation()
@@ -96,7 +97,7 @@ def run(ctx: Context) -> list:
         # the set's range (lab.growth.calibration_range, lesson 03's call) and the batches the reader serves it in
         extra = []
         want_range = growth.calibration_range(calib)
-        if "calibration_range" in rep and not _close(rep["calibration_range"], want_range, RANGE_REL * want_range):
+        if "calibration_range" in rep and not close(rep["calibration_range"], want_range, RANGE_REL * want_range):
             extra.append(f"sets/{kind}/calibration_range is {_g(rep['calibration_range'])}, "
                          f"lab.growth.calibration_range gives {want_range:.6g}")
         size = value(results_doc, "settings.batch_size")
@@ -160,11 +161,6 @@ def _hidden_values():
     return graph.tensor_values(data.fixture_path("fp32.onnx"), evaluation()[0], [HIDDEN])[HIDDEN]
 
 
-def _close(rep, want: float, tol: float) -> bool:
-    got = number(rep)
-    return got is not None and abs(got - want) <= tol
-
-
 def _ruler_numbers(ctx: Context, rel: str, kind: str, rep: dict, r) -> list[tuple[str, Evidence]]:
     """The numbers results.json reports about a model's rulers, each recomputed with the lab calls lesson 03
     makes (graph.input_ruler, ruler.round_trip, graph.tensor_values, ruler.ruler_stats): (message, evidence)
@@ -202,18 +198,12 @@ def _ruler_numbers(ctx: Context, rel: str, kind: str, rep: dict, r) -> list[tupl
     for field_, (w, tol, why) in want.items():
         rep_v = got[field_]
         exact = isinstance(w, str) or field_.endswith("zero_point")
-        ok = (rep_v == w and type(rep_v) is type(w)) if exact else _close(rep_v, w, tol)
+        ok = (rep_v == w and type(rep_v) is type(w)) if exact else close(rep_v, w, tol)
         if not ok:
             wrong.append((f"sets/{kind}/{field_} is {_g(rep_v)}, recomputed from {rel} {_g(w)}",
                           Evidence(f"{kind} {field_}", number(rep_v) if not isinstance(w, str) else rep_v, w, tol,
                                    why)))
     return wrong
-
-
-def _per_channel(path) -> bool:
-    from lab.recipe import _per_channel as per_channel
-
-    return per_channel(path)
 
 
 def _bad_calibration(doc: dict) -> list[str]:
@@ -228,9 +218,9 @@ def _bad_calibration(doc: dict) -> list[str]:
     acc = float((probs.argmax(1) == evaluation()[1]).mean())
     slack = len(near_boundary(probs)) / len(probs) + 1e-9
     wrong = []
-    if "max_abs_error" in rep and not _close(rep["max_abs_error"], err, SOFTMAX_STEP):
+    if "max_abs_error" in rep and not close(rep["max_abs_error"], err, SOFTMAX_STEP):
         wrong.append(f"bad_calibration/max_abs_error is {_g(rep['max_abs_error'])}, recomputed {err:.4f}")
-    if "accuracy" in rep and not _close(rep["accuracy"], acc, slack):
+    if "accuracy" in rep and not close(rep["accuracy"], acc, slack):
         wrong.append(f"bad_calibration/accuracy is {_g(rep['accuracy'])}, recomputed {acc:.4f}")
     return wrong
 
@@ -245,7 +235,7 @@ def _fractions(doc: dict, kind: str, r) -> list[tuple[str, Evidence]]:
     wrong = []
     for name in ("clipped_fraction", "grid_used_fraction"):
         want = getattr(d, name)
-        if not _close(value(rep, name), want, FRACTION_TOL):
+        if not close(value(rep, name), want, FRACTION_TOL):
             wrong.append((f"sets/{kind}/{name} is {_g(value(rep, name))}, lab.compare.diagnose gives {want:.6g}",
                           Evidence(f"{kind} {name}", number(value(rep, name)), want, FRACTION_TOL,
                                    "lab.compare.diagnose on the same ruler and pixels")))

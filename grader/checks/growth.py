@@ -5,8 +5,8 @@ import re
 
 import numpy as np
 
-from grader.context import (SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, Missing, check, common_claims, evaluation,
-                            fp32_outputs, number, provenance, value)
+from grader.context import (SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, Missing, check, close, common_claims,
+                            evaluation, fp32_outputs, number, provenance, value)
 from grader.results import Evidence
 
 GROWTH_FILE = re.compile(r"^growth/(narrow|right)-(\d{3})\.onnx$")
@@ -124,7 +124,7 @@ def _rows_and_verdict(ctx: Context, doc: dict, models: list, reported: dict, run
     from lab.data import data_sha256
 
     from grader.checks.acceptance import near_boundary
-    from grader.checks.calibration import _per_channel
+    from lab.recipe import _per_channel
 
     labels = evaluation()[1]
     problems, mine = [], []
@@ -148,7 +148,7 @@ def _rows_and_verdict(ctx: Context, doc: dict, models: list, reported: dict, run
                     kind == "narrow" and n in picks and key in ("calibration_sha256", "range_seen", "max_abs_error")):
                 continue
             got = rep[key]
-            ok = _close(got, want, tol[key]) if key in tol else (got == want and type(got) is type(want))
+            ok = close(got, want, tol[key]) if key in tol else (got == want and type(got) is type(want))
             if not ok:
                 problems.append(f"growth.json rows ({kind} x {n}) {key} is {_short(got)}, recomputed from {rel} "
                                 f"{_short(want)}")
@@ -161,7 +161,7 @@ def _rows_and_verdict(ctx: Context, doc: dict, models: list, reported: dict, run
                 continue
             got = reported_verdict[key]
             if isinstance(want, float):
-                ok = _close(got, want, SOFTMAX_STEP if "error" in key else 1 / len(labels) * 4)
+                ok = close(got, want, SOFTMAX_STEP if "error" in key else 1 / len(labels) * 4)
             else:
                 ok = got == want and type(got) is type(want)
             if not ok:
@@ -178,11 +178,6 @@ def _rows_and_verdict(ctx: Context, doc: dict, models: list, reported: dict, run
             problems.append(f"growth.json settings/per_channel is {pc_rep}, but {rel} has "
                             f"{'per-tensor' if pc_rep else 'per-channel'} weights")
     return common_claims(doc, "growth.json") + problems
-
-
-def _close(got, want: float, tol: float) -> bool:
-    got = number(got)
-    return got is not None and abs(got - want) <= tol
 
 
 def _short(v) -> str:
@@ -370,7 +365,7 @@ def _leaf_problems(rep, want, where: str, tol) -> list[str]:
             return [] if rep is None else [f"{where} is {_short(rep)}, expected an object"]
         return [m for k, w in want.items() if k in rep for m in _leaf_problems(rep[k], w, f"{where}/{k}", tol)]
     if isinstance(want, float):
-        return [] if _close(rep, want, tol(where, want)) else [f"{where} is {_short(rep)}, recomputed {_short(want)}"]
+        return [] if close(rep, want, tol(where, want)) else [f"{where} is {_short(rep)}, recomputed {_short(want)}"]
     if rep == want and type(rep) is type(want):
         return []
     return [f"{where} is {_short(rep)}, recomputed {_short(want)}"]

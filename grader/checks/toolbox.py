@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from grader.context import SOFTMAX_STEP, WHY_OUTPUT, Context, check, number, value
+from grader.context import SOFTMAX_STEP, WHY_OUTPUT, Context, check, close, number, value
 from grader.results import Evidence
 
 PART = "toolbox"
@@ -67,8 +67,8 @@ def _choice_facts(ctx: Context, doc: dict, rep: dict, mine: dict, path) -> dict[
     from lab.recipe import _per_channel
 
     out = {"accuracy_loss": rep.get("accuracy_loss", mine["accuracy_loss"]) is not None
-           and _near(rep.get("accuracy_loss", mine["accuracy_loss"]), mine["accuracy_loss"], 2 / 400 + 1e-4),
-           "size_ratio": _near(rep.get("size_ratio", mine["size_ratio"]), mine["size_ratio"], 1e-4)}
+           and close(rep.get("accuracy_loss", mine["accuracy_loss"]), mine["accuracy_loss"], 2 / 400 + 1e-4),
+           "size_ratio": close(rep.get("size_ratio", mine["size_ratio"]), mine["size_ratio"], 1e-4)}
     settings = value(rep, "settings") or {}
     if "per_channel" in settings:
         out["settings.per_channel"] = settings["per_channel"] is _per_channel(path)
@@ -97,9 +97,9 @@ def _choice_facts(ctx: Context, doc: dict, rep: dict, mine: dict, path) -> dict[
     row = next((r for r in rows if r.get("name") == name), None)
     if row is not None:  # the table's row for the chosen settings describes the same file
         out["candidates row of the choice"] = (
-            _near(row.get("max_abs_error"), mine["max_abs_error"], SOFTMAX_STEP) and row.get("bytes") == mine["bytes"]
-            and _near(row.get("accuracy_loss"), mine["accuracy_loss"], 2 / 400 + 1e-4)
-            and _near(row.get("size_ratio"), mine["size_ratio"], 1e-4) and row.get("meets") is mine["meets"]
+            close(row.get("max_abs_error"), mine["max_abs_error"], SOFTMAX_STEP) and row.get("bytes") == mine["bytes"]
+            and close(row.get("accuracy_loss"), mine["accuracy_loss"], 2 / 400 + 1e-4)
+            and close(row.get("size_ratio"), mine["size_ratio"], 1e-4) and row.get("meets") is mine["meets"]
             and row.get("settings") == settings
             and all(row.get(k) == v for k, v in toolbox.describe(settings).items()))
     return out
@@ -126,11 +126,6 @@ def _settings_in_graph(path) -> dict[str, bool]:
         return out
     out["activation_symmetric"] = r.zero_point == (0 if r.dtype == "int8" else 128)
     return out
-
-
-def _near(got, want: float, tol: float) -> bool:
-    got = number(got)
-    return got is not None and abs(got - want) <= tol
 
 
 def _heldout(path, source, mine: dict):
