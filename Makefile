@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 KERNEL := calibration-lab
 PORT   ?= 8888
 
-.PHONY: setup lab test jupyter bench fixtures release clean
+.PHONY: setup lab test jupyter bench fixtures kit clean
 
 setup: $(STAMP)
 
@@ -19,7 +19,7 @@ $(STAMP): requirements.txt pyproject.toml
 	touch $(STAMP)
 
 lab: setup
-	$(PY) -m lab run
+	$(PY) -m instructor workbook
 
 test: setup
 	$(PY) -m pytest
@@ -34,8 +34,8 @@ bench: setup
 fixtures: setup
 	$(PY) -m fixtures.build
 
-release: setup
-	$(PY) -m lab release --out release
+kit: setup
+	$(PY) -m instructor kit --out kit
 
 clean:
-	rm -rf build release grades workspace
+	rm -rf build kit grades workspace

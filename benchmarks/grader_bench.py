@@ -85,7 +85,7 @@ def make_class(folder: Path, n: int = N_STUDENTS, broken: float = BROKEN_FRACTIO
     from bad_submissions import corpus
 
     from grader import reference
-    from lab.submit import submit
+    from lab.tools.submit import submit
 
     work = reference.build(folder.parent / "reference-workspace")
     good = submit("reference", work, folder.parent)
@@ -108,7 +108,7 @@ def make_class(folder: Path, n: int = N_STUDENTS, broken: float = BROKEN_FRACTIO
 
 def reference_zip(tmp: Path) -> Path:
     from grader import reference
-    from lab.submit import submit
+    from lab.tools.submit import submit
 
     return submit("reference", reference.build(tmp / "reference-workspace"), tmp)
 
@@ -238,7 +238,7 @@ def time_notebook_regrade(tmp: Path) -> float | None:
     """nbgrader-style: re-execute every lesson for one student, as ``lab run`` does. Seconds, or None."""
     proc_start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "lab", "run", "--work-dir", str(tmp / "nb-ws"), "--out",
-                           str(tmp / "nb-out"), "--no-grade"], cwd=REPO, capture_output=True, text=True)
+                           str(tmp / "nb-out")], cwd=REPO, capture_output=True, text=True)
     seconds = time.perf_counter() - proc_start
     return seconds if proc.returncode == 0 else None
 

@@ -21,7 +21,7 @@ PHASES = {
     "intake and hashing": ["grader.core:sha256_of_input", "grader.core:open_submission"],
     "model checks": ["grader.core:load_checked", "grader.context:load_checked"],
     "student code in the sandbox": ["grader.sandbox:run"],
-    "recomputed calibrations": ["grader.checks.reader:calibrator_range", "lab.data:calibration_set",
+    "recomputed calibrations": ["grader.lessons.lesson02_the_calibration_reader:calibrator_range", "lab.data:calibration_set",
                                 "lab.data:narrow_batches", "lab.data:data_sha256", "lab.data:load_split",
                                 "lab.compare:diagnose", "lab.ruler:scale_zero_point"],
     "inference": ["lab.compare:predict"],

@@ -24,7 +24,7 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from lab import run
+from lab.tools import run
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "build" / "bench"
@@ -69,7 +69,7 @@ def timed_run(label: str, notebooks: Path, base: Path) -> Timing:
     shutil.rmtree(base, ignore_errors=True)
     base.mkdir(parents=True)
     cmd = [sys.executable, "-m", "lab", "run", "--notebooks", str(notebooks), "--work-dir", str(base / "workspace"),
-           "--out", str(base / "notebooks"), "--no-grade"]
+           "--out", str(base / "notebooks")]
     start = time.perf_counter()
     with open(base.with_suffix(".log"), "w") as log:
         code = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT).returncode

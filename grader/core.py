@@ -14,7 +14,13 @@ from typing import Callable
 
 from grader import __version__
 from lab import kernels
-from grader.checks import acceptance, calibration, growth, predictions, reader, release, toolbox
+from grader.lessons import lesson06_accept_or_reject as acceptance
+from grader.lessons import lesson03_narrow_right_wide as calibration
+from grader.lessons import lesson04_more_batches as growth
+from grader.lessons import predictions
+from grader.lessons import lesson02_the_calibration_reader as reader
+from grader.lessons import lesson07_calibrate_the_deployed_representation as release
+from grader.lessons import lesson08_the_quantization_toolbox as toolbox
 from grader.context import Context, Missing, StudentFileError, check, is_runtime_error, rubric, runtime_problem
 from lab.environment import EnvironmentProblem
 from lab.errors import LabError, WorkspaceError
@@ -142,8 +148,8 @@ def students_mistake(e: Exception, ctx: Context, group: Group) -> str | None:
 
 
 def written_by(rel: str, default: str) -> str:
-    """The lesson that writes ``rel`` into the workspace (``lab.submit`` knows), else ``default``."""
-    from lab import submit
+    """The lesson that writes ``rel`` into the workspace (``lab.tools.submit`` knows), else ``default``."""
+    from lab.tools import submit
 
     if rel in submit.WRITTEN_BY:
         return submit.WRITTEN_BY[rel]

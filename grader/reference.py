@@ -98,7 +98,8 @@ def _hidden_layer(model: Path, x: np.ndarray) -> dict:
 
 
 def _results(work: Path, reader_cls, x, labels, reference) -> dict:
-    from lab import compare, data, graph, quantize
+    from lab import compare, data, graph
+    from lab import convert
     from lab.data import data_sha256, file_sha256
 
     source = work / "source.onnx"
@@ -106,7 +107,7 @@ def _results(work: Path, reader_cls, x, labels, reference) -> dict:
     for kind in ("narrow", "right", "wide"):
         model = work / f"{kind}.onnx"
         calib = data.calibration_set(kind)
-        record = quantize.quantize(source, model, reader_cls(calib, batch_size=BATCH))
+        record = convert.quantize(source, model, reader_cls(calib, batch_size=BATCH))
         r = graph.input_ruler(model)
         out = compare.predict(model, x)
         diag = compare.diagnose(r, x)
@@ -122,11 +123,11 @@ def _results(work: Path, reader_cls, x, labels, reference) -> dict:
                       "pixel_round_trip_max_error": float(np.abs(
                           _round_trip(x, r.scale, r.zero_point) - x).max()),
                       "hidden_layer": _hidden_layer(model, x)}
-    quantize.quantize_dynamic_model(source, work / "dynamic.onnx")
+    convert.quantize_dynamic_model(source, work / "dynamic.onnx")
     dyn = compare.predict(work / "dynamic.onnx", x)
     bad = compare.predict(data.fixture_path("bad-calibration.onnx"), x)
     return {"schema": "results/1", "lesson": "03_narrow_right_wide", "source_sha256": file_sha256(source),
-            "versions": quantize.versions(), "settings": dict(SETTINGS, batch_size=BATCH),
+            "versions": convert.versions(), "settings": dict(SETTINGS, batch_size=BATCH),
             "evaluation": {"name": "evaluation", "count": int(len(x)), "sha256": data_sha256(x)},
             "fp32": {"accuracy": float((reference.argmax(1) == labels).mean())}, "sets": sets,
             "dynamic": {"model": "dynamic.onnx", "model_sha256": file_sha256(work / "dynamic.onnx"),
@@ -138,7 +139,9 @@ def _results(work: Path, reader_cls, x, labels, reference) -> dict:
 
 
 def _growth(work: Path, reader_cls, x, labels, reference, counts) -> dict:
-    from lab import data, growth, quantize
+    from lab import data
+    from lab.lessons import lesson04_more_batches as growth
+    from lab import convert
     from lab.data import data_sha256, file_sha256
 
     source = work / "source.onnx"
@@ -149,7 +152,7 @@ def _growth(work: Path, reader_cls, x, labels, reference, counts) -> dict:
     rows += growth.grow(source, work / "growth", RIGHT_COUNTS, stream=data.calibration_set("right"), kind="right",
                         **common)
     return {"schema": "growth/1", "lesson": "04_more_batches", "source_sha256": file_sha256(source),
-            "versions": quantize.versions(), "settings": dict(SETTINGS, batch_size=GROWTH_BATCH),
+            "versions": convert.versions(), "settings": dict(SETTINGS, batch_size=GROWTH_BATCH),
             "evaluation": {"name": "evaluation", "count": int(len(x)), "sha256": data_sha256(x)},
             "folder": "growth",
             "narrow_stream": {"max_batches": max(counts), "batch_size": GROWTH_BATCH, "seed": 0,
@@ -158,18 +161,20 @@ def _growth(work: Path, reader_cls, x, labels, reference, counts) -> dict:
 
 
 def _formats(work: Path, reader_cls, x, labels, reference) -> dict:
-    from lab import data, formats, quantize
+    from lab import data
+    from lab.lessons import lesson05_qdq_vs_qoperator as formats
+    from lab import convert
     from lab.data import data_sha256, file_sha256
 
     source = work / "source.onnx"
     out = work / "formats"
     out.mkdir(exist_ok=True)
     calib = data.calibration_set("right")
-    records = quantize.quantize_both_formats(source, out, reader_cls(calib, batch_size=BATCH))
+    records = convert.quantize_both_formats(source, out, reader_cls(calib, batch_size=BATCH))
     report = formats.compare_formats(out / "model.qdq.onnx", out / "model.qoperator.onnx", x, labels, reference)
     cache = out / "model.calibration.json"
     return {"schema": "formats/1", "lesson": "05_qdq_vs_qoperator", "source_sha256": file_sha256(source),
-            "versions": quantize.versions(), "settings": dict(SETTINGS, quant_format="QDQ and QOperator",
+            "versions": convert.versions(), "settings": dict(SETTINGS, quant_format="QDQ and QOperator",
                                                               batch_size=BATCH),
             "evaluation": {"name": "evaluation", "count": int(len(x)), "sha256": data_sha256(x)},
             "calibration": {"set": "right", "cache": "formats/model.calibration.json",
@@ -180,10 +185,12 @@ def _formats(work: Path, reader_cls, x, labels, reference) -> dict:
 
 
 def _regression(work: Path, reader_cls, x, labels) -> dict:
-    from lab import acceptance, compare, data, graph, quantize
+    from lab import compare, data, graph
+    from lab.lessons.lesson06_accept_or_reject import acceptance
+    from lab import convert
     from lab.data import data_sha256
 
-    quantize.quantize(work / "source.onnx", work / "candidate.onnx", reader_cls(data.calibration_set("right"),
+    convert.quantize(work / "source.onnx", work / "candidate.onnx", reader_cls(data.calibration_set("right"),
                                                                                  batch_size=BATCH), per_channel=True)
     from lab import workspace
 
@@ -205,14 +212,17 @@ NOT_COVERED = ("digits shifted in the frame and low-contrast scenes; dim and noi
 
 def _release(work: Path, reader_cls) -> None:
     """Lesson 07: calibrate on daylight + flash, check every scenario, write release/ with its recipe."""
-    from lab import data, kernels, quantize, recipe, scenario_checks
+    from lab import data, kernels
+    from lab import convert
+    from lab.lessons.lesson07_calibrate_the_deployed_representation import recipe
+    from lab.lessons.lesson07_calibrate_the_deployed_representation import scenario_checks
 
     source, drafts = work / "source.onnx", work / "drafts"
     drafts.mkdir(exist_ok=True)
     evaluation = data.load_split("evaluation")
     selection = recipe.select([("daylight", None), ("flash", slice(0, None, 6))])
     draft = drafts / "release-candidate.onnx"
-    record = quantize.quantize(source, draft, reader_cls(selection.pixels, batch_size=BATCH), per_channel=True,
+    record = convert.quantize(source, draft, reader_cls(selection.pixels, batch_size=BATCH), per_channel=True,
                                quant_format="QOperator", activation_type="QInt8")
     by_family = scenario_checks.compare_families(source, draft, evaluation.pixels, evaluation.labels,
                                                  kernels.FAMILIES, seed=0)
@@ -254,7 +264,7 @@ def build(work_dir: str | Path, growth_counts=GROWTH_COUNTS) -> Path:
     _dump(work / "formats.json", _formats(work, reader_cls, x, labels, reference))
     _dump(work / "regression.json", _regression(work, reader_cls, x, labels))
     _predictions(work)
-    from grader.checks import release
+    from grader.lessons import lesson07_calibrate_the_deployed_representation as release
 
     if release.active():
         _release(work, reader_cls)

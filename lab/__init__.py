@@ -1,7 +1,11 @@
 """Calibration Lab: the helper package the lessons import.
 
-Submodules load on first use, so ``import lab`` stays quick and
-``lab.data``, ``lab.readers``, ``lab.quantize`` ... all work after it.
+The layout: the core every lesson uses sits here (``data``, ``ruler``, ``graph``, ``readers``, ``convert``,
+``compare``, ``measure``, ``kernels``, ``workspace``, ``schemas``, ``errors``, ...); ``lab.lessons`` holds one
+module per lesson, named after its notebook; ``lab.tools`` the command-line tools. Nothing here imports the grader.
+
+Submodules load on first use, so ``import lab`` stays quick and ``lab.data``, ``lab.readers``,
+``lab.lessons.lesson04_more_batches`` ... all work after it.
 """
 from __future__ import annotations
 
@@ -11,9 +15,19 @@ import importlib.util
 __version__ = "0.1.0"
 
 
+def lazy_submodule(package: str):
+    """A module ``__getattr__`` that imports ``package.NAME`` on first use."""
+    def __getattr__(name: str):
+        if not name.startswith("_") and importlib.util.find_spec(f"{package}.{name}") is not None:
+            return importlib.import_module(f"{package}.{name}")
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+    return __getattr__
+
+
+_submodule = lazy_submodule(__name__)
+
+
 def __getattr__(name: str):
     if name == "check_reader":
         return importlib.import_module("lab.readers").check_reader
-    if not name.startswith("_") and importlib.util.find_spec(f"lab.{name}") is not None:
-        return importlib.import_module(f"lab.{name}")
-    raise AttributeError(f"module 'lab' has no attribute {name!r}")
+    return _submodule(name)

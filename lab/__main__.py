@@ -1,27 +1,20 @@
-"""``python -m lab COMMAND``: run the workbook, release student copies, hand in, or print the experiment table."""
+"""``python -m lab COMMAND``: run the workbook, hand in, or print lesson 03's table."""
 from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import sys
 
 COMMANDS = {
-    "run": ("lab.run", "run every lesson headlessly with papermill, then print a summary"),
-    "release": ("lab.release", "write the student copies of the lessons"),
-    "submit": ("lab.submit", "pack the workspace into a submission zip"),
-    "table": ("lab.experiment", "quantize narrow / right / wide and print one table"),
+    "run": ("lab.tools.run", "run every lesson headlessly with papermill, then print a summary"),
+    "submit": ("lab.tools.submit", "pack the workspace into a submission zip"),
+    "table": ("lab.lessons.lesson03_narrow_right_wide", "quantize narrow / right / wide and print one table"),
 }
-
-
-def available() -> dict[str, tuple[str, str]]:
-    """The commands whose module is here: the student kit has no ``lab.release`` (an instructor tool)."""
-    return {k: v for k, v in COMMANDS.items() if importlib.util.find_spec(v[0]) is not None}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    commands = available()
+    commands = COMMANDS
     if not argv or argv[0] not in commands:
         parser = argparse.ArgumentParser(prog="python -m lab", description=__doc__)
         parser.add_argument("command", choices=sorted(commands),

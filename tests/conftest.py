@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lab import run
+from lab.tools import run
 
 # The grader's commands refuse to start without an instructor secret (grader.preflight). The tests grade with the
 # public summarize() lists, as they always have, unless a test sets a secret itself.

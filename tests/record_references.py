@@ -17,7 +17,7 @@ from pathlib import Path
 
 import nbformat
 
-from lab import run
+from lab.tools import run
 
 MARK = "# NBVAL_CHECK_OUTPUT"
 

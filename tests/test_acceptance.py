@@ -10,10 +10,11 @@ import numpy as np
 import onnx
 import pytest
 
-from grader.checks.acceptance import summarize
-from lab import acceptance, compare, data, graph, schemas
+from grader.lessons.lesson06_accept_or_reject import summarize
+from lab import compare, data, graph, schemas
+from lab.lessons.lesson06_accept_or_reject import acceptance
 from lab.errors import ModelContractError, WorkspaceError
-from lab.quantize import quantize
+from lab.convert import quantize
 
 ANSWERS = [1, 2, 1, 0, 9]
 PREDICTIONS = [2, 2, 1, 0, 8]

@@ -1,4 +1,4 @@
-"""lab.calibrators.entropy_threshold picks exactly the thresholds ORT's Entropy calibrator picks.
+"""lab.lessons.lesson08_the_quantization_toolbox.calibrators.entropy_threshold picks exactly the thresholds ORT's Entropy calibrator picks.
 
 The reference is ORT's own ``HistogramCollector.get_entropy_threshold`` (its method does not use
 ``self``): the same ``(low, high)`` floats, bin for bin, on the histograms lesson 08 builds from the
@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from onnxruntime.quantization import CalibrationMethod
 from onnxruntime.quantization.calibrate import HistogramCollector, create_calibrator, save_tensors_data
 
-from lab import calibrators, data
+from lab import data
+from lab.lessons.lesson08_the_quantization_toolbox import calibrators
 from lab.readers import ArrayReader
 from lab.workspace import make_workspace
 

@@ -21,7 +21,7 @@ import pytest
 from bad_submissions import corpus
 from grader import batch as batch_mod
 from grader import reference
-from lab.submit import submit
+from lab.tools.submit import submit
 
 REPO = Path(__file__).resolve().parent.parent
 TIMEOUT = "5"

@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from lab import data, scenarios
+from lab import data
+from lab.lessons.lesson07_calibrate_the_deployed_representation import scenarios
 
 
 def test_preprocess_maps_raw_to_unit_float32():

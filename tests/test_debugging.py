@@ -5,8 +5,10 @@ import shutil
 
 import pytest
 
-from lab import data, debugging, scenarios
-from lab.quantize import quantize
+from lab import data
+from lab.lessons.lesson07_calibrate_the_deployed_representation import debugging
+from lab.lessons.lesson07_calibrate_the_deployed_representation import scenarios
+from lab.convert import quantize
 from lab.readers import ArrayReader
 
 

@@ -22,7 +22,7 @@ import pytest
 
 from bad_submissions import corpus
 from grader import reference, sandbox
-from lab.submit import submit
+from lab.tools.submit import submit
 
 REPO = Path(__file__).resolve().parent.parent
 TIMEOUT = "4"

@@ -20,13 +20,13 @@ import pytest
 
 from bad_submissions import corpus
 from grader import core, reference, sandbox
-from grader.checks import toolbox
+from grader.lessons import lesson08_the_quantization_toolbox as toolbox
 from grader.context import Context
 from grader.models import ModelRefused
 from grader.sandbox import Limits
 from grader.submission import Submission, SubmissionInvalid, open_submission
 from lab import kernels
-from lab.submit import submit
+from lab.tools.submit import submit
 
 FILES = ("results.json", "growth.json", "formats.json", "formats/model.calibration.json", "regression.json",
          "release/recipe.json", "release/scenarios.json", "toolbox.json", "predictions.json", "submission.json")
@@ -261,7 +261,7 @@ def test_perturb_changes_meaning():
 def test_lesson_08s_exploration_tables_are_not_handed_in_and_refused_if_added(handed_in, tmp_path):
     """The tables describe models the hand-in does not hold (rebuilding them takes minutes per student), so they
     stay in toolbox-tables.json, which lab submit leaves out, and toolbox.json's schema refuses them."""
-    from lab.submit import OPTIONAL, PATTERNS, REQUIRED
+    from lab.tools.submit import OPTIONAL, PATTERNS, REQUIRED
 
     files, _ = handed_in
     assert "toolbox-tables.json" not in (*REQUIRED, *OPTIONAL)

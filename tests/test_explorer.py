@@ -4,7 +4,9 @@ import io
 import pytest
 from onnx import numpy_helper
 
-from lab import data, explorer, graph, quantize, workspace
+from lab import data, graph, workspace
+from lab.lessons import lesson01_the_ruler as explorer
+from lab import convert
 from lab.errors import ModelContractError
 
 
@@ -60,7 +62,7 @@ def test_stats_text_has_the_documented_form(pixels):
 def test_hidden_layer_presets_match_the_scales_onnx_runtime_writes(tmp_path):
     work = workspace.make_workspace(tmp_path)
     ranges = explorer.calibration_ranges(work / "source.onnx", "relu1.out", kinds=("right",))
-    quantize.quantize(work / "source.onnx", work / "right.onnx", data.calibration_set("right"), batch_size=36)
+    convert.quantize(work / "source.onnx", work / "right.onnx", data.calibration_set("right"), batch_size=36)
     m = graph.load(work / "right.onnx")
     scale = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}["relu1.out_scale"]
     lo, hi = ranges["right"]

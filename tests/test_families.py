@@ -1,11 +1,12 @@
-"""lab.families: one INT8 model on both kernel families. Real conversions of the digit reader; every
+"""lab.lessons.lesson06_accept_or_reject.families: one INT8 model on both kernel families. Real conversions of the digit reader; every
 assertion holds whichever family this machine runs (both families are computed explicitly)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from lab import data, families, kernels
+from lab import data, kernels
+from lab.lessons.lesson06_accept_or_reject import families
 from lab.data import file_sha256
 from lab.readers import ArrayReader
 from lab.workspace import make_workspace

@@ -1,11 +1,12 @@
-"""lab.formats: QDQ vs QOperator from one calibration, on real models, and what lesson 05 teaches about them."""
+"""lab.lessons.lesson05_qdq_vs_qoperator: QDQ vs QOperator from one calibration, on real models, and what lesson 05 teaches about them."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from lab import compare, data, formats, graph
-from lab.quantize import quantize_both_formats
+from lab import compare, data, graph
+from lab.lessons import lesson05_qdq_vs_qoperator as formats
+from lab.convert import quantize_both_formats
 from lab.workspace import make_workspace
 
 

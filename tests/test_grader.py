@@ -1,7 +1,7 @@
 """The grader on real submissions: full marks for the reference run, the bad corpus, batch and resume.
 
 One reference workspace is built with ``lab`` calls (grader.reference) and handed in with
-``lab.submit``; the bad corpus is generated from it and graded in one batch run with -j 2.
+``lab.tools.submit``; the bad corpus is generated from it and graded in one batch run with -j 2.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from bad_submissions import corpus
 from grader import core, reference, sandbox
 from grader.results import GradeResult
 from lab import schemas
-from lab.submit import submit
+from lab.tools.submit import submit
 
 REPO = Path(__file__).resolve().parent.parent
 TIMEOUT = "5"
@@ -28,7 +28,7 @@ TIMEOUT = "5"
 
 def not_in_reference() -> float:
     """Points the reference workspace cannot earn: lesson 08's toolbox is too slow to rebuild in a test."""
-    from grader.checks import toolbox
+    from grader.lessons import lesson08_the_quantization_toolbox as toolbox
     from grader.context import rubric
 
     if not toolbox.active():
@@ -151,7 +151,7 @@ def test_lost_points_show_only_the_numbers_outside_their_tolerance():
 
 
 def test_hidden_check_feedback_does_not_reveal_the_secret_lists():
-    from grader.checks import acceptance
+    from grader.lessons import lesson06_accept_or_reject as acceptance
 
     case = acceptance.summarize_cases("instructor-secret")[-1]
     want = acceptance.expected_summary(case)

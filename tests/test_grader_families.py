@@ -19,7 +19,7 @@ import pytest
 import kernel_families as kf
 from grader import core, reference
 from lab import kernels
-from lab.submit import submit
+from lab.tools.submit import submit
 from test_grader import not_in_reference
 
 REPO = Path(__file__).resolve().parent.parent

@@ -24,7 +24,7 @@ import pytest
 
 from bad_submissions import corpus
 from grader import gradescope, reference
-from lab.submit import submit
+from lab.tools.submit import submit
 
 REPO = Path(__file__).resolve().parent.parent
 BUNDLE_SECRET = "bundle-secret-7f3a9c"   # given at bundle time (GRADER_SECRET), lands in instructor/secret.txt

@@ -1,10 +1,11 @@
-"""lab.growth: the batch-growing loop of lesson 04, with real ONNX Runtime conversions."""
+"""lab.lessons.lesson04_more_batches: the batch-growing loop of lesson 04, with real ONNX Runtime conversions."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from lab import compare, data, growth
+from lab import compare, data
+from lab.lessons import lesson04_more_batches as growth
 from lab.errors import ReaderContractError
 from lab.readers import ArrayReader
 from lab.workspace import make_workspace
@@ -127,7 +128,7 @@ def test_format_table_has_one_line_per_row(grown):
 
 def test_hidden_rulers_show_a_small_right_calibration_ends_sooner_than_the_whole_set(tmp_path):
     """Fewer images hold fewer extremes: one batch's hidden rulers end at or before the 360 images' own."""
-    from lab.quantize import quantize
+    from lab.convert import quantize
 
     source = make_workspace(tmp_path) / "source.onnx"
     right = data.calibration_set("right")

@@ -20,8 +20,8 @@ import pytest
 
 from bad_submissions import corpus
 from grader import core, reference, sandbox
-from grader.checks import toolbox
-from lab.submit import submit
+from grader.lessons import lesson08_the_quantization_toolbox as toolbox
+from lab.tools.submit import submit
 
 READER = corpus.READER_HEAD + corpus.GOOD_NEXT
 
@@ -56,7 +56,8 @@ def _right_on_evaluation(files: corpus.Files) -> bytes:
     """Lesson 03's 'right' model calibrated on the evaluation split, and results.json written from that run."""
     import tempfile
 
-    from lab import compare, data, graph, quantize
+    from lab import compare, data, graph
+    from lab import convert
     from lab.data import file_sha256
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -67,7 +68,7 @@ def _right_on_evaluation(files: corpus.Files) -> bytes:
 
         cls = workspace.load_module(work, "calibration_reader").DigitReader
         x = data.load_split("evaluation").pixels
-        record = quantize.quantize(work / "source.onnx", work / "right.onnx", cls(x, batch_size=36))
+        record = convert.quantize(work / "source.onnx", work / "right.onnx", cls(x, batch_size=36))
         r = graph.input_ruler(work / "right.onnx")
         doc = json.loads(files["results.json"])
         ref = compare.predict(data.fixture_path("fp32.onnx"), x)
@@ -87,14 +88,15 @@ def _right_on(kind: str, model: str = "right"):
     def make(files: corpus.Files) -> bytes:
         import tempfile
 
-        from lab import compare, data, graph, quantize
+        from lab import compare, data, graph
+        from lab import convert
 
         with tempfile.TemporaryDirectory() as tmp:
             work, reader_cls = _workspace(Path(tmp))
             evaluation = data.load_split("evaluation")
             x, labels = evaluation.pixels, evaluation.labels
             path = work / f"{model}.onnx"
-            record = quantize.quantize(work / "source.onnx", path, reader_cls(data.calibration_set(kind), batch_size=36))
+            record = convert.quantize(work / "source.onnx", path, reader_cls(data.calibration_set(kind), batch_size=36))
             r = graph.input_ruler(path)
             doc = json.loads(files["results.json"])
             ref, out = compare.predict(data.fixture_path("fp32.onnx"), x), compare.predict(path, x)
@@ -161,7 +163,7 @@ def _carried_recipe_duplicate(files: corpus.Files) -> bytes:
 
     import onnx
 
-    from lab import recipe
+    from lab.lessons.lesson07_calibrate_the_deployed_representation import recipe
 
     model = onnx.load_from_string(files["release/model.onnx"])
     for prop in model.metadata_props:
@@ -186,7 +188,8 @@ def _growth_rerun(files: corpus.Files, batch_size: int) -> bytes:
     """Lesson 04's grow cell run again with another BATCH_SIZE; the growth.json cell not run again."""
     import tempfile
 
-    from lab import compare, data, growth
+    from lab import compare, data
+    from lab.lessons import lesson04_more_batches as growth
 
     with tempfile.TemporaryDirectory() as tmp:
         work, reader_cls = _workspace(Path(tmp))
@@ -206,7 +209,9 @@ def _lesson05(files: corpus.Files, per_channel: bool = False, qoperator_apart: b
     """Lesson 05 done again with one change; formats.json written from the new models, its settings as typed."""
     import tempfile
 
-    from lab import compare, data, formats, quantize
+    from lab import compare, data
+    from lab.lessons import lesson05_qdq_vs_qoperator as formats
+    from lab import convert
     from lab.data import file_sha256
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -216,12 +221,12 @@ def _lesson05(files: corpus.Files, per_channel: bool = False, qoperator_apart: b
         calib = data.calibration_set("right")
         cache = out / "model.calibration.json"
         if qoperator_apart:
-            record = quantize.quantize(work / "source.onnx", out / "model.qdq.onnx", reader_cls(calib, batch_size=36),
+            record = convert.quantize(work / "source.onnx", out / "model.qdq.onnx", reader_cls(calib, batch_size=36),
                                        quant_format="QDQ", calibration_cache_path=cache)
-            quantize.quantize(work / "source.onnx", out / "model.qoperator.onnx", reader_cls(calib[:36], batch_size=36),
+            convert.quantize(work / "source.onnx", out / "model.qoperator.onnx", reader_cls(calib[:36], batch_size=36),
                               quant_format="QOperator")
         else:
-            record = quantize.quantize_both_formats(work / "source.onnx", out, reader_cls(calib, batch_size=36),
+            record = convert.quantize_both_formats(work / "source.onnx", out, reader_cls(calib, batch_size=36),
                                                     per_channel=per_channel)["QDQ"]
         ev = data.load_split("evaluation")
         doc = json.loads(files["formats.json"])  # settings as the student typed them: per_channel False
@@ -265,7 +270,7 @@ def _toolbox_files(files: corpus.Files, settings: dict, extra: dict | None = Non
     import tempfile
 
     from lab import data, measure
-    from lab import toolbox as tb
+    from lab.lessons.lesson08_the_quantization_toolbox import toolbox as tb
 
     with tempfile.TemporaryDirectory() as tmp:
         work, _ = _workspace(Path(tmp))
@@ -371,7 +376,7 @@ FUZZ_FINDINGS = [
     Mistake("fuzz_calibration_cache_data_deleted", _cache_without_data, {"formats.same_scales": 1},
             ("formats/model.calibration.json field 'data' holds no ranges",)),
     Mistake("fuzz_scenarios_limit", _edit(corpus_release("scenarios"), "limit", 0.05), {"release.scenarios": 0.5},
-            ("limit is 0.05; the lab's (lab.recipe.LIMIT) is 0.01",)),
+            ("limit is 0.05; the lab's (lab.lessons.lesson07_calibrate_the_deployed_representation.recipe.LIMIT) is 0.01",)),
     Mistake("fuzz_results_model_sha256", _edit("results.json", "sets.narrow.model_sha256", "0" * 64),
             {"calibration.quantized": 1}, ("results.json's model_sha256 is not the hash of narrow.onnx",)),
     Mistake("fuzz_results_accuracy", _edit("results.json", "sets.right.accuracy", 0.9), {"calibration.max_abs_error": 1},
@@ -467,7 +472,7 @@ def test_feedback_names_checks_by_what_they_ask(graded):
 
 
 def test_expected_sizes():
-    from grader.checks.reader import expected_sizes
+    from grader.lessons.lesson02_the_calibration_reader import expected_sizes
 
     assert expected_sizes(360, 100) == [100, 100, 100, 60] and expected_sizes(10, 3) == [3, 3, 3, 1]
     assert expected_sizes(360, 36) == [36] * 10 and np.sum(expected_sizes(7, 8)) == 7

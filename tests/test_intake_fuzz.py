@@ -28,7 +28,7 @@ from onnx import numpy_helper
 
 from bad_submissions.corpus import Files, pack, read_zip
 from grader import reference
-from lab.submit import submit
+from lab.tools.submit import submit
 
 REPO = Path(__file__).resolve().parent.parent
 # hypothesis examples per family, each one hand-in in the batch; a module is graded in full (about 1 s), most

@@ -24,7 +24,7 @@ import pytest
 
 from bad_submissions import corpus
 from grader import reference, sandbox
-from lab.submit import submit
+from lab.tools.submit import submit
 
 REPO = Path(__file__).resolve().parent.parent
 TIMEOUT = "5"
@@ -105,7 +105,7 @@ def result(out: Path, student: str) -> dict:
 
 def not_in_reference() -> float:
     """Points the reference workspace cannot earn (lesson 08's toolbox; as in test_grader)."""
-    from grader.checks import toolbox
+    from grader.lessons import lesson08_the_quantization_toolbox as toolbox
     from grader.context import rubric
 
     if not toolbox.active():

@@ -32,7 +32,7 @@ from onnxruntime.quantization.shape_inference import quant_pre_process
 import kernel_families as kf
 from lab import data, graph, kernels
 from lab.kernels import EXACT, FAMILIES, SATURATING, EmulationError
-from lab.quantize import quantize, quantize_dynamic_model
+from lab.convert import quantize, quantize_dynamic_model
 
 DYNAMIC_TOLERANCE = 1e-6   # the dynamic model's output is float: summation order may move the last bits
 

@@ -1,6 +1,6 @@
 """The released kit's lessons 01-07 with a typical wrong answer filled in: each gets a message that names the mistake.
 
-The kit is built from the committed files (``lab.release``) and its notebooks run with papermill on the kit's
+The kit is built from the committed files (``instructor.kit``) and its notebooks run with papermill on the kit's
 own ``lab``, as a student runs them. Every other exercise stub of the lesson gets the instructor's solution; the
 one under test gets the wrong answer; the run stops after the cell that checks it. A wrong prediction does not
 stop the lesson: its message says what was predicted, what was measured and why.
@@ -18,11 +18,12 @@ import nbformat
 import pytest
 
 from grader import reference
-from lab import release, run
+from instructor import kit
+from lab.tools import run
 
 REPO = Path(__file__).resolve().parents[1]
-BEGIN, END = release.BEGIN_SOLUTION, release.END_SOLUTION
-HIDDEN = re.compile(re.escape(release.BEGIN_HIDDEN) + r".*?" + re.escape(release.END_HIDDEN) + r"\n?", re.S)
+BEGIN, END = kit.BEGIN_SOLUTION, kit.END_SOLUTION
+HIDDEN = re.compile(re.escape(kit.BEGIN_HIDDEN) + r".*?" + re.escape(kit.END_HIDDEN) + r"\n?", re.S)
 
 BROKEN_INIT_READER = '''import numpy as np
 from onnxruntime.quantization import CalibrationDataReader
@@ -80,7 +81,7 @@ CASES = {
         "03_narrow_right_wide", "l03-07",
         lambda s: ("reader = calibration_reader.DigitReader(lab.data.calibration_set('right'), batch_size=BATCH_SIZE)\n"
                    "for kind in KINDS:\n"
-                   "    records[kind] = lab.quantize.quantize(SOURCE, WORK / f'{kind}.onnx', reader)"), "l03-08",
+                   "    records[kind] = lab.convert.quantize(SOURCE, WORK / f'{kind}.onnx', reader)"), "l03-08",
         ("ReaderContractError", "it is used up. That is lesson 02's mistake (b)", "fresh DigitReader")),
     "04 prediction: more narrow batches catch up": Wrong(
         "04_more_batches", "l04-04b",
@@ -120,7 +121,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def kit(tmp_path_factory) -> Path:
-    return release.release(tmp_path_factory.mktemp("kit") / "student", rev=release.commit_of(release.REPO, "HEAD"))
+    return kit.build_kit(tmp_path_factory.mktemp("kit") / "student", rev=kit.commit_of(kit.REPO, "HEAD"))
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +154,7 @@ def _with_wrong_answer(kit_nb: Path, case: Wrong) -> nbformat.NotebookNode:
             full = source[cid]
             start, stop = full.index(BEGIN), full.index(END) + len(END)
             cell.source = _solution(full[:start] + case.answer(region) + full[stop:])
-        elif release.CODE_STUB in cell.source:
+        elif kit.CODE_STUB in cell.source:
             cell.source = _solution(source[cid])
         cells.append(cell)
         if cid == case.stop_after:

@@ -18,7 +18,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from lab import kernels, run
+from lab import kernels
+from instructor import workbook
+from lab.tools import run
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -95,9 +97,7 @@ def test_the_headless_workspace_is_graded_in_full(lesson_suite, tmp_path):
     """What `make lab` does after the lessons: hand the workspace in and grade it."""
     if not all(r.ok for r in lesson_suite.runs.values()) or not NAMES:
         pytest.skip("a lesson failed (reported above), so the workspace is incomplete")
-    result = run.grade_workspace(lesson_suite.work_dir, tmp_path)
-    if result is None:
-        pytest.skip("no grader.grade() available")
+    result = workbook.grade_workspace(lesson_suite.work_dir, tmp_path)
     lost = [f"{c.part}: {c.name}: {c.message}" for c in result.checks if c.points < c.max_points]
     assert result.status == "graded", f"the solutions' workspace was not graded: {result.reason}"
     assert result.max_score > 0 and not lost, f"the solutions lose points: {lost}"
@@ -260,7 +260,7 @@ def test_the_other_familys_nbval_workspace_is_graded_in_full_here(nbval_runs, tm
     result = nbval_runs("the other")
     assert result.returncode == 0, f"nbval failed (exit {result.returncode}); see {result.folder / 'nbval.log'}"
     with kernels.computing_as(result.env_family):
-        graded = run.grade_workspace(result.folder / "workspace", tmp_path / "graded")
+        graded = workbook.grade_workspace(result.folder / "workspace", tmp_path / "graded")
     lost = [f"{c.part}: {c.name}: {c.message}" for c in graded.checks if c.points < c.max_points]
     assert graded.status == "graded" and not lost, lost
 

@@ -145,7 +145,7 @@ def test_the_manifest_of_the_student_kit_is_named(tmp_path):
 
 
 def test_lab_run_finds_the_lessons_from_the_current_folder_or_says_where_it_looked(tmp_path):
-    from lab import run
+    from lab.tools import run
 
     project, empty = tmp_path / "project", tmp_path / "empty"
     (project / "notebooks").mkdir(parents=True)

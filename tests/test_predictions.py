@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from grader import core, reference
-from grader.checks import predictions as check
+from grader.lessons import predictions as check
 from grader.context import Context
 from grader.submission import open_submission
 from lab import kernels, predictions
-from lab.submit import submit
+from lab.tools.submit import submit
 
 
 @pytest.fixture(scope="module")
@@ -79,11 +79,12 @@ def test_a_wrong_prediction_loses_its_points_and_says_why(work, tmp_path, questi
 def test_a_wrong_model_does_not_cost_a_right_prediction(work, tmp_path):
     """Lesson 03's loop with the variable copied: right.onnx calibrated on the wide set, narrow.onnx on the right
     set. range_seen charges both models; the predictions ask about the lesson's sets, so they keep every point."""
-    from lab import data, graph, quantize
+    from lab import data, graph
+    from lab import convert
 
     copy = shutil.copytree(work, tmp_path / "workspace")
     for model, kind in (("right", "wide"), ("narrow", "right")):
-        quantize.quantize(copy / "source.onnx", copy / f"{model}.onnx", data.calibration_set(kind), batch_size=36)
+        convert.quantize(copy / "source.onnx", copy / f"{model}.onnx", data.calibration_set(kind), batch_size=36)
     assert graph.input_ruler(copy / "right.onnx").range_seen > 15, "right.onnx now holds the wide set's ruler"
     result = core.grade(submit("student", copy, tmp_path))
     range_seen = next(c for c in result.checks if (c.part, c.name) == ("calibration", "range_seen"))
@@ -99,14 +100,15 @@ def test_the_graders_lesson_04_series_is_the_one_the_lesson_builds(tmp_path):
     """The grader calibrates each count of lesson 04's series in one batch; MinMax keeps the min and max over all
     batches, so each model is byte for byte the one lesson 04 builds with its batches of 8."""
     from grader import reference
-    from lab import data, graph, quantize
+    from lab import data, graph
+    from lab import convert
 
     source = shutil.copy(data.fixture_path("fp32.onnx"), tmp_path)
     stream = data.narrow_batches(max(reference.GROWTH_COUNTS), reference.GROWTH_BATCH, seed=0)
     models = check._growth_models()
     for kind, n, pixels in (("narrow", 2, stream), ("right", 1, data.calibration_set("right"))):
         out = tmp_path / f"{kind}-{n}.onnx"
-        quantize.quantize(source, out, pixels[:n * reference.GROWTH_BATCH], batch_size=reference.GROWTH_BATCH,
+        convert.quantize(source, out, pixels[:n * reference.GROWTH_BATCH], batch_size=reference.GROWTH_BATCH,
                           **reference.SETTINGS)
         assert graph.load(out).SerializeToString() == models[(kind, n)].SerializeToString(), (kind, n)
 

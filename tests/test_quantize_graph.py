@@ -2,7 +2,9 @@
 import onnx
 import pytest
 
-from lab import compare, data, experiment, graph, quantize, ruler
+from lab import compare, data, graph, ruler
+from lab.lessons import lesson03_narrow_right_wide as experiment
+from lab import convert
 from lab.errors import ModelContractError, NotQuantizedError
 from lab.workspace import make_workspace
 
@@ -14,7 +16,7 @@ def work(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def right(work):
-    record = quantize.quantize(work / "source.onnx", work / "right.onnx", data.calibration_set("right"), batch_size=36)
+    record = convert.quantize(work / "source.onnx", work / "right.onnx", data.calibration_set("right"), batch_size=36)
     return work / "right.onnx", record
 
 
@@ -22,8 +24,8 @@ def right(work):
 def test_range_read_from_graph_equals_ort_calibrator(work, kind):
     x = data.calibration_set(kind)
     model = work / f"calib-{kind}.onnx"
-    quantize.quantize(work / "source.onnx", model, x, batch_size=36)
-    lo, hi = quantize.calibrated_ranges(work / "source.onnx", x)["pixels"]
+    convert.quantize(work / "source.onnx", model, x, batch_size=36)
+    lo, hi = convert.calibrated_ranges(work / "source.onnx", x)["pixels"]
     ruler_read = graph.input_ruler(model)
     scale, zp = ruler.scale_zero_point(lo, hi)
     assert ruler_read.scale == pytest.approx(float(scale), rel=1e-6) and ruler_read.zero_point == zp
@@ -42,11 +44,11 @@ def test_record_holds_what_decided_the_result(right):
 
 def test_refuses_to_overwrite_its_source(work):
     with pytest.raises(ValueError, match="overwrite its source"):
-        quantize.quantize(work / "source.onnx", work / "source.onnx", data.calibration_set("right"))
+        convert.quantize(work / "source.onnx", work / "source.onnx", data.calibration_set("right"))
 
 
 def test_both_formats_share_the_ruler_and_differ_in_ops(work):
-    records = quantize.quantize_both_formats(work / "source.onnx", work, data.calibration_set("right"), batch_size=36)
+    records = convert.quantize_both_formats(work / "source.onnx", work, data.calibration_set("right"), batch_size=36)
     qdq, qop = (records[k].output for k in ("QDQ", "QOperator"))
     a, b = graph.input_ruler(qdq), graph.input_ruler(qop)
     assert (a.scale, a.zero_point, a.dtype) == (b.scale, b.zero_point, b.dtype)
@@ -80,7 +82,7 @@ def test_diagnosis_and_error_split(work, right):
     x = data.load_split("evaluation").pixels
     narrow = work / "calib-narrow.onnx"
     if not narrow.exists():
-        quantize.quantize(work / "source.onnx", narrow, data.calibration_set("narrow"))
+        convert.quantize(work / "source.onnx", narrow, data.calibration_set("narrow"))
     assert compare.diagnose(graph.input_ruler(narrow), x).kind == "clipping"
     assert compare.diagnose(graph.input_ruler(right[0]), x).kind == "fine"
     ref, out = compare.predict(work / "source.onnx", x), compare.predict(narrow, x)
@@ -104,6 +106,6 @@ def test_experiment_table_tells_the_story(tmp_path):
 
 
 def test_dynamic_quantization_leaves_activations_to_run_time(work):
-    record = quantize.quantize_dynamic_model(work / "source.onnx", work / "dynamic.onnx")
+    record = convert.quantize_dynamic_model(work / "source.onnx", work / "dynamic.onnx")
     assert graph.quant_format(work / "dynamic.onnx") == "dynamic"
     assert record.settings["mode"] == "dynamic" and record.calibration_sha256 is None

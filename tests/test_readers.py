@@ -129,12 +129,12 @@ def test_a_bug_in_init_is_named_as_such_not_as_the_end_of_the_data():
 
 
 def test_a_used_up_reader_is_named_as_lesson_02s_mistake_not_no_data_is_collected(tmp_path):
-    from lab import quantize
+    from lab import convert
     from lab.errors import ReaderContractError
 
     source = tmp_path / "source.onnx"
     source.write_bytes(data.fixture_path("fp32.onnx").read_bytes())
     reader = ArrayReader(X, 36)
-    quantize.quantize(source, tmp_path / "first.onnx", reader)
+    convert.quantize(source, tmp_path / "first.onnx", reader)
     with pytest.raises(ReaderContractError, match=r"used up. That is lesson 02's mistake \(b\).*fresh DigitReader"):
-        quantize.quantize(source, tmp_path / "second.onnx", reader)
+        convert.quantize(source, tmp_path / "second.onnx", reader)

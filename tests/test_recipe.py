@@ -8,9 +8,12 @@ import numpy as np
 import onnx
 import pytest
 
-from lab import data, recipe, scenario_checks, schemas, scenarios
+from lab import data, schemas
+from lab.lessons.lesson07_calibrate_the_deployed_representation import recipe
+from lab.lessons.lesson07_calibrate_the_deployed_representation import scenario_checks
+from lab.lessons.lesson07_calibrate_the_deployed_representation import scenarios
 from lab.errors import ModelContractError
-from lab.quantize import quantize
+from lab.convert import quantize
 
 RELEASE_ID = "digits-int8-test"
 
@@ -180,7 +183,7 @@ def test_a_selection_from_a_split_that_is_not_there_names_the_calibration_split(
 
 
 def test_exercise_1_check_names_the_wrong_entry_tensor_with_both_runs_db(drafts, tmp_path):
-    from lab import debugging
+    from lab.lessons.lesson07_calibrate_the_deployed_representation import debugging
 
     work = drafts["source"].parent
     ev = data.load_split("evaluation")

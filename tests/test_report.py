@@ -19,7 +19,7 @@ from browser_support import chromium_path, launched_chromium
 from grader import reference
 from grader.context import rubric
 from grader.report import write_report
-from lab.submit import submit
+from lab.tools.submit import submit
 
 REPO = Path(__file__).resolve().parent.parent
 ARTIFACTS = REPO / "artifacts" / "browser"

@@ -9,7 +9,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from lab import run
+from lab.tools import run
 
 
 def lesson(*sources: str, parameters: str = 'WORK_DIR = "../workspace"\nSEED = 0\nINTERACTIVE = True') -> nbformat.NotebookNode:
@@ -91,7 +91,7 @@ def test_timing_table_marks_the_slowest():
 def test_run_writes_executed_copies_and_summarizes(lessons, tmp_path, capsys):
     work, out = tmp_path / "ws", tmp_path / "build"
     code = run.main(["--notebooks", str(lessons), "--work-dir", str(work), "--out", str(out),
-                     "--only", "00,01", "-p", "MAX_BATCHES", "16", "--no-grade"])
+                     "--only", "00,01", "-p", "MAX_BATCHES", "16"])
     printed = capsys.readouterr().out
     assert code == 0, printed
     assert sorted(p.name for p in out.glob("*.ipynb")) == ["00_first.ipynb", "01_second.ipynb"]
@@ -116,7 +116,7 @@ def test_a_failure_names_notebook_and_cell_keeps_partial_output_and_exits_nonzer
     (tmp_path / "ws").mkdir()  # an earlier run left lesson 08's numbers: they are not this run's
     (tmp_path / "ws" / "toolbox.json").write_text(json.dumps({"choice": {"settings": {}}}))
     nbformat.write(lesson("x = 1", "y = 2\nz = 1 / 0\nw = 3"), lessons / "02_broken.ipynb")
-    code = run.main(["--notebooks", str(lessons), "--work-dir", str(tmp_path / "ws"), "--out", str(out), "--no-grade"])
+    code = run.main(["--notebooks", str(lessons), "--work-dir", str(tmp_path / "ws"), "--out", str(out)])
     printed = capsys.readouterr()
     err = printed.err
     assert code == 1
@@ -146,7 +146,7 @@ def test_the_kernel_log_keeps_every_line_but_the_unencrypted_tcp_warning(tmp_pat
 def test_a_headless_run_shows_no_unencrypted_tcp_warning(lessons, tmp_path, capfd):
     out = tmp_path / "build"
     code = run.main(["--notebooks", str(lessons), "--work-dir", str(tmp_path / "ws"), "--out", str(out),
-                     "--only", "00", "--no-grade"])
+                     "--only", "00"])
     printed = capfd.readouterr()
     assert code == 0, printed
     assert "without encryption" not in printed.out + printed.err
@@ -164,17 +164,11 @@ def test_bad_arguments_exit_2_without_running(lessons, tmp_path, capsys):
 
 
 def test_grade_hook_names_what_an_unfinished_workspace_lacks(tmp_path):
-    from lab.submit import SubmitError
+    from instructor import workbook
+    from lab.tools.submit import SubmitError
 
-    try:
-        import grader
-    except ImportError:
-        grader = None
-    if grader is None or not callable(getattr(grader, "grade", None)):
-        assert run.grade_workspace(tmp_path) is None
-        return
     with pytest.raises(SubmitError, match="holds none of the files the lessons write"):
-        run.grade_workspace(tmp_path)
+        workbook.grade_workspace(tmp_path)
 
 
 @pytest.mark.slow
@@ -183,6 +177,6 @@ def test_a_cell_over_the_time_limit_is_named(tmp_path, capsys):
     src.mkdir()
     nbformat.write(lesson("import time", "time.sleep(60)"), src / "00_slow.ipynb")
     code = run.main(["--notebooks", str(src), "--work-dir", str(tmp_path / "ws"), "--out", str(tmp_path / "b"),
-                     "--timeout", "2", "--no-grade"])
+                     "--timeout", "2"])
     assert code == 1
     assert "FAILED: 00_slow.ipynb, cell 4 (time.sleep(60)): CellTimeoutError" in capsys.readouterr().err

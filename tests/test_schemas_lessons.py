@@ -12,7 +12,8 @@ import re
 import jsonschema
 import pytest
 
-from lab import data, graph, growth, schemas
+from lab import data, graph, schemas
+from lab.lessons import lesson04_more_batches as growth
 from lab.schemas import SchemaError
 
 DOCS = {"results": ("03_narrow_right_wide.ipynb", "results.json"),

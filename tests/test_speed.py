@@ -1,11 +1,12 @@
-"""lab.speed: honest timings, the synthetic MLP, and the crossover."""
+"""lab.lessons.lesson08_the_quantization_toolbox.speed: honest timings, the synthetic MLP, and the crossover."""
 from __future__ import annotations
 
 import numpy as np
 import onnx
 import pytest
 
-from lab import graph, speed
+from lab import graph
+from lab.lessons.lesson08_the_quantization_toolbox import speed
 
 
 def test_synthetic_mlp_is_a_valid_fp32_mlp_with_the_asked_shape():

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lab import schemas
-from lab.submit import REQUIRED, STUB, SubmitError, default_workspace, main, missing_by_lesson, submit
+from lab.tools.submit import REQUIRED, STUB, SubmitError, default_workspace, main, missing_by_lesson, submit
 
 
 def make_workspace(root: Path) -> Path:

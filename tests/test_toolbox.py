@@ -1,4 +1,4 @@
-"""Lesson 08's helpers (lab.toolbox, lab.calibrators, lab.measure): real conversions of the digit reader with each
+"""Lesson 08's helpers (lab.lessons.lesson08_the_quantization_toolbox.toolbox, lab.lessons.lesson08_the_quantization_toolbox.calibrators, lab.measure): real conversions of the digit reader with each
 knob, and the exercise's requirement."""
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import onnx
 import pytest
 from onnxruntime.quantization import calibrate as ort_calibrate
 
-from lab import calibrators, data, graph, measure, schemas
-from lab import toolbox as tb
+from lab import data, graph, measure, schemas
+from lab.lessons.lesson08_the_quantization_toolbox import calibrators
+from lab.lessons.lesson08_the_quantization_toolbox import toolbox as tb
 from lab.workspace import make_workspace
 
 

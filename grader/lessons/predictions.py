@@ -51,7 +51,9 @@ def _growth_models() -> dict:
 
     Each calibration is served as one batch: MinMax keeps the lowest and highest value over all batches, so
     the models are the lesson's (same bytes as its batches of 8), in half the time."""
-    from lab import data, graph, growth, quantize
+    from lab import data, graph
+    from lab.lessons import lesson04_more_batches as growth
+    from lab import convert
     from grader import reference
 
     stream = data.narrow_batches(max(reference.GROWTH_COUNTS), reference.GROWTH_BATCH, seed=0)
@@ -63,7 +65,7 @@ def _growth_models() -> dict:
         for kind, n, pixels in series:
             path = Path(tmp) / growth.model_name(kind, n)
             served = pixels[:n * reference.GROWTH_BATCH]
-            quantize.quantize(source, path, served, batch_size=len(served), **reference.SETTINGS)
+            convert.quantize(source, path, served, batch_size=len(served), **reference.SETTINGS)
             models[(kind, n)] = graph.load(path)
     return models
 
@@ -87,12 +89,13 @@ def lesson_growth(family: str) -> tuple[dict, dict, float]:
 def lesson_formats() -> tuple[dict, bool]:
     """Lesson 05: both formats from one calibration of the 'right' set: file bytes per format, and whether their
     input rulers are the same. Sizes and rulers do not depend on the kernel family."""
-    from lab import data, graph, quantize
+    from lab import data, graph
+    from lab import convert
     from grader import reference
 
     with tempfile.TemporaryDirectory(prefix="grader-lesson05-") as tmp:
         settings = {k: v for k, v in reference.SETTINGS.items() if k != "quant_format"}
-        records = quantize.quantize_both_formats(_source(tmp), tmp, data.calibration_set("right"),
+        records = convert.quantize_both_formats(_source(tmp), tmp, data.calibration_set("right"),
                                                  batch_size=reference.BATCH, **settings)
         paths = {f: Path(r.output) for f, r in records.items()}
         sizes = {f: p.stat().st_size for f, p in paths.items()}
@@ -107,7 +110,10 @@ def lesson_entry() -> tuple[object, list[str]]:
     The draft as the lesson builds it: per-channel QDQ, calibrated on all daylight calibration images; the
     trace compares it with FP32 on the evaluation images and on their flash. The debug copies compute with
     exact int32 sums on every CPU, so one trace serves every kernel family."""
-    from lab import debugging, quantize, recipe, scenarios
+    from lab.lessons.lesson07_calibrate_the_deployed_representation import debugging
+    from lab import convert
+    from lab.lessons.lesson07_calibrate_the_deployed_representation import recipe
+    from lab.lessons.lesson07_calibrate_the_deployed_representation import scenarios
     from grader import reference
 
     x = evaluation()[0]
@@ -115,7 +121,7 @@ def lesson_entry() -> tuple[object, list[str]]:
         source = _source(tmp)
         draft = Path(tmp) / "daylight.onnx"
         daylight_pixels = recipe.select([("daylight", None)]).pixels
-        quantize.quantize(source, draft, daylight_pixels, batch_size=reference.BATCH, per_channel=True)
+        convert.quantize(source, draft, daylight_pixels, batch_size=reference.BATCH, per_channel=True)
         daylight = debugging.layer_sqnr(source, draft, x, tmp)
         flash = debugging.layer_sqnr(source, draft, scenarios.flash(x, 0), tmp)
         order = debugging.tensor_order(source)

@@ -193,7 +193,7 @@ def debug_copy_check(debug_output, deployed_model: str | Path, x: np.ndarray,
     """
     from lab import compare, kernels
     from lab.graph import output_scale
-    from lab.scenario_checks import computed_on
+    from lab.lessons.lesson07_calibrate_the_deployed_representation.scenario_checks import computed_on
 
     family = family or kernels.target_family()
     deployed = compare.predict(deployed_model, x, family=family)

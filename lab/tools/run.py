@@ -18,9 +18,9 @@ from pathlib import Path
 
 import nbformat
 
-from lab.summary import summarize_workspace
+from lab.tools.summary import summarize_workspace
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = REPO / "notebooks"
 KERNEL = "calibration-lab"
 DEFAULT_WORK_DIR = "build/workspace"
@@ -30,7 +30,6 @@ START_TIMEOUT = 120
 LESSON_GLOB = "[0-9][0-9]_*.ipynb"
 RUN_LOG = "run-log.json"
 KERNEL_LOG = "kernel-stderr.log"
-HEADLESS_STUDENT = "headless-run"
 
 
 @dataclass(frozen=True)
@@ -287,29 +286,6 @@ def timing_table(runs: list[LessonRun]) -> list[str]:
     return lines
 
 
-def grade_workspace(work_dir: Path, out_dir: Path | None = None):
-    """Hand the workspace in (``lab.submit``) and grade it with ``grader.grade``; None without a grader.
-
-    The submission zip goes to ``out_dir`` (default: a temporary folder). A workspace that cannot be
-    handed in raises ``lab.submit.SubmitError``, which names the missing file.
-    """
-    try:
-        import grader
-    except ImportError:
-        return None
-    grade = getattr(grader, "grade", None)
-    if not callable(grade):
-        return None
-    from lab.submit import submit
-
-    if out_dir is None:
-        import tempfile
-
-        with tempfile.TemporaryDirectory(prefix="lab-run-grade-") as tmp:
-            return grade(submit(HEADLESS_STUDENT, work_dir, tmp))
-    return grade(submit(HEADLESS_STUDENT, work_dir, out_dir))
-
-
 def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m lab run", description=__doc__.splitlines()[0])
     parser.add_argument("--work-dir", default=DEFAULT_WORK_DIR, help="the one workspace every lesson writes into")
@@ -320,7 +296,6 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds allowed per cell")
     parser.add_argument("--notebooks", default=None, metavar="DIR",
                         help="the lessons' folder (default: ./notebooks, else the checkout the lab runs from)")
-    parser.add_argument("--no-grade", action="store_true", help="do not grade the workspace afterwards")
     return parser.parse_args(argv)
 
 
@@ -377,28 +352,6 @@ def main(argv: list[str] | None = None) -> int:
         skipped = len(lessons) - len(runs)
         print(f"\nFAILED: {failed.notebook}, {failed.error}\n  partial output kept in {failed.output}"
               + (f"\n  {skipped} later lesson(s) not run" if skipped else ""), file=sys.stderr)
-        return 1
-    return 0 if args.no_grade else _print_grade(work_dir, out_dir)
-
-
-def _print_grade(work_dir: Path, out_dir: Path) -> int:
-    """Grade the workspace and print the score; 1 if it could not be graded (status other than graded)."""
-    from lab.submit import SubmitError
-
-    try:
-        result = grade_workspace(work_dir, out_dir)
-    except SubmitError as e:
-        print(f"\nGrade: skipped, the workspace cannot be handed in yet ({e})")
-        return 0
-    if result is None:
-        print("\nGrade: skipped (no grader.grade() available)")
-        return 0
-    print(f"\nGrade: {format_value(result.score)} / {format_value(result.max_score)} ({result.status})")
-    for check in getattr(result, "checks", []):
-        if check.points < check.max_points:
-            print(f"  lost {format_value(check.max_points - check.points)}: {check.part}: {check.name}: {check.message}")
-    if result.status != "graded":
-        print(f"Grade: {result.status}: {result.reason}", file=sys.stderr)
         return 1
     return 0
 

@@ -4,7 +4,7 @@ Each function converts the workspace's ``source.onnx`` with one setting changed 
 the result against FP32 on the evaluation set (``lab.measure``): max abs error of the probabilities,
 accuracy, and file size, as CPUs of the target kernel family compute them (``lab.kernels``: this
 machine's, or the one ``$LAB_KERNEL_FAMILY`` names). Per-channel weights change the most between the
-families; ``family_table`` computes the same files as each family. The calibration methods are in ``lab.calibrators``. The requirement of the
+families; ``family_table`` computes the same files as each family. The calibration methods are in ``lab.lessons.lesson08_the_quantization_toolbox.calibrators``. The requirement of the
 lesson's exercise is named here, so the grader checks the same numbers the lesson states.
 """
 from __future__ import annotations
@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 
 from lab import graph, kernels
-from lab.calibrators import BATCH_SIZE
+from lab.lessons.lesson08_the_quantization_toolbox.calibrators import BATCH_SIZE
 from lab.data import file_sha256
 from lab.errors import LabError
 from lab.measure import Evaluation, evaluation, family, input_interval, measure
-from lab.quantize import QuantRecord, quantize, quantize_dynamic_model, versions
+from lab.convert import QuantRecord, quantize, quantize_dynamic_model, versions
 from lab.readers import ArrayReader
 
 # ---- the exercise's requirement (the grader imports these) -------------------------------------

@@ -12,7 +12,7 @@ import random
 import numpy as np
 
 from grader import sandbox
-from grader.checks import own_code
+from grader import own_code
 from grader.context import (Context, charged_under, check, common_claims, entry, evaluation, fp32_outputs, number,
                             value)
 from grader.results import Evidence
@@ -207,8 +207,9 @@ def _compare_summary(name: str, rep: dict, mine: dict, probs: np.ndarray, exact:
 
 def _probabilities(doc: dict, probs: dict, paths: dict):
     """Each model's reported row sums, tolerance and verdict, recomputed with lesson 06's calls
-    (lab.acceptance.probability_tolerance from the graph's output scale, check_probabilities)."""
-    from lab import acceptance as lab_acceptance, graph
+    (lab.lessons.lesson06_accept_or_reject.acceptance.probability_tolerance from the graph's output scale, check_probabilities)."""
+    from lab import graph
+    from lab.lessons.lesson06_accept_or_reject import acceptance as lab_acceptance
 
     tol = 10 / 255
     ok_count, msgs, ev = 0, [], []
@@ -228,9 +229,9 @@ def _probabilities(doc: dict, probs: dict, paths: dict):
                 wrong.append(f"max_sum {rec['max_sum']}, recomputed {mine.max_sum:.4f}")
             if "tolerance" in rec and (number(rec["tolerance"]) is None
                                        or abs(rec["tolerance"] - want_tol) > 1e-6 * want_tol):
-                wrong.append(f"tolerance {rec['tolerance']}, lab.acceptance.probability_tolerance gives {want_tol:.6g}")
+                wrong.append(f"tolerance {rec['tolerance']}, lab.lessons.lesson06_accept_or_reject.acceptance.probability_tolerance gives {want_tol:.6g}")
             if "ok" in rec and rec["ok"] is not mine.ok:
-                wrong.append(f"ok {rec['ok']}, lab.acceptance.check_probabilities says {mine.ok}")
+                wrong.append(f"ok {rec['ok']}, lab.lessons.lesson06_accept_or_reject.acceptance.check_probabilities says {mine.ok}")
         good = good and not wrong
         ok_count += good
         msgs.append(f"{name}: min row sum {mins:.4f}, rules {'hold' if rules else 'broken'}"
@@ -266,7 +267,7 @@ def _decisions(doc: dict, mine: dict, probs: dict):
     ev = [Evidence("candidate loss", number(value(doc, "loss")), loss, slack, "near-boundary policy on the candidate"),
           Evidence("accept_candidate", rep_accept, accept, None, "recomputed from the grader's accuracies"),
           Evidence("reject_bad", rep_reject, reject, None, "recomputed from the grader's accuracies")]
-    from lab.acceptance import EPSILON
+    from lab.lessons.lesson06_accept_or_reject.acceptance import EPSILON
 
     bad_slack = len(near_boundary(probs["bad"])) / n
     for field, want, tol in (("loss", loss, slack + 1e-9), ("bad_loss", bad_loss, bad_slack + 1e-9)):

@@ -120,11 +120,12 @@ def _rows_and_verdict(ctx: Context, doc: dict, models: list, reported: dict, run
     models and the stream with the lab calls lesson 04 makes (graph.input_ruler, growth.calibration_range,
     data_sha256, compare.max_abs_error, growth.verdict): one message per wrong field, reported vs recomputed.
     The picked narrow counts' hash, count, range and error are judged (and charged) by their own points."""
-    from lab import compare, graph, growth
+    from lab import compare, graph
+    from lab.lessons import lesson04_more_batches as growth
     from lab.data import data_sha256
 
-    from grader.checks.acceptance import near_boundary
-    from lab.recipe import _per_channel
+    from grader.lessons.lesson06_accept_or_reject import near_boundary
+    from lab.lessons.lesson07_calibrate_the_deployed_representation.recipe import _per_channel
 
     labels = evaluation()[1]
     problems, mine = [], []
@@ -165,7 +166,7 @@ def _rows_and_verdict(ctx: Context, doc: dict, models: list, reported: dict, run
             else:
                 ok = got == want and type(got) is type(want)
             if not ok:
-                problems.append(f"growth.json verdict/{key} is {_short(got)}, lab.growth.verdict on the recomputed "
+                problems.append(f"growth.json verdict/{key} is {_short(got)}, lab.lessons.lesson04_more_batches.verdict on the recomputed "
                                 f"rows gives {_short(want)}")
     rights = sorted(n for k, n in models if k == "right")
     if value(doc, "right_data.batches") not in (None, rights):
@@ -288,7 +289,7 @@ def _cache_range(ctx: Context, doc: dict) -> tuple[tuple[float, float] | None, s
     tensors = value(cache, "data")
     if not isinstance(tensors, dict) or not tensors:
         return None, (f"{CACHE} field 'data' holds no ranges (expected one per tensor, 'pixels' among them); "
-                      "re-run lesson 05, which writes it with lab.quantize.quantize_both_formats")
+                      "re-run lesson 05, which writes it with lab.convert.quantize_both_formats")
     for name, entry in tensors.items():
         lo, hi = (value(entry, f"{end}.data") for end in ("lowest", "highest"))
         ok = all(isinstance(v, list) and len(v) == 1 and number(v[0]) is not None for v in (lo, hi))
@@ -332,7 +333,7 @@ def _hidden_rulers(ctx: Context, rels: dict, dtype: str) -> str:
 def _formats_reported(ctx: Context, doc: dict, rels: dict, formats: dict) -> list[str]:
     """Each format's reported file, hash, size and format, and the settings' per_channel, against the files."""
     from lab import data
-    from lab.recipe import _per_channel
+    from lab.lessons.lesson07_calibrate_the_deployed_representation.recipe import _per_channel
 
     wrong = []
     for name, rel in rels.items():
@@ -373,9 +374,9 @@ def _leaf_problems(rep, want, where: str, tol) -> list[str]:
 
 def _formats_recomputed(ctx: Context, doc: dict, qdq_rel: str, qop_rel: str) -> tuple[list[str], list[str]]:
     """formats.json's description of each model, and of how their outputs differ, recomputed with lesson 05's
-    calls (lab.formats.describe, output_difference, difference_bands): (model fields wrong, difference fields
+    calls (lab.lessons.lesson05_qdq_vs_qoperator.describe, output_difference, difference_bands): (model fields wrong, difference fields
     wrong). The count of predictions that differ is judged by its own near-boundary policy in elementwise."""
-    from lab import formats
+    from lab.lessons import lesson05_qdq_vs_qoperator as formats
 
     x, labels = evaluation()
     model = {}
@@ -492,7 +493,7 @@ def run_formats(ctx: Context) -> list:
 def _elementwise(ctx: Context, doc: dict, qdq_rel: str, qop_rel: str, wrong: list[str] = ()):
     """The largest elementwise difference and the count of predictions that differ, recomputed; ``wrong``: the
     rest of formats.json's difference and bands, recomputed (one message each)."""
-    from grader.checks.acceptance import near_boundary
+    from grader.lessons.lesson06_accept_or_reject import near_boundary
 
     a, b = ctx.outputs(qdq_rel), ctx.outputs(qop_rel)
     diff = float(np.max(np.abs(a.astype(np.float64) - b)))

@@ -3,7 +3,7 @@
 A release is three files in ``WORK_DIR/release/``: ``model.onnx`` (its metadata carries the release id,
 the recipe's SHA-256 and the recipe itself), ``recipe.json`` (schema recipe/1) and ``scenarios.json``
 (schema scenarios/1). ``verify(model, recipe)`` says exactly what differs when they do not belong together.
-The per-scenario verdicts the recipe records come from ``lab.scenario_checks``.
+The per-scenario verdicts the recipe records come from ``lab.lessons.lesson07_calibrate_the_deployed_representation.scenario_checks``.
 """
 from __future__ import annotations
 
@@ -15,10 +15,11 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from lab import data, scenarios
-from lab.acceptance import LIMIT
+from lab import data
+from lab.lessons.lesson07_calibrate_the_deployed_representation import scenarios
+from lab.lessons.lesson06_accept_or_reject.acceptance import LIMIT
 from lab.errors import LabError
-from lab.scenario_checks import BOUNDARY_MARGIN, ScenarioResult
+from lab.lessons.lesson07_calibrate_the_deployed_representation.scenario_checks import BOUNDARY_MARGIN, ScenarioResult
 
 RECIPE_SCHEMA, SCENARIOS_SCHEMA = "recipe/1", "scenarios/1"
 META_RELEASE, META_SHA, META_RECIPE = "calibration_lab.release_id", "calibration_lab.recipe_sha256", "calibration_lab.recipe"
@@ -134,7 +135,7 @@ def _per_channel(model) -> bool:
 
 def kernel_families(by_family: Mapping[str, Sequence[ScenarioResult]]) -> dict:
     """The recipe's record of the target kernel families: where each was computed, its verdicts."""
-    from lab.scenario_checks import computed_on
+    from lab.lessons.lesson07_calibrate_the_deployed_representation.scenario_checks import computed_on
 
     return {family: {"computed_on": computed_on(family), "all_pass": all(r.passed for r in results),
                      "results": [r.to_dict() for r in results]}
@@ -169,7 +170,7 @@ def recipe(release_id: str, source_model: str | Path, selection: Selection, sett
     from lab import schemas
     from lab.graph import input_ruler
     from lab.kernels import target_family
-    from lab.quantize import versions
+    from lab.convert import versions
 
     ruler = input_ruler(model)
     by_family = dict(by_family) if by_family else {target_family(): list(results)}

@@ -79,7 +79,7 @@ def manifest(student: str, files: dict[str, Path]) -> dict:
     from lab import __version__
     from lab.data import file_sha256
     from lab.kernels import target_family
-    from lab.quantize import versions
+    from lab.convert import versions
 
     return {"schema": "submission/1", "student": student,
             "submitted_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -92,7 +92,7 @@ def manifest(student: str, files: dict[str, Path]) -> dict:
 def default_workspace(cwd: Path | None = None, kit: Path | None = None) -> Path:
     """``workspace/`` in the current folder, or else the kit's own (so it works from ``notebooks/`` too)."""
     here = (cwd or Path.cwd()) / "workspace"
-    theirs = (kit or Path(__file__).resolve().parent.parent) / "workspace"
+    theirs = (kit or Path(__file__).resolve().parents[2]) / "workspace"
     return here if here.is_dir() or not theirs.is_dir() else theirs
 
 

@@ -6,7 +6,7 @@ and the grader keeps reference solutions. A ``calibration_reader.py`` that is
 ``from lab.readers import ArrayReader as DigitReader`` would pass every behavioural check, so the
 grader reads the module's source first, with ``ast`` (nothing is run), and refuses it.
 
-Found, in any form: ``import lab``, ``import lab.readers as r``, ``from lab.acceptance import x``,
+Found, in any form: ``import lab``, ``import lab.readers as r``, ``from lab.lessons.lesson06_accept_or_reject.acceptance import x``,
 ``importlib.import_module("lab...")``, ``__import__("lab...")``, ``sys.modules["lab..."]``, and an
 import whose module name is computed at run time (the grader cannot tell it is not the lab's; a
 graded module never needs one). Relative imports are not found: a graded module is loaded alone,

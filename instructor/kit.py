@@ -1,4 +1,4 @@
-"""``python -m lab release --out DIR``: the student copies of the lessons, and the student kit.
+"""``python -m instructor kit --out DIR``: the student copies of the lessons, and the student kit.
 
 nbgrader-style: each transformation is one function ``(notebook, name) -> notebook`` and the
 release is the list ``PIPELINE`` applied in order. Solutions become ``raise NotImplementedError(...)``
@@ -50,9 +50,9 @@ NBVAL_MARK = "# NBVAL_CHECK_OUTPUT"
 KIT = ("lab", "fixtures", "docs", "pyproject.toml")
 # What the kit is built from: the committed versions of these paths (see ``export_committed``).
 SOURCES = KIT + ("notebooks", "README.md", "requirements.txt")
-# Instructor tools inside KIT: the release itself (it documents the solution and hidden-test markers),
-# and the fixture builder (it would rebuild the held-out split from its seed).
-INSTRUCTOR_TOOLS = ("lab/release.py", "fixtures/build.py")
+# Instructor tools inside KIT: the fixture builder (it would rebuild the held-out split from its seed). The kit
+# builder itself and the run-then-grade command live in ``instructor/``, outside KIT.
+INSTRUCTOR_TOOLS = ("fixtures/build.py",)
 # The data of the grader's hidden checks. Never in the kit, nor in its manifest.
 HELDOUT = ("fixtures/heldout.npz",)
 LEFT_OUT = INSTRUCTOR_TOOLS + HELDOUT
@@ -99,7 +99,7 @@ jupyter: setup
 \t  --ServerApp.root_dir=. --MultiKernelManager.default_kernel_name=$(KERNEL)
 
 lab: setup
-\t$(PY) -m lab run --no-grade
+\t$(PY) -m lab run
 
 submit: student-id setup
 \t$(PY) -m lab submit --student "$(STUDENT)"
@@ -149,12 +149,12 @@ every number you report from your own model files and modules.
 # Paragraphs of the project's Markdown files that only instructors need sit between these lines; the kit drops them.
 INSTRUCTOR_BEGIN, INSTRUCTOR_END = "<!-- instructor-only -->", "<!-- end instructor-only -->"
 # Words that name instructor tools, or files the kit does not have: none may survive in the kit's Markdown.
-INSTRUCTOR_WORDS = ("batch-grade", "make fixtures", "make test", "make release", "make bench", "fixtures.build",
+INSTRUCTOR_WORDS = ("batch-grade", "make fixtures", "make test", "make kit", "make bench", "fixtures.build",
                     "test_fixtures", "tests/", "python -m grader", "gradebook", "GRADER_SECRET", "For instructors",
                     "For maintainers", "instructor-only")
 
 
-class ReleaseError(LabError):
+class KitError(LabError):
     """A lesson cannot be released as it is (for example, unbalanced solution markers)."""
 
 
@@ -164,16 +164,16 @@ def _regions(source: str, begin: str, end: str, where: str) -> list[tuple[int, i
     for i, line in enumerate(source.splitlines()):
         if begin in line:
             if start is not None:
-                raise ReleaseError(f"{where}: '{begin}' on line {i + 1} comes before the '{end}' "
+                raise KitError(f"{where}: '{begin}' on line {i + 1} comes before the '{end}' "
                                    f"of the one on line {start + 1}; regions cannot nest")
             start = i
         elif end in line:
             if start is None:
-                raise ReleaseError(f"{where}: '{end}' on line {i + 1} has no '{begin}' before it")
+                raise KitError(f"{where}: '{end}' on line {i + 1} has no '{begin}' before it")
             regions.append((start, i))
             start = None
     if start is not None:
-        raise ReleaseError(f"{where}: '{begin}' on line {start + 1} has no '{end}' after it")
+        raise KitError(f"{where}: '{begin}' on line {start + 1} has no '{end}' after it")
     return regions
 
 
@@ -242,7 +242,7 @@ def check_no_markers(nb: nbformat.NotebookNode, name: str) -> nbformat.NotebookN
     for index, cell in enumerate(nb.cells):
         for marker in (BEGIN_SOLUTION, END_SOLUTION, BEGIN_HIDDEN, END_HIDDEN):
             if marker in cell.source:
-                raise ReleaseError(f"{_where(name, index)}: '{marker}' is still there after the release")
+                raise KitError(f"{_where(name, index)}: '{marker}' is still there after the release")
     return nb
 
 
@@ -290,7 +290,7 @@ def _section(text: str, heading: str) -> str:
     try:
         start = lines.index(heading)
     except ValueError:
-        raise ReleaseError(f"README.md has no '{heading}' section; the student README is built from it") from None
+        raise KitError(f"README.md has no '{heading}' section; the student README is built from it") from None
     end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith(level)), len(lines))
     return "\n".join(lines[start:end]).strip() + "\n"
 
@@ -327,10 +327,10 @@ def _git(repo: Path, *args: str) -> bytes:
     try:
         proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, check=False)
     except FileNotFoundError:
-        raise ReleaseError("the kit is built from committed files, and git is not installed") from None
+        raise KitError("the kit is built from committed files, and git is not installed") from None
     if proc.returncode != 0:
         err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise ReleaseError(f"git {' '.join(args[:2])} failed in {repo}: {err[-1] if err else proc.returncode}")
+        raise KitError(f"git {' '.join(args[:2])} failed in {repo}: {err[-1] if err else proc.returncode}")
     return proc.stdout
 
 
@@ -338,8 +338,8 @@ def commit_of(repo: Path = REPO, rev: str = "HEAD") -> str:
     """The full commit id ``rev`` names; refuses a folder that is not a git checkout."""
     try:
         return _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").decode().strip()
-    except ReleaseError:
-        raise ReleaseError(f"the kit is built from committed files only, and {repo} has no commit {rev!r} "
+    except KitError:
+        raise KitError(f"the kit is built from committed files only, and {repo} has no commit {rev!r} "
                            "(is it a git checkout with at least one commit?)") from None
 
 
@@ -436,15 +436,15 @@ def check_kit(out: Path, source: Path) -> None:
     Markdown, or a held-out row."""
     present = [rel for rel in LEFT_OUT + ("grader", "tests") if (out / rel).exists()]
     if present:
-        raise ReleaseError(f"the kit would hold {', '.join(present)}; these stay with the instructor")
+        raise KitError(f"the kit would hold {', '.join(present)}; these stay with the instructor")
     words = instructor_words_in(out)
     if words:
-        raise ReleaseError("the kit's Markdown speaks to instructors: " + "; ".join(
+        raise KitError("the kit's Markdown speaks to instructors: " + "; ".join(
             f"{rel} says {', '.join(map(repr, w))}" for rel, w in words.items())
             + f" (put such paragraphs between '{INSTRUCTOR_BEGIN}' and '{INSTRUCTOR_END}' lines)")
     leaked = heldout_rows_in(out, heldout_hashes(source))
     if leaked:
-        raise ReleaseError("the kit would hold held-out rows: "
+        raise KitError("the kit would hold held-out rows: "
                            + ", ".join(f"{k} ({n} rows)" for k, n in leaked.items()))
 
 
@@ -480,12 +480,12 @@ def build(out: Path, repo: Path = REPO, notebooks: Path | None = None) -> list[P
             (out / "notebooks" / path.name).write_text(release_file(path), encoding="utf-8")
         else:
             _copy_tree(path, out / "notebooks" / path.name)
-    (out / MARKER_FILE).write_text("written by python -m lab release; the whole folder is replaced on the next release\n")
+    (out / MARKER_FILE).write_text("written by python -m instructor kit; the whole folder is replaced on the next release\n")
     check_kit(out, repo)
     return sorted(p for p in out.rglob("*") if p.is_file())
 
 
-def release(out: str | Path, repo: Path = REPO, rev: str = "HEAD") -> Path:
+def build_kit(out: str | Path, repo: Path = REPO, rev: str = "HEAD") -> Path:
     """Build the release of commit ``rev`` of ``repo`` next to ``out`` and swap it in, so a failed release
     leaves no half folder. Only committed files go in (see ``uncommitted`` for what is left out).
 
@@ -493,10 +493,10 @@ def release(out: str | Path, repo: Path = REPO, rev: str = "HEAD") -> Path:
     """
     out = Path(out).resolve()
     if out.exists() and any(out.iterdir()) and not (out / MARKER_FILE).exists():
-        raise ReleaseError(f"{out} is not empty and is not an earlier release (no {MARKER_FILE}); "
+        raise KitError(f"{out} is not empty and is not an earlier release (no {MARKER_FILE}); "
                            "choose a new folder for --out")
     if out == repo.resolve() or repo.resolve().is_relative_to(out):
-        raise ReleaseError(f"--out {out} would replace the sources; choose a folder outside them")
+        raise KitError(f"--out {out} would replace the sources; choose a folder outside them")
     commit = commit_of(repo, rev)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -513,16 +513,16 @@ def release(out: str | Path, repo: Path = REPO, rev: str = "HEAD") -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lab release", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m instructor kit", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="folder for the student copies (new, empty, or an earlier release)")
     parser.add_argument("--rev", default="HEAD", help="the commit to build the kit from (default HEAD); "
                                                       "uncommitted changes never go in")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        out = release(args.out, REPO, args.rev)
+        out = build_kit(args.out, REPO, args.rev)
         commit = commit_of(REPO, args.rev)
         left = uncommitted(REPO) if args.rev == "HEAD" else []
-    except (ReleaseError, nbformat.ValidationError, json.JSONDecodeError) as e:
+    except (KitError, nbformat.ValidationError, json.JSONDecodeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     lessons = sorted((out / "notebooks").glob("*.ipynb"))

@@ -7,7 +7,7 @@ from grader.context import (SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, Missin
                             close, common_claims, entry, evaluation, fp32_outputs, number, provenance, value)
 from grader.models import ModelRefused
 from grader.results import Evidence
-from grader.checks.acceptance import near_boundary
+from grader.lessons.lesson06_accept_or_reject import near_boundary
 
 PART = "calibration"
 KINDS = ("narrow", "right", "wide")
@@ -29,8 +29,9 @@ def _ruler(ctx: Context, kind: str):
 
 
 def run(ctx: Context) -> list:
-    from lab import compare, data, graph, growth, ruler
-    from lab.recipe import _per_channel
+    from lab import compare, data, graph, ruler
+    from lab.lessons import lesson04_more_batches as growth
+    from lab.lessons.lesson07_calibrate_the_deployed_representation.recipe import _per_channel
 
     results_doc = ctx.doc("results.json") if ctx.has("results.json") else {}
     x, _ = evaluation()
@@ -94,12 +95,12 @@ def run(ctx: Context) -> list:
         prov_ok, prov_msg, prov_ev = provenance(kind, f"lab.data.calibration_set('{kind}')", calib,
                                                 value(rep, "calibration_sha256"), value(rep, "calibration_samples"))
         ev += prov_ev
-        # the set's range (lab.growth.calibration_range, lesson 03's call) and the batches the reader serves it in
+        # the set's range (lab.lessons.lesson04_more_batches.calibration_range, lesson 03's call) and the batches the reader serves it in
         extra = []
         want_range = growth.calibration_range(calib)
         if "calibration_range" in rep and not close(rep["calibration_range"], want_range, RANGE_REL * want_range):
             extra.append(f"sets/{kind}/calibration_range is {_g(rep['calibration_range'])}, "
-                         f"lab.growth.calibration_range gives {want_range:.6g}")
+                         f"lab.lessons.lesson04_more_batches.calibration_range gives {want_range:.6g}")
         size = value(results_doc, "settings.batch_size")
         if "calibration_batches" in rep and isinstance(size, int) and size > 0:
             want_b = -(-len(calib) // size)

@@ -1,6 +1,6 @@
 """Lesson 07: the release record. Hashes against the fixtures, disjoint sets, metadata, scenarios recomputed.
 
-Active when the lab has ``lab.recipe`` and the ``recipe`` schema (the lesson has landed).
+Active when the lab has ``lab.lessons.lesson07_calibrate_the_deployed_representation.recipe`` and the ``recipe`` schema (the lesson has landed).
 """
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ NEEDS = (MODEL, RECIPE, SCENARIOS)
 def active() -> bool:
     from lab import schemas
 
-    return importlib.util.find_spec("lab.recipe") is not None and {"recipe", "scenarios"} <= set(schemas.names())
+    return importlib.util.find_spec("lab.lessons.lesson07_calibrate_the_deployed_representation.recipe") is not None and {"recipe", "scenarios"} <= set(schemas.names())
 
 
 def _selection(doc: dict):
-    from lab import recipe
+    from lab.lessons.lesson07_calibrate_the_deployed_representation import recipe
 
     cal = doc["calibration"]
     return recipe.select([(p["condition"], list(p["positions"])) for p in cal["parts"]], split=cal["split"])
@@ -33,7 +33,7 @@ def _served(ctx: Context, doc: dict, sel, ev: list) -> list[tuple[str, bool]]:
     A reader that drops a partial batch calibrates the release on fewer images than the recipe says.
     That reader is charged once, under lesson 02's contract; here it is named, not charged again.
     """
-    from grader.checks import reader
+    from grader.lessons import lesson02_the_calibration_reader as reader
 
     count, bs = value(doc, "calibration.count"), value(doc, "calibration.batch_size")
     items = [("the recipe's image count is the selection's", count == len(sel))]
@@ -55,7 +55,9 @@ def _served(ctx: Context, doc: dict, sel, ev: list) -> list[tuple[str, bool]]:
 
 
 def run(ctx: Context) -> list:
-    from lab import data, graph, recipe, ruler, scenario_checks
+    from lab import data, graph, ruler
+    from lab.lessons.lesson07_calibrate_the_deployed_representation import recipe
+    from lab.lessons.lesson07_calibrate_the_deployed_representation import scenario_checks
 
     doc, record = ctx.doc(RECIPE), ctx.doc(SCENARIOS)
     model = ctx.model(MODEL)
@@ -92,7 +94,7 @@ def run(ctx: Context) -> list:
     good = sum(ok for _, ok in items)
     out.append(check(PART, "recipe", good / len(items),
                      "; ".join(f"{name}: {'yes' if ok else 'NO'}" for name, ok in items)
-                     + ("" if good == len(items) else ". Write the recipe with lab.recipe.recipe(...) from the "
+                     + ("" if good == len(items) else ". Write the recipe with lab.lessons.lesson07_calibrate_the_deployed_representation.recipe.recipe(...) from the "
                         "selection you calibrated with"), ev))
     # disjoint by content
     if sel is not None:
@@ -149,13 +151,14 @@ def _record_problems(ctx: Context, record: dict, doc: dict, mine: dict) -> list[
 
     The limit decides every verdict: a record that raised it to pass a scenario is not the lab's release.
     """
-    from lab import data, recipe
+    from lab import data
+    from lab.lessons.lesson07_calibrate_the_deployed_representation import recipe
 
     wrong = []
     for field, want in (("limit", recipe.LIMIT), ("boundary_margin", recipe.BOUNDARY_MARGIN)):
         got = number(record.get(field))
         if got is None or abs(got - want) > 1e-12:
-            wrong.append(f"{field} is {record.get(field)}; the lab's (lab.recipe.{field.upper()}) is {want}")
+            wrong.append(f"{field} is {record.get(field)}; the lab's (lab.lessons.lesson07_calibrate_the_deployed_representation.recipe.{field.upper()}) is {want}")
     for field, rel in (("model_sha256", MODEL), ("recipe_sha256", RECIPE)):
         if record.get(field) != ctx.sub.files.get(rel):
             wrong.append(f"{field} is not the hash of {rel}")
@@ -164,7 +167,7 @@ def _record_problems(ctx: Context, record: dict, doc: dict, mine: dict) -> list[
     if "release_id" in record and record["release_id"] != doc.get("release_id"):
         wrong.append(f"release_id is {record['release_id']!r}; recipe.json's is {doc.get('release_id')!r}")
     rows = {row.get("name"): row for row in record.get("results", []) if isinstance(row, dict)}
-    for name, s in mine.items():  # the rest of each row, as lab.scenario_checks computes it
+    for name, s in mine.items():  # the rest of each row, as lab.lessons.lesson07_calibrate_the_deployed_representation.scenario_checks computes it
         rep, want = rows.get(name, {}), s.to_dict()
         slack = max(1, s.changed)  # near-boundary policy: the images whose answer changed may flip on another CPU
         for key in ("count", "changed", "accepted_differences", "defects", "description"):
@@ -176,7 +179,7 @@ def _record_problems(ctx: Context, record: dict, doc: dict, mine: dict) -> list[
             else:
                 ok = isinstance(got, int) and not isinstance(got, bool) and abs(got - want[key]) <= slack
             if not ok:
-                wrong.append(f"results/{name}/{key} is {got!r}, lab.scenario_checks gives {want[key]!r}")
+                wrong.append(f"results/{name}/{key} is {got!r}, lab.lessons.lesson07_calibrate_the_deployed_representation.scenario_checks gives {want[key]!r}")
         if "note" in rep and _note_claims(rep["note"]) != _note_claims(want["note"]):
             wrong.append(f"results/{name}/note is {rep['note']!r}; the recomputed scenario "
                          + (f"notes {want['note']!r}" if want["note"] else "has nothing to note"))
@@ -198,7 +201,8 @@ def _families(doc: dict, model, acc_split) -> tuple[float, list[str], list]:
     Scores 1 when both families were recorded, every recorded verdict is the recomputed one, and all
     pass; a release never evaluated under a family, or failing under one, scores 0.
     """
-    from lab import data, kernels, scenario_checks
+    from lab import data, kernels
+    from lab.lessons.lesson07_calibrate_the_deployed_representation import scenario_checks
 
     recorded = doc.get("kernel_families") or {}
     missing = [f for f in kernels.FAMILIES if f not in recorded]

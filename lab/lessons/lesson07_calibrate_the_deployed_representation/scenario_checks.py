@@ -1,7 +1,7 @@
 """Lesson 07's named scenarios: FP32 against INT8 under each condition, with a verdict per scenario.
 
 ``compare_scenarios`` runs both models on the acceptance set under every named condition of
-``lab.scenarios``; ``judge`` gives each scenario its verdict; the tables and the figure show them.
+``lab.lessons.lesson07_calibrate_the_deployed_representation.scenarios``; ``judge`` gives each scenario its verdict; the tables and the figure show them.
 """
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from lab import scenarios
-from lab.acceptance import FLOOR, LIMIT
+from lab.lessons.lesson07_calibrate_the_deployed_representation import scenarios
+from lab.lessons.lesson06_accept_or_reject.acceptance import FLOOR, LIMIT
 from lab.errors import LabError
 
 class SelectionCheckFailed(LabError):

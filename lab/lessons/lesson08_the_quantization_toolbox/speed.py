@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from lab.graph import session
 
-logging.getLogger().setLevel(logging.ERROR)  # ORT's "consider pre-processing" hint, as in lab.quantize
+logging.getLogger().setLevel(logging.ERROR)  # ORT's "consider pre-processing" hint, as in lab.convert
 
 SYNTHETIC_INPUT = "x"
 SYNTHETIC_OUTPUT = "y"
@@ -134,7 +134,7 @@ def synthetic_mlp(width: int, depth: int = 3, n_in: int | None = None, n_out: in
                               [helper.make_tensor_value_info(SYNTHETIC_INPUT, TensorProto.FLOAT, ["N", n_in])],
                               [helper.make_tensor_value_info(SYNTHETIC_OUTPUT, TensorProto.FLOAT, ["N", n_out])],
                               inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="lab.speed")
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="lab.lessons.lesson08_the_quantization_toolbox.speed")
     model.ir_version = 9
     onnx.checker.check_model(model)
     return model

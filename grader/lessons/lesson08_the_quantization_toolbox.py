@@ -1,6 +1,6 @@
 """Lesson 08: the model picked for the stated requirement, measured here against the lab's requirement.
 
-The requirement comes from ``lab.toolbox`` (not from the student's toolbox.json), and the choice is
+The requirement comes from ``lab.lessons.lesson08_the_quantization_toolbox.toolbox`` (not from the student's toolbox.json), and the choice is
 also measured on the held-out split, which no one tuned on.
 """
 from __future__ import annotations
@@ -17,11 +17,12 @@ NEEDS = ("toolbox.json", "choice.onnx")
 def active() -> bool:
     from lab import schemas
 
-    return importlib.util.find_spec("lab.toolbox") is not None and "toolbox" in schemas.names()
+    return importlib.util.find_spec("lab.lessons.lesson08_the_quantization_toolbox.toolbox") is not None and "toolbox" in schemas.names()
 
 
 def run(ctx: Context) -> list:
-    from lab import data, graph, toolbox
+    from lab import data, graph
+    from lab.lessons.lesson08_the_quantization_toolbox import toolbox
 
     doc = ctx.doc("toolbox.json")
     rep = value(doc, "choice") or {}
@@ -61,10 +62,10 @@ def run(ctx: Context) -> list:
 
 def _choice_facts(ctx: Context, doc: dict, rep: dict, mine: dict, path) -> dict[str, bool]:
     """The rest of what toolbox.json says about the choice, recomputed: its loss and size ratio
-    (lab.toolbox.check_choice), per_channel (from the graph), the candidates row of the chosen settings, the
-    lab's requirement (lab.toolbox's, not the student's) and the evaluation it was measured on."""
-    from lab import toolbox
-    from lab.recipe import _per_channel
+    (lab.lessons.lesson08_the_quantization_toolbox.toolbox.check_choice), per_channel (from the graph), the candidates row of the chosen settings, the
+    lab's requirement (lab.lessons.lesson08_the_quantization_toolbox.toolbox's, not the student's) and the evaluation it was measured on."""
+    from lab.lessons.lesson08_the_quantization_toolbox import toolbox
+    from lab.lessons.lesson07_calibrate_the_deployed_representation.recipe import _per_channel
 
     out = {"accuracy_loss": rep.get("accuracy_loss", mine["accuracy_loss"]) is not None
            and close(rep.get("accuracy_loss", mine["accuracy_loss"]), mine["accuracy_loss"], 2 / 400 + 1e-4),
@@ -78,7 +79,7 @@ def _choice_facts(ctx: Context, doc: dict, rep: dict, mine: dict, path) -> dict[
     want_req = {"text": toolbox.REQUIREMENT, "max_accuracy_loss": toolbox.MAX_ACCURACY_LOSS,
                 "max_size_ratio": toolbox.MAX_SIZE_RATIO, "static": True}
     req = value(doc, "requirement") or {}
-    out["requirement (lab.toolbox's)"] = all(req.get(k, w) == w and type(req.get(k, w)) is type(w)
+    out["requirement (lab.lessons.lesson08_the_quantization_toolbox.toolbox's)"] = all(req.get(k, w) == w and type(req.get(k, w)) is type(w)
                                              for k, w in want_req.items())
     ev = value(doc, "evaluation") or {}
     from grader.context import evaluation
@@ -87,7 +88,7 @@ def _choice_facts(ctx: Context, doc: dict, rep: dict, mine: dict, path) -> dict[
                          and ev.get("samples", len(evaluation()[1])) == len(evaluation()[1])
                          and ev.get("kernel_family", mine["kernel_family"]) == mine["kernel_family"])
     rows = [r for r in value(doc, "candidates") or [] if isinstance(r, dict)]
-    # each row's name, columns and verdict follow from its settings and numbers (lab.toolbox's own functions)
+    # each row's name, columns and verdict follow from its settings and numbers (lab.lessons.lesson08_the_quantization_toolbox.toolbox's own functions)
     out["candidates columns (name, format, weights, activations, meets)"] = all(
         isinstance(r.get("settings"), dict) and r.get("name") == toolbox.settings_name(r["settings"])
         and all(r.get(k) == v for k, v in toolbox.describe(r["settings"]).items())
@@ -134,7 +135,7 @@ def _heldout(path, source, mine: dict):
     Size and a static ruler do not depend on the data: a choice that misses them is charged once, under
     choice_meets, and named here. The message names the kind of failure, never a held-out number.
     """
-    from lab import toolbox
+    from lab.lessons.lesson08_the_quantization_toolbox import toolbox
 
     from grader.context import charged_under
 

@@ -14,8 +14,8 @@ import numpy as np
 from lab import graph
 from lab.data import data_sha256, file_sha256
 from lab.errors import LabError, ReaderContractError
-from lab.formats import scorecard
-from lab.quantize import quantize
+from lab.lessons.lesson05_qdq_vs_qoperator import scorecard
+from lab.convert import quantize
 
 Row = dict
 
@@ -59,7 +59,7 @@ def grow(source: str | Path, out_dir: str | Path, counts: Iterable[int],
     Each model is measured against ``reference`` (the FP32 outputs on ``x``). Returns one row per
     count: batches, samples, the calibration hash and range, the input ruler read back from the
     graph, max abs error and accuracy. ``progress(row)`` is called after each model.
-    ``settings`` go to ``lab.quantize.quantize`` (QDQ, QInt8, per-tensor, MinMax by default).
+    ``settings`` go to ``lab.convert.quantize`` (QDQ, QInt8, per-tensor, MinMax by default).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -169,7 +169,7 @@ def check_series(rows: list[Row], counts: list[int], right_batches: list[int], f
     for kind, wanted, name in (("narrow", counts, "counts"), ("right", right_batches, "RIGHT_BATCHES")):
         if got[kind] != list(wanted):
             raise GrowthCheckFailed(f"rows hold {kind} models for batch counts {got[kind]}; expected one per count in "
-                                    f"{name}, {list(wanted)}: call lab.growth.grow(..., kind={kind!r}) with {name} "
+                                    f"{name}, {list(wanted)}: call lab.lessons.lesson04_more_batches.grow(..., kind={kind!r}) with {name} "
                                     "and put its rows in `rows`")
     missing = [r["model"] for r in rows if not (Path(folder) / r["model"]).exists()]
     if missing:

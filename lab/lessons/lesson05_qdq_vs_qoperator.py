@@ -144,7 +144,7 @@ def check_three_conversions(work: str | Path, records: dict, kinds=("narrow", "r
         path = Path(work) / f"{kind}.onnx"
         if kind not in records or not path.exists():
             raise ExerciseCheckFailed(f"no {path.name} (or no records[{kind!r}]): convert once per calibration set, "
-                                      "and keep the record each lab.quantize.quantize call returns")
+                                      "and keep the record each lab.convert.quantize call returns")
         fmt = graph.quant_format(path)
         if fmt != "QDQ":
             raise ExerciseCheckFailed(f"{path.name} is a {fmt} model: use quant_format='QDQ'")

@@ -26,7 +26,7 @@ from onnxruntime.quantization.quant_utils import smooth_distribution
 from lab import data
 from lab.data import file_sha256
 from lab.measure import Evaluation, input_interval, measure
-from lab.quantize import QuantRecord, quantize
+from lab.convert import QuantRecord, quantize
 from lab.readers import ArrayReader
 from lab.workspace import atomic_write_text
 

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from onnx import numpy_helper
 
 from lab import compare, graph, kernels, measure
-from lab import quantize as quantize_module
+from lab import convert
 from lab.errors import LabError
 
 ACTIVATION_MAX = 255  # the largest u8 activation the U8S8 kernel multiplies
@@ -163,7 +163,7 @@ def weights_figure(models: Mapping[str, object]) -> Figure:
 
 # --- the cures ------------------------------------------------------------------------------------
 
-_QUANTIZE_KEYS = set(inspect.signature(quantize_module.quantize).parameters) - {"source", "output", "calibration"}
+_QUANTIZE_KEYS = set(inspect.signature(convert.quantize).parameters) - {"source", "output", "calibration"}
 
 
 def convert_variants(source, out_dir, calibration: np.ndarray | Callable[[], object], base: Mapping,
@@ -180,7 +180,7 @@ def convert_variants(source, out_dir, calibration: np.ndarray | Callable[[], obj
     for name, (_, overrides) in variants.items():
         data = calibration if isinstance(calibration, np.ndarray) else calibration()
         paths[name] = out_dir / f"{name}.onnx"
-        quantize_module.quantize(source, paths[name], data, **{**settings, **overrides})
+        convert.quantize(source, paths[name], data, **{**settings, **overrides})
     return paths
 
 

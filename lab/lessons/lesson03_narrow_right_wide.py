@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lab import compare, data, graph
-from lab.quantize import quantize
+from lab.convert import quantize
 from lab.workspace import make_workspace
 
 KINDS = ("narrow", "right", "wide")

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from grader import sandbox
-from grader.checks import own_code
+from grader import own_code
 from grader.context import Context, Missing, charged_under, check
 from grader.results import Evidence
 
@@ -296,7 +296,7 @@ def _other_data(ctx: Context, got, pixels: np.ndarray) -> bool:
     Then the mistake is lesson 03's (the model's data), charged there, not the reader's: one mistake, one charge.
     Without results.json lesson 03's checks cannot judge it, and this check charges it.
     """
-    from grader.checks.calibration import RANGE_REL
+    from grader.lessons.lesson03_narrow_right_wide import RANGE_REL
     from lab import ruler
 
     if not ctx.has("results.json"):

@@ -23,7 +23,7 @@ REGRESSION_SCHEMA = "regression/1"
 
 # --- summaries ---------------------------------------------------------------------------------
 # ``summarize(predictions, labels)`` is lesson 06's exercise: the student writes it in ``metrics.py``.
-# Its reference is instructor-side (``grader.checks.acceptance.summarize``), so the kit holds no answer.
+# Its reference is instructor-side (``grader.lessons.lesson06_accept_or_reject.summarize``), so the kit holds no answer.
 
 def top_confusions(confusion: Sequence[Sequence[int]], k: int = 5) -> list[tuple[int, int, int]]:
     """The ``k`` largest off-diagonal cells as (actual, predicted, count), largest first."""

@@ -1,1 +1,0 @@
-"""One check module per lesson group."""

@@ -1,0 +1,7 @@
+"""Lesson 06, accept or reject a quantized model: ``acceptance`` (summaries, probability checks, evidence, the decision) and ``families`` (one INT8 model on both kernel families).
+"""
+from __future__ import annotations
+
+from lab import lazy_submodule
+
+__getattr__ = lazy_submodule(__name__)

@@ -1,0 +1,7 @@
+"""Lesson 07, calibrate the deployed representation: ``scenarios`` (named operating conditions), ``scenario_checks`` (FP32 against INT8 under each), ``recipe`` (the calibration selection, the recipe, the release) and ``debugging`` (where a model parts from FP32).
+"""
+from __future__ import annotations
+
+from lab import lazy_submodule
+
+__getattr__ = lazy_submodule(__name__)

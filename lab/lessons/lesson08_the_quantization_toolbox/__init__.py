@@ -1,0 +1,7 @@
+"""Lesson 08, the quantization toolbox: ``toolbox`` (every converter setting, measured), ``calibrators`` (ORT's calibration methods run directly) and ``speed`` (latency and throughput).
+"""
+from __future__ import annotations
+
+from lab import lazy_submodule
+
+__getattr__ = lazy_submodule(__name__)

@@ -1,0 +1,1 @@
+"""The student's command-line tools: ``run`` (every lesson headlessly), ``submit`` (hand in), ``summary``."""
