@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from instructor import kit
+from instructor import kit as kit_builder
 from lab.tools import run
 from instructor.kit import KitError
 
@@ -47,8 +47,8 @@ def secret_lines(nb: nbformat.NotebookNode) -> set[str]:
     """Lines that occur only inside solution or hidden-test regions of ``nb`` (not elsewhere in it)."""
     secret, public = set(), set()
     for cell in nb.cells:
-        hidden = (region_lines(cell.source, kit.BEGIN_SOLUTION, kit.END_SOLUTION)
-                  + region_lines(cell.source, kit.BEGIN_HIDDEN, kit.END_HIDDEN))
+        hidden = (region_lines(cell.source, kit_builder.BEGIN_SOLUTION, kit_builder.END_SOLUTION)
+                  + region_lines(cell.source, kit_builder.BEGIN_HIDDEN, kit_builder.END_HIDDEN))
         secret.update(hidden)
         remaining = list(cell.source.splitlines())
         for line in hidden:
@@ -80,24 +80,24 @@ EXERCISE = notebook(
 
 
 def test_solutions_become_stubs_at_their_indentation_inside_writefile_modules():
-    out = kit.release_notebook(nbformat.from_dict(EXERCISE), "notebooks/99_x.ipynb")
+    out = kit_builder.release_notebook(nbformat.from_dict(EXERCISE), "notebooks/99_x.ipynb")
     code = out.cells[1].source
-    assert code.splitlines()[-1] == "        " + kit.CODE_STUB
+    assert code.splitlines()[-1] == "        " + kit_builder.CODE_STUB
     assert code.startswith("%%writefile {WORK_DIR}/reader.py")
     compile("\n".join(code.splitlines()[1:]), "reader.py", "exec")  # the written module still parses
     assert "secret_answer" not in code
 
 
 def test_hidden_tests_go_and_a_cell_left_empty_goes_too():
-    out = kit.release_notebook(nbformat.from_dict(EXERCISE), "notebooks/99_x.ipynb")
-    text = kit.dumps(out)
+    out = kit_builder.release_notebook(nbformat.from_dict(EXERCISE), "notebooks/99_x.ipynb")
+    text = kit_builder.dumps(out)
     assert "hidden_check" not in text and "only_hidden" not in text
     assert [c.source for c in out.cells if c.cell_type == "code"][1] == "assert True"
     assert len(out.cells) == len(EXERCISE.cells) - 1
 
 
 def test_markdown_solutions_become_your_answer_here():
-    out = kit.release_notebook(nbformat.from_dict(EXERCISE), "notebooks/99_x.ipynb")
+    out = kit_builder.release_notebook(nbformat.from_dict(EXERCISE), "notebooks/99_x.ipynb")
     assert out.cells[-1].source == "Why?\nYOUR ANSWER HERE"
 
 
@@ -105,7 +105,7 @@ def test_outputs_counts_and_instructor_metadata_are_cleared():
     nb = nbformat.from_dict(EXERCISE)
     nb.metadata["nbgrader"] = {"__altered__": False}
     nb.metadata["papermill"] = {"parameters": {}}
-    out = kit.release_notebook(nb, "notebooks/99_x.ipynb")
+    out = kit_builder.release_notebook(nb, "notebooks/99_x.ipynb")
     cell = out.cells[1]
     assert cell.outputs == [] and cell.execution_count is None
     assert cell.metadata == {"tags": ["exercise"]}
@@ -122,14 +122,14 @@ def test_outputs_counts_and_instructor_metadata_are_cleared():
 def test_unbalanced_markers_name_the_notebook_and_cell(source, expected):
     nb = notebook(new_markdown_cell("You will be able to ..."), new_code_cell(source))
     with pytest.raises(KitError) as info:
-        kit.release_notebook(nb, "notebooks/42_broken.ipynb")
+        kit_builder.release_notebook(nb, "notebooks/42_broken.ipynb")
     assert str(info.value).startswith("notebooks/42_broken.ipynb, " + expected)
 
 
 def test_release_refuses_a_folder_that_is_not_an_earlier_release(tmp_path):
     (tmp_path / "precious.txt").write_text("keep me")
     with pytest.raises(KitError, match="not an earlier release"):
-        kit.build_kit(tmp_path)
+        kit_builder.build_kit(tmp_path)
     assert (tmp_path / "precious.txt").read_text() == "keep me"
 
 
@@ -160,8 +160,8 @@ def small_repo(root: Path, notebooks: dict[str, nbformat.NotebookNode]) -> Path:
 
 def test_cli_reports_a_broken_notebook_and_writes_nothing(tmp_path, capsys, monkeypatch):
     repo = small_repo(tmp_path, {"07_broken.ipynb": notebook(new_code_cell("### BEGIN SOLUTION\nx = 1"))})
-    monkeypatch.setattr(kit, "REPO", repo)
-    assert kit.main(["--out", str(tmp_path / "rel")]) == 1
+    monkeypatch.setattr(kit_builder, "REPO", repo)
+    assert kit_builder.main(["--out", str(tmp_path / "rel")]) == 1
     assert "notebooks/07_broken.ipynb, cell 0: '### BEGIN SOLUTION' on line 1" in capsys.readouterr().err
     assert not (tmp_path / "rel").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".rel.")], "staging folder left behind"
@@ -172,8 +172,8 @@ def test_the_kit_is_built_from_committed_files_only_and_names_what_it_left_out(t
     (repo / "lab" / "graph.py").write_text("COMMITTED = False  # a local edit\n")
     (repo / "lab" / "scratch.py").write_text("untracked = True\n")
     nbformat.write(notebook(new_markdown_cell("edited, not committed")), repo / "notebooks" / "00_x.ipynb")
-    monkeypatch.setattr(kit, "REPO", repo)
-    assert kit.main(["--out", str(tmp_path / "kit")]) == 0
+    monkeypatch.setattr(kit_builder, "REPO", repo)
+    assert kit_builder.main(["--out", str(tmp_path / "kit")]) == 0
     out = tmp_path / "kit"
     assert (out / "lab" / "graph.py").read_text() == "COMMITTED = True\n"
     assert not (out / "lab" / "scratch.py").exists()
@@ -188,7 +188,7 @@ def test_the_kit_is_built_from_committed_files_only_and_names_what_it_left_out(t
 def test_release_refuses_a_folder_that_is_not_a_git_checkout(tmp_path):
     (tmp_path / "src").mkdir()
     with pytest.raises(KitError, match="committed files only"):
-        kit.build_kit(tmp_path / "out", repo=tmp_path / "src")
+        kit_builder.build_kit(tmp_path / "out", repo=tmp_path / "src")
     assert not (tmp_path / "out").exists()
 
 
@@ -200,12 +200,12 @@ def test_the_release_safety_net_refuses_a_kit_holding_a_heldout_row(tmp_path):
     np.savez(source / "fixtures" / "heldout.npz", raw=raw, labels=np.array([1, 2, 3]), index=np.array([7, 8, 9]))
     np.savez(kit / "fixtures" / "evaluation.npz", raw=raw[1:2] + 0, labels=np.array([1, 2, 3]), index=np.array([1]))
     with pytest.raises(KitError, match=r"fixtures/evaluation.npz:raw \(1 rows\)"):
-        kit.check_kit(kit, source)
+        kit_builder.check_kit(kit, source)
     np.savez(kit / "fixtures" / "evaluation.npz", pixels=(raw[2:] / 16).astype(np.float32), labels=np.array([1]))
     with pytest.raises(KitError, match="evaluation.npz:pixels"):
-        kit.check_kit(kit, source)
+        kit_builder.check_kit(kit, source)
     np.savez(kit / "fixtures" / "evaluation.npz", raw=raw[:1] + 1, labels=np.array([1, 2, 3]), index=np.array([1]))
-    kit.check_kit(kit, source)  # labels alone (digits every split shares) are no leak
+    kit_builder.check_kit(kit, source)  # labels alone (digits every split shares) are no leak
 
 
 # --- the real lessons -------------------------------------------------------------------------
@@ -213,12 +213,12 @@ def test_the_release_safety_net_refuses_a_kit_holding_a_heldout_row(tmp_path):
 @pytest.fixture(scope="module")
 def commit() -> str:
     """The commit every release in this module is built from (HEAD may move while the tests run)."""
-    return kit.commit_of(kit.REPO, "HEAD")
+    return kit_builder.commit_of(kit_builder.REPO, "HEAD")
 
 
 @pytest.fixture(scope="module")
 def released(tmp_path_factory, commit) -> Path:
-    return kit.build_kit(tmp_path_factory.mktemp("release") / "student", rev=commit)
+    return kit_builder.build_kit(tmp_path_factory.mktemp("release") / "student", rev=commit)
 
 
 def tree_bytes(root: Path) -> dict[str, bytes]:
@@ -244,12 +244,12 @@ def test_student_kit_makefile_readme_and_requirements_are_written_for_students(r
     assert not {"test", "bench", "fixtures", "release"} & targets  # no tests/, benchmarks/ or sources in the kit
     assert "-m lab run\n" in makefile and "rm -rf build\n" in makefile  # clean never touches workspace/
     assert "--ServerApp.root_dir=. " in makefile  # JupyterLab shows notebooks/, docs/ and workspace/
-    assert (released / "notebooks" / "Makefile").read_text() == kit.NOTEBOOKS_MAKEFILE
+    assert (released / "notebooks" / "Makefile").read_text() == kit_builder.NOTEBOOKS_MAKEFILE
     readme = (released / "README.md").read_text()
     assert "## For students" in readme and "make submit STUDENT=YOUR_ID" in readme
     assert "For instructors" not in readme and "-m grader" not in readme and "make test" not in readme
     reqs = (released / "requirements.txt").read_text()
-    repo_pins = [ln for ln in (kit.REPO / "requirements.txt").read_text().splitlines()
+    repo_pins = [ln for ln in (kit_builder.REPO / "requirements.txt").read_text().splitlines()
                  if ln.startswith(("onnx", "numpy"))]
     assert repo_pins and all(pin in reqs.splitlines() for pin in repo_pins)
     assert "pytest" not in reqs and "playwright" not in reqs and "-e ." in reqs
@@ -263,11 +263,11 @@ def test_student_kit_makefile_readme_and_requirements_are_written_for_students(r
 
 
 def test_release_is_byte_for_byte_deterministic(released, commit, tmp_path):
-    again = kit.build_kit(tmp_path / "again", rev=commit)
+    again = kit_builder.build_kit(tmp_path / "again", rev=commit)
     first, second = tree_bytes(released), tree_bytes(again)
     assert sorted(first) == sorted(second)
     assert [k for k in first if first[k] != second[k]] == [], "files differ between two releases"
-    assert kit.build_kit(again, rev=commit) == again and tree_bytes(again) == second  # re-release in place
+    assert kit_builder.build_kit(again, rev=commit) == again and tree_bytes(again) == second  # re-release in place
 
 
 # --- hidden data stays hidden, no instructor tool, no answer --------------------------------------
@@ -279,7 +279,7 @@ def test_the_kit_holds_no_heldout_row_by_content_hash(released, commit):
 
     from lab.data import preprocess, row_hashes
 
-    blob = subprocess.run(["git", "-C", str(kit.REPO), "show", f"{commit}:fixtures/heldout.npz"],
+    blob = subprocess.run(["git", "-C", str(kit_builder.REPO), "show", f"{commit}:fixtures/heldout.npz"],
                           check=True, capture_output=True).stdout
     with np.load(BytesIO(blob)) as f:
         heldout = row_hashes(f["raw"]) | row_hashes(preprocess(f["raw"])) | row_hashes(f["index"])
@@ -366,7 +366,7 @@ def test_no_solution_text_survives_the_release(released):
 
 def first_stub_cell(nb: nbformat.NotebookNode) -> int | None:
     for index, cell in enumerate(nb.cells):
-        if cell.cell_type == "code" and kit.CODE_STUB in cell.source:
+        if cell.cell_type == "code" and kit_builder.CODE_STUB in cell.source:
             return index
     return None
 
@@ -401,12 +401,12 @@ def test_released_lesson_stops_at_its_first_exercise_with_not_implemented(lesson
 # --- a kit written for students -----------------------------------------------------------------------
 
 def test_the_kits_markdown_speaks_to_students_only(released):
-    assert kit.instructor_words_in(released) == {}
+    assert kit_builder.instructor_words_in(released) == {}
     readme = (released / "README.md").read_text()
     fixtures = (released / "fixtures" / "README.md").read_text()
     for text in (readme, fixtures):
         assert "batch-grades" not in text and "make fixtures" not in text and "tests/test_fixtures.py" not in text
-    assert readme.startswith(kit.STUDENT_INTRO) and "## For students" in readme
+    assert readme.startswith(kit_builder.STUDENT_INTRO) and "## For students" in readme
     assert "lesson 00 checks them" in fixtures and "| `fp32.onnx` |" in fixtures
     assert "<!--" not in readme + fixtures
 
@@ -414,15 +414,15 @@ def test_the_kits_markdown_speaks_to_students_only(released):
 def test_instructor_only_paragraphs_go_and_a_kit_that_still_names_a_tool_is_refused(tmp_path):
     text = ("# T\n\nFor all.\n\n<!-- instructor-only -->\nRun `make fixtures`.\n<!-- end instructor-only -->\n\n"
             "Also for all.\n")
-    assert kit.strip_instructor(text) == "# T\n\nFor all.\n\nAlso for all.\n"
+    assert kit_builder.strip_instructor(text) == "# T\n\nFor all.\n\nAlso for all.\n"
     with pytest.raises(KitError, match="has no '<!-- end instructor-only -->' after it"):
-        kit.strip_instructor("<!-- instructor-only -->\nsecret\n")
+        kit_builder.strip_instructor("<!-- instructor-only -->\nsecret\n")
     kit, source = tmp_path / "kit", tmp_path / "source"
     (kit / "fixtures").mkdir(parents=True)
     source.mkdir()
     (kit / "fixtures" / "README.md").write_text("Rebuild them with `make fixtures`.\n")
     with pytest.raises(KitError, match="fixtures/README.md says 'make fixtures'"):
-        kit.check_kit(kit, source)
+        kit_builder.check_kit(kit, source)
 
 
 @pytest.mark.skipif(not shutil.which("make"), reason="make is not installed")
@@ -433,7 +433,7 @@ def test_hand_in_works_from_the_notebooks_folder_as_the_readme_says(released, tm
     readme = (kit / "README.md").read_text()
     assert "`make submit STUDENT=YOUR_ID`, from the kit's folder or from `notebooks/`" in readme
     # The kit's .venv is this project's (set up already): make must not reinstall it.
-    (kit / ".venv").symlink_to(kit.REPO / ".venv")
+    (kit / ".venv").symlink_to(kit_builder.REPO / ".venv")
     assert (kit / ".venv" / ".installed").exists(), "run `make setup` first"
     for name in ("requirements.txt", "pyproject.toml"):
         os.utime(kit / name, (0, 0))
@@ -488,19 +488,19 @@ def _kit_lesson_with(kit_nb: Path, answer_marker: str, answer, stop_marker: str)
     """The kit's lesson up to the cell holding ``stop_marker``: every stub filled with the instructor's solution,
     the one holding ``answer_marker`` with ``answer(solution)`` instead."""
     nb = nbformat.read(kit_nb, as_version=4)
-    source = {c.get("id"): c.source for c in nbformat.read(kit.REPO / "notebooks" / kit_nb.name, as_version=4).cells}
+    source = {c.get("id"): c.source for c in nbformat.read(kit_builder.REPO / "notebooks" / kit_nb.name, as_version=4).cells}
 
     def instructor(text: str) -> str:
-        text = kit.remove_hidden_tests(nbformat.v4.new_notebook(cells=[new_code_cell(text)]), "x").cells
+        text = kit_builder.remove_hidden_tests(nbformat.v4.new_notebook(cells=[new_code_cell(text)]), "x").cells
         lines = text[0].source.splitlines() if text else []
-        return "\n".join(ln for ln in lines if ln.strip() not in (kit.BEGIN_SOLUTION, kit.END_SOLUTION))
+        return "\n".join(ln for ln in lines if ln.strip() not in (kit_builder.BEGIN_SOLUTION, kit_builder.END_SOLUTION))
 
     cells = []
     for cell in nb.cells:
-        if kit.CODE_STUB in cell.source:
+        if kit_builder.CODE_STUB in cell.source:
             full = source[cell.get("id")]
             if answer_marker in full:
-                begin, end = full.index(kit.BEGIN_SOLUTION), full.index(kit.END_SOLUTION)
+                begin, end = full.index(kit_builder.BEGIN_SOLUTION), full.index(kit_builder.END_SOLUTION)
                 start, after = full.rfind("\n", 0, begin) + 1, full.find("\n", end)
                 region = full[full.index("\n", begin) + 1:full.rindex("\n", 0, end) + 1]
                 full = full[:start] + answer(region) + (full[after + 1:] if after >= 0 else "")

@@ -18,12 +18,12 @@ import nbformat
 import pytest
 
 from grader import reference
-from instructor import kit
+from instructor import kit as kit_builder
 from lab.tools import run
 
 REPO = Path(__file__).resolve().parents[1]
-BEGIN, END = kit.BEGIN_SOLUTION, kit.END_SOLUTION
-HIDDEN = re.compile(re.escape(kit.BEGIN_HIDDEN) + r".*?" + re.escape(kit.END_HIDDEN) + r"\n?", re.S)
+BEGIN, END = kit_builder.BEGIN_SOLUTION, kit_builder.END_SOLUTION
+HIDDEN = re.compile(re.escape(kit_builder.BEGIN_HIDDEN) + r".*?" + re.escape(kit_builder.END_HIDDEN) + r"\n?", re.S)
 
 BROKEN_INIT_READER = '''import numpy as np
 from onnxruntime.quantization import CalibrationDataReader
@@ -121,7 +121,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def kit(tmp_path_factory) -> Path:
-    return kit.build_kit(tmp_path_factory.mktemp("kit") / "student", rev=kit.commit_of(kit.REPO, "HEAD"))
+    return kit_builder.build_kit(tmp_path_factory.mktemp("kit") / "student", rev=kit_builder.commit_of(kit_builder.REPO, "HEAD"))
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +154,7 @@ def _with_wrong_answer(kit_nb: Path, case: Wrong) -> nbformat.NotebookNode:
             full = source[cid]
             start, stop = full.index(BEGIN), full.index(END) + len(END)
             cell.source = _solution(full[:start] + case.answer(region) + full[stop:])
-        elif kit.CODE_STUB in cell.source:
+        elif kit_builder.CODE_STUB in cell.source:
             cell.source = _solution(source[cid])
         cells.append(cell)
         if cid == case.stop_after:
