@@ -21,20 +21,15 @@ import zipfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from lab import contract
 from lab.errors import LabError
 
-# Lessons 02-03's files: the core of every hand-in (the grader's first checks). Missing ones are named, like any other.
-REQUIRED = ("calibration_reader.py", "narrow.onnx", "right.onnx", "wide.onnx", "dynamic.onnx", "results.json")
-OPTIONAL = ("growth.json", "formats.json", "formats/model.qdq.onnx", "formats/model.qoperator.onnx",
-            "formats/model.calibration.json", "metrics.py", "candidate.onnx", "regression.json",
-            "toolbox.json", "choice.onnx", "predictions.json")
-PATTERNS = (re.compile(r"^growth/(narrow|right)-\d{3}\.onnx$"), re.compile(r"^release/[A-Za-z0-9_.-]+\.(onnx|json)$"))
-# Which lesson writes each optional file, so a student knows what to run before handing in.
-WRITTEN_BY = {"growth.json": "04", "formats.json": "05", "formats/model.qdq.onnx": "05",
-              "formats/model.qoperator.onnx": "05", "formats/model.calibration.json": "05", "metrics.py": "06",
-              "candidate.onnx": "06", "regression.json": "06", "toolbox.json": "08", "choice.onnx": "08",
-              "predictions.json": "01"}
-MODULES = ("calibration_reader.py", "metrics.py")
+# The contract's lists, by the names the grader and older tests use; lab.contract is where they are written.
+REQUIRED = contract.files("required")
+OPTIONAL = contract.files("optional")
+PATTERNS = tuple(re.compile(e.pattern) for e in contract.families())
+WRITTEN_BY = {rel: contract.lesson_of(rel) for rel in OPTIONAL}
+MODULES = contract.modules()
 STUB = "raise NotImplementedError("  # the release's exercise stub, with or without a message
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MAX_FILE_BYTES = 32 << 20
@@ -45,8 +40,8 @@ class SubmitError(LabError):
 
 
 def wanted(rel: str) -> bool:
-    """Is ``rel`` (a path inside the workspace) one of the files the lessons write?"""
-    return rel in REQUIRED or rel in OPTIONAL or any(p.fullmatch(rel) for p in PATTERNS)
+    """Is ``rel`` (a path inside the workspace) one of the files the lessons write for the grader?"""
+    return contract.handed_in(rel)
 
 
 def collect(work: Path) -> dict[str, Path]:
@@ -97,23 +92,13 @@ def default_workspace(cwd: Path | None = None, kit: Path | None = None) -> Path:
 
 
 def lesson_of(rel: str) -> str:
-    """The lesson that writes ``rel`` (a file, or the folders ``growth/`` and ``release/``)."""
-    if rel == "calibration_reader.py":
-        return "02"
-    if rel in REQUIRED:
-        return "03"
-    return WRITTEN_BY.get(rel) or {"growth/": "04", "release/": "07"}.get(rel, "?")
+    """The lesson that writes ``rel`` (a file, or the folders ``growth/`` and ``release/``); "?" if none does."""
+    return contract.lesson_of(rel) or "?"
 
 
 def missing_by_lesson(handed_in) -> dict[str, list[str]]:
     """``{lesson: [files]}`` of the lessons' files that are not in ``handed_in`` (paths in the workspace)."""
-    handed_in = set(handed_in)
-    missing = [rel for rel in REQUIRED + OPTIONAL if rel not in handed_in]
-    missing += [folder for folder in ("growth/", "release/") if not any(r.startswith(folder) for r in handed_in)]
-    by_lesson: dict[str, list[str]] = {}
-    for rel in missing:
-        by_lesson.setdefault(lesson_of(rel), []).append(rel)
-    return dict(sorted(by_lesson.items()))
+    return contract.missing_by_lesson(handed_in)
 
 
 def unfinished(files: dict[str, Path]) -> list[str]:

@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Callable
 
+from lab import contract
+
 
 def _f(value, spec: str = ".4f") -> str:
     return format(value, spec) if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
@@ -81,13 +83,14 @@ def toolbox(doc: dict) -> list[str]:
             f"accuracy {_f(choice.get('accuracy'))}, loss {_f(choice.get('accuracy_loss'))}"]
 
 
+# (title, the document's schema, its section): the file and the lesson that writes it come from lab.contract
 SECTIONS: list[tuple[str, str, Callable[[dict], list[str]]]] = [
-    ("03 narrow / right / wide", "results.json", calibration_sets),
-    ("04 more batches", "growth.json", growth),
-    ("05 QDQ vs QOperator", "formats.json", formats),
-    ("06 accept or reject", "regression.json", regression),
-    ("07 the deployed representation", "release/scenarios.json", scenarios),
-    ("08 the toolbox", "toolbox.json", toolbox),
+    ("narrow / right / wide", "results", calibration_sets),
+    ("more batches", "growth", growth),
+    ("QDQ vs QOperator", "formats", formats),
+    ("accept or reject", "regression", regression),
+    ("the deployed representation", "scenarios", scenarios),
+    ("the toolbox", "toolbox", toolbox),
 ]
 
 
@@ -98,11 +101,13 @@ def summarize_workspace(work_dir: str | Path, lessons: set[str] | None = None) -
     earlier run left for later lessons are not this run's numbers.
     """
     lines: list[str] = []
-    for title, name, section in SECTIONS:
+    for title, schema, section in SECTIONS:
+        name = contract.path_of_schema(schema)
+        lesson = contract.lesson_of(name)
         path = Path(work_dir) / name
-        if not path.exists() or (lessons is not None and title[:2] not in lessons):
+        if not path.exists() or (lessons is not None and lesson not in lessons):
             continue
-        lines.append(f"{title}  ({name})")
+        lines.append(f"{lesson} {title}  ({name})")
         try:
             doc = json.loads(path.read_text(encoding="utf-8"))
             lines += section(doc) if isinstance(doc, dict) else ["  (not a JSON object)"]
