@@ -17,6 +17,7 @@ from lab import kernels
 from grader.lessons import lesson06_accept_or_reject as acceptance
 from grader.lessons import lesson03_narrow_right_wide as calibration
 from grader.lessons import lesson04_more_batches as growth
+from grader.lessons import lesson05_qdq_vs_qoperator
 from grader.lessons import predictions
 from grader.lessons import lesson02_the_calibration_reader as reader
 from grader.lessons import lesson07_calibrate_the_deployed_representation as release
@@ -48,7 +49,7 @@ GROUPS = (
                                 "dynamic"), ("results.json",), calibration.run),
     Group("04", "growth", ("series", "lesson_point"), ("growth.json",), growth.run_growth),
     Group("05", "formats", ("two_formats", "same_scales", "same_order", "elementwise"),
-          ("formats.json", "formats/model.qdq.onnx", "formats/model.qoperator.onnx"), growth.run_formats),
+          ("formats.json", "formats/model.qdq.onnx", "formats/model.qoperator.onnx"), lesson05_qdq_vs_qoperator.run_formats),
     # lesson 06: each check needs only the files it uses (the gate uses the fixture alone); summarize() first,
     # so the summaries it wrote into regression.json are not charged again for its mistake
     Group("06", "acceptance", ("summarize_code",), ("metrics.py",), acceptance.run_summarize),

@@ -8,7 +8,7 @@ import numpy as np
 
 from grader import sandbox
 from grader import own_code
-from grader.context import Context, Missing, charged_under, check
+from grader.context import RANGE_REL, Context, Missing, charged_under, check
 from grader.results import Evidence
 
 PART = "reader"
@@ -296,7 +296,6 @@ def _other_data(ctx: Context, got, pixels: np.ndarray) -> bool:
     Then the mistake is lesson 03's (the model's data), charged there, not the reader's: one mistake, one charge.
     Without results.json lesson 03's checks cannot judge it, and this check charges it.
     """
-    from grader.lessons.lesson03_narrow_right_wide import RANGE_REL
     from lab import ruler
 
     if not ctx.has("results.json"):

@@ -3,17 +3,16 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from grader.context import (SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, Missing, charged_under, check,
-                            close, common_claims, entry, evaluation, fp32_outputs, number, provenance, value)
+from grader.context import (RANGE_REL, SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, Missing, charged_under, check,
+                            close, common_claims, entry, evaluation, fp32_outputs, near_boundary, number, provenance,
+                            value)
 from grader.models import ModelRefused
 from grader.results import Evidence
-from grader.lessons.lesson06_accept_or_reject import near_boundary
 
 PART = "calibration"
 KINDS = ("narrow", "right", "wide")
 EXPECTED_DIAGNOSIS = {"narrow": "clipping", "wide": "squashing"}
 SCALE_REL = 1e-6
-RANGE_REL = 1e-5
 HIDDEN = "relu1.out"  # the first hidden activation, whose ruler lesson 03 reads
 FRACTION_TOL = 1e-6  # clipped / used fractions: lab.compare.diagnose on the same ruler and pixels, exact but rounding
 

@@ -1,12 +1,10 @@
-"""Lesson 04 (batch growth) and lesson 05 (QDQ vs QOperator), recomputed from the models handed in."""
+"""Lesson 04: more batches of the narrow set against a few of the right data, recomputed from the models handed in."""
 from __future__ import annotations
 
 import re
 
-import numpy as np
-
-from grader.context import (SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, Missing, check, close, common_claims,
-                            evaluation, fp32_outputs, number, provenance, value)
+from grader.context import (SOFTMAX_STEP, WHY_OUTPUT, Context, Missing, check, close, common_claims, evaluation,
+                            fp32_outputs, integer, near_boundary, number, provenance, short, value)
 from grader.results import Evidence
 
 GROWTH_FILE = re.compile(r"^growth/(narrow|right)-(\d{3})\.onnx$")
@@ -36,10 +34,6 @@ def _narrow_stream(doc: dict):
         return None
 
 
-def _int(x) -> int | None:
-    return x if isinstance(x, int) and not isinstance(x, bool) else None
-
-
 def _record_problems(doc: dict, rows: list[dict], stream) -> list[str]:
     """growth.json's own record: the stream's hash, and one batch size everywhere, samples = batches x batch size."""
     from lab.data import data_sha256
@@ -53,12 +47,12 @@ def _record_problems(doc: dict, rows: list[dict], stream) -> list[str]:
         problems.append(f"growth.json narrow_stream/sha256 is not the hash of the stream its max_batches "
                         f"({value(spec, 'max_batches')}), batch_size ({value(spec, 'batch_size')}) and seed "
                         f"({value(spec, 'seed')}) give")
-    bs = _int(value(spec, "batch_size"))
-    if _int(value(doc, "settings.batch_size")) != bs:
+    bs = integer(value(spec, "batch_size"))
+    if integer(value(doc, "settings.batch_size")) != bs:
         problems.append(f"growth.json settings/batch_size is {value(doc, 'settings.batch_size')}, narrow_stream/"
                         f"batch_size {value(spec, 'batch_size')}: one lesson run has one batch size")
     for i, r in enumerate(rows):
-        n, rbs, samples = (_int(value(r, k)) for k in ("batches", "batch_size", "samples"))
+        n, rbs, samples = (integer(value(r, k)) for k in ("batches", "batch_size", "samples"))
         if rbs != bs or n is None or samples != n * rbs:
             problems.append(f"growth.json rows/{i} ({value(r, 'kind')} x {value(r, 'batches')}): batch_size "
                             f"{value(r, 'batch_size')} and samples {value(r, 'samples')}; the run's batch size is "
@@ -117,14 +111,13 @@ def _row_pixels(kind: str, n: int, bs, seed):
 def _rows_and_verdict(ctx: Context, doc: dict, models: list, reported: dict, run_bs, seed,
                       picks: list[int] = ()) -> list[str]:
     """Every row of growth.json, its verdict, right_data and settings/per_channel, recomputed from the growth/
-    models and the stream with the lab calls lesson 04 makes (graph.input_ruler, growth.calibration_range,
-    data_sha256, compare.max_abs_error, growth.verdict): one message per wrong field, reported vs recomputed.
+    models and the stream with the lab calls lesson 04 makes (graph.input_ruler, lesson04_more_batches.calibration_range,
+    data_sha256, compare.max_abs_error, lesson04_more_batches.verdict): one message per wrong field, reported vs recomputed.
     The picked narrow counts' hash, count, range and error are judged (and charged) by their own points."""
     from lab import compare, graph
-    from lab.lessons import lesson04_more_batches as growth
+    from lab.lessons import lesson04_more_batches
     from lab.data import data_sha256
 
-    from grader.lessons.lesson06_accept_or_reject import near_boundary
     from lab.lessons.lesson07_calibrate_the_deployed_representation.recipe import _per_channel
 
     labels = evaluation()[1]
@@ -137,9 +130,9 @@ def _rows_and_verdict(ctx: Context, doc: dict, models: list, reported: dict, run
         row = {"kind": kind, "batches": n, "scale": r.scale, "zero_point": int(r.zero_point),
                "range_seen": r.range_seen, "max_abs_error": compare.max_abs_error(fp32_outputs(), probs),
                "accuracy": float((probs.argmax(1) == labels).mean())}
-        pixels = _row_pixels(kind, n, _int(value(rep, "batch_size")) or run_bs, seed)
+        pixels = _row_pixels(kind, n, integer(value(rep, "batch_size")) or run_bs, seed)
         if pixels is not None:
-            row.update(calibration_sha256=data_sha256(pixels), calibration_range=growth.calibration_range(pixels))
+            row.update(calibration_sha256=data_sha256(pixels), calibration_range=lesson04_more_batches.calibration_range(pixels))
         mine.append(row)
         slack = len(near_boundary(probs)) / len(probs) + 1e-9
         tol = {"scale": 1e-6 * r.scale, "range_seen": r.scale / 2, "max_abs_error": SOFTMAX_STEP, "accuracy": slack,
@@ -151,12 +144,12 @@ def _rows_and_verdict(ctx: Context, doc: dict, models: list, reported: dict, run
             got = rep[key]
             ok = close(got, want, tol[key]) if key in tol else (got == want and type(got) is type(want))
             if not ok:
-                problems.append(f"growth.json rows ({kind} x {n}) {key} is {_short(got)}, recomputed from {rel} "
-                                f"{_short(want)}")
+                problems.append(f"growth.json rows ({kind} x {n}) {key} is {short(got)}, recomputed from {rel} "
+                                f"{short(want)}")
     reported_verdict = value(doc, "verdict")
     if isinstance(reported_verdict, dict) and any(r["kind"] == "narrow" for r in mine) \
             and any(r["kind"] == "right" for r in mine):
-        want_v = growth.verdict(mine)
+        want_v = lesson04_more_batches.verdict(mine)
         for key, want in want_v.items():
             if key not in reported_verdict:
                 continue
@@ -166,8 +159,8 @@ def _rows_and_verdict(ctx: Context, doc: dict, models: list, reported: dict, run
             else:
                 ok = got == want and type(got) is type(want)
             if not ok:
-                problems.append(f"growth.json verdict/{key} is {_short(got)}, lab.lessons.lesson04_more_batches.verdict on the recomputed "
-                                f"rows gives {_short(want)}")
+                problems.append(f"growth.json verdict/{key} is {short(got)}, lab.lessons.lesson04_more_batches.verdict on the recomputed "
+                                f"rows gives {short(want)}")
     rights = sorted(n for k, n in models if k == "right")
     if value(doc, "right_data.batches") not in (None, rights):
         problems.append(f"growth.json right_data/batches is {value(doc, 'right_data.batches')}; the hand-in's "
@@ -181,14 +174,6 @@ def _rows_and_verdict(ctx: Context, doc: dict, models: list, reported: dict, run
     return common_claims(doc, "growth.json") + problems
 
 
-def _short(v) -> str:
-    if isinstance(v, float):
-        return f"{v:.6g}"
-    if isinstance(v, str) and len(v) == 64:
-        return v[:12] + "..."
-    return repr(v)
-
-
 def run_growth(ctx: Context) -> list:
     from lab import compare, data, graph
 
@@ -196,7 +181,7 @@ def run_growth(ctx: Context) -> list:
     rows = _series(doc)
     reported = {}
     for r in rows:
-        n = _int(value(r, "batches", "n_batches", "batch_count"))
+        n = integer(value(r, "batches", "n_batches", "batch_count"))
         if n is not None:
             reported[(str(value(r, "kind", "set", "name")), n)] = r
     models = sorted((m.group(1), int(m.group(2))) for rel in ctx.sub.files if (m := GROWTH_FILE.fullmatch(rel)))
@@ -206,7 +191,7 @@ def run_growth(ctx: Context) -> list:
     picks = sorted({narrow[0], narrow[len(narrow) // 2], narrow[-1]})
     ok_count, msgs, ev = 0, [], []
     stream = _narrow_stream(doc)
-    run_bs = _int(value(doc, "narrow_stream.batch_size"))
+    run_bs = integer(value(doc, "narrow_stream.batch_size"))
     seed = value(doc, "narrow_stream.seed")
     shas = {f"growth/{k}-{n:03d}.onnx": ctx.sub.files[f"growth/{k}-{n:03d}.onnx"] for k, n in models}
     # every model of the series holds the ruler its batch count implies (cheap: no inference)
@@ -214,7 +199,7 @@ def run_growth(ctx: Context) -> list:
     for kind, n in models:
         rel = f"growth/{kind}-{n:03d}.onnx"
         rep = reported.get((kind, n), {})
-        bs = _int(value(rep, "batch_size")) or run_bs
+        bs = integer(value(rep, "batch_size")) or run_bs
         problem = _model_problem(ctx, rel, kind, n, bs, seed, rep, shas)
         if problem:
             wrong_model[(kind, n)] = problem
@@ -230,7 +215,7 @@ def run_growth(ctx: Context) -> list:
                 and rep_err is not None and abs(rep_err - err) <= SOFTMAX_STEP)
         prov = ""
         if stream is not None:  # the row's calibration hash and count: the first n batches of the narrow stream
-            bs = _int(value(rep, "batch_size")) or run_bs or 0
+            bs = integer(value(rep, "batch_size")) or run_bs or 0
             prov_ok, prov, prov_ev = provenance(f"narrow x{n}", f"the first {n} batches of the narrow stream",
                                                 data.narrow_batches(n * bs, 1, seed=int(seed)) if bs else stream[:0],
                                                 value(rep, "calibration_sha256"),
@@ -266,250 +251,3 @@ def run_growth(ctx: Context) -> list:
                                                       "one or two batches of the right data"))
     return out
 
-
-CACHE = "formats/model.calibration.json"
-
-
-def _cache_range(ctx: Context, doc: dict) -> tuple[tuple[float, float] | None, str]:
-    """The 'pixels' range in lesson 05's calibration cache, or None and what is wrong with the file.
-
-    The cache is what made the two formats share one calibration (ORT skips calibration when it exists),
-    so it must be handed in, be the file formats.json names, and hold a finite range per tensor.
-    """
-    from lab import data
-
-    named = value(doc, "calibration.cache")
-    if named != CACHE:
-        return None, f"formats.json calibration/cache is {named!r}; lesson 05's cache is {CACHE}"
-    if not ctx.has(CACHE):
-        return None, f"{CACHE} is not in the submission: lesson 05 writes it, and both formats are built from it"
-    if value(doc, "calibration.cache_sha256") != data.file_sha256(ctx.sub.path(CACHE)):
-        return None, f"formats.json calibration/cache_sha256 is not the hash of {CACHE} (changed after the lesson?)"
-    cache = ctx.doc(CACHE)  # the strict loader refused NaN, -1e999 and duplicate keys at intake
-    tensors = value(cache, "data")
-    if not isinstance(tensors, dict) or not tensors:
-        return None, (f"{CACHE} field 'data' holds no ranges (expected one per tensor, 'pixels' among them); "
-                      "re-run lesson 05, which writes it with lab.convert.quantize_both_formats")
-    for name, entry in tensors.items():
-        lo, hi = (value(entry, f"{end}.data") for end in ("lowest", "highest"))
-        ok = all(isinstance(v, list) and len(v) == 1 and number(v[0]) is not None for v in (lo, hi))
-        if not ok or number(lo[0]) > number(hi[0]):
-            return None, (f"{CACHE} field 'data/{name}' is not a range: expected lowest/data and highest/data, "
-                          "one finite number each, lowest <= highest")
-    if "pixels" not in tensors:
-        return None, f"{CACHE} field 'data' has no range for 'pixels', the model's input"
-    entry = tensors["pixels"]
-    return (float(entry["lowest"]["data"][0]), float(entry["highest"]["data"][0])), ""
-
-
-def _hidden_rulers(ctx: Context, rels: dict, dtype: str) -> str:
-    """Each MatMul output's ruler in both models against the cache's range for it; '' when all agree.
-
-    Both formats quantize the MatMul outputs from the same cached range (the Adds and the Softmax differ by
-    design: QOperator fuses Add+Relu, and forces its own Softmax grid). A format calibrated apart shows here.
-    """
-    from onnx import numpy_helper
-
-    from lab import data, graph, ruler
-
-    tensors = value(ctx.doc(CACHE), "data")
-    matmuls = [n.output[0] for n in graph.load(data.fixture_path("fp32.onnx")).graph.node if n.op_type == "MatMul"]
-    for name, rel in rels.items():
-        inits = {i.name: i for i in ctx.model(rel).graph.initializer}
-        for t in matmuls:
-            if t not in tensors or f"{t}_scale" not in inits or f"{t}_zero_point" not in inits:
-                continue
-            lo, hi = float(tensors[t]["lowest"]["data"][0]), float(tensors[t]["highest"]["data"][0])
-            want, want_zp = ruler.scale_zero_point(lo, hi, dtype)
-            got = float(numpy_helper.to_array(inits[f"{t}_scale"]).reshape(-1)[0])
-            got_zp = int(numpy_helper.to_array(inits[f"{t}_zero_point"]).reshape(-1)[0])
-            if abs(got - float(want)) > 1e-6 * float(want) or got_zp != want_zp:
-                return (f"{rel}'s ruler for '{t}' (scale {got:.6g}, zero point {got_zp}) is not the one {CACHE} "
-                        f"gives ({float(want):.6g}, {want_zp}): that format was calibrated apart from the cache, "
-                        "so the two formats do not share one calibration")
-    return ""
-
-
-def _formats_reported(ctx: Context, doc: dict, rels: dict, formats: dict) -> list[str]:
-    """Each format's reported file, hash, size and format, and the settings' per_channel, against the files."""
-    from lab import data
-    from lab.lessons.lesson07_calibrate_the_deployed_representation.recipe import _per_channel
-
-    wrong = []
-    for name, rel in rels.items():
-        rep = value(value(doc, "formats") or {}, name) or {}
-        path = ctx.sub.path(rel)
-        for field, want in (("file", rel.split("/")[-1]), ("sha256", ctx.sub.files[rel]),
-                            ("size_bytes", path.stat().st_size), ("quant_format", formats[name])):
-            got = value(rep, field)
-            if got != want or isinstance(got, bool):
-                shown, has = (f"{got}"[:20], want[:20]) if field == "sha256" else (got, want)
-                wrong.append(f"formats/{name}/{field} is {shown!r}, {rel} has {has!r}")
-    reported_pc = value(doc, "settings.per_channel")
-    graph_pc = {name: _per_channel(ctx.sub.path(rel)) for name, rel in rels.items()}
-    for name, pc in graph_pc.items():
-        if reported_pc is not pc:
-            wrong.append(f"settings/per_channel is {reported_pc}, but {rels[name]} has "
-                         f"{'per-channel' if pc else 'per-tensor'} weights")
-            break
-    return wrong
-
-
-FRACTION_TOL = 0.1  # relative: elements one grid step from a band's edge may move on another CPU
-
-
-def _leaf_problems(rep, want, where: str, tol) -> list[str]:
-    """Each leaf of ``want`` that ``rep`` reports otherwise: strings, booleans and integers exactly, floats within
-    ``tol(field)``; a leaf ``rep`` lacks is not judged (the schema says which are required)."""
-    if isinstance(want, dict):
-        if not isinstance(rep, dict):
-            return [] if rep is None else [f"{where} is {_short(rep)}, expected an object"]
-        return [m for k, w in want.items() if k in rep for m in _leaf_problems(rep[k], w, f"{where}/{k}", tol)]
-    if isinstance(want, float):
-        return [] if close(rep, want, tol(where, want)) else [f"{where} is {_short(rep)}, recomputed {_short(want)}"]
-    if rep == want and type(rep) is type(want):
-        return []
-    return [f"{where} is {_short(rep)}, recomputed {_short(want)}"]
-
-
-def _formats_recomputed(ctx: Context, doc: dict, qdq_rel: str, qop_rel: str) -> tuple[list[str], list[str]]:
-    """formats.json's description of each model, and of how their outputs differ, recomputed with lesson 05's
-    calls (lab.lessons.lesson05_qdq_vs_qoperator.describe, output_difference, difference_bands): (model fields wrong, difference fields
-    wrong). The count of predictions that differ is judged by its own near-boundary policy in elementwise."""
-    from lab.lessons import lesson05_qdq_vs_qoperator as formats
-
-    x, labels = evaluation()
-    model = {}
-    for name, rel in (("QDQ", qdq_rel), ("QOperator", qop_rel)):
-        d = formats.describe(ctx.sub.path(rel), x, labels, fp32_outputs())
-        for k in ("file", "size_bytes", "sha256", "quant_format", "max_abs_error", "accuracy"):
-            d.pop(k)  # judged in two_formats and same_order
-        # which kernels ONNX Runtime picked is the profile of the student's CPU (fusions differ between x86 and
-        # ARM builds), not a result the grader's CPU can recompute: left alone, as in lesson 06's evidence
-        d.pop("kernels_run")
-        model[name] = d
-    a, b = ctx.outputs(qdq_rel), ctx.outputs(qop_rel)
-    diff = formats.output_difference(a, b)
-    wrong_diff = []
-    sample = value(doc, "difference.sample_with_max_difference")
-    per_sample = np.abs(a.astype(np.float64) - b).max(axis=1)
-    if isinstance(sample, int) and not isinstance(sample, bool) and 0 <= sample < len(per_sample):
-        if per_sample[sample] < per_sample.max() - 2 * SOFTMAX_STEP:  # a near-tie may pick another sample
-            wrong_diff.append(f"difference/sample_with_max_difference is {sample}; its largest difference is "
-                              f"{per_sample[sample]:.4f}, sample {int(per_sample.argmax())}'s {per_sample.max():.4f}")
-    elif sample is not None:
-        wrong_diff.append(f"difference/sample_with_max_difference is {_short(sample)}, not a sample of the "
-                          f"{len(per_sample)} evaluation images")
-    for k in ("predictions_differ", "max_abs_difference", "sample_with_max_difference"):
-        diff.pop(k)  # judged in elementwise, or above
-    bands = formats.difference_bands(a, b, max(model["QDQ"]["output_scale"] or 0, model["QOperator"]["output_scale"]
-                                               or 0))
-
-    def tol(where: str, want: float) -> float:
-        if "scale" in where or "grid_bound" in where:
-            return 1e-6 * abs(want)
-        if where.startswith(("difference/fraction", "bands/")):
-            return FRACTION_TOL * abs(want) + 2 / 4000  # a tenth of the fraction, and two of the 4,000 elements
-        if where == "difference/mean_abs_difference":
-            return FRACTION_TOL * abs(want) + 1e-5
-        return SOFTMAX_STEP  # probabilities and errors: one output grid step
-    wrong_model = []
-    for name in model:
-        wrong_model += _leaf_problems(value(doc, f"formats.{name}"), model[name], f"formats/{name}", tol)
-    wrong_diff += _leaf_problems(value(doc, "difference"), diff, "difference", tol)
-    wrong_diff += _leaf_problems(value(doc, "bands"), bands, "bands", tol)
-    return common_claims(doc, "formats.json") + wrong_model, wrong_diff
-
-
-def same_ruler(a, b) -> bool:
-    return (a.scale, a.zero_point) == (b.scale, b.zero_point)
-
-
-def run_formats(ctx: Context) -> list:
-    from lab import compare, data, graph, ruler
-
-    doc = ctx.doc("formats.json")
-    qdq_rel, qop_rel = "formats/model.qdq.onnx", "formats/model.qoperator.onnx"
-    fq, fo = graph.quant_format(ctx.model(qdq_rel)), graph.quant_format(ctx.model(qop_rel))
-    wrong = _formats_reported(ctx, doc, {"QDQ": qdq_rel, "QOperator": qop_rel}, {"QDQ": fq, "QOperator": fo})
-    wrong_model, wrong_diff = _formats_recomputed(ctx, doc, qdq_rel, qop_rel)
-    wrong += wrong_model
-    kinds_ok = (fq, fo) == ("QDQ", "QOperator")
-    out = [check("formats", "two_formats", float(kinds_ok and not wrong),
-                 f"model.qdq.onnx is {fq}, model.qoperator.onnx is {fo}"
-                 + ("" if kinds_ok else "; expected QDQ and QOperator (quant_format=...)")
-                 + ("" if not wrong else "; formats.json does not describe the files: " + "; ".join(wrong[:4])
-                    + ". Write formats.json from the models and the settings the conversion used"))]
-    rq, ro = graph.input_ruler(ctx.model(qdq_rel)), graph.input_ruler(ctx.model(qop_rel))
-    rep_q = value(value(doc, "formats") or doc, "QDQ", "qdq") or {}
-    rep_o = value(value(doc, "formats") or doc, "QOperator", "qoperator") or {}
-    same = rq.scale == ro.scale and rq.zero_point == ro.zero_point
-    rep_s = number(value(rep_q, "scale", "input_scale"))
-    rep_ok = rep_s is not None and abs(rep_s - rq.scale) <= 1e-6 * rq.scale
-    cal = value(doc, "calibration") or {}
-    prov_ok, prov, prov_ev = provenance("formats", "lab.data.calibration_set('right')", data.calibration_set("right"),
-                                        value(cal, "sha256"), value(cal, "samples"))
-    extra = []
-    if "same_input_ruler" in doc and doc["same_input_ruler"] is not same_ruler(rq, ro):
-        extra.append(f"same_input_ruler is {doc['same_input_ruler']}, but the two models' input rulers are "
-                     + ("the same" if same_ruler(rq, ro) else "not the same"))
-    size, n_right = value(doc, "settings.batch_size"), len(data.calibration_set("right"))
-    if "batches" in cal and _int(size) and size > 0 and cal["batches"] != -(-n_right // size):
-        extra.append(f"calibration/batches is {_short(cal['batches'])}; {n_right} images in batches of "
-                     f"settings/batch_size {size} are {-(-n_right // size)}")
-    if extra:
-        prov_ok, prov = False, "; ".join(([prov] if prov else []) + extra)
-    # the cache both conversions read: its 'pixels' range gives the input ruler found in both models
-    cache, cache_problem = _cache_range(ctx, doc)
-    if cache is not None:
-        scale, zp = ruler.scale_zero_point(cache[0], cache[1], rq.dtype)
-        for name, r in (("QDQ", rq), ("QOperator", ro)):
-            if abs(r.scale - float(scale)) > 1e-6 * float(scale) or r.zero_point != zp:
-                cache_problem = (f"the 'pixels' range in {CACHE} [{cache[0]:.6g}, {cache[1]:.6g}] gives scale "
-                                 f"{float(scale):.9g} and zero point {zp}, but model.{name.lower()}.onnx has "
-                                 f"{r.scale:.9g} / {r.zero_point}: it was not built from that cache")
-                break
-        else:
-            cache_problem = _hidden_rulers(ctx, {"QDQ": qdq_rel, "QOperator": qop_rel}, rq.dtype)
-    out.append(check("formats", "same_scales", float(same and rep_ok and prov_ok and not cache_problem),
-                     f"input scales {rq.scale:.9g} (QDQ) and {ro.scale:.9g} (QOperator)"
-                     + ("" if same else "; expected identical: build both from one calibration cache")
-                     + ("" if rep_ok else f"; reported {rep_s}") + (f"; {prov}" if prov else "")
-                     + (f"; {cache_problem}" if cache_problem else f"; both rulers come from {CACHE}"),
-                     [Evidence("QDQ input scale", rep_s, rq.scale, 1e-6 * rq.scale, WHY_SCALE)] + prov_ev))
-    eq = compare.max_abs_error(fp32_outputs(), ctx.outputs(qdq_rel))
-    eo = compare.max_abs_error(fp32_outputs(), ctx.outputs(qop_rel))
-    ratio = max(eq, eo) / max(min(eq, eo), 1e-12)
-    rq_err, ro_err = number(value(rep_q, "max_abs_error")), number(value(rep_o, "max_abs_error"))
-    errs_ok = all(r is not None and abs(r - v) <= SOFTMAX_STEP for r, v in ((rq_err, eq), (ro_err, eo)))
-    out.append(check("formats", "same_order", float(ratio <= 3 and errs_ok),
-                     f"max abs error QDQ {eq:.4f}, QOperator {eo:.4f} (ratio {ratio:.2f}, same order if at most 3)",
-                     [Evidence("QDQ max abs error", rq_err, eq, SOFTMAX_STEP, WHY_OUTPUT),
-                      Evidence("QOperator max abs error", ro_err, eo, SOFTMAX_STEP, WHY_OUTPUT)]))
-    out.append(_elementwise(ctx, doc, qdq_rel, qop_rel, wrong_diff))
-    return out
-
-
-def _elementwise(ctx: Context, doc: dict, qdq_rel: str, qop_rel: str, wrong: list[str] = ()):
-    """The largest elementwise difference and the count of predictions that differ, recomputed; ``wrong``: the
-    rest of formats.json's difference and bands, recomputed (one message each)."""
-    from grader.lessons.lesson06_accept_or_reject import near_boundary
-
-    a, b = ctx.outputs(qdq_rel), ctx.outputs(qop_rel)
-    diff = float(np.max(np.abs(a.astype(np.float64) - b)))
-    rep_d = number(value(doc, "difference.max_abs_difference", "max_elementwise_difference"))
-    ok = diff > 0 and rep_d is not None and rep_d > 0 and abs(rep_d - diff) <= 2 * SOFTMAX_STEP
-    differ = int(np.sum(a.argmax(1) != b.argmax(1)))
-    near = len(set(near_boundary(a).tolist()) | set(near_boundary(b).tolist()))
-    rep_p = value(doc, "difference.predictions_differ")
-    p_ok = isinstance(rep_p, int) and not isinstance(rep_p, bool) and abs(rep_p - differ) <= near
-    return check("formats", "elementwise", float(ok and p_ok and not wrong),
-                 f"largest elementwise difference between the formats: {diff:.4f} (reported {rep_d}); "
-                 f"predictions that differ: {differ} (reported {rep_p})"
-                 + ("" if p_ok else "; count the samples whose argmax differs between the two formats")
-                 + "".join(f"; formats.json {m}" for m in wrong[:4]),
-                 [Evidence("max elementwise difference", rep_d, diff, 2 * SOFTMAX_STEP,
-                           "two output grid steps: each format may land one step apart on another CPU"),
-                  Evidence("predictions that differ", rep_p, differ, near,
-                           "near-boundary policy: a sample whose top-2 margin is within the grid may flip on "
-                           "another CPU")])

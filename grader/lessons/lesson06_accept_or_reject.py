@@ -1,8 +1,7 @@
-"""Lesson 06 (acceptance) and the hidden checks: summaries, summarize(), probabilities, decisions.
+"""Lesson 06 (acceptance) and its hidden checks: summaries, summarize(), probabilities, decisions, held-out.
 
-Cross-CPU policy: an INT8 prediction may differ from the student's report only on a sample
-whose top-2 margin is within the output grid (``MARGIN``): another CPU's kernels can move a
-probability by a grid step there and flip the argmax. Those samples are named in the feedback.
+Cross-CPU policy: an INT8 prediction may differ from the student's report only on a sample near a decision
+boundary (``grader.context.near_boundary``). Those samples are named in the feedback.
 """
 from __future__ import annotations
 
@@ -13,8 +12,8 @@ import numpy as np
 
 from grader import sandbox
 from grader import own_code
-from grader.context import (Context, charged_under, check, common_claims, entry, evaluation, fp32_outputs, number,
-                            value)
+from grader.context import (MARGIN, Context, charged_under, check, common_claims, entry, evaluation, fp32_outputs,
+                            near_boundary, number, value)
 from grader.results import Evidence
 
 PART = "acceptance"
@@ -23,7 +22,6 @@ LOSS_LIMIT = 0.01
 HELDOUT_LIMIT = 0.02
 SUMMARY_COST = 1.5     # summarize() returns a wrong summary (counts, accuracy or a transposed confusion)
 ERROR_CASE_COST = 0.5  # summarize() returns instead of raising on one kind of bad input
-MARGIN = 2 / 255  # two Softmax grid steps: one for each of the top-2 probabilities
 NAMES = {"fp32": ("fp32", "FP32", "source"), "candidate": ("candidate", "int8"),
          "bad": ("bad", "bad_calibration", "bad-calibration")}
 TRANSPOSED = "confusion is the transpose of the recomputed one"
@@ -38,12 +36,6 @@ def summary(probs: np.ndarray, labels: np.ndarray) -> dict:
     correct = int((pred == labels).sum())
     return {"count": int(len(labels)), "correct": correct, "accuracy": correct / len(labels),
             "confusion": confusion.tolist(), "predictions": pred.tolist()}
-
-
-def near_boundary(probs: np.ndarray) -> np.ndarray:
-    """Indices of samples whose top-2 probabilities are within ``MARGIN``."""
-    top2 = np.sort(probs, axis=1)[:, -2:]
-    return np.flatnonzero(top2[:, 1] - top2[:, 0] <= MARGIN)
 
 
 def _probs(ctx: Context, name: str) -> np.ndarray:
