@@ -32,6 +32,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
+
+from grader import reference, sandbox
+from grader.batch import write_gradebook
+from lab import data
+from lab.tools.submit import submit
+
 REPO = Path(__file__).resolve().parent.parent
 # `python -m grader` refuses to start without an instructor secret (grader.preflight); the benchmark grades copies
 # of the reference run, and the public summarize() lists cost what the secret ones do. A secret that is set is used.
@@ -82,10 +89,7 @@ print(json.dumps({"seconds": time.perf_counter() - start, "n": len(paths),
 def make_class(folder: Path, n: int = N_STUDENTS, broken: float = BROKEN_FRACTION) -> dict[str, str]:
     """``n`` submissions in ``folder``: the reference run, with about ``broken`` of them broken. Returns id -> kind."""
     sys.path.insert(0, str(REPO / "tests"))
-    from bad_submissions import corpus
-
-    from grader import reference
-    from lab.tools.submit import submit
+    from bad_submissions import corpus  # deferred: the corpus lives in tests/, put on the path just above
 
     work = reference.build(folder.parent / "reference-workspace")
     good = submit("reference", work, folder.parent)
@@ -107,16 +111,13 @@ def make_class(folder: Path, n: int = N_STUDENTS, broken: float = BROKEN_FRACTIO
 
 
 def reference_zip(tmp: Path) -> Path:
-    from grader import reference
-    from lab.tools.submit import submit
-
     return submit("reference", reference.build(tmp / "reference-workspace"), tmp)
 
 
 def make_cheap_class(folder: Path, n: int, good_zip: Path) -> None:
     """``n`` copies of the ``SCALE_CASE`` hand-in (refused at intake: a hash differs from submission.json)."""
     sys.path.insert(0, str(REPO / "tests"))
-    from bad_submissions import corpus
+    from bad_submissions import corpus  # deferred: the corpus lives in tests/, put on the path just above
 
     case = next(c for c in corpus.CASES if c.name == SCALE_CASE)
     data = case.make(dict(corpus.read_zip(good_zip)))
@@ -126,10 +127,6 @@ def make_cheap_class(folder: Path, n: int, good_zip: Path) -> None:
 
 
 def time_floor(folder: Path, jobs: int = JOBS, limit: int | None = None) -> float:
-    import numpy as np
-
-    from lab import data
-
     x_path = folder.parent / "x.npz"
     np.savez(x_path, x=data.load_split("evaluation").pixels)
     script = folder.parent / "floor.py"
@@ -169,8 +166,6 @@ def time_scale(folder: Path, out: Path, *how: str) -> dict:
 
 def full_rewrite_ms(out: Path) -> float:
     """One gradebook rewritten from every ``results/ID.json`` (the old per-result cost)."""
-    from grader.batch import write_gradebook
-
     students = sorted(p.stem for p in (out / "results").glob("*.json"))
     start = time.perf_counter()
     write_gradebook(out, students)
@@ -218,9 +213,6 @@ def worker_memory(folder: Path, n: int = 10) -> dict:
 def child_cost(folder: Path, isolate: bool | None, n: int = 5) -> float:
     """Seconds for one student-code run of the reader task: a fresh process (``isolate`` True/False)
     or a fork of the preloaded server (None)."""
-    from grader import reference, sandbox
-    from lab import data
-
     scratch = folder.parent / "child"
     scratch.mkdir(exist_ok=True)
     (scratch / "calibration_reader.py").write_text(reference.READER_SOURCE)
@@ -257,10 +249,6 @@ def median_seconds(cmd: list[str], repeats: int = SINGLE_REPEATS) -> float:
 
 def single_grade(zip_path: Path, tmp: Path) -> dict:
     """One ``python -m grader grade`` of the reference hand-in against the floor for that one hand-in."""
-    import numpy as np
-
-    from lab import data
-
     x_path = tmp / "x-single.npz"
     np.savez(x_path, x=data.load_split("evaluation").pixels)
     script = tmp / "floor-single.py"
@@ -332,9 +320,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv if argv is not None else [])
     if os.environ.get(QUICK_ENV):
         args.n, args.no_anchor, args.scale = min(args.n, QUICK_N), True, 0
-    from grader import sandbox
-    from grader.sandbox import sandbox_kind
-
     with tempfile.TemporaryDirectory(prefix="grader-bench-") as tmp:
         tmp = Path(tmp)
         if not args.only_scale:
@@ -355,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         scale_lines = scale(tmp, args.scale, reference_zip(tmp / "scale-ref")) if args.scale else []
     if not args.only_scale:
         ratio = batch_s / floor
-        print(f"class: {args.n} submissions, {broken} broken in {len(set(kinds.values())) - 1} ways; sandbox: {sandbox_kind()}")
+        print(f"class: {args.n} submissions, {broken} broken in {len(set(kinds.values())) - 1} ways; sandbox: {sandbox.sandbox_kind()}")
         print(f"floor (python + onnxruntime + each model once, {JOBS} at a time): {floor:6.1f} s")
         print(f"grader batch -j {JOBS}:                                         {batch_s:6.1f} s "
               f"({ratio:.2f}x the floor; aim <= {AIM_BATCH_RATIO}x) -> {summary}")
@@ -377,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
             print("nbgrader-style re-execution: the lessons did not all run; no anchor figure")
     for line in scale_lines:
         print(line)
-    report = {"benchmark": "grader", "sandbox": sandbox_kind(), "scale": scale_lines,
+    report = {"benchmark": "grader", "sandbox": sandbox.sandbox_kind(), "scale": scale_lines,
               "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}}
     if not args.only_scale:
         report.update({"class": {"n": args.n, "broken": broken, "jobs": JOBS, "floor_seconds": floor,

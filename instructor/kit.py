@@ -37,6 +37,7 @@ from pathlib import Path
 import nbformat
 import numpy as np
 
+from lab.data import preprocess, row_hashes
 from lab.errors import LabError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -390,8 +391,6 @@ def kit_fixtures_readme(text: str) -> str:
 
 def heldout_hashes(source: Path) -> set[str]:
     """Content hashes of every held-out row, as raw pixels, deployed pixels and digit-set index."""
-    from lab.data import preprocess, row_hashes
-
     hashes: set[str] = set()
     for rel in HELDOUT:
         if (source / rel).exists():
@@ -406,8 +405,6 @@ def heldout_hashes(source: Path) -> set[str]:
 
 def heldout_rows_in(kit: Path, hashes: set[str]) -> dict[str, int]:
     """``{file:array: rows}`` for every array of every .npz in ``kit`` that holds a held-out row."""
-    from lab.data import row_hashes
-
     found = {}
     for path in sorted(kit.rglob("*.npz")):
         with np.load(path, allow_pickle=False) as f:
