@@ -1,9 +1,13 @@
 """The environment check: each rule on plain values, then the real check on this checkout."""
+import json
 import sys
+from pathlib import Path
 
 import pytest
 
+from instructor import kit as kit_builder
 from lab import environment as env
+from lab.tools import run
 
 
 def test_parse_pins_keeps_exact_pins_only():
@@ -115,3 +119,16 @@ def test_this_checkout_names_its_kernel_family(monkeypatch):
     monkeypatch.delenv(kernels.ENV_VAR, raising=False)
     check = next(c for c in env.check().checks if c.topic == "int8")
     assert check.found == kernels.machine_family() and check.status == "ok"
+
+
+def test_every_place_that_names_the_kernel_names_lab_environments():
+    """The Makefiles and the notebooks cannot import the lab: they spell the name, and must spell this one."""
+    repo = Path(__file__).resolve().parents[1]
+    for makefile in ((repo / "Makefile").read_text(), kit_builder.STUDENT_MAKEFILE):
+        assert [ln.split(":=")[1].strip() for ln in makefile.splitlines()
+                if ln.startswith("KERNEL ") or ln.startswith("KERNEL\t")] == [env.KERNEL_NAME]
+    notebooks = sorted((repo / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    assert notebooks
+    names = {nb.name: json.loads(nb.read_text())["metadata"]["kernelspec"]["name"] for nb in notebooks}
+    assert set(names.values()) == {env.KERNEL_NAME}, names
+    assert run.KERNEL == env.KERNEL_NAME

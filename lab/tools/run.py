@@ -17,12 +17,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import nbformat
+from tqdm import tqdm
 
+from lab.environment import KERNEL_NAME
 from lab.tools.summary import summarize_workspace
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = REPO / "notebooks"
-KERNEL = "calibration-lab"
+KERNEL = KERNEL_NAME  # the name the benchmarks read; lab.environment defines it
 DEFAULT_WORK_DIR = "build/workspace"
 DEFAULT_OUT = "build/notebooks"
 DEFAULT_TIMEOUT = 900
@@ -325,14 +327,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Running {len(lessons)} lesson(s); workspace {work_dir}, executed copies in {out_dir}", flush=True)
 
     runs: list[LessonRun] = []
-    for i, nb in enumerate(lessons, 1):
-        print(f"[{i}/{len(lessons)}] {nb.name} ...", end=" ", flush=True)
-        run = run_lesson(nb, out_dir, lesson_parameters(declared[nb.name], work_dir, overrides),
-                         timeout=args.timeout, cwd=notebooks_dir)
-        runs.append(run)
-        print(f"{'ok' if run.ok else 'FAILED'} ({run.seconds:.1f} s)", flush=True)
-        if not run.ok:
-            break
+    # a bar on a terminal (the lesson running and its time so far); one line per lesson when it ends, always
+    with tqdm(lessons, unit="lesson", file=sys.stderr, disable=None, leave=False) as bar:
+        for i, nb in enumerate(bar, 1):
+            bar.set_description(nb.name)
+            run = run_lesson(nb, out_dir, lesson_parameters(declared[nb.name], work_dir, overrides),
+                             timeout=args.timeout, cwd=notebooks_dir)
+            runs.append(run)
+            tqdm.write(f"[{i}/{len(lessons)}] {nb.name} ... {'ok' if run.ok else 'FAILED'} ({run.seconds:.1f} s)",
+                       file=sys.stdout)
+            sys.stdout.flush()  # a piped run (make lab | tee) shows each lesson as it ends
+            if not run.ok:
+                break
     (out_dir / RUN_LOG).write_text(json.dumps(
         {"work_dir": str(work_dir), "lessons": [asdict(r) for r in runs],
          "total_seconds": round(sum(r.seconds for r in runs), 2)}, indent=2, sort_keys=True) + "\n")
