@@ -7,7 +7,7 @@ import sys
 
 COMMANDS = {
     "workbook": ("instructor.workbook", "run every lesson headlessly, hand the workspace in and grade it"),
-    "kit": ("instructor.kit", "write the student kit: released lessons, the lab package and fixtures"),
+    "kit": ("instructor.kit", "write the student kit: the lessons with their solutions stubbed out, the lab package, fixtures"),
 }
 
 

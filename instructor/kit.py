@@ -1,15 +1,15 @@
-"""``python -m instructor kit --out DIR``: the student copies of the lessons, and the student kit.
+"""``python -m instructor kit --out DIR``: the student kit, the lessons with their solutions stubbed out.
 
-nbgrader-style: each transformation is one function ``(notebook, name) -> notebook`` and the
-release is the list ``PIPELINE`` applied in order. Solutions become ``raise NotImplementedError(...)``
-(inside ``%%writefile`` cells too, so the written module carries the stub), hidden tests go,
-outputs and instructor metadata go. The same sources always give byte-identical files.
+nbgrader-style: each transformation is one function ``(notebook, name) -> notebook`` and a student's copy of a
+lesson is the list ``PIPELINE`` applied in order. Solutions become ``raise NotImplementedError(...)`` (inside
+``%%writefile`` cells too, so the written module carries the stub), hidden tests go, outputs and instructor
+metadata go. The same sources always give byte-identical files.
 
 The kit gets its own ``Makefile`` (``setup``, ``jupyter`` on the kit folder, ``lab`` that runs the lessons without
 grading, ``submit STUDENT=ID``, ``clean``), a ``notebooks/Makefile`` that runs those from ``notebooks/`` (where a
 JupyterLab terminal may start), a ``README.md`` made of a student pitch, the kit's commands and the project's
 "For students" section, and ``requirements.txt`` without the test stack: it has no tests/ or grader/. Markdown
-paragraphs between ``<!-- instructor-only -->`` lines stay out, and the release refuses a kit whose Markdown
+paragraphs between ``<!-- instructor-only -->`` lines stay out, and the builder refuses a kit whose Markdown
 still names an instructor tool (``INSTRUCTOR_WORDS``).
 
 The kit is built from committed files only (``git archive`` of HEAD, or ``--rev``): an uncommitted edit
@@ -46,7 +46,7 @@ BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 CODE_STUB = 'raise NotImplementedError("exercise: replace this line with your code")'
 MARKDOWN_STUB = "YOUR ANSWER HERE"
 NBVAL_MARK = "# NBVAL_CHECK_OUTPUT"
-# The student kit: what students get besides the released notebooks (never grader/, tests/, benchmarks/).
+# The student kit: what students get besides their copies of the lessons (never grader/, tests/, benchmarks/).
 # Its Makefile, README.md and requirements.txt are written for students (see below), not copied.
 KIT = ("lab", "fixtures", "docs", "pyproject.toml")
 # What the kit is built from: the committed versions of these paths (see ``export_committed``).
@@ -62,7 +62,7 @@ IDENTIFYING_KEYS = ("raw", "index")
 IGNORED = ("__pycache__", "*.pyc", ".ipynb_checkpoints", "*.egg-info", ".DS_Store")
 CELL_METADATA_KEPT = ("tags", "editable", "deletable", "jupyter")
 NOTEBOOK_METADATA_KEPT = ("kernelspec", "language_info")
-MARKER_FILE = ".calibration-lab-release"
+MARKER_FILE = ".calibration-lab-kit"  # marks a folder this builder wrote, so the next build may replace it
 
 Transform = Callable[[nbformat.NotebookNode, str], nbformat.NotebookNode]
 
@@ -156,7 +156,7 @@ INSTRUCTOR_WORDS = ("batch-grade", "make fixtures", "make test", "make kit", "ma
 
 
 class KitError(LabError):
-    """A lesson cannot be released as it is (for example, unbalanced solution markers)."""
+    """The kit cannot be built as it is (for example, a lesson with unbalanced solution markers)."""
 
 
 def _regions(source: str, begin: str, end: str, where: str) -> list[tuple[int, int]]:
@@ -243,7 +243,7 @@ def check_no_markers(nb: nbformat.NotebookNode, name: str) -> nbformat.NotebookN
     for index, cell in enumerate(nb.cells):
         for marker in (BEGIN_SOLUTION, END_SOLUTION, BEGIN_HIDDEN, END_HIDDEN):
             if marker in cell.source:
-                raise KitError(f"{_where(name, index)}: '{marker}' is still there after the release")
+                raise KitError(f"{_where(name, index)}: '{marker}' is still there in the student's copy")
     return nb
 
 
@@ -257,7 +257,7 @@ PIPELINE: list[Transform] = [
 ]
 
 
-def release_notebook(nb: nbformat.NotebookNode, name: str,
+def student_notebook(nb: nbformat.NotebookNode, name: str,
                      pipeline: list[Transform] = PIPELINE) -> nbformat.NotebookNode:
     """Apply every transformation of ``pipeline`` to ``nb`` in order (``name`` is used in error messages)."""
     for transform in pipeline:
@@ -270,10 +270,10 @@ def dumps(nb: nbformat.NotebookNode) -> str:
     return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def release_file(path: Path) -> str:
-    """The released text of one notebook file."""
+def student_notebook_text(path: Path) -> str:
+    """The text of the student's copy of one notebook file."""
     nb = nbformat.read(path, as_version=4)
-    return dumps(release_notebook(nb, f"notebooks/{path.name}"))
+    return dumps(student_notebook(nb, f"notebooks/{path.name}"))
 
 
 def _copy_tree(src: Path, dst: Path) -> None:
@@ -446,9 +446,10 @@ def check_kit(out: Path, source: Path) -> None:
 
 
 def build(out: Path, repo: Path = REPO, notebooks: Path | None = None) -> list[Path]:
-    """Write the student kit and the released notebooks into the empty folder ``out``; return the files written.
+    """Write the student kit, the students' copies of the lessons included, into the empty folder ``out``;
+    return the files written.
 
-    ``repo`` is the source tree to build from: ``release`` passes the committed files it exported.
+    ``repo`` is the source tree to build from: ``build_kit`` passes the committed files it exported.
     """
     notebooks = notebooks or repo / "notebooks"
     for item in KIT:
@@ -474,23 +475,23 @@ def build(out: Path, repo: Path = REPO, notebooks: Path | None = None) -> list[P
         if path.name in IGNORED or path.name.startswith("."):
             continue
         if path.suffix == ".ipynb":
-            (out / "notebooks" / path.name).write_text(release_file(path), encoding="utf-8")
+            (out / "notebooks" / path.name).write_text(student_notebook_text(path), encoding="utf-8")
         else:
             _copy_tree(path, out / "notebooks" / path.name)
-    (out / MARKER_FILE).write_text("written by python -m instructor kit; the whole folder is replaced on the next release\n")
+    (out / MARKER_FILE).write_text("written by python -m instructor kit; the whole folder is replaced by the next build\n")
     check_kit(out, repo)
     return sorted(p for p in out.rglob("*") if p.is_file())
 
 
 def build_kit(out: str | Path, repo: Path = REPO, rev: str = "HEAD") -> Path:
-    """Build the release of commit ``rev`` of ``repo`` next to ``out`` and swap it in, so a failed release
-    leaves no half folder. Only committed files go in (see ``uncommitted`` for what is left out).
+    """Build the kit of commit ``rev`` of ``repo`` next to ``out`` and swap it in, so a failed build leaves no
+    half folder. Only committed files go in (see ``uncommitted`` for what is left out).
 
-    ``out`` must be new, empty, or an earlier release (it carries the marker file).
+    ``out`` must be new, empty, or an earlier kit (it carries the marker file).
     """
     out = Path(out).resolve()
     if out.exists() and any(out.iterdir()) and not (out / MARKER_FILE).exists():
-        raise KitError(f"{out} is not empty and is not an earlier release (no {MARKER_FILE}); "
+        raise KitError(f"{out} is not empty and is not an earlier kit (no {MARKER_FILE}); "
                            "choose a new folder for --out")
     if out == repo.resolve() or repo.resolve().is_relative_to(out):
         raise KitError(f"--out {out} would replace the sources; choose a folder outside them")
@@ -498,7 +499,7 @@ def build_kit(out: str | Path, repo: Path = REPO, rev: str = "HEAD") -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        with tempfile.TemporaryDirectory(prefix="lab-release-source-") as source:
+        with tempfile.TemporaryDirectory(prefix="lab-kit-source-") as source:
             build(staging, export_committed(repo, commit, Path(source)))
         if out.exists():
             shutil.rmtree(out)
@@ -511,7 +512,7 @@ def build_kit(out: str | Path, repo: Path = REPO, rev: str = "HEAD") -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m instructor kit", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, help="folder for the student copies (new, empty, or an earlier release)")
+    parser.add_argument("--out", required=True, help="folder for the student kit (new, empty, or an earlier kit)")
     parser.add_argument("--rev", default="HEAD", help="the commit to build the kit from (default HEAD); "
                                                       "uncommitted changes never go in")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
@@ -523,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     lessons = sorted((out / "notebooks").glob("*.ipynb"))
-    print(f"Released {len(lessons)} notebook(s) and the student kit of commit {commit[:12]} into {out}")
+    print(f"Wrote the student kit of commit {commit[:12]}, {len(lessons)} lesson(s), into {out}")
     if left:
         shown = ", ".join(left[:10]) + (f" and {len(left) - 10} more" if len(left) > 10 else "")
         print(f"note: built from committed files only; {len(left)} uncommitted change(s) are not in the kit: {shown}",

@@ -1,5 +1,5 @@
-"""The student release: no solution text survives, it is byte-for-byte deterministic, it is built from committed
-files only, it holds no held-out row, no instructor tool and no answer to a graded exercise, and released
+"""The student kit: no solution text survives, it is byte-for-byte deterministic, it is built from committed
+files only, it holds no held-out row, no instructor tool and no answer to a graded exercise, and the kit's
 lessons run up to their first exercise and stop there with NotImplementedError."""
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def secret_lines(nb: nbformat.NotebookNode) -> set[str]:
     return secret - public
 
 
-def released_lines(nb: nbformat.NotebookNode) -> set[str]:
+def kit_lines(nb: nbformat.NotebookNode) -> set[str]:
     return {ln.strip() for cell in nb.cells for ln in cell.source.splitlines()}
 
 
@@ -80,7 +80,7 @@ EXERCISE = notebook(
 
 
 def test_solutions_become_stubs_at_their_indentation_inside_writefile_modules():
-    out = kit_builder.release_notebook(nbformat.from_dict(EXERCISE), "notebooks/99_x.ipynb")
+    out = kit_builder.student_notebook(nbformat.from_dict(EXERCISE), "notebooks/99_x.ipynb")
     code = out.cells[1].source
     assert code.splitlines()[-1] == "        " + kit_builder.CODE_STUB
     assert code.startswith("%%writefile {WORK_DIR}/reader.py")
@@ -89,7 +89,7 @@ def test_solutions_become_stubs_at_their_indentation_inside_writefile_modules():
 
 
 def test_hidden_tests_go_and_a_cell_left_empty_goes_too():
-    out = kit_builder.release_notebook(nbformat.from_dict(EXERCISE), "notebooks/99_x.ipynb")
+    out = kit_builder.student_notebook(nbformat.from_dict(EXERCISE), "notebooks/99_x.ipynb")
     text = kit_builder.dumps(out)
     assert "hidden_check" not in text and "only_hidden" not in text
     assert [c.source for c in out.cells if c.cell_type == "code"][1] == "assert True"
@@ -97,7 +97,7 @@ def test_hidden_tests_go_and_a_cell_left_empty_goes_too():
 
 
 def test_markdown_solutions_become_your_answer_here():
-    out = kit_builder.release_notebook(nbformat.from_dict(EXERCISE), "notebooks/99_x.ipynb")
+    out = kit_builder.student_notebook(nbformat.from_dict(EXERCISE), "notebooks/99_x.ipynb")
     assert out.cells[-1].source == "Why?\nYOUR ANSWER HERE"
 
 
@@ -105,7 +105,7 @@ def test_outputs_counts_and_instructor_metadata_are_cleared():
     nb = nbformat.from_dict(EXERCISE)
     nb.metadata["nbgrader"] = {"__altered__": False}
     nb.metadata["papermill"] = {"parameters": {}}
-    out = kit_builder.release_notebook(nb, "notebooks/99_x.ipynb")
+    out = kit_builder.student_notebook(nb, "notebooks/99_x.ipynb")
     cell = out.cells[1]
     assert cell.outputs == [] and cell.execution_count is None
     assert cell.metadata == {"tags": ["exercise"]}
@@ -122,13 +122,13 @@ def test_outputs_counts_and_instructor_metadata_are_cleared():
 def test_unbalanced_markers_name_the_notebook_and_cell(source, expected):
     nb = notebook(new_markdown_cell("You will be able to ..."), new_code_cell(source))
     with pytest.raises(KitError) as info:
-        kit_builder.release_notebook(nb, "notebooks/42_broken.ipynb")
+        kit_builder.student_notebook(nb, "notebooks/42_broken.ipynb")
     assert str(info.value).startswith("notebooks/42_broken.ipynb, " + expected)
 
 
-def test_release_refuses_a_folder_that_is_not_an_earlier_release(tmp_path):
+def test_the_builder_refuses_a_folder_that_is_not_an_earlier_kit(tmp_path):
     (tmp_path / "precious.txt").write_text("keep me")
-    with pytest.raises(KitError, match="not an earlier release"):
+    with pytest.raises(KitError, match="not an earlier kit"):
         kit_builder.build_kit(tmp_path)
     assert (tmp_path / "precious.txt").read_text() == "keep me"
 
@@ -139,7 +139,7 @@ def git(repo: Path, *args: str) -> str:
 
 
 def small_repo(root: Path, notebooks: dict[str, nbformat.NotebookNode]) -> Path:
-    """A git checkout with what a release reads: README, requirements, a lab package, fixtures, notebooks."""
+    """A git checkout with what the kit builder reads: README, requirements, a lab package, fixtures, notebooks."""
     repo = root / "repo"
     (repo / "notebooks").mkdir(parents=True)
     (repo / "lab").mkdir()
@@ -185,14 +185,14 @@ def test_the_kit_is_built_from_committed_files_only_and_names_what_it_left_out(t
     assert (out / "fixtures" / "manifest.json").read_text() == '{\n  "fp32.onnx": "bb"\n}\n'
 
 
-def test_release_refuses_a_folder_that_is_not_a_git_checkout(tmp_path):
+def test_the_builder_refuses_a_folder_that_is_not_a_git_checkout(tmp_path):
     (tmp_path / "src").mkdir()
     with pytest.raises(KitError, match="committed files only"):
         kit_builder.build_kit(tmp_path / "out", repo=tmp_path / "src")
     assert not (tmp_path / "out").exists()
 
 
-def test_the_release_safety_net_refuses_a_kit_holding_a_heldout_row(tmp_path):
+def test_the_safety_net_refuses_a_kit_holding_a_heldout_row(tmp_path):
     source, kit = tmp_path / "src", tmp_path / "kit"
     (source / "fixtures").mkdir(parents=True)
     (kit / "fixtures").mkdir(parents=True)
@@ -212,67 +212,67 @@ def test_the_release_safety_net_refuses_a_kit_holding_a_heldout_row(tmp_path):
 
 @pytest.fixture(scope="module")
 def commit() -> str:
-    """The commit every release in this module is built from (HEAD may move while the tests run)."""
+    """The commit every kit in this module is built from (HEAD may move while the tests run)."""
     return kit_builder.commit_of(kit_builder.REPO, "HEAD")
 
 
 @pytest.fixture(scope="module")
-def released(tmp_path_factory, commit) -> Path:
-    return kit_builder.build_kit(tmp_path_factory.mktemp("release") / "student", rev=commit)
+def student_kit(tmp_path_factory, commit) -> Path:
+    return kit_builder.build_kit(tmp_path_factory.mktemp("kit") / "student", rev=commit)
 
 
 def tree_bytes(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def test_student_kit_has_the_package_and_fixtures_but_no_grader_tests_or_benchmarks(released):
-    top = {p.name for p in released.iterdir()}
+def test_student_kit_has_the_package_and_fixtures_but_no_grader_tests_or_benchmarks(student_kit):
+    top = {p.name for p in student_kit.iterdir()}
     assert {"lab", "fixtures", "notebooks", "requirements.txt", "pyproject.toml", "Makefile"} <= top
     assert not {"grader", "tests", "benchmarks", ".git", ".venv", "workspace", "build"} & top
-    assert (released / "lab" / "__init__.py").exists() and (released / "fixtures" / "fp32.onnx").exists()
-    assert not [p for p in released.rglob("*") if p.name in {"__pycache__", ".ipynb_checkpoints"}]
-    assert sorted(p.name for p in (released / "notebooks").glob("*.ipynb")) == sorted(NAMES)
+    assert (student_kit / "lab" / "__init__.py").exists() and (student_kit / "fixtures" / "fp32.onnx").exists()
+    assert not [p for p in student_kit.rglob("*") if p.name in {"__pycache__", ".ipynb_checkpoints"}]
+    assert sorted(p.name for p in (student_kit / "notebooks").glob("*.ipynb")) == sorted(NAMES)
 
 
-def test_student_kit_makefile_readme_and_requirements_are_written_for_students(released):
+def test_student_kit_makefile_readme_and_requirements_are_written_for_students(student_kit):
     import re
     import subprocess
 
-    makefile = (released / "Makefile").read_text()
+    makefile = (student_kit / "Makefile").read_text()
     targets = set(re.findall(r"^([a-z-]+):", makefile, re.M))
     assert {"setup", "jupyter", "lab", "submit", "clean"} <= targets
-    assert not {"test", "bench", "fixtures", "release"} & targets  # no tests/, benchmarks/ or sources in the kit
+    assert not {"test", "bench", "fixtures", "kit"} & targets  # no tests/, benchmarks/ or sources in the kit
     assert "-m lab run\n" in makefile and "rm -rf build\n" in makefile  # clean never touches workspace/
     assert "--ServerApp.root_dir=. " in makefile  # JupyterLab shows notebooks/, docs/ and workspace/
-    assert (released / "notebooks" / "Makefile").read_text() == kit_builder.NOTEBOOKS_MAKEFILE
-    readme = (released / "README.md").read_text()
+    assert (student_kit / "notebooks" / "Makefile").read_text() == kit_builder.NOTEBOOKS_MAKEFILE
+    readme = (student_kit / "README.md").read_text()
     assert "## For students" in readme and "make submit STUDENT=YOUR_ID" in readme
     assert "For instructors" not in readme and "-m grader" not in readme and "make test" not in readme
-    reqs = (released / "requirements.txt").read_text()
+    reqs = (student_kit / "requirements.txt").read_text()
     repo_pins = [ln for ln in (kit_builder.REPO / "requirements.txt").read_text().splitlines()
                  if ln.startswith(("onnx", "numpy"))]
     assert repo_pins and all(pin in reqs.splitlines() for pin in repo_pins)
     assert "pytest" not in reqs and "playwright" not in reqs and "-e ." in reqs
     if shutil.which("make"):
         for target in (["lab"], ["submit", "STUDENT=s1"], ["help"]):
-            dry = subprocess.run(["make", "-n", *target], cwd=released, capture_output=True, text=True)
+            dry = subprocess.run(["make", "-n", *target], cwd=student_kit, capture_output=True, text=True)
             assert dry.returncode == 0, dry.stderr
-        refused = subprocess.run(["make", "submit"], cwd=released, capture_output=True, text=True)
+        refused = subprocess.run(["make", "submit"], cwd=student_kit, capture_output=True, text=True)
         assert refused.returncode != 0 and "usage: make submit STUDENT=YOUR_ID" in refused.stdout
-        assert not (released / ".venv").exists()  # refused before setting anything up
+        assert not (student_kit / ".venv").exists()  # refused before setting anything up
 
 
-def test_release_is_byte_for_byte_deterministic(released, commit, tmp_path):
+def test_the_kit_is_byte_for_byte_deterministic(student_kit, commit, tmp_path):
     again = kit_builder.build_kit(tmp_path / "again", rev=commit)
-    first, second = tree_bytes(released), tree_bytes(again)
+    first, second = tree_bytes(student_kit), tree_bytes(again)
     assert sorted(first) == sorted(second)
-    assert [k for k in first if first[k] != second[k]] == [], "files differ between two releases"
-    assert kit_builder.build_kit(again, rev=commit) == again and tree_bytes(again) == second  # re-release in place
+    assert [k for k in first if first[k] != second[k]] == [], "files differ between two builds"
+    assert kit_builder.build_kit(again, rev=commit) == again and tree_bytes(again) == second  # rebuilt in place
 
 
 # --- hidden data stays hidden, no instructor tool, no answer --------------------------------------
 
-def test_the_kit_holds_no_heldout_row_by_content_hash(released, commit):
+def test_the_kit_holds_no_heldout_row_by_content_hash(student_kit, commit):
     """Every row of every array of every .npz in the kit, hashed, against every held-out row (raw pixels,
     deployed pixels and digit-set index), read from the commit the kit was built from."""
     from io import BytesIO
@@ -284,7 +284,7 @@ def test_the_kit_holds_no_heldout_row_by_content_hash(released, commit):
     with np.load(BytesIO(blob)) as f:
         heldout = row_hashes(f["raw"]) | row_hashes(preprocess(f["raw"])) | row_hashes(f["index"])
         assert len(heldout) == 3 * len(f["raw"])
-    npz = sorted(released.rglob("*.npz"))
+    npz = sorted(student_kit.rglob("*.npz"))
     assert {p.name for p in npz} >= {"calibration.npz", "evaluation.npz"} and "heldout.npz" not in {p.name for p in npz}
     rows = 0
     for path in npz:
@@ -294,7 +294,7 @@ def test_the_kit_holds_no_heldout_row_by_content_hash(released, commit):
                     continue
                 rows += len(f[key])
                 shared = row_hashes(f[key]) & heldout
-                assert not shared, f"{path.relative_to(released)}:{key} holds {len(shared)} held-out row(s)"
+                assert not shared, f"{path.relative_to(student_kit)}:{key} holds {len(shared)} held-out row(s)"
     assert rows >= 2 * (360 + 400)
 
 
@@ -311,24 +311,24 @@ def kit_python(kit: Path, code: str) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
-def test_the_kit_checks_its_fixtures_against_its_own_manifest(released):
-    proc = kit_python(released, "import json, lab, lab.data as d\n"
+def test_the_kit_checks_its_fixtures_against_its_own_manifest(student_kit):
+    proc = kit_python(student_kit, "import json, lab, lab.data as d\n"
                                 "print(lab.__file__)\nprint(json.dumps(d.verify_fixtures()))")
     assert proc.returncode == 0, proc.stderr
     where, matches = proc.stdout.splitlines()
-    assert Path(where).resolve().is_relative_to(released.resolve())
+    assert Path(where).resolve().is_relative_to(student_kit.resolve())
     assert json.loads(matches) == {"bad-calibration.onnx": True, "calibration.npz": True, "evaluation.npz": True,
                                    "fp32.onnx": True}
 
 
-def test_the_kit_has_no_instructor_tool_and_no_release_command(released):
-    assert not (released / "instructor").exists()  # the kit builder and the run-then-grade command
-    assert not (released / "fixtures" / "build.py").exists()  # it would rebuild the held-out split
-    assert not (released / "grader").exists() and not (released / "tests").exists()
-    assert "heldout.npz" not in (released / "fixtures" / "README.md").read_text()
-    proc = kit_python(released, "import sys, lab.__main__ as m\nsys.exit(m.main(['release', '--out', 'x']))")
-    assert proc.returncode == 2 and "invalid choice: 'release'" in proc.stderr
-    assert not (released / "x").exists()
+def test_the_kit_has_no_instructor_tool_and_no_kit_command(student_kit):
+    assert not (student_kit / "instructor").exists()  # the kit builder and the run-then-grade command
+    assert not (student_kit / "fixtures" / "build.py").exists()  # it would rebuild the held-out split
+    assert not (student_kit / "grader").exists() and not (student_kit / "tests").exists()
+    assert "heldout.npz" not in (student_kit / "fixtures" / "README.md").read_text()
+    proc = kit_python(student_kit, "import sys, lab.__main__ as m\nsys.exit(m.main(['kit', '--out', 'x']))")
+    assert proc.returncode == 2 and "invalid choice: 'kit'" in proc.stderr
+    assert not (student_kit / "x").exists()
 
 
 def defined_names(path: Path) -> set[str]:
@@ -336,26 +336,26 @@ def defined_names(path: Path) -> set[str]:
             if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
 
 
-def test_the_kit_holds_no_answer_to_lesson_06s_exercise_and_measures_on_the_evaluation_split(released):
-    assert not [p.relative_to(released).as_posix() for p in (released / "lab").rglob("*.py")
+def test_the_kit_holds_no_answer_to_lesson_06s_exercise_and_measures_on_the_evaluation_split(student_kit):
+    assert not [p.relative_to(student_kit).as_posix() for p in (student_kit / "lab").rglob("*.py")
                 if "summarize" in defined_names(p)]
-    proc = kit_python(released, "import inspect, lab.lessons.lesson06_accept_or_reject.acceptance as a, lab.lessons.lesson08_the_quantization_toolbox.toolbox as t\n"
+    proc = kit_python(student_kit, "import inspect, lab.lessons.lesson06_accept_or_reject.acceptance as a, lab.lessons.lesson08_the_quantization_toolbox.toolbox as t\n"
                                 "print(hasattr(a, 'summarize'))\n"
                                 "print(inspect.signature(t.check_choice).parameters['split'].default)")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["False", "evaluation"]
 
 
-def test_no_solution_text_survives_the_release(released):
+def test_no_solution_text_survives_in_the_kit(student_kit):
     if not NAMES:
         pytest.skip("no lessons yet")
     checked = 0
     for path in LESSONS:
         secret = secret_lines(nbformat.read(path, as_version=4))
-        out = nbformat.read(released / "notebooks" / path.name, as_version=4)
-        leaked = secret & released_lines(out)
-        assert not leaked, f"{path.name}: solution or hidden-test lines survive the release: {sorted(leaked)}"
-        text = (released / "notebooks" / path.name).read_text()
+        out = nbformat.read(student_kit / "notebooks" / path.name, as_version=4)
+        leaked = secret & kit_lines(out)
+        assert not leaked, f"{path.name}: solution or hidden-test lines survive in the kit: {sorted(leaked)}"
+        text = (student_kit / "notebooks" / path.name).read_text()
         for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"):
             assert marker not in text, f"{path.name}: marker {marker!r} survives"
         assert not any(c.get("outputs") for c in out.cells), f"{path.name}: outputs survive"
@@ -373,14 +373,14 @@ def first_stub_cell(nb: nbformat.NotebookNode) -> int | None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
-def test_released_lesson_stops_at_its_first_exercise_with_not_implemented(lesson_suite, released, tmp_path, name):
-    """Each released lesson runs in a workspace where the earlier lessons were done (a copy of the
+def test_a_kit_lesson_stops_at_its_first_exercise_with_not_implemented(lesson_suite, student_kit, tmp_path, name):
+    """Each of the kit's lessons runs in a workspace where the earlier lessons were done (a copy of the
     instructor's), so it reaches its own first exercise, and must stop there with NotImplementedError."""
     broken = [n for n, r in lesson_suite.runs.items() if n <= name and not r.ok]
     if broken:
         pytest.skip(f"the instructor's {broken[0]} does not run (test_notebooks reports why), "
-                    f"so the released {name} has no workspace to start from")
-    path = released / "notebooks" / name
+                    f"so the kit's {name} has no workspace to start from")
+    path = student_kit / "notebooks" / name
     nb = nbformat.read(path, as_version=4)
     work_dir = tmp_path / "ws"
     if lesson_suite.work_dir.exists():
@@ -389,21 +389,21 @@ def test_released_lesson_stops_at_its_first_exercise_with_not_implemented(lesson
     result = run.run_lesson(path, tmp_path / "executed", params, timeout=600, cwd=path.parent)
     stub = first_stub_cell(nb)
     if stub is None:
-        assert result.ok, f"released {name} has no exercise, so it should run through: {result.error}"
+        assert result.ok, f"the kit's {name} has no exercise, so it should run through: {result.error}"
         return
-    assert not result.ok, f"released {name} ran through although cell {stub} is a stub"
+    assert not result.ok, f"the kit's {name} ran through although cell {stub} is a stub"
     assert result.ename == "NotImplementedError", \
-        f"released {name} should stop with NotImplementedError at its first exercise, got {result.error}"
+        f"the kit's {name} should stop with NotImplementedError at its first exercise, got {result.error}"
     assert result.failed_cell is not None and result.failed_cell >= stub, \
-        f"released {name} failed at cell {result.failed_cell}, before its first exercise (cell {stub})"
+        f"the kit's {name} failed at cell {result.failed_cell}, before its first exercise (cell {stub})"
 
 
 # --- a kit written for students -----------------------------------------------------------------------
 
-def test_the_kits_markdown_speaks_to_students_only(released):
-    assert kit_builder.instructor_words_in(released) == {}
-    readme = (released / "README.md").read_text()
-    fixtures = (released / "fixtures" / "README.md").read_text()
+def test_the_kits_markdown_speaks_to_students_only(student_kit):
+    assert kit_builder.instructor_words_in(student_kit) == {}
+    readme = (student_kit / "README.md").read_text()
+    fixtures = (student_kit / "fixtures" / "README.md").read_text()
     for text in (readme, fixtures):
         assert "batch-grades" not in text and "make fixtures" not in text and "tests/test_fixtures.py" not in text
     assert readme.startswith(kit_builder.STUDENT_INTRO) and "## For students" in readme
@@ -426,10 +426,10 @@ def test_instructor_only_paragraphs_go_and_a_kit_that_still_names_a_tool_is_refu
 
 
 @pytest.mark.skipif(not shutil.which("make"), reason="make is not installed")
-def test_hand_in_works_from_the_notebooks_folder_as_the_readme_says(released, tmp_path):
+def test_hand_in_works_from_the_notebooks_folder_as_the_readme_says(student_kit, tmp_path):
     """A JupyterLab terminal may start in notebooks/: the README's `make submit STUDENT=YOUR_ID` must work there."""
     kit = tmp_path / "kit"
-    shutil.copytree(released, kit)
+    shutil.copytree(student_kit, kit)
     readme = (kit / "README.md").read_text()
     assert "`make submit STUDENT=YOUR_ID`, from the kit's folder or from `notebooks/`" in readme
     # The kit's .venv is this project's (set up already): make must not reinstall it.
@@ -450,7 +450,7 @@ def test_hand_in_works_from_the_notebooks_folder_as_the_readme_says(released, tm
     assert refused.returncode != 0 and "usage: make submit STUDENT=YOUR_ID" in refused.stdout
 
 
-# --- the released lessons 06 and 08 with a typical wrong answer: a message that names the mistake --------
+# --- the kit's lessons 06 and 08 with a typical wrong answer: a message that names the mistake --------
 
 KIT_CASES = {
     "06 summarize without the 0-9 rule": (
@@ -522,16 +522,16 @@ def done_workspace(tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(KIT_CASES))
-def test_a_wrong_answer_in_lessons_06_and_08_of_the_kit_is_named(name, released, done_workspace, tmp_path, monkeypatch):
+def test_a_wrong_answer_in_lessons_06_and_08_of_the_kit_is_named(name, student_kit, done_workspace, tmp_path, monkeypatch):
     import re
 
     lesson, answer_marker, answer, stop_marker, fails, words = KIT_CASES[name]
-    monkeypatch.setenv("PYTHONPATH", str(released))  # the kernel imports the kit's lab, as a student's does
+    monkeypatch.setenv("PYTHONPATH", str(student_kit))  # the kernel imports the kit's lab, as a student's does
     work = shutil.copytree(done_workspace, tmp_path / "workspace")
     path = tmp_path / f"{lesson}.ipynb"
-    nbformat.write(_kit_lesson_with(released / "notebooks" / path.name, answer_marker, answer, stop_marker), path)
+    nbformat.write(_kit_lesson_with(student_kit / "notebooks" / path.name, answer_marker, answer, stop_marker), path)
     got = run.run_lesson(path, tmp_path / "out", {"WORK_DIR": str(work), "INTERACTIVE": False},
-                         cwd=released / "notebooks")
+                         cwd=student_kit / "notebooks")
     shown, error = [], ""
     for cell in nbformat.read(got.output, as_version=4).cells:
         for o in cell.get("outputs", []):
