@@ -21,6 +21,7 @@ from grader.sandbox import Limits
 from grader.submission import Submission
 
 RUBRIC_PATH = Path(__file__).resolve().with_name("rubric.toml")
+HIDDEN = "hidden"  # the rubric part of the hidden checks: held-out data and the instructor's secret
 
 # Tolerances, and the reason each one is what it is. Feedback quotes the reason.
 SOFTMAX_STEP = 1 / 255

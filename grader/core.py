@@ -8,80 +8,33 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from grader import __version__
-from lab import kernels
-from grader.lessons import lesson06_accept_or_reject as acceptance
-from grader.lessons import lesson03_narrow_right_wide as calibration
-from grader.lessons import lesson04_more_batches as growth
-from grader.lessons import lesson05_qdq_vs_qoperator
-from grader.lessons import predictions
-from grader.lessons import lesson02_the_calibration_reader as reader
-from grader.lessons import lesson07_calibrate_the_deployed_representation as release
-from grader.lessons import lesson08_the_quantization_toolbox as toolbox
-from grader.context import Context, Missing, StudentFileError, check, is_runtime_error, rubric, runtime_problem
-from lab.environment import EnvironmentProblem
-from lab.errors import LabError, WorkspaceError
+from grader.context import Context, Missing, StudentFileError, is_runtime_error, points, rubric, runtime_problem
+from grader.group import Group
+from grader.lessons import (lesson02_the_calibration_reader, lesson03_narrow_right_wide, lesson04_more_batches,
+                            lesson05_qdq_vs_qoperator, lesson06_accept_or_reject,
+                            lesson07_calibrate_the_deployed_representation, lesson08_the_quantization_toolbox,
+                            predictions)
 from grader.models import ModelRefused, load_checked
 from grader.results import GradeResult, safe_text
 from grader.sandbox import Limits
 from grader.submission import SubmissionInvalid, open_submission, sha256_of_input, student_from_path
+from lab import kernels
+from lab.environment import EnvironmentProblem
+from lab.errors import LabError, WorkspaceError
 
-
-@dataclass(frozen=True)
-class Group:
-    """One lesson group: the rubric checks it produces, the files it needs, and the function that checks."""
-
-    lesson: str
-    part: str
-    names: tuple[str, ...]
-    needs: tuple[str, ...]
-    run: Callable[[Context], list]
-    active: Callable[[], bool] = lambda: True
-
-
-GROUPS = (
-    Group("02", "reader", ("contract", "range_from_reader"), ("calibration_reader.py",), reader.run),
-    Group("03", "calibration", ("quantized", "ruler_reported", "range_seen", "max_abs_error", "diagnosis",
-                                "dynamic"), ("results.json",), calibration.run),
-    Group("04", "growth", ("series", "lesson_point"), ("growth.json",), growth.run_growth),
-    Group("05", "formats", ("two_formats", "same_scales", "same_order", "elementwise"),
-          ("formats.json", "formats/model.qdq.onnx", "formats/model.qoperator.onnx"), lesson05_qdq_vs_qoperator.run_formats),
-    # lesson 06: each check needs only the files it uses (the gate uses the fixture alone); summarize() first,
-    # so the summaries it wrote into regression.json are not charged again for its mistake
-    Group("06", "acceptance", ("summarize_code",), ("metrics.py",), acceptance.run_summarize),
-    Group("06", "acceptance", ("fp32_gate",), (), acceptance.run_gate),
-    Group("06", "acceptance", ("summaries", "probabilities", "decisions"), ("regression.json", "candidate.onnx"),
-          acceptance.run),
-    Group("06", "acceptance", ("candidate",), ("candidate.onnx",), acceptance.run_candidate),
-    Group("06", "hidden", ("heldout",), ("candidate.onnx",), acceptance.run_heldout),
-    Group("07", "release", ("recipe", "disjoint", "metadata", "scenarios"), release.NEEDS, release.run,
-          release.active),
-    Group("08", "toolbox", ("choice_meets", "choice_reported"), toolbox.NEEDS, toolbox.run, toolbox.active),
-    Group("01", "predictions", predictions.NAMES, predictions.NEEDS, predictions.run),
-)
-HIDDEN_NAMES = {"secret_summarize", "heldout", "choice_heldout"}
-
-
-def _failed_group(group: Group, message: str) -> list:
-    out = [check(group.part, name, 0, message, hidden=name in HIDDEN_NAMES) for name in group.names]
-    if group.run is acceptance.run_summarize:
-        out.append(check("hidden", "secret_summarize", 0, message, hidden=True))
-    if group.run is toolbox.run:
-        out.append(check("hidden", "choice_heldout", 0, message, hidden=True))
-    return out
+# The grader's lesson modules, in the order feedback lists their checks; each declares its own GROUPS
+LESSONS = (lesson02_the_calibration_reader, lesson03_narrow_right_wide, lesson04_more_batches,
+           lesson05_qdq_vs_qoperator, lesson06_accept_or_reject, lesson07_calibrate_the_deployed_representation,
+           lesson08_the_quantization_toolbox, predictions)
+GROUPS: tuple[Group, ...] = tuple(group for lesson in LESSONS for group in lesson.GROUPS)
 
 
 def possible_points() -> float:
-    """The points on offer this term: every active group's checks, hidden ones included."""
-    total = 0.0
-    for group in GROUPS:
-        if group.active():
-            total += sum(p.max_points for p in _failed_group(group, ""))
-    return total
+    """The points on offer this term: every active group's checks, hidden ones included, as the rubric weighs them."""
+    return sum(points(part, name) for group in GROUPS if group.active() for part, name in group.declared())
 
 
 def intake_models(ctx: Context) -> None:
@@ -98,22 +51,22 @@ def run_groups(ctx: Context) -> list:
             continue
         missing = [rel for rel in group.needs if not ctx.has(rel)]
         if missing:
-            checks += _failed_group(group, f"{missing[0]} is not in the submission: lesson {group.lesson} "
-                                           "writes it into the workspace; run that lesson, then hand in again")
+            checks += group.failed(f"{missing[0]} is not in the submission: lesson {group.lesson} "
+                                   "writes it into the workspace; run that lesson, then hand in again")
             continue
         ctx.touched = []
         try:
             got = group.run(ctx)
         except Missing as e:
-            got = _failed_group(group, f"{e.rel} is not in the submission: lesson {group.lesson} writes it")
+            got = group.failed(f"{e.rel} is not in the submission: lesson {group.lesson} writes it")
         except Exception as e:  # noqa: BLE001 - a crash in a check is a failed check with its reason
             mistake = students_mistake(e, ctx, group)
             if mistake is not None:
-                got = _failed_group(group, mistake)
+                got = group.failed(mistake)
             else:
-                got = _failed_group(group, f"the grader could not check this ({type(e).__name__}: "
-                                           f"{safe_text(e, 500)}). This is the grader's fault, not a problem "
-                                           "found in your files: tell your instructor")
+                got = group.failed(f"the grader could not check this ({type(e).__name__}: "
+                                   f"{safe_text(e, 500)}). This is the grader's fault, not a problem "
+                                   "found in your files: tell your instructor")
         checks += got
     return checks
 

@@ -6,6 +6,7 @@ One reference workspace is built with ``lab`` calls (grader.reference) and hande
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import signal
@@ -18,6 +19,7 @@ import pytest
 
 from bad_submissions import corpus
 from grader import core, reference, sandbox
+from grader.context import HIDDEN, rubric
 from grader.results import GradeResult
 from lab import schemas
 from lab.tools.submit import submit
@@ -62,6 +64,7 @@ def test_reference_run_grades_full_marks(good_zip):
               if not c.passed and "toolbox.json is not in the submission" not in c.message]
     assert result.status == "graded", result.reason
     assert not failed, failed
+    assert [(c.part, c.name) for c in result.checks] == declared(), "the checks are not the ones the groups declare"
     assert result.max_score >= 40 and result.score == result.max_score - not_in_reference()
     doc = result.to_dict()
     schemas.validate("grade", doc)
@@ -195,14 +198,41 @@ def test_a_crash_in_a_check_is_a_failed_check(good_zip, monkeypatch):
     def boom(ctx):
         raise RuntimeError("boom")
 
-    groups = tuple(core.Group(g.lesson, g.part, g.names, g.needs, boom if g.part == "growth" else g.run, g.active)
-                   for g in core.GROUPS)
+    groups = tuple(dataclasses.replace(g, run=boom) if g.part == "growth" else g for g in core.GROUPS)
     monkeypatch.setattr(core, "GROUPS", groups)
     result = core.grade(good_zip)
     growth = [c for c in result.checks if c.part == "growth"]
     assert result.status == "graded" and growth and all(c.points == 0 for c in growth)
     assert "RuntimeError: boom" in growth[0].message
     assert result.score == result.max_score - sum(c.max_points for c in growth) - not_in_reference()
+
+
+def declared() -> list[tuple[str, str]]:
+    """Every (part, check) the active groups declare, in the order grading produces them."""
+    return [pc for group in core.GROUPS if group.active() for pc in group.declared()]
+
+
+def test_every_rubric_check_is_declared_by_exactly_one_group():
+    r = rubric()
+    in_rubric = {(part, name) for part, table in r.items() for name in table if name != "title"}
+    every = [pc for group in core.GROUPS for pc in group.declared()]
+    assert len(every) == len(set(every)), sorted(pc for pc in every if every.count(pc) > 1)
+    assert set(every) - in_rubric == set(), "declared by a group, missing from rubric.toml"
+    assert in_rubric - set(every) == set(), "in rubric.toml, declared by no group"
+    assert core.possible_points() == sum(float(r[part][name]) for part, name in declared())
+
+
+def test_a_group_that_fails_names_all_its_checks_hidden_ones_included(good_zip, monkeypatch):
+    def boom(ctx):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(core, "GROUPS", tuple(dataclasses.replace(g, run=boom) for g in core.GROUPS))
+    result = core.grade(good_zip)
+    assert result.status == "graded" and result.score == 0 and result.max_score == core.possible_points()
+    assert [(c.part, c.name) for c in result.checks] == declared()
+    assert all(c.hidden == (c.part == HIDDEN) for c in result.checks)
+    assert {c.name for c in result.checks if c.hidden} >= {"secret_summarize", "heldout"}
+    assert all("RuntimeError: boom" in c.message or "is not in the submission" in c.message for c in result.checks)
 
 
 def test_without_results_is_a_value():

@@ -9,6 +9,7 @@ import numpy as np
 from grader import sandbox
 from grader import own_code
 from grader.context import RANGE_REL, Context, Missing, charged_under, check
+from grader.group import Group
 from grader.results import Evidence
 
 PART = "reader"
@@ -319,3 +320,6 @@ def served_count(ctx: Context, pixels: np.ndarray, batch_size: int) -> int | Non
     if not _ended(got) or -1 in got["first"]["sizes"]:
         return None
     return int(sum(got["first"]["sizes"]))
+
+
+GROUPS = (Group("02", PART, ("contract", "range_from_reader"), run, needs=("calibration_reader.py",)),)

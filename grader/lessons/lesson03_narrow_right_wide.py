@@ -6,6 +6,7 @@ from functools import lru_cache
 from grader.context import (RANGE_REL, SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, Missing, charged_under, check,
                             close, common_claims, entry, evaluation, fp32_outputs, near_boundary, number, provenance,
                             value)
+from grader.group import Group
 from grader.models import ModelRefused
 from grader.results import Evidence
 
@@ -298,3 +299,7 @@ def _dynamic(ctx: Context, doc: dict):
     ok = ok and same_file
     return check(PART, "dynamic", 1.0 if ok else 0.0, msg,
                  [Evidence("dynamic max abs error", rep, err, SOFTMAX_STEP, WHY_OUTPUT)])
+
+
+GROUPS = (Group("03", PART, ("quantized", "ruler_reported", "range_seen", "max_abs_error", "diagnosis", "dynamic"), run,
+                needs=("results.json",)),)

@@ -5,6 +5,7 @@ import re
 
 from grader.context import (SOFTMAX_STEP, WHY_OUTPUT, Context, Missing, check, close, common_claims, evaluation,
                             fp32_outputs, integer, near_boundary, number, provenance, short, value)
+from grader.group import Group
 from grader.results import Evidence
 
 GROWTH_FILE = re.compile(r"^growth/(narrow|right)-(\d{3})\.onnx$")
@@ -174,7 +175,7 @@ def _rows_and_verdict(ctx: Context, doc: dict, models: list, reported: dict, run
     return common_claims(doc, "growth.json") + problems
 
 
-def run_growth(ctx: Context) -> list:
+def run(ctx: Context) -> list:
     from lab import compare, data, graph
 
     doc = ctx.doc("growth.json")
@@ -251,3 +252,5 @@ def run_growth(ctx: Context) -> list:
                                                       "one or two batches of the right data"))
     return out
 
+
+GROUPS = (Group("04", "growth", ("series", "lesson_point"), run, needs=("growth.json",)),)

@@ -6,6 +6,7 @@ from onnx import numpy_helper
 
 from grader.context import (SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, check, close, common_claims, evaluation,
                             fp32_outputs, integer, near_boundary, number, provenance, short, value)
+from grader.group import Group
 from grader.results import Evidence
 from lab import compare, data, graph, ruler
 from lab.lessons import lesson05_qdq_vs_qoperator
@@ -158,7 +159,7 @@ def same_ruler(a, b) -> bool:
     return (a.scale, a.zero_point) == (b.scale, b.zero_point)
 
 
-def run_formats(ctx: Context) -> list:
+def run(ctx: Context) -> list:
     doc = ctx.doc("formats.json")
     qdq_rel, qop_rel = "formats/model.qdq.onnx", "formats/model.qoperator.onnx"
     fq, fo = graph.quant_format(ctx.model(qdq_rel)), graph.quant_format(ctx.model(qop_rel))
@@ -242,3 +243,7 @@ def _elementwise(ctx: Context, doc: dict, qdq_rel: str, qop_rel: str, wrong: lis
                   Evidence("predictions that differ", rep_p, differ, near,
                            "near-boundary policy: a sample whose top-2 margin is within the grid may flip on "
                            "another CPU")])
+
+
+GROUPS = (Group("05", "formats", ("two_formats", "same_scales", "same_order", "elementwise"), run,
+                needs=("formats.json", "formats/model.qdq.onnx", "formats/model.qoperator.onnx")),)

@@ -12,8 +12,9 @@ import numpy as np
 
 from grader import sandbox
 from grader import own_code
-from grader.context import (MARGIN, Context, charged_under, check, common_claims, entry, evaluation, fp32_outputs,
+from grader.context import (HIDDEN, MARGIN, Context, charged_under, check, common_claims, entry, evaluation, fp32_outputs,
                             near_boundary, number, value)
+from grader.group import Group
 from grader.results import Evidence
 
 PART = "acceptance"
@@ -398,7 +399,7 @@ def run_summarize(ctx: Context) -> list:
     refused = own_code.refusal_for(ctx.sub.path("metrics.py"), "metrics.py")
     if refused:  # it would pass on the lab's code, not the student's: nothing of it is run
         return [check(PART, "summarize_code", 0, refused),
-                check("hidden", "secret_summarize", 0, refused, hidden=True)]
+                check(HIDDEN, "secret_summarize", 0, refused, hidden=True)]
     cases = summarize_cases(sandbox.secret())
     pixels_labels = evaluation()[1]
     candidate_pred = fp32_outputs().argmax(1).tolist()
@@ -413,10 +414,10 @@ def run_summarize(ctx: Context) -> list:
         why = child.message or child.data.get("error", "")
         if child.status == "refused":  # no isolation layer: nothing of the student's was run, nor judged
             return [check(PART, "summarize_code", 0, f"metrics.py could not be run: {why}"),
-                    check("hidden", "secret_summarize", 0, f"metrics.py could not be run: {why}", hidden=True)]
+                    check(HIDDEN, "secret_summarize", 0, f"metrics.py could not be run: {why}", hidden=True)]
         # the student's module failed (import error, time limit, crash): one mistake, charged once
         return [check(PART, "summarize_code", 0, f"metrics.py could not be run: {why}"),
-                check("hidden", "secret_summarize", 1, "metrics.py could not be run on the instructor's lists "
+                check(HIDDEN, "secret_summarize", 1, "metrics.py could not be run on the instructor's lists "
                       f"either; {charged_under(PART, 'summarize_code')}", hidden=True)]
     got = {c.get("name"): c for c in child.data.get("cases", []) if isinstance(c, dict)}
     secret_msg = ""
@@ -453,10 +454,10 @@ def run_summarize(ctx: Context) -> list:
                  if not msgs else "summarize() " + "; ".join(msgs))
     visible_wrong = any(not k.endswith(" must raise") for k in by_problem)
     if secret_msg and visible_wrong:
-        hidden = check("hidden", "secret_summarize", 1.0, "summarize() on the instructor's lists: the same kind "
+        hidden = check(HIDDEN, "secret_summarize", 1.0, "summarize() on the instructor's lists: the same kind "
                        f"of mistake as on the lesson's lists; {charged_under(PART, 'summarize_code')}", hidden=True)
     else:
-        hidden = check("hidden", "secret_summarize", 0.0 if secret_msg else 1.0,
+        hidden = check(HIDDEN, "secret_summarize", 0.0 if secret_msg else 1.0,
                        f"summarize() on the instructor's lists: {secret_msg or 'correct'}", hidden=True)
     return [main, hidden]
 
@@ -472,8 +473,19 @@ def run_heldout(ctx: Context) -> list:
     loss = acc_f - acc_c
     ok = loss <= HELDOUT_LIMIT
     # the kind of failure, never the held-out numbers (they would let a student tune to the held-out split)
-    return [check("hidden", "heldout", float(ok),
+    return [check(HIDDEN, "heldout", float(ok),
                   f"on {len(split)} held-out images the candidate's accuracy loss against FP32 is "
                   + (f"within the limit ({HELDOUT_LIMIT})" if ok else
                      f"over the limit ({HELDOUT_LIMIT}): the candidate does not generalize; check its calibration "
                      "data"), hidden=True)]
+
+
+# summarize() first, so the summaries it wrote into regression.json are not charged again for its mistake; each
+# group needs only the files it uses (the gate uses the fixture alone)
+GROUPS = (
+    Group("06", PART, ("summarize_code",), run_summarize, needs=("metrics.py",), hidden=("secret_summarize",)),
+    Group("06", PART, ("fp32_gate",), run_gate),
+    Group("06", PART, ("summaries", "probabilities", "decisions"), run, needs=("regression.json", "candidate.onnx")),
+    Group("06", PART, ("candidate",), run_candidate, needs=("candidate.onnx",)),
+    Group("06", PART, (), run_heldout, needs=("candidate.onnx",), hidden=("heldout",)),
+)

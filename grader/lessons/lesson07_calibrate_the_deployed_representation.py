@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 
 from grader.context import SOFTMAX_STEP, WHY_OUTPUT, Context, charged_under, check, number, value
+from grader.group import Group
 from grader.results import Evidence
 
 PART = "release"
@@ -224,3 +225,6 @@ def _families(doc: dict, model, acc_split) -> tuple[float, list[str], list]:
     msg = ("every target kernel family recomputed: all pass" if ok else
            "kernel families: " + "; ".join(wrong + [f"{n} needs work" for n in failing]))
     return float(ok), [msg], ev
+
+
+GROUPS = (Group("07", PART, ("recipe", "disjoint", "metadata", "scenarios"), run, needs=NEEDS, active=active),)

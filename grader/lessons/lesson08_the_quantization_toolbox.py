@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import importlib.util
 
-from grader.context import SOFTMAX_STEP, WHY_OUTPUT, Context, check, close, number, value
+from grader.context import HIDDEN, SOFTMAX_STEP, WHY_OUTPUT, Context, check, close, number, value
+from grader.group import Group
 from grader.results import Evidence
 
 PART = "toolbox"
@@ -153,4 +154,8 @@ def _heldout(path, source, mine: dict):
                "than the limit allows on images no one tuned on" + (f"; it also misses it on {' and '.join(kinds)}, "
                                                                     f"{charged_under('toolbox', 'choice_meets')}"
                                                                     if kinds else ""))
-    return check("hidden", "choice_heldout", float(accuracy_ok), msg, hidden=True)
+    return check(HIDDEN, "choice_heldout", float(accuracy_ok), msg, hidden=True)
+
+
+GROUPS = (Group("08", PART, ("choice_meets", "choice_reported"), run, needs=NEEDS, hidden=("choice_heldout",),
+                active=active),)

@@ -16,6 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from grader.context import Context, check, evaluation, fp32_outputs
+from grader.group import Group
 
 PART = "predictions"
 NAMES = ("clip_or_squash", "input_rulers", "more_batches", "formats", "entry_tensor")
@@ -188,3 +189,6 @@ def run(ctx: Context) -> list:
             continue
         out.append(check(PART, name, verdict.score, verdict.message + WHERE))
     return out
+
+
+GROUPS = (Group("01", PART, NAMES, run, needs=NEEDS),)

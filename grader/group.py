@@ -1,0 +1,39 @@
+"""A lesson group: what a grader lesson module declares, so the core runs it without knowing any check by name.
+
+Each module in ``grader/lessons/`` holds ``GROUPS``, a tuple of ``Group``. A group names its lesson, its rubric
+part, every check it produces (the hidden ones apart: they are scored under the rubric's ``[hidden]`` part), the
+files of the hand-in it needs, the function that checks, and whether it applies this term. Points come from
+``rubric.toml``, never from here: a group that fails, or cannot run, scores 0 on every check it declares.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from grader.context import HIDDEN, Context, check
+from grader.results import Check
+
+
+def always() -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Group:
+    """One lesson group: its rubric checks, the files it needs, and the function that checks them."""
+
+    lesson: str                 # the lesson the checks grade, "06"
+    part: str                   # the rubric part of its visible checks, "acceptance"
+    checks: tuple[str, ...]     # the visible checks it produces, in order
+    run: Callable[[Context], list[Check]]
+    needs: tuple[str, ...] = ()     # files of the hand-in; one missing zeroes every check of the group
+    hidden: tuple[str, ...] = ()    # the hidden checks it produces (rubric part [hidden]), after the visible ones
+    active: Callable[[], bool] = always  # does its lesson apply this term? inactive groups are not offered
+
+    def declared(self) -> tuple[tuple[str, str], ...]:
+        """Every (rubric part, check) this group produces, hidden ones included, in the order it produces them."""
+        return tuple((self.part, name) for name in self.checks) + tuple((HIDDEN, name) for name in self.hidden)
+
+    def failed(self, message: str) -> list[Check]:
+        """Every check of the group at 0, with ``message``: a group that cannot run names all it would have scored."""
+        return [check(part, name, 0, message, hidden=part == HIDDEN) for part, name in self.declared()]
