@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+from lab import tables
 from lab.errors import LabError
 
 REPO = Path(__file__).resolve().parent.parent  # the checkout, when the lab is imported from one (editable install)
@@ -72,9 +73,10 @@ class EnvironmentReport:
             rows.insert(at, ("OK", "versions", f"{len(quiet)} other pins", "all match", "requirements.txt"))
         head = ("", "topic", "name", "found", "expected")
         widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(4)]
-        lines = ["  ".join(str(v).ljust(w) for v, w in zip(head, widths)) + "  " + head[4]]
+        columns = [(h, f"<{w}") for h, w in zip(head, widths)] + [(head[4], "")]
+        lines = [tables.header(columns, "  ")]
         for c, r in zip(shown, rows):
-            lines.append("  ".join(str(v).ljust(w) for v, w in zip(r, widths)) + "  " + r[4])
+            lines.append(tables.row(map(str, r), columns, "  "))
             if c is not None and c.status != "ok" and c.fix:
                 lines.append(" " * (widths[0] + 2) + "-> " + c.fix)
             if c is not None and c.note:

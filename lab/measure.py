@@ -1,9 +1,9 @@
-"""Measuring a converted model against FP32 on the same images, and printing the rows as a table.
+"""Measuring a converted model against FP32 on the same images.
 
 Lesson 08 measures every conversion with ``measure``: max abs error of the probabilities against
 FP32, accuracy, and file size, on the images of one ``Evaluation``, as CPUs of one kernel family
-compute them (``lab.kernels.target_family()``, this machine's unless told otherwise). ``format_rows``
-prints its tables.
+compute them (``lab.kernels.target_family()``, this machine's unless told otherwise). Its rows print
+with ``lab.tables.format_rows`` (also reachable here as ``measure.format_rows``, the name lessons 06 and 08 call).
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from lab import compare, data, graph, kernels
+from lab.tables import format_rows  # noqa: F401 - the lessons call it as measure.format_rows
 
 
 @dataclass(frozen=True)
@@ -68,28 +69,3 @@ def input_interval(model: str | Path) -> list[float] | None:
     except Exception:  # noqa: BLE001 - dynamic models have no static input ruler
         return None
     return [round(lo, 4), round(hi, 4)]
-
-
-def _cell(value, spec: str) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(f"{x:.3g}" for x in value) + "]"
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={v}" for k, v in value.items()) or "defaults"
-    return format(value, spec)
-
-
-def format_rows(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
-    """A fixed-width text table. ``columns``: (key, heading, format spec such as '.4f'); text left, numbers right."""
-    cells = [[_cell(r.get(key), spec) for key, _, spec in columns] for r in rows]
-    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, (_, h, _) in enumerate(columns)]
-    left = [i == 0 or not spec for i, (_, _, spec) in enumerate(columns)]
-
-    def line(values):
-        return "  ".join(v.ljust(w) if lf else v.rjust(w) for v, w, lf in zip(values, widths, left)).rstrip()
-
-    head = line([h for _, h, _ in columns])
-    return "\n".join([head, "-" * len(head)] + [line(c) for c in cells])

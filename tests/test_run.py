@@ -9,6 +9,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
+from lab import tables
 from lab.tools import run
 
 
@@ -85,6 +86,20 @@ def test_timing_table_marks_the_slowest():
     table = run.timing_table(runs)
     assert table[2] == "01_b.ipynb       3.5  FAILED  <- slowest"
     assert table[-1].split() == ["total", "4.5"]
+    assert table[0] == "lesson       seconds  status"
+
+
+def test_a_table_column_places_its_heading_as_its_values():
+    columns = [("set", "<7"), ("scale", ">10.6f"), ("share", ">7.1%"), ("note", "")]
+    assert tables.placement(">10.6f") == ">10" and tables.placement(".4f") == "" and tables.placement("*^9") == "*^9"
+    head = tables.header(columns)
+    assert head == "set          scale   share note" and tables.rule(head) == "-" * len(head)
+    assert tables.row(["narrow", 0.00392157, 0.5, "clips"], columns) == "narrow    0.003922   50.0% clips"
+    assert tables.row(["total", 1.0], columns, "  ") == "total      1.000000"  # fewer values: the rest left out
+    text = tables.format_rows([{"a": "x", "b": 1.23456, "c": None}, {"a": "longer", "b": 10.0, "c": [1, 2.5]}],
+                              [("a", "name", ""), ("b", "value", ".3f"), ("c", "list", "")])
+    assert text.splitlines() == ["name     value  list", "--------------------", "x        1.235  -",
+                                 "longer  10.000  [1, 2.5]"]
 
 
 @pytest.mark.slow

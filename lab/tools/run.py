@@ -19,6 +19,7 @@ from pathlib import Path
 import nbformat
 from tqdm import tqdm
 
+from lab import tables
 from lab.environment import KERNEL_NAME
 from lab.tools.summary import summarize_workspace
 
@@ -278,13 +279,13 @@ def timing_table(runs: list[LessonRun]) -> list[str]:
     """Per-lesson wall time and status, slowest marked."""
     if not runs:
         return []
-    width = max(len(r.notebook) for r in runs)
+    columns = [("lesson", f"<{max(len(r.notebook) for r in runs)}"), ("seconds", ">8.1f"), ("status", "")]
     slowest = max(runs, key=lambda r: r.seconds)
-    lines = [f"{'lesson':<{width}}  {'seconds':>8}  status"]
+    lines = [tables.header(columns, "  ")]
     for r in runs:
         mark = "  <- slowest" if r is slowest and len(runs) > 1 else ""
-        lines.append(f"{r.notebook:<{width}}  {r.seconds:>8.1f}  {'ok' if r.ok else 'FAILED'}{mark}")
-    lines.append(f"{'total':<{width}}  {sum(r.seconds for r in runs):>8.1f}")
+        lines.append(tables.row([r.notebook, r.seconds, ("ok" if r.ok else "FAILED") + mark], columns, "  "))
+    lines.append(tables.row(["total", sum(r.seconds for r in runs)], columns, "  "))
     return lines
 
 

@@ -9,24 +9,29 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from lab import contract
+from lab import contract, tables
 
 
 def _f(value, spec: str = ".4f") -> str:
     return format(value, spec) if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
 
 
+SETS = [("set", "<16"), ("range seen", ">11"), ("calib range", ">12"), ("max abs err", ">12"), ("accuracy", ">9"),
+        ("  diagnosis", "")]
+
+
 def calibration_sets(doc: dict) -> list[str]:
     """Lesson 03: the ruler each calibration set built, and what it did."""
-    lines = [f"  {'set':<16}{'range seen':>11}{'calib range':>12}{'max abs err':>12}{'accuracy':>9}  diagnosis"]
+    lines = ["  " + tables.header(SETS, "")]
     for kind, row in doc.get("sets", {}).items():
-        lines.append(f"  {kind:<16}{_f(row.get('range_seen')):>11}{_f(row.get('calibration_range')):>12}"
-                     f"{_f(row.get('max_abs_error')):>12}{_f(row.get('accuracy')):>9}  {row.get('diagnosis', '-')}")
+        lines.append("  " + tables.row([kind, _f(row.get("range_seen")), _f(row.get("calibration_range")),
+                                        _f(row.get("max_abs_error")), _f(row.get("accuracy")),
+                                        f"  {row.get('diagnosis', '-')}"], SETS, ""))
     for name in ("dynamic", "bad_calibration"):
         row = doc.get(name) or {}
         if row:
-            lines.append(f"  {name.replace('_', ' '):<16}{'':>11}{'':>12}{_f(row.get('max_abs_error')):>12}"
-                         f"{_f(row.get('accuracy')):>9}")
+            lines.append("  " + tables.row([name.replace("_", " "), "", "", _f(row.get("max_abs_error")),
+                                            _f(row.get("accuracy"))], SETS, ""))
     return lines
 
 
@@ -40,12 +45,17 @@ def growth(doc: dict) -> list[str]:
             f"  more wrong data stays worse: {v.get('wrong_stays_worse', '-')}"]
 
 
+FORMATS = [("format", "<10"), ("input scale", ">12"), ("output scale", ">13"), ("max abs err", ">12"),
+           ("bytes", ">7"), ("nodes", ">6")]
+
+
 def formats(doc: dict) -> list[str]:
     """Lesson 05: one calibration, two formats."""
-    lines = [f"  {'format':<10}{'input scale':>12}{'output scale':>13}{'max abs err':>12}{'bytes':>7}{'nodes':>6}"]
+    lines = ["  " + tables.header(FORMATS, "")]
     for name, row in doc.get("formats", {}).items():
-        lines.append(f"  {name:<10}{_f(row.get('input_scale'), '.6f'):>12}{_f(row.get('output_scale'), '.6f'):>13}"
-                     f"{_f(row.get('max_abs_error')):>12}{row.get('size_bytes', '-'):>7}{row.get('nodes', '-'):>6}")
+        lines.append("  " + tables.row([name, _f(row.get("input_scale"), ".6f"), _f(row.get("output_scale"), ".6f"),
+                                        _f(row.get("max_abs_error")), row.get("size_bytes", "-"),
+                                        row.get("nodes", "-")], FORMATS, ""))
     d = doc.get("difference", {})
     lines.append(f"  elementwise: max difference {_f(d.get('max_abs_difference'))}, "
                  f"{_f(d.get('fraction_elements_differ'), '.1%')} of outputs differ, "
@@ -62,13 +72,16 @@ def regression(doc: dict) -> list[str]:
     return lines
 
 
+SCENARIOS = [("scenario", "<14"), ("FP32", ">7"), ("INT8", ">7"), ("max abs err", ">12"), ("  verdict", "")]
+
+
 def scenarios(doc: dict) -> list[str]:
     """Lesson 07: the release against every named operating condition."""
-    lines = [f"  release {doc.get('release_id', '-')}",
-             f"  {'scenario':<14}{'FP32':>7}{'INT8':>7}{'max abs err':>12}  verdict"]
+    lines = [f"  release {doc.get('release_id', '-')}", "  " + tables.header(SCENARIOS, "")]
     for row in doc.get("results", []):
-        lines.append(f"  {row.get('name', '-'):<14}{_f(row.get('fp32_accuracy'), '.3f'):>7}"
-                     f"{_f(row.get('int8_accuracy'), '.3f'):>7}{_f(row.get('max_abs_error')):>12}  {row.get('verdict', '-')}")
+        lines.append("  " + tables.row([row.get("name", "-"), _f(row.get("fp32_accuracy"), ".3f"),
+                                        _f(row.get("int8_accuracy"), ".3f"), _f(row.get("max_abs_error")),
+                                        f"  {row.get('verdict', '-')}"], SCENARIOS, ""))
     return lines
 
 
