@@ -24,10 +24,4 @@ def lazy_submodule(package: str):
     return __getattr__
 
 
-_submodule = lazy_submodule(__name__)
-
-
-def __getattr__(name: str):
-    if name == "check_reader":
-        return importlib.import_module("lab.readers").check_reader
-    return _submodule(name)
+__getattr__ = lazy_submodule(__name__)

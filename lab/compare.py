@@ -33,6 +33,14 @@ def max_abs_error(reference: np.ndarray, output: np.ndarray) -> float:
     return float(np.max(np.abs(reference.astype(np.float64) - output))) if reference.size else 0.0
 
 
+def scorecard(model, x: np.ndarray, labels: np.ndarray, reference: np.ndarray) -> dict:
+    """Max abs error against the FP32 ``reference`` outputs on ``x``, and accuracy on ``labels``: the two numbers
+    lessons 03-05 report for every model."""
+    out = predict(model, x)
+    return {"max_abs_error": max_abs_error(reference, out),
+            "accuracy": float(np.mean(out.argmax(axis=1) == np.asarray(labels)))}
+
+
 def sample_errors(reference: np.ndarray, output: np.ndarray) -> np.ndarray:
     """Per-sample max absolute error over the 10 probabilities."""
     return np.max(np.abs(np.asarray(reference, np.float64) - output), axis=1)

@@ -21,6 +21,13 @@ def qrange(dtype: str = "int8", reduce_range: bool = False) -> tuple[int, int]:
     return QRANGES[dtype]
 
 
+def calibration_range(values: np.ndarray) -> float:
+    """Width of the range a MinMax calibrator sees in ``values``, widened to include 0 as ``scale_zero_point`` (and
+    ORT) widen it: ``max(max, 0) - min(min, 0)``. Divided by the grid's 255 steps it is the scale."""
+    x = np.asarray(values, np.float32)
+    return float(max(float(x.max()), 0.0) - min(float(x.min()), 0.0))
+
+
 def scale_zero_point(rmin: float, rmax: float, dtype: str = "int8",
                      symmetric: bool = False) -> tuple[np.float32, int]:
     """Scale (float32) and zero point (int) for the range [rmin, rmax], the way ORT computes them."""

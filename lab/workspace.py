@@ -81,3 +81,16 @@ def load_module(work_dir: str | Path, name: str):
         raise WorkspaceError(f"importing {path.name} raised {type(e).__name__}{where}: {e}; fix the exercise cell "
                              f"that writes {path.name}, run it again, then this cell") from None
     return module
+
+
+def student_reader(work_dir: str | Path):
+    """The ``DigitReader`` class from the student's ``calibration_reader.py`` (lesson 02's exercise writes it; every
+    later lesson calibrates with it)."""
+    path = Path(work_dir) / "calibration_reader.py"
+    if not path.exists():
+        raise WorkspaceError(f"{path.name} is not in WORK_DIR ({Path(work_dir)}): run lesson 02 "
+                             "(the calibration reader) first; it writes the DigitReader this lesson calibrates with")
+    module = load_module(work_dir, "calibration_reader")
+    if not hasattr(module, "DigitReader"):
+        raise WorkspaceError(f"{path.name} defines no class DigitReader; lesson 02's exercise writes it")
+    return module.DigitReader

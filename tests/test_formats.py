@@ -25,7 +25,7 @@ def pair(tmp_path_factory):
 
 def test_scorecard_of_the_reference_itself(pair):
     out, split, reference, _ = pair
-    card = formats.scorecard(out.parent / "source.onnx", split.pixels, split.labels, reference)
+    card = compare.scorecard(out.parent / "source.onnx", split.pixels, split.labels, reference)
     assert card["max_abs_error"] == 0.0
     assert card["accuracy"] == pytest.approx(np.mean(reference.argmax(1) == split.labels))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lab import compare, data
+from lab import compare, data, ruler
 from lab.lessons import lesson04_more_batches as growth
 from lab.errors import ReaderContractError
 from lab.readers import ArrayReader
@@ -52,8 +52,8 @@ def test_model_name_is_zero_padded():
 
 
 def test_calibration_range_always_includes_zero():
-    assert growth.calibration_range(np.array([[0.2, 0.5]], np.float32)) == pytest.approx(0.5)
-    assert growth.calibration_range(np.array([[-1.0, 2.0]], np.float32)) == pytest.approx(3.0)
+    assert ruler.calibration_range(np.array([[0.2, 0.5]], np.float32)) == pytest.approx(0.5)
+    assert ruler.calibration_range(np.array([[-1.0, 2.0]], np.float32)) == pytest.approx(3.0)
 
 
 def test_one_model_per_count_on_nested_prefixes(work, grown):

@@ -5,7 +5,8 @@ from onnxruntime.quantization import CalibrationDataReader, quantize_static
 
 from lab import data
 from lab.errors import ReaderContractError
-from lab.readers import ArrayReader, RecordingReader, check_reader
+from lab.lessons.lesson02_the_calibration_reader import check_reader
+from lab.readers import ArrayReader, RecordingReader
 
 X = data.calibration_set("right")
 

@@ -46,3 +46,11 @@ def test_load_module_names_the_line_of_a_broken_module(tmp_path):
 def test_atomic_write_replaces_whole_file(tmp_path):
     path = workspace.atomic_write_text(tmp_path / "a" / "b.json", "{}")
     assert path.read_text() == "{}" and not [p for p in path.parent.iterdir() if p.name.startswith(".")]
+
+
+def test_missing_reader_points_to_lesson_02(tmp_path):
+    with pytest.raises(WorkspaceError, match="lesson 02"):
+        workspace.student_reader(tmp_path)
+    (tmp_path / "calibration_reader.py").write_text("X = 1\n")
+    with pytest.raises(WorkspaceError, match="no class DigitReader"):
+        workspace.student_reader(tmp_path)

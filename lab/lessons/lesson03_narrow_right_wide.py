@@ -1,16 +1,111 @@
-"""The narrow / right / wide experiment end to end, as one table."""
+"""Lesson 03, narrow / right / wide: three conversions of one model, one per calibration set, side by side.
+
+The notebook converts (the student's exercise), then reads each model's rulers back from its graph; this module
+holds the check of that exercise, the report the lesson writes (``results.json``), which the grader's reference
+hand-in builds with the same call, and ``python -m lab table``, the whole experiment as one table.
+"""
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
-from lab import compare, data, graph
-from lab.convert import quantize
+import numpy as np
+
+from lab import compare, convert, data, graph, ruler
+from lab.data import data_sha256, file_sha256
+from lab.errors import LabError
+from lab.lessons.lesson02_the_calibration_reader import BATCH_SIZE
 from lab.workspace import make_workspace
 
 KINDS = ("narrow", "right", "wide")
+# the settings every conversion of lessons 03 and 04 uses: ORT's defaults spelled out (QDQ, signed 8 bits, one
+# scale per tensor, MinMax), so the only thing that changes between the three models is the calibration set
+SETTINGS = {"quant_format": "QDQ", "activation_type": "QInt8", "weight_type": "QInt8", "per_channel": False,
+            "calibrate_method": "MinMax"}
+HIDDEN = "relu1.out"  # the first hidden activation: continuous values, so a coarse ruler shows in its error
+BAD_CALIBRATION = "bad-calibration.onnx"  # the fixture calibrated on all-zero images
 
 
-def narrow_right_wide(work_dir: str | Path, batch_size: int = 36, **settings) -> list[dict]:
+class ExerciseCheckFailed(LabError):
+    """A lesson's exercise did not produce what the lesson asked for; the message names the file and the rule."""
+
+
+def check_three_conversions(work: str | Path, records: dict, kinds=KINDS) -> str:
+    """Lesson 03's exercise: one QDQ model per calibration set, each calibrated on exactly its own set."""
+    for kind in kinds:
+        path = Path(work) / f"{kind}.onnx"
+        if kind not in records or not path.exists():
+            raise ExerciseCheckFailed(f"no {path.name} (or no records[{kind!r}]): convert once per calibration set, "
+                                      "and keep the record each lab.convert.quantize call returns")
+        fmt = graph.quant_format(path)
+        if fmt != "QDQ":
+            raise ExerciseCheckFailed(f"{path.name} is a {fmt} model: use quant_format='QDQ'")
+        if records[kind].calibration_sha256 != data_sha256(data.calibration_set(kind)):
+            raise ExerciseCheckFailed(f"{path.name} was not calibrated on exactly lab.data.calibration_set({kind!r}): "
+                                      f"its reader served {records[kind].calibration_samples} images that hash "
+                                      "differently; give each conversion a fresh DigitReader over its own set")
+    return "three QDQ models, each calibrated on its own set"
+
+
+def evaluation_entry(evaluation: data.Split) -> dict:
+    """The ``evaluation`` block every lesson report carries: which images the numbers were measured on."""
+    return {"name": evaluation.name, "count": int(len(evaluation)), "sha256": data_sha256(evaluation.pixels)}
+
+
+def hidden_layer(model: str | Path, source: str | Path, x: np.ndarray, tensor: str = HIDDEN) -> dict:
+    """The ruler ``model`` lays on ``tensor`` against the FP32 values it meets on ``x``: where it ends, the share
+    of values it clips and their mean round-trip error."""
+    r = graph.input_ruler(model, tensor)
+    values = graph.tensor_values(source, x, [tensor])[tensor]
+    stats = ruler.ruler_stats(values, *r.interval)
+    return {"tensor": tensor, "scale": r.scale, "zero_point": r.zero_point, "ruler_end": r.interval[1],
+            "value_max": float(values.max()), "clipped_fraction": stats["clipped_fraction"],
+            "mean_round_trip_error": stats["mean_abs_error"]}
+
+
+def set_entry(model: Path, record: convert.QuantRecord, calibration: np.ndarray, source: Path, x: np.ndarray,
+              labels: np.ndarray, reference: np.ndarray) -> dict:
+    """One calibration set's line of ``results.json``: its model, what the reader served, the input ruler read
+    back from the graph, the error, the diagnosis and the first hidden layer's ruler."""
+    r = graph.input_ruler(model)
+    d = compare.diagnose(r, x)
+    return {"model": model.name, "model_sha256": file_sha256(model),
+            "calibration_samples": record.calibration_samples, "calibration_batches": record.calibration_batches,
+            "calibration_sha256": record.calibration_sha256, "calibration_range": ruler.calibration_range(calibration),
+            "scale": r.scale, "zero_point": r.zero_point, "range_seen": r.range_seen, "interval": list(r.interval),
+            **compare.scorecard(model, x, labels, reference),
+            "diagnosis": d.kind, "clipped_fraction": d.clipped_fraction, "grid_used_fraction": d.grid_used_fraction,
+            "pixel_round_trip_max_error": float(np.abs(ruler.round_trip(x, r.scale, r.zero_point) - x).max()),
+            "hidden_layer": hidden_layer(model, source, x)}
+
+
+def results_report(work: str | Path, records: dict, evaluation: data.Split, reference: np.ndarray,
+                   batch_size: int = BATCH_SIZE) -> dict:
+    """Lesson 03's ``results.json``, from what the lesson produced: ``records`` (one ``lab.convert.quantize``
+    record per kind), the models ``<kind>.onnx`` and ``dynamic.onnx`` in ``work``, and the FP32 ``reference``
+    outputs on ``evaluation``. The settings are the ones the conversions used, read from their records."""
+    work = Path(work)
+    source = work / "source.onnx"
+    x, labels = evaluation.pixels, evaluation.labels
+    used = records["right"].settings
+    return {
+        "schema": "results/1",
+        "lesson": "03_narrow_right_wide",
+        "source_sha256": file_sha256(source),
+        "versions": convert.versions(),
+        "settings": {**{k: used[k] for k in SETTINGS}, "batch_size": int(batch_size)},
+        "evaluation": evaluation_entry(evaluation),
+        "fp32": {"accuracy": float(np.mean(reference.argmax(axis=1) == labels))},
+        "sets": {kind: set_entry(work / f"{kind}.onnx", records[kind], data.calibration_set(kind), source, x, labels,
+                                 reference) for kind in KINDS},
+        "dynamic": {"model": "dynamic.onnx", "model_sha256": file_sha256(work / "dynamic.onnx"),
+                    **compare.scorecard(work / "dynamic.onnx", x, labels, reference)},
+        "bad_calibration": {"model": f"fixtures/{BAD_CALIBRATION}",
+                            **compare.scorecard(data.fixture_path(BAD_CALIBRATION), x, labels, reference)},
+    }
+
+
+def narrow_right_wide(work_dir: str | Path, batch_size: int = BATCH_SIZE, **settings) -> list[dict]:
     """Quantize the FP32 model with each calibration set and measure it on the evaluation set.
 
     Writes ``<kind>.onnx`` into the workspace. Each row: the input scale and zero point read
@@ -26,16 +121,13 @@ def narrow_right_wide(work_dir: str | Path, batch_size: int = 36, **settings) ->
     for kind in KINDS:
         calib = data.calibration_set(kind)
         model = work / f"{kind}.onnx"
-        record = quantize(source, model, calib, batch_size=batch_size, **settings)
-        ruler = graph.input_ruler(model)
-        out = compare.predict(model, x)
+        record = convert.quantize(source, model, calib, batch_size=batch_size, **{**SETTINGS, **settings})
+        r = graph.input_ruler(model)
         rows.append({
-            "kind": kind, "scale": ruler.scale, "zero_point": ruler.zero_point,
-            "range_seen": ruler.range_seen,
-            "calibration_range": float(calib.max() - min(float(calib.min()), 0.0)),
-            "max_abs_error": compare.max_abs_error(reference, out),
-            "accuracy": float((out.argmax(1) == evaluation.labels).mean()),
-            "diagnosis": compare.diagnose(ruler, x).kind,
+            "kind": kind, "scale": r.scale, "zero_point": r.zero_point, "range_seen": r.range_seen,
+            "calibration_range": ruler.calibration_range(calib),
+            **compare.scorecard(model, x, evaluation.labels, reference),
+            "diagnosis": compare.diagnose(r, x).kind,
             "calibration_sha256": record.calibration_sha256,
         })
     return rows
@@ -53,8 +145,6 @@ def format_table(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m lab table [--work-dir DIR]``."""
-    import argparse
-
     parser = argparse.ArgumentParser(prog="python -m lab table", description="narrow / right / wide, one table")
     parser.add_argument("--work-dir", default="build/table-workspace")
     args = parser.parse_args(argv)

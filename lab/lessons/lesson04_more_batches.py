@@ -11,13 +11,22 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from lab import graph
-from lab.data import data_sha256, file_sha256
-from lab.errors import LabError, ReaderContractError
-from lab.lessons.lesson05_qdq_vs_qoperator import scorecard
+from lab import convert, graph, ruler
+from lab.compare import scorecard
 from lab.convert import quantize
+from lab.data import Split, data_sha256, file_sha256
+from lab.errors import LabError, ReaderContractError
+from lab.lessons.lesson03_narrow_right_wide import SETTINGS, evaluation_entry
+from lab.ruler import calibration_range
 
 Row = dict
+
+# Small batches, many of them: 512 batches of 8 narrow images is 4096 images, eleven times the right set, and still
+# the ruler does not widen; 8 is also small enough that one or two batches of the right data are a fair contrast
+BATCH_SIZE = 8
+MAX_BATCHES = 512  # the narrow set grows 1, 2, 4, ... up to this many batches (the notebook's MAX_BATCHES)
+RIGHT_BATCHES = (1, 2)  # batch counts of the right data to compare with: one or two batches already win
+FOLDER = "growth"  # the workspace folder the series is written into
 
 
 class GrowthCheckFailed(LabError):
@@ -41,12 +50,6 @@ def doubling_counts(max_batches: int) -> list[int]:
 def model_name(kind: str, batches: int) -> str:
     """File name of the model calibrated on ``batches`` batches of ``kind``: ``narrow-004.onnx``."""
     return f"{kind}-{batches:03d}.onnx"
-
-
-def calibration_range(pixels: np.ndarray) -> float:
-    """Width of the range a MinMax calibrator sees in ``pixels``; 0 is always inside (as ORT widens it)."""
-    x = np.asarray(pixels, np.float32)
-    return float(max(float(x.max()), 0.0) - min(float(x.min()), 0.0))
 
 
 def grow(source: str | Path, out_dir: str | Path, counts: Iterable[int],
@@ -127,8 +130,6 @@ def hidden_rulers(source: str | Path, models: dict, x: np.ndarray, tensors: Iter
     """Per hidden tensor and model: where the ruler ends, the share of the deployed values it clips, and its
     mean round-trip error on them. Why a small right calibration can match a large one: fewer images see fewer
     extremes, so their rulers end sooner (finer steps, a few values clipped), and the two trade off."""
-    from lab import ruler
-
     tensors = list(tensors)
     values = graph.tensor_values(source, x, tensors)
     rows = []
@@ -159,6 +160,29 @@ def format_hidden_rulers(rows: list[dict]) -> str:
                      f"{m['clipped_fraction']:>7.1%} {m['mean_abs_error']:>8.4f}")
         lines.append(line)
     return "\n".join(lines)
+
+
+def growth_report(source: str | Path, rows: list[Row], stream: np.ndarray, evaluation: Split, *,
+                  max_batches: int, seed: int, batch_size: int = BATCH_SIZE,
+                  right_batches: Iterable[int] = RIGHT_BATCHES, settings: dict = SETTINGS,
+                  folder: str = FOLDER) -> dict:
+    """Lesson 04's ``growth.json``, from what the lesson produced: the ``rows`` of its two ``grow`` calls, the
+    narrow ``stream`` they drew from (``lab.data.narrow_batches(max_batches, batch_size, seed)``) and the settings
+    they converted with. The verdict is recomputed from the rows."""
+    return {
+        "schema": "growth/1",
+        "lesson": "04_more_batches",
+        "source_sha256": file_sha256(source),
+        "versions": convert.versions(),
+        "settings": {**{k: settings[k] for k in SETTINGS}, "batch_size": int(batch_size)},
+        "evaluation": evaluation_entry(evaluation),
+        "folder": folder,
+        "narrow_stream": {"max_batches": int(max_batches), "batch_size": int(batch_size), "seed": int(seed),
+                          "sha256": data_sha256(stream)},
+        "right_data": {"batches": [int(n) for n in right_batches]},
+        "rows": rows,
+        "verdict": verdict(rows),
+    }
 
 
 def check_series(rows: list[Row], counts: list[int], right_batches: list[int], folder: Path) -> str:

@@ -1,7 +1,6 @@
 """Compare quantized models of one network: how far each is from FP32, and how far apart two of them are.
 
-Lesson 05 uses these on a QDQ and a QOperator model built from the same calibration ranges;
-lessons 03 and 04 use ``scorecard`` for the max abs error and accuracy of every model.
+Lesson 05 uses these on a QDQ and a QOperator model built from the same calibration ranges.
 """
 from __future__ import annotations
 
@@ -9,16 +8,15 @@ from pathlib import Path
 
 import numpy as np
 
-from lab import compare, graph
-from lab.data import file_sha256
-from lab.errors import LabError
+from lab import compare, convert, data, graph
+from lab.data import Split, file_sha256
+from lab.lessons.lesson03_narrow_right_wide import BATCH_SIZE, SETTINGS, ExerciseCheckFailed, evaluation_entry
 
-
-def scorecard(model, x: np.ndarray, labels: np.ndarray, reference: np.ndarray) -> dict:
-    """Max abs error against the FP32 ``reference`` outputs on ``x``, and accuracy on ``labels``."""
-    out = compare.predict(model, x)
-    return {"max_abs_error": compare.max_abs_error(reference, out),
-            "accuracy": float(np.mean(out.argmax(axis=1) == np.asarray(labels)))}
+# the settings lesson 03 used, except the format: both formats come from one calibration, so they differ only there
+FORMAT_SETTINGS = {k: v for k, v in SETTINGS.items() if k != "quant_format"}
+CALIBRATION_SET = "right"  # one calibration of the deployed distribution, shared by both formats
+STEM = "model"  # quantize_both_formats writes model.qdq.onnx, model.qoperator.onnx, model.calibration.json
+FOLDER = "formats"  # the workspace folder they go in
 
 
 def output_difference(a: np.ndarray, b: np.ndarray) -> dict:
@@ -132,33 +130,8 @@ def format_difference(report: dict) -> str:
     ])
 
 
-class ExerciseCheckFailed(LabError):
-    """A lesson's exercise did not produce what the lesson asked for; the message names the file and the rule."""
-
-
-def check_three_conversions(work: str | Path, records: dict, kinds=("narrow", "right", "wide")) -> str:
-    """Lesson 03's exercise: one QDQ model per calibration set, each calibrated on exactly its own set."""
-    from lab import data
-
-    for kind in kinds:
-        path = Path(work) / f"{kind}.onnx"
-        if kind not in records or not path.exists():
-            raise ExerciseCheckFailed(f"no {path.name} (or no records[{kind!r}]): convert once per calibration set, "
-                                      "and keep the record each lab.convert.quantize call returns")
-        fmt = graph.quant_format(path)
-        if fmt != "QDQ":
-            raise ExerciseCheckFailed(f"{path.name} is a {fmt} model: use quant_format='QDQ'")
-        if records[kind].calibration_sha256 != data.data_sha256(data.calibration_set(kind)):
-            raise ExerciseCheckFailed(f"{path.name} was not calibrated on exactly lab.data.calibration_set({kind!r}): "
-                                      f"its reader served {records[kind].calibration_samples} images that hash "
-                                      "differently; give each conversion a fresh DigitReader over its own set")
-    return "three QDQ models, each calibrated on its own set"
-
-
 def check_both_formats(qdq: Path, qop: Path, cache: Path, records: dict) -> str:
     """Lesson 05's exercise: a QDQ and a QOperator model from one calibration cache of the 'right' set."""
-    from lab import data
-
     for path in (qdq, qop, cache):
         if not Path(path).exists():
             raise ExerciseCheckFailed(f"{Path(path).name} is missing: quantize_both_formats(SOURCE, FORMATS, reader, "
@@ -172,3 +145,26 @@ def check_both_formats(qdq: Path, qop: Path, cache: Path, records: dict) -> str:
         raise ExerciseCheckFailed(f"the calibration served {records['QDQ'].calibration_samples} images that are not "
                                   "lab.data.calibration_set('right'): calibrate on exactly that set")
     return f"{Path(qdq).name} and {Path(qop).name}, both from {Path(cache).name}"
+
+
+def formats_report(source: str | Path, folder: str | Path, records: dict, evaluation: Split, reference: np.ndarray,
+                   batch_size: int = BATCH_SIZE, stem: str = STEM) -> dict:
+    """Lesson 05's ``formats.json``, from what the lesson produced: the two models and the calibration cache in
+    ``folder``, the records ``quantize_both_formats`` returned (the settings are read from them: a setting changed
+    in the exercise is reported as it was used), and the FP32 ``reference`` outputs on ``evaluation``."""
+    folder = Path(folder)
+    qdq, qop, cache = (folder / f"{stem}.{suffix}" for suffix in ("qdq.onnx", "qoperator.onnx", "calibration.json"))
+    rec = records["QDQ"]
+    return {
+        "schema": "formats/1",
+        "lesson": "05_qdq_vs_qoperator",
+        "source_sha256": file_sha256(source),
+        "versions": convert.versions(),
+        "settings": {"quant_format": "QDQ and QOperator", **{k: rec.settings[k] for k in FORMAT_SETTINGS},
+                     "batch_size": int(batch_size)},
+        "evaluation": evaluation_entry(evaluation),
+        "calibration": {"set": CALIBRATION_SET, "cache": f"{folder.name}/{cache.name}",
+                        "cache_sha256": file_sha256(cache), "samples": rec.calibration_samples,
+                        "batches": rec.calibration_batches, "sha256": rec.calibration_sha256},
+        **compare_formats(qdq, qop, evaluation.pixels, evaluation.labels, reference),
+    }

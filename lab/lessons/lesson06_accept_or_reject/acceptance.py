@@ -12,7 +12,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from lab.data import N_CLASSES, file_sha256
-from lab.errors import LabError, WorkspaceError
+from lab.errors import LabError
 
 FLOOR = 0.95  # the FP32 model must reach this accuracy before any candidate is judged against it
 LIMIT = 0.01  # the largest accuracy loss we accept: one percentage point, absolute
@@ -256,22 +256,6 @@ def write_regression(path: str | Path, doc: Mapping) -> Path:
 
     schemas.validate("regression", doc, Path(path).name)
     return atomic_write_text(path, json.dumps(doc, indent=2) + "\n")
-
-
-# --- the student's files -----------------------------------------------------------------------
-
-def student_reader(work_dir: str | Path):
-    """The ``DigitReader`` class from the student's ``calibration_reader.py`` (written in lesson 02)."""
-    from lab.workspace import load_module
-
-    path = Path(work_dir) / "calibration_reader.py"
-    if not path.exists():
-        raise WorkspaceError(f"{path.name} is not in WORK_DIR ({Path(work_dir)}): run lesson 02 "
-                             "(the calibration reader) first; it writes the DigitReader this lesson calibrates with")
-    module = load_module(work_dir, "calibration_reader")
-    if not hasattr(module, "DigitReader"):
-        raise WorkspaceError(f"{path.name} defines no class DigitReader; lesson 02's exercise writes it")
-    return module.DigitReader
 
 
 # --- the visible check of lesson 06's exercise ---------------------------------------------------
