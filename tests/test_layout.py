@@ -9,8 +9,11 @@ A package's own ``__init__`` importing its children is not an edge back from the
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import re
+import subprocess
+import sys
 from collections import deque
 from dataclasses import dataclass
 from functools import cache
@@ -425,3 +428,94 @@ def test_every_lesson_module_maps_back_to_a_notebook(folder):
     assert not strays, f"modules in {folder} named after no notebook (expected lessonNN_<notebook name>): {strays}"
     for name in exceptions:
         assert name in lesson_entries(REPO / folder), f"{folder}/{name}.py is gone: drop its exception"
+
+
+# --- the README says where things live, and its commands exist ---------------------------------------------------
+
+README = REPO / "README.md"
+TREE_ENTRY = re.compile(r"( *)(\S+/|[\w.]+\.(?:py|toml))(?:\s|$)")
+
+
+def readme_tree() -> list[str]:
+    """The paths the tree under "## Where things live" names (folders end with ``/``)."""
+    text = README.read_text(encoding="utf-8")
+    assert "## Where things live" in text, "README.md has no '## Where things live' section"
+    section = text.split("## Where things live", 1)[1]
+    block = section.split("```", 2)[1]
+    paths, stack = [], []
+    for line in block.splitlines():
+        match = TREE_ENTRY.match(line)
+        if not match:
+            continue  # a description's second line
+        depth, name = len(match.group(1)) // 2, match.group(2)
+        stack[depth:] = [name]
+        paths.append("".join(stack))
+    return paths
+
+
+def project_modules_and_packages() -> set[str]:
+    """Every module (``__init__.py`` aside: its folder stands for it) and package folder of PACKAGES."""
+    found = set()
+    for path in modules().values():
+        rel = path.relative_to(REPO).as_posix()
+        found.add(rel.removesuffix("__init__.py") if path.name == "__init__.py" else rel)
+    return found
+
+
+def test_the_readme_tree_names_every_module_and_nothing_that_is_gone():
+    listed = readme_tree()
+    missing = sorted(project_modules_and_packages() - set(listed))
+    assert not missing, f"README.md's 'Where things live' does not name: {missing} (one line each, with what it is)"
+    gone = [p for p in listed if not (REPO / p).exists()]
+    assert not gone, f"README.md's 'Where things live' names what does not exist: {gone}"
+    assert len(listed) == len(set(listed)), "README.md's tree names a path twice"
+
+
+def readme_code() -> str:
+    """The README's code: fenced blocks and inline spans."""
+    text = README.read_text(encoding="utf-8")
+    blocks = re.findall(r"```[^\n]*\n(.*?)```", text, re.S)
+    spans = re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", text, flags=re.S))
+    return "\n".join(blocks + spans)
+
+
+def make_targets(makefile: str) -> set[str]:
+    """The targets of a Makefile's rules (``a b c:`` gives three)."""
+    return {target for rule in re.findall(r"^([a-z][\w -]*):(?!=)", makefile, re.M) for target in rule.split()}
+
+
+def test_every_make_target_the_readme_names_exists():
+    """The project's Makefile, or the kit's (the students' section speaks of the kit's `make submit`)."""
+    targets = make_targets((REPO / "Makefile").read_text()) | make_targets(kit_builder.STUDENT_MAKEFILE)
+    named = set(re.findall(r"(?<![\w-])make ([a-z][\w-]*)", readme_code()))
+    assert {"lab", "kit", "test"} <= named
+    assert not named - targets, f"README.md names make targets no Makefile has: {sorted(named - targets)}"
+
+
+PYTHON_M = re.compile(r"python -m ([\w.]+)(?: ([a-z][\w-]*)((?: \| [a-z][\w-]*)*))?")
+
+
+def readme_commands() -> set[tuple[str, str | None]]:
+    """``(module, command)`` for every ``python -m`` of our packages the README names (``a | b`` gives both)."""
+    found = set()
+    for module, first, more in PYTHON_M.findall(README.read_text(encoding="utf-8")):
+        if within(module, *PACKAGES):
+            for command in [first, *re.findall(r"[a-z][\w-]*", more)] if first else [None]:
+                found.add((module, command))
+    return found
+
+
+def test_every_python_m_command_the_readme_names_answers_help():
+    commands = readme_commands()
+    assert {("instructor", "workbook"), ("instructor", "kit"), ("lab", "run"), ("grader", "grade")} <= commands
+    failed = []
+    for module, command in sorted(commands, key=str):
+        if command is None:
+            if importlib.util.find_spec(module) is None:
+                failed.append(f"python -m {module}: no such module")
+            continue
+        proc = subprocess.run([sys.executable, "-m", module, command, "--help"], cwd=REPO, capture_output=True,
+                              text=True, timeout=120)
+        if proc.returncode != 0 or "usage:" not in proc.stdout:
+            failed.append(f"python -m {module} {command} --help exited {proc.returncode}: {proc.stderr[-300:]}")
+    assert not failed, "README.md names commands that do not work:\n  " + "\n  ".join(failed)
