@@ -1,5 +1,6 @@
 """Packaging: the grader refuses to start without its fixtures, rubric or secret, and ``pip install .`` (not
-editable) into a fresh virtualenv runs every lesson and grades the result in full, from outside the project.
+editable) into a fresh virtualenv runs every lesson and grades the result in full (``python -m instructor workbook``),
+from outside the project.
 
 The refusals run ``python -m grader`` with a damaged copy of a package ahead of the real one on ``PYTHONPATH``:
 the source tree is never touched. Each must exit non-zero before any hand-in is read (no feedback, no gradebook).
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,7 +23,7 @@ from grader import context, preflight
 REPO = Path(__file__).resolve().parent.parent
 # The quick sizes of the other headless runs (conftest.SMALL_PARAMETERS), those `-p` can pass (scalars).
 QUICK = {"MAX_BATCHES": 16, "ENTROPY_BINS": 512, "SPEED_WARMUP": 3, "SPEED_REPEATS": 20, "SWEEP_REPEATS": 5}
-LEFT_OUT = (".git", ".venv", "build", "release", "workspace", "grades", "artifacts", "__pycache__", "*.egg-info",
+LEFT_OUT = (".git", ".venv", "build", "kit", "workspace", "grades", "artifacts", "__pycache__", "*.egg-info",
             ".ipynb_checkpoints", ".pytest_cache", ".hypothesis")
 
 
@@ -190,8 +192,9 @@ def run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subpr
 
 @pytest.mark.slow
 def test_a_non_editable_install_runs_every_lesson_and_grades_full_marks(tmp_path):
-    """``pip install .`` of a clean copy, then, from another folder, ``python -m lab run --notebooks`` and
-    ``python -m grader grade`` with that virtualenv's Python: every lesson runs and the hand-in gets full marks."""
+    """``pip install .`` of a clean copy, then, from another folder with that virtualenv's Python,
+    ``python -m instructor workbook --notebooks`` (every lesson, then the grade of that run) and ``python -m grader
+    grade`` of the hand-in it wrote: every lesson runs and the hand-in gets full marks, twice."""
     seconds: dict[str, float] = {}
     start = time.monotonic()
     project = clean_copy(tmp_path / "project")
@@ -206,11 +209,12 @@ def test_a_non_editable_install_runs_every_lesson_and_grades_full_marks(tmp_path
     seconds["venv and pip install ."] = time.monotonic() - start
 
     where = json.loads(run([str(python), "-c", (
-        "import json, sysconfig, lab, grader, fixtures, lab.data\n"
+        "import json, sysconfig, lab, grader, fixtures, instructor, lab.data\n"
         "print(json.dumps({'site': sysconfig.get_paths()['purelib'], 'lab': lab.__file__, 'grader': grader.__file__,"
-        " 'fixtures': str(lab.data.fixtures_dir())}))")], elsewhere, env, 120).stdout)
+        " 'instructor': instructor.__file__, 'fixtures': str(lab.data.fixtures_dir())}))")], elsewhere, env,
+        120).stdout)
     site = Path(where["site"]).resolve()
-    for name in ("lab", "grader", "fixtures"):
+    for name in ("lab", "grader", "instructor", "fixtures"):
         path = Path(where[name]).resolve()
         assert path.is_relative_to(site), f"{name} imports from {path}, not the virtualenv's site-packages"
         assert not path.is_relative_to(REPO) and not path.is_relative_to(project)
@@ -232,11 +236,12 @@ def test_a_non_editable_install_runs_every_lesson_and_grades_full_marks(tmp_path
 
     t = time.monotonic()
     quick = [arg for name, value in QUICK.items() for arg in ("-p", name, str(value))]
-    ran = run([str(python), "-m", "lab", "run", "--notebooks", str(project / "notebooks"), "--work-dir", "ws",
-               "--out", "executed", *quick], elsewhere, env, 3600)
-    seconds["python -m lab run (every lesson, quick sizes, then its grade)"] = time.monotonic() - t
+    ran = run([str(python), "-m", "instructor", "workbook", "--notebooks", str(project / "notebooks"), "--work-dir",
+               "ws", "--out", "executed", *quick], elsewhere, env, 3600)
+    seconds["python -m instructor workbook (every lesson, quick sizes, then its grade)"] = time.monotonic() - t
     grade_line = next(line for line in ran.stdout.splitlines() if line.startswith("Grade: "))
-    assert grade_line.endswith("(graded)") and "lost" not in ran.stdout.split(grade_line)[1], ran.stdout[-3000:]
+    score = re.fullmatch(r"Grade: (\S+) / (\S+) \(graded\)", grade_line)
+    assert score and score[1] == score[2] and "lost" not in ran.stdout.split(grade_line)[1], ran.stdout[-3000:]
     assert (elsewhere / "ws").is_dir() and not (project / "workspace").exists()  # the lessons wrote where told
 
     t = time.monotonic()
