@@ -51,14 +51,14 @@ def run_groups(ctx: Context) -> list:
             continue
         missing = [rel for rel in group.needs if not ctx.has(rel)]
         if missing:
-            checks += group.failed(f"{missing[0]} is not in the submission: lesson {group.lesson} "
+            checks += group.failed(f"{missing[0]} is not in the submission: lesson {group.writer(missing[0])} "
                                    "writes it into the workspace; run that lesson, then hand in again")
             continue
         ctx.touched = []
         try:
             got = group.run(ctx)
         except Missing as e:
-            got = group.failed(f"{e.rel} is not in the submission: lesson {group.lesson} writes it")
+            got = group.failed(f"{e.rel} is not in the submission: lesson {group.writer(e.rel)} writes it")
         except Exception as e:  # noqa: BLE001 - a crash in a check is a failed check with its reason
             mistake = students_mistake(e, ctx, group)
             if mistake is not None:
@@ -97,21 +97,8 @@ def students_mistake(e: Exception, ctx: Context, group: Group) -> str | None:
     problem = safe_text(problem, 600).rstrip(". ")
     if problem.startswith(f"{rel}: "):
         problem = problem[len(rel) + 2:]
-    return (f"{rel}: {problem}. Lesson {written_by(rel, group.lesson)} writes {rel}: re-run that lesson, check "
+    return (f"{rel}: {problem}. Lesson {group.writer(rel)} writes {rel}: re-run that lesson, check "
             "what it wrote, then hand in again")
-
-
-def written_by(rel: str, default: str) -> str:
-    """The lesson that writes ``rel`` into the workspace (``lab.tools.submit`` knows), else ``default``."""
-    from lab.tools import submit
-
-    if rel in submit.WRITTEN_BY:
-        return submit.WRITTEN_BY[rel]
-    if rel == "calibration_reader.py":
-        return "02"
-    if rel in submit.REQUIRED:
-        return "03"
-    return {"growth": "04", "release": "07"}.get(rel.split("/")[0], default)
 
 
 def kernel_family_note(recorded: str | None) -> tuple[str, str]:

@@ -4,6 +4,9 @@ Each module in ``grader/lessons/`` holds ``GROUPS``, a tuple of ``Group``. A gro
 part, every check it produces (the hidden ones apart: they are scored under the rubric's ``[hidden]`` part), the
 files of the hand-in it needs, the function that checks, and whether it applies this term. Points come from
 ``rubric.toml``, never from here: a group that fails, or cannot run, scores 0 on every check it declares.
+
+Which lesson writes a file, and whether it is handed in at all, is the workspace contract's (``lab.contract``):
+a group reads it, never repeats it. A group whose files the contract does not hand in is not offered this term.
 """
 from __future__ import annotations
 
@@ -12,23 +15,33 @@ from typing import Callable
 
 from grader.context import HIDDEN, Context, check
 from grader.results import Check
+from lab import contract
 
 
-def always() -> bool:
-    return True
+def written_by(rel: str) -> str | None:
+    """The lesson that writes ``rel`` into the workspace, as the contract says; a family's name
+    (``growth/narrow-NNN.onnx``) is looked up by its folder. None for a file no lesson hands in."""
+    return contract.lesson_of(rel) or (contract.lesson_of(rel.split("/", 1)[0] + "/") if "/" in rel else None)
 
 
 @dataclass(frozen=True)
 class Group:
     """One lesson group: its rubric checks, the files it needs, and the function that checks them."""
 
-    lesson: str                 # the lesson the checks grade, "06"
+    lesson: str                 # the lesson the checks grade, "06" (a file's writer is the contract's)
     part: str                   # the rubric part of its visible checks, "acceptance"
     checks: tuple[str, ...]     # the visible checks it produces, in order
     run: Callable[[Context], list[Check]]
     needs: tuple[str, ...] = ()     # files of the hand-in; one missing zeroes every check of the group
     hidden: tuple[str, ...] = ()    # the hidden checks it produces (rubric part [hidden]), after the visible ones
-    active: Callable[[], bool] = always  # does its lesson apply this term? inactive groups are not offered
+
+    def active(self) -> bool:
+        """Is every file the group needs handed in under the workspace contract (its lesson has landed)?"""
+        return all(contract.handed_in(rel) for rel in self.needs)
+
+    def writer(self, rel: str) -> str:
+        """The lesson a message tells the student to re-run for ``rel``: the contract's, else the group's own."""
+        return written_by(rel) or self.lesson
 
     def declared(self) -> tuple[tuple[str, str], ...]:
         """Every (rubric part, check) this group produces, hidden ones included, in the order it produces them."""

@@ -20,7 +20,6 @@ import pytest
 
 from bad_submissions import corpus
 from grader import core, reference, sandbox
-from grader.lessons import lesson08_the_quantization_toolbox as toolbox
 from grader.context import Context
 from grader.models import ModelRefused
 from grader.sandbox import Limits
@@ -197,13 +196,12 @@ def handed_in(tmp_path_factory):
         pytest.skip("student code runs only under bubblewrap")
     work = reference.build(tmp_path_factory.mktemp("reference") / "workspace")
     files = corpus.read_zip(submit("reference", work, tmp_path_factory.mktemp("handed-in")))
-    if toolbox.active():
-        from test_honest_mistakes import GOOD_CHOICE, _toolbox_files
+    from test_honest_mistakes import GOOD_CHOICE, _toolbox_files
 
-        files = _toolbox_files(files, GOOD_CHOICE)
-        manifest = json.loads(files["submission.json"])  # lesson 08's files are handed in: none is missing now
-        manifest["missing"] = [m for m in manifest.get("missing", []) if m not in files]
-        files["submission.json"] = json.dumps(manifest, indent=2).encode()
+    files = _toolbox_files(files, GOOD_CHOICE)
+    manifest = json.loads(files["submission.json"])  # lesson 08's files are handed in: none is missing now
+    manifest["missing"] = [m for m in manifest.get("missing", []) if m not in files]
+    files["submission.json"] = json.dumps(manifest, indent=2).encode()
     base = tmp_path_factory.mktemp("base") / "reference.zip"
     base.write_bytes(corpus.pack(files))
     return files, base

@@ -19,9 +19,11 @@ import pytest
 
 from bad_submissions import corpus
 from grader import core, reference, sandbox
-from grader.context import HIDDEN, rubric
+from grader.context import HIDDEN, points, rubric
+from grader.group import written_by
+from grader.lessons import lesson08_the_quantization_toolbox
 from grader.results import GradeResult
-from lab import schemas
+from lab import contract, schemas
 from lab.tools.submit import submit
 
 REPO = Path(__file__).resolve().parent.parent
@@ -29,14 +31,10 @@ TIMEOUT = "5"
 
 
 def not_in_reference() -> float:
-    """Points the reference workspace cannot earn: lesson 08's toolbox is too slow to rebuild in a test."""
-    from grader.lessons import lesson08_the_quantization_toolbox as toolbox
-    from grader.context import rubric
-
-    if not toolbox.active():
-        return 0.0
-    r = rubric()
-    return float(sum(v for k, v in r["toolbox"].items() if k != "title") + r["hidden"]["choice_heldout"])
+    """Points the reference workspace cannot earn: lesson 08's checks, as its group declares them (the toolbox is
+    too slow to rebuild in a test)."""
+    (group,) = lesson08_the_quantization_toolbox.GROUPS
+    return sum(points(part, name) for part, name in group.declared())
 
 
 @pytest.fixture(scope="module")
@@ -220,6 +218,16 @@ def test_every_rubric_check_is_declared_by_exactly_one_group():
     assert set(every) - in_rubric == set(), "declared by a group, missing from rubric.toml"
     assert in_rubric - set(every) == set(), "in rubric.toml, declared by no group"
     assert core.possible_points() == sum(float(r[part][name]) for part, name in declared())
+
+
+def test_groups_read_the_workspace_contract():
+    """Every file a group needs is one the contract hands in, and messages name the lesson the contract says."""
+    for group in core.GROUPS:
+        for rel in group.needs:
+            assert contract.handed_in(rel), f"lesson {group.lesson} needs {rel}, which lab.contract does not hand in"
+            assert group.writer(rel) == contract.lesson_of(rel)
+    assert written_by("growth/narrow-NNN.onnx") == "04" and written_by("predictions.json") == "01"
+    assert written_by("formats/model.calibration.json") == "05" and written_by("notes.txt") is None
 
 
 def test_a_group_that_fails_names_all_its_checks_hidden_ones_included(good_zip, monkeypatch):

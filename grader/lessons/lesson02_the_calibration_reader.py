@@ -9,7 +9,7 @@ import numpy as np
 from grader import sandbox
 from grader import own_code
 from grader.context import RANGE_REL, Context, Missing, charged_under, check
-from grader.group import Group
+from grader.group import Group, written_by
 from grader.results import Evidence
 
 PART = "reader"
@@ -270,7 +270,8 @@ def _range_check(ctx: Context, first: np.ndarray | None, pixels: np.ndarray):
     try:
         model = ctx.model("right.onnx")
     except Missing:
-        return check(PART, "range_from_reader", 0, "right.onnx is missing; lesson 03 writes it with this reader")
+        return check(PART, "range_from_reader", 0,
+                     f"right.onnx is missing; lesson {written_by('right.onnx')} writes it with this reader")
     lo, hi = calibrator_range(first)
     scale, zp = ruler.scale_zero_point(lo, hi, "int8")
     got = graph.input_ruler(model)

@@ -6,7 +6,7 @@ from functools import lru_cache
 from grader.context import (RANGE_REL, SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, Missing, charged_under, check,
                             close, common_claims, entry, evaluation, fp32_outputs, near_boundary, number, provenance,
                             value)
-from grader.group import Group
+from grader.group import Group, written_by
 from grader.models import ModelRefused
 from grader.results import Evidence
 
@@ -285,7 +285,8 @@ def _dynamic(ctx: Context, doc: dict):
     try:
         model = ctx.model("dynamic.onnx")
     except Missing:
-        return check(PART, "dynamic", 0, "dynamic.onnx is missing; lesson 03 writes it with quantize_dynamic")
+        return check(PART, "dynamic", 0,
+                     f"dynamic.onnx is missing; lesson {written_by('dynamic.onnx')} writes it with quantize_dynamic")
     fmt = graph.quant_format(model)
     err = compare.max_abs_error(fp32_outputs(), ctx.outputs("dynamic.onnx"))
     rec = value(doc, "dynamic") or {}

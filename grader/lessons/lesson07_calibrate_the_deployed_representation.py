@@ -1,10 +1,5 @@
-"""Lesson 07: the release record. Hashes against the fixtures, disjoint sets, metadata, scenarios recomputed.
-
-Active when the lab has ``lab.lessons.lesson07_calibrate_the_deployed_representation.recipe`` and the ``recipe`` schema (the lesson has landed).
-"""
+"""Lesson 07: the release record. Hashes against the fixtures, disjoint sets, metadata, scenarios recomputed."""
 from __future__ import annotations
-
-import importlib.util
 
 from grader.context import SOFTMAX_STEP, WHY_OUTPUT, Context, charged_under, check, number, value
 from grader.group import Group
@@ -13,12 +8,6 @@ from grader.results import Evidence
 PART = "release"
 MODEL, RECIPE, SCENARIOS = "release/model.onnx", "release/recipe.json", "release/scenarios.json"
 NEEDS = (MODEL, RECIPE, SCENARIOS)
-
-
-def active() -> bool:
-    from lab import schemas
-
-    return importlib.util.find_spec("lab.lessons.lesson07_calibrate_the_deployed_representation.recipe") is not None and {"recipe", "scenarios"} <= set(schemas.names())
 
 
 def _selection(doc: dict):
@@ -227,4 +216,4 @@ def _families(doc: dict, model, acc_split) -> tuple[float, list[str], list]:
     return float(ok), [msg], ev
 
 
-GROUPS = (Group("07", PART, ("recipe", "disjoint", "metadata", "scenarios"), run, needs=NEEDS, active=active),)
+GROUPS = (Group("07", PART, ("recipe", "disjoint", "metadata", "scenarios"), run, needs=NEEDS),)

@@ -5,20 +5,12 @@ also measured on the held-out split, which no one tuned on.
 """
 from __future__ import annotations
 
-import importlib.util
-
 from grader.context import HIDDEN, SOFTMAX_STEP, WHY_OUTPUT, Context, check, close, number, value
 from grader.group import Group
 from grader.results import Evidence
 
 PART = "toolbox"
 NEEDS = ("toolbox.json", "choice.onnx")
-
-
-def active() -> bool:
-    from lab import schemas
-
-    return importlib.util.find_spec("lab.lessons.lesson08_the_quantization_toolbox.toolbox") is not None and "toolbox" in schemas.names()
 
 
 def run(ctx: Context) -> list:
@@ -157,5 +149,4 @@ def _heldout(path, source, mine: dict):
     return check(HIDDEN, "choice_heldout", float(accuracy_ok), msg, hidden=True)
 
 
-GROUPS = (Group("08", PART, ("choice_meets", "choice_reported"), run, needs=NEEDS, hidden=("choice_heldout",),
-                active=active),)
+GROUPS = (Group("08", PART, ("choice_meets", "choice_reported"), run, needs=NEEDS, hidden=("choice_heldout",)),)
