@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 import logging
 import platform
+import shutil
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -13,6 +15,8 @@ import onnx
 import onnxruntime as ort
 from onnxruntime.quantization import (CalibrationMethod, QuantFormat, QuantType, quantize_dynamic,
                                       quantize_static)
+
+from onnxruntime.quantization.calibrate import create_calibrator
 
 from lab.data import data_sha256, file_sha256
 from lab.readers import ArrayReader, RecordingReader
@@ -135,11 +139,6 @@ def calibrated_ranges(source: str | Path, calibration, method: str = "MinMax", b
     temporary folder (ORT writes ``<model>-inferred.onnx`` beside the model it is given), so
     ``source`` is never written next to. ``calibration`` is an array or a reader.
     """
-    import shutil
-    import tempfile
-
-    from onnxruntime.quantization.calibrate import create_calibrator
-
     reader = ArrayReader(calibration, batch_size) if isinstance(calibration, np.ndarray) else calibration
     with tempfile.TemporaryDirectory(prefix="lab-calib-") as tmp:
         copy = Path(tmp) / "source.onnx"

@@ -28,6 +28,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from lab.errors import LabError
+from lab.graph import session
 
 EXACT, SATURATING = "exact", "saturating"
 FAMILIES = (EXACT, SATURATING)
@@ -92,8 +93,6 @@ def family_from_probe(value: float) -> str:
 
 def probe_answer() -> float:
     """What this machine's ONNX Runtime computes for the probe."""
-    from lab.graph import session
-
     out = session(probe_model()).run(None, {"x": np.ones((1, 64), np.float32)})[0]
     return float(out.reshape(-1)[0])
 

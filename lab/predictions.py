@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from lab import contract, schemas, workspace
 from lab.errors import LabError
 
-FILE = "predictions.json"
+FILE = contract.path_of_schema("predictions")
 SCHEMA = "predictions/1"
 KINDS = ("narrow", "right", "wide")
 FORMATS = ("QDQ", "QOperator")
@@ -139,8 +140,6 @@ def normalise(question: str, answer):
 
 def load(work: str | Path) -> dict:
     """The predictions saved in ``work`` so far: question -> answer (empty if none)."""
-    from lab import schemas
-
     path = Path(work) / FILE
     if not path.exists():
         return {}
@@ -150,8 +149,6 @@ def load(work: str | Path) -> dict:
 
 def record(work: str | Path, question: str, answer) -> str:
     """Save one prediction into ``work/predictions.json`` (the others stay) and say what was saved."""
-    from lab import schemas, workspace
-
     answer = normalise(question, answer)
     saved = load(work)
     saved[question] = answer

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from lab import contract, schemas
+from lab import contract, predictions, schemas
 from lab.tools import run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -99,3 +99,8 @@ def test_the_headless_run_writes_what_the_contract_says(lesson_suite):
     assert all(r.ok for r in lesson_suite.runs.values()), "a lesson failed; its files cannot be checked"
     assert {rel for rel in written if contract.entry_for(rel) is None} == set()
     assert contract.missing_by_lesson(rel for rel in written if contract.handed_in(rel)) == {}
+
+
+def test_the_lessons_that_ask_a_prediction_are_the_ones_that_write_predictions_json():
+    assert predictions.FILE == "predictions.json"
+    assert tuple(sorted({q.lesson for q in predictions.QUESTIONS.values()})) == contract.lessons_of(predictions.FILE)

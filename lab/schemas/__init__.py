@@ -117,7 +117,7 @@ def loads(text: str) -> object:
 
 def validate(name: str, obj: object, source: str = "") -> object:
     """Check ``obj`` against schema ``name``; raise ``SchemaError`` that names the field."""
-    import jsonschema
+    import jsonschema  # deferred: 2.4-3.4 s (python -X importtime), more than onnxruntime; paid only by a validation
 
     where = f"{source}: " if source else ""
     _check_finite(obj, where)

@@ -11,12 +11,18 @@ import argparse
 import ast
 import json
 import math
+import re
+import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import nbformat
+import papermill
+from jupyter_client.manager import AsyncKernelManager
+from papermill.exceptions import PapermillExecutionError
 from tqdm import tqdm
 
 from lab import tables
@@ -148,8 +154,6 @@ def _first_line(source: str) -> str:
 
 def _raising_line(exc) -> str:
     """``line N: <statement>`` of the cell line the traceback points at, else the cell's first line."""
-    import re
-
     text = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(getattr(exc, "traceback", None) or []))
     match = re.search(r"Cell In\[\d+\], line (\d+)", text) or re.search(r"^-*> ?(\d+) ", text, re.M)
     lines = (exc.source or "").splitlines()
@@ -170,8 +174,6 @@ class Failure:
 
 def describe_failure(exc: BaseException, output: Path) -> Failure:
     """Name the failing cell (by source index and first line) and the error."""
-    from papermill.exceptions import PapermillExecutionError
-
     try:
         nb = nbformat.read(output, as_version=4)
     except Exception:  # the engine may have died before writing anything
@@ -219,11 +221,6 @@ def kernel_manager_logging_to(log_path: Path) -> type:
     Cell output, warnings included, still reaches the executed notebook; only the kernel process's
     log lines are kept out of the terminal.
     """
-    import subprocess
-    import threading
-
-    from jupyter_client.manager import AsyncKernelManager
-
     class LoggingKernelManager(AsyncKernelManager):
         async def _async_launch_kernel(self, kernel_cmd, **kw):
             log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -240,8 +237,6 @@ def kernel_manager_logging_to(log_path: Path) -> type:
 def run_lesson(notebook: Path, out_dir: Path, parameters: dict[str, object],
                timeout: float = DEFAULT_TIMEOUT, cwd: Path = NOTEBOOKS) -> LessonRun:
     """Execute one lesson into ``out_dir`` with papermill; a failure is returned, not raised."""
-    import papermill
-
     out_dir.mkdir(parents=True, exist_ok=True)
     output = out_dir / notebook.name
     if output.resolve() == notebook.resolve():

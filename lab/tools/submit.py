@@ -21,8 +21,11 @@ import zipfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from lab import contract
+from lab import __version__, contract, schemas
+from lab.convert import versions
+from lab.data import file_sha256
 from lab.errors import LabError
+from lab.kernels import target_family
 
 # The contract's lists, by the names the grader and older tests use; lab.contract is where they are written.
 REQUIRED = contract.files("required")
@@ -71,11 +74,6 @@ def collect(work: Path) -> dict[str, Path]:
 
 
 def manifest(student: str, files: dict[str, Path]) -> dict:
-    from lab import __version__
-    from lab.data import file_sha256
-    from lab.kernels import target_family
-    from lab.convert import versions
-
     return {"schema": "submission/1", "student": student,
             "submitted_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "lab_version": __version__, "versions": versions(), "platform": platform.platform(),
@@ -109,8 +107,6 @@ def unfinished(files: dict[str, Path]) -> list[str]:
 
 def submit(student: str, work_dir: str | Path = "workspace", out_dir: str | Path = ".") -> Path:
     """Write ``out_dir/<student>.zip`` from the workspace and return its path."""
-    from lab import schemas
-
     if not STUDENT_ID.fullmatch(student or ""):
         raise SubmitError(f"student id {student!r}: use letters, digits, '_', '.' or '-' (at most 64), "
                           "starting with a letter or digit")
