@@ -27,6 +27,7 @@ HIDDEN = "hidden"  # the rubric part of the hidden checks: held-out data and the
 SOFTMAX_STEP = 1 / 255
 WHY_OUTPUT = ("one step of the Softmax output grid (1/255): the same model can land one grid step "
               "apart on another CPU's kernels")
+SCALE_REL = 1e-6  # relative: float32 rounding of a scale (WHY_SCALE)
 WHY_SCALE = "float32 rounding of the scale: a reported scale must be the graph's scale, printed in full"
 WHY_EXACT = "an integer count: it must match exactly"
 # Cross-CPU policy: an INT8 prediction may differ from the student's report only on a sample whose top-2

@@ -8,15 +8,15 @@ import numpy as np
 
 from grader import sandbox
 from grader import own_code
-from grader.context import RANGE_REL, Context, Missing, charged_under, check
+from grader.context import RANGE_REL, SCALE_REL, Context, Missing, charged_under, check
 from grader.group import Group, written_by
 from grader.results import Evidence
+from lab.lessons.lesson02_the_calibration_reader import BATCH_SIZE
 
 PART = "reader"
-BATCH = 36
 
 
-def calibrator_range(batches: np.ndarray, batch_size: int = BATCH) -> tuple[float, float]:
+def calibrator_range(batches: np.ndarray, batch_size: int = BATCH_SIZE) -> tuple[float, float]:
     """The range ORT's own MinMax calibrator computes for ``pixels`` from these batches.
 
     ORT writes ``<model>-inferred.onnx`` beside the model it is given (FIELD-NOTES), so the
@@ -44,7 +44,7 @@ def calibrator_range(batches: np.ndarray, batch_size: int = BATCH) -> tuple[floa
 # The configurations lesson 02's tests drive the reader in: the lesson's own batches, a batch size that does
 # not divide the data, and a tiny float64 set under another input name (its hidden test). Written once here.
 DRIVES = (
-    {"name": "lesson", "n": 360, "batch_size": BATCH, "input_name": "pixels", "dtype": "float32"},
+    {"name": "lesson", "n": 360, "batch_size": BATCH_SIZE, "input_name": "pixels", "dtype": "float32"},
     {"name": "uneven", "n": 360, "batch_size": 100, "input_name": "pixels", "dtype": "float32"},
     {"name": "tiny", "n": 10, "batch_size": 3, "input_name": "x", "dtype": "float64"},
 )
@@ -243,7 +243,7 @@ def run(ctx: Context) -> list:
         if "MemoryError" in problems:
             msg = f"the reader ran out of memory (limit {ctx.limits.memory >> 20} MiB). " + msg
     else:
-        msg = (f"the reader keeps the contract: {report.get('batches')} batches of {BATCH}, then None; batches "
+        msg = (f"the reader keeps the contract: {report.get('batches')} batches of {BATCH_SIZE}, then None; batches "
                "of 100 and of 3 with the last one partial; input name 'x'; float64 pixels served as float32; "
                "None again after the end; rewind() and a new reader serve the same batches")
     results = [check(PART, "contract", fraction, msg,
@@ -276,7 +276,7 @@ def _range_check(ctx: Context, first: np.ndarray | None, pixels: np.ndarray):
     scale, zp = ruler.scale_zero_point(lo, hi, "int8")
     got = graph.input_ruler(model)
     rel = abs(got.scale - float(scale)) / float(scale)
-    ok = rel <= 1e-6 and got.zero_point == zp
+    ok = rel <= SCALE_REL and got.zero_point == zp
     source = "the 'right' set" if instead else "your reader's batches"
     ev = []  # right.onnx's ruler is the model's, not a number the student reported: the message names both
     if not ok and _other_data(ctx, got, pixels):
@@ -288,7 +288,7 @@ def _range_check(ctx: Context, first: np.ndarray | None, pixels: np.ndarray):
         f"ORT's calibrator on {source} gives range [{lo:.4g}, {hi:.4g}], the ruler inside right.onnx" if ok else
         f"right.onnx's input ruler (scale {got.scale:.6g}, zero point {got.zero_point}) does not come from "
         f"{source} (calibrator range [{lo:.4g}, {hi:.4g}] gives scale {float(scale):.6g}, zero point {zp}). "
-        "Re-run lesson 03 with DigitReader(lab.data.calibration_set('right'), batch_size=36)")
+        f"Re-run lesson 03 with DigitReader(lab.data.calibration_set('right'), batch_size={BATCH_SIZE})")
     return check(PART, "range_from_reader", 1.0 if ok else 0.0, msg, ev)
 
 

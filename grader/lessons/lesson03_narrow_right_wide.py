@@ -3,18 +3,16 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from grader.context import (RANGE_REL, SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, Missing, charged_under, check,
+from grader.context import (RANGE_REL, SCALE_REL, SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, Missing, charged_under, check,
                             close, common_claims, entry, evaluation, fp32_outputs, near_boundary, number, provenance,
                             value)
 from grader.group import Group, written_by
 from grader.models import ModelRefused
 from grader.results import Evidence
+from lab.lessons.lesson03_narrow_right_wide import HIDDEN, KINDS
 
 PART = "calibration"
-KINDS = ("narrow", "right", "wide")
 EXPECTED_DIAGNOSIS = {"narrow": "clipping", "wide": "squashing"}
-SCALE_REL = 1e-6
-HIDDEN = "relu1.out"  # the first hidden activation, whose ruler lesson 03 reads
 FRACTION_TOL = 1e-6  # clipped / used fractions: lab.compare.diagnose on the same ruler and pixels, exact but rounding
 
 
@@ -30,7 +28,6 @@ def _ruler(ctx: Context, kind: str):
 
 def run(ctx: Context) -> list:
     from lab import compare, data, graph, ruler
-    from lab.lessons import lesson04_more_batches as growth
     from lab.lessons.lesson07_calibrate_the_deployed_representation.recipe import _per_channel
 
     results_doc = ctx.doc("results.json") if ctx.has("results.json") else {}
@@ -95,12 +92,12 @@ def run(ctx: Context) -> list:
         prov_ok, prov_msg, prov_ev = provenance(kind, f"lab.data.calibration_set('{kind}')", calib,
                                                 value(rep, "calibration_sha256"), value(rep, "calibration_samples"))
         ev += prov_ev
-        # the set's range (lab.lessons.lesson04_more_batches.calibration_range, lesson 03's call) and the batches the reader serves it in
+        # the set's range (lab.ruler.calibration_range, lesson 03's call) and the batches the reader serves it in
         extra = []
-        want_range = growth.calibration_range(calib)
+        want_range = ruler.calibration_range(calib)
         if "calibration_range" in rep and not close(rep["calibration_range"], want_range, RANGE_REL * want_range):
             extra.append(f"sets/{kind}/calibration_range is {_g(rep['calibration_range'])}, "
-                         f"lab.lessons.lesson04_more_batches.calibration_range gives {want_range:.6g}")
+                         f"lab.ruler.calibration_range gives {want_range:.6g}")
         size = value(results_doc, "settings.batch_size")
         if "calibration_batches" in rep and isinstance(size, int) and size > 0:
             want_b = -(-len(calib) // size)

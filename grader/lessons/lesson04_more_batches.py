@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from grader.context import (SOFTMAX_STEP, WHY_OUTPUT, Context, Missing, check, close, common_claims, evaluation,
+from grader.context import (SCALE_REL, SOFTMAX_STEP, WHY_OUTPUT, Context, Missing, check, close, common_claims, evaluation,
                             fp32_outputs, integer, near_boundary, number, provenance, short, value)
 from grader.group import Group
 from grader.results import Evidence
@@ -84,7 +84,7 @@ def _model_problem(ctx: Context, rel: str, kind: str, n: int, bs: int | None, se
     got = graph.input_ruler(ctx.model(rel))
     scale, zp = ruler.scale_zero_point(float(pixels.min()), float(pixels.max()), got.dtype)
     problems = []
-    if abs(got.scale - float(scale)) > 1e-6 * float(scale) or got.zero_point != zp:
+    if abs(got.scale - float(scale)) > SCALE_REL * float(scale) or got.zero_point != zp:
         problems.append(f"its input ruler (scale {got.scale:.6g}, zero point {got.zero_point}) is not what {named} "
                         f"give (scale {float(scale):.6g}, zero point {zp})")
     mine = ctx.sub.files.get(rel)
@@ -112,10 +112,10 @@ def _row_pixels(kind: str, n: int, bs, seed):
 def _rows_and_verdict(ctx: Context, doc: dict, models: list, reported: dict, run_bs, seed,
                       picks: list[int] = ()) -> list[str]:
     """Every row of growth.json, its verdict, right_data and settings/per_channel, recomputed from the growth/
-    models and the stream with the lab calls lesson 04 makes (graph.input_ruler, lesson04_more_batches.calibration_range,
-    data_sha256, compare.max_abs_error, lesson04_more_batches.verdict): one message per wrong field, reported vs recomputed.
+    models and the stream with the lab calls lesson 04 makes (graph.input_ruler, ruler.calibration_range, data_sha256,
+    compare.max_abs_error, lesson04_more_batches.verdict): one message per wrong field, reported vs recomputed.
     The picked narrow counts' hash, count, range and error are judged (and charged) by their own points."""
-    from lab import compare, graph
+    from lab import compare, graph, ruler
     from lab.lessons import lesson04_more_batches
     from lab.data import data_sha256
 
@@ -133,10 +133,10 @@ def _rows_and_verdict(ctx: Context, doc: dict, models: list, reported: dict, run
                "accuracy": float((probs.argmax(1) == labels).mean())}
         pixels = _row_pixels(kind, n, integer(value(rep, "batch_size")) or run_bs, seed)
         if pixels is not None:
-            row.update(calibration_sha256=data_sha256(pixels), calibration_range=lesson04_more_batches.calibration_range(pixels))
+            row.update(calibration_sha256=data_sha256(pixels), calibration_range=ruler.calibration_range(pixels))
         mine.append(row)
         slack = len(near_boundary(probs)) / len(probs) + 1e-9
-        tol = {"scale": 1e-6 * r.scale, "range_seen": r.scale / 2, "max_abs_error": SOFTMAX_STEP, "accuracy": slack,
+        tol = {"scale": SCALE_REL * r.scale, "range_seen": r.scale / 2, "max_abs_error": SOFTMAX_STEP, "accuracy": slack,
                "calibration_range": 1e-6}
         for key, want in row.items():
             if key in ("kind", "batches") or key not in rep or (

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import numpy_helper
 
-from grader.context import (SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, check, close, common_claims, evaluation,
+from grader.context import (SCALE_REL, SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, check, close, common_claims, evaluation,
                             fp32_outputs, integer, near_boundary, number, provenance, short, value)
 from grader.group import Group, written_by
 from grader.results import Evidence
@@ -63,7 +63,7 @@ def _hidden_rulers(ctx: Context, rels: dict, dtype: str) -> str:
             want, want_zp = ruler.scale_zero_point(lo, hi, dtype)
             got = float(numpy_helper.to_array(inits[f"{t}_scale"]).reshape(-1)[0])
             got_zp = int(numpy_helper.to_array(inits[f"{t}_zero_point"]).reshape(-1)[0])
-            if abs(got - float(want)) > 1e-6 * float(want) or got_zp != want_zp:
+            if abs(got - float(want)) > SCALE_REL * float(want) or got_zp != want_zp:
                 return (f"{rel}'s ruler for '{t}' (scale {got:.6g}, zero point {got_zp}) is not the one {CACHE} "
                         f"gives ({float(want):.6g}, {want_zp}): that format was calibrated apart from the cache, "
                         "so the two formats do not share one calibration")
@@ -142,7 +142,7 @@ def _formats_recomputed(ctx: Context, doc: dict, qdq_rel: str, qop_rel: str) -> 
 
     def tol(where: str, want: float) -> float:
         if "scale" in where or "grid_bound" in where:
-            return 1e-6 * abs(want)
+            return SCALE_REL * abs(want)
         if where.startswith(("difference/fraction", "bands/")):
             return BAND_FRACTION_REL * abs(want) + 2 / 4000  # a tenth of the fraction, and two of the 4,000 elements
         if where == "difference/mean_abs_difference":
@@ -178,7 +178,7 @@ def run(ctx: Context) -> list:
     rep_o = value(value(doc, "formats") or doc, "QOperator", "qoperator") or {}
     same = rq.scale == ro.scale and rq.zero_point == ro.zero_point
     rep_s = number(value(rep_q, "scale", "input_scale"))
-    rep_ok = rep_s is not None and abs(rep_s - rq.scale) <= 1e-6 * rq.scale
+    rep_ok = rep_s is not None and abs(rep_s - rq.scale) <= SCALE_REL * rq.scale
     cal = value(doc, "calibration") or {}
     prov_ok, prov, prov_ev = provenance("formats", "lab.data.calibration_set('right')", data.calibration_set("right"),
                                         value(cal, "sha256"), value(cal, "samples"))
@@ -197,7 +197,7 @@ def run(ctx: Context) -> list:
     if cache is not None:
         scale, zp = ruler.scale_zero_point(cache[0], cache[1], rq.dtype)
         for name, r in (("QDQ", rq), ("QOperator", ro)):
-            if abs(r.scale - float(scale)) > 1e-6 * float(scale) or r.zero_point != zp:
+            if abs(r.scale - float(scale)) > SCALE_REL * float(scale) or r.zero_point != zp:
                 cache_problem = (f"the 'pixels' range in {CACHE} [{cache[0]:.6g}, {cache[1]:.6g}] gives scale "
                                  f"{float(scale):.9g} and zero point {zp}, but model.{name.lower()}.onnx has "
                                  f"{r.scale:.9g} / {r.zero_point}: it was not built from that cache")
@@ -209,7 +209,7 @@ def run(ctx: Context) -> list:
                      + ("" if same else "; expected identical: build both from one calibration cache")
                      + ("" if rep_ok else f"; reported {rep_s}") + (f"; {prov}" if prov else "")
                      + (f"; {cache_problem}" if cache_problem else f"; both rulers come from {CACHE}"),
-                     [Evidence("QDQ input scale", rep_s, rq.scale, 1e-6 * rq.scale, WHY_SCALE)] + prov_ev))
+                     [Evidence("QDQ input scale", rep_s, rq.scale, SCALE_REL * rq.scale, WHY_SCALE)] + prov_ev))
     eq = compare.max_abs_error(fp32_outputs(), ctx.outputs(qdq_rel))
     eo = compare.max_abs_error(fp32_outputs(), ctx.outputs(qop_rel))
     ratio = max(eq, eo) / max(min(eq, eo), 1e-12)

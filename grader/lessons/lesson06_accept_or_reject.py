@@ -12,20 +12,24 @@ import numpy as np
 
 from grader import sandbox
 from grader import own_code
-from grader.context import (HIDDEN, MARGIN, Context, charged_under, check, common_claims, entry, evaluation, fp32_outputs,
-                            near_boundary, number, value)
+from grader.context import (HIDDEN, MARGIN, SCALE_REL, SOFTMAX_STEP, Context, charged_under, check, common_claims, entry,
+                            evaluation, fp32_outputs, near_boundary, number, value)
 from grader.group import Group
 from grader.results import Evidence
+from lab import graph
+from lab.lessons.lesson06_accept_or_reject import acceptance
+from lab.lessons.lesson06_accept_or_reject.acceptance import EPSILON, FLOOR, LIMIT
 
 PART = "acceptance"
-GATE = 0.95
-LOSS_LIMIT = 0.01
+# The hidden check's own limit, looser than the lab's LIMIT: it asks only whether the candidate generalizes to
+# images no one tuned on, not whether it meets the lesson's limit a second time
 HELDOUT_LIMIT = 0.02
 SUMMARY_COST = 1.5     # summarize() returns a wrong summary (counts, accuracy or a transposed confusion)
 ERROR_CASE_COST = 0.5  # summarize() returns instead of raising on one kind of bad input
 NAMES = {"fp32": ("fp32", "FP32", "source"), "candidate": ("candidate", "int8"),
          "bad": ("bad", "bad_calibration", "bad-calibration")}
 TRANSPOSED = "confusion is the transpose of the recomputed one"
+PROB_SUM_TOL = 10 * SOFTMAX_STEP
 WHY_PROB = "10 classes x one 1/255 grid step: a row of 10 quantized probabilities can miss 1 by that much"
 
 
@@ -61,8 +65,8 @@ def run_gate(ctx: Context) -> list:
     """The FP32 fixture reaches the gate: it needs no file of the hand-in."""
     _, labels = evaluation()
     acc = summary(fp32_outputs(), labels)["accuracy"]
-    return [check(PART, "fp32_gate", float(acc >= GATE),
-                  f"FP32 accuracy {acc:.4f} on {len(labels)} evaluation images (gate {GATE})")]
+    return [check(PART, "fp32_gate", float(acc >= FLOOR),
+                  f"FP32 accuracy {acc:.4f} on {len(labels)} evaluation images (gate {FLOOR})")]
 
 
 def run(ctx: Context) -> list:
@@ -201,10 +205,7 @@ def _compare_summary(name: str, rep: dict, mine: dict, probs: np.ndarray, exact:
 def _probabilities(doc: dict, probs: dict, paths: dict):
     """Each model's reported row sums, tolerance and verdict, recomputed with lesson 06's calls
     (lab.lessons.lesson06_accept_or_reject.acceptance.probability_tolerance from the graph's output scale, check_probabilities)."""
-    from lab import graph
-    from lab.lessons.lesson06_accept_or_reject import acceptance as lab_acceptance
-
-    tol = 10 / 255
+    tol = PROB_SUM_TOL
     ok_count, msgs, ev = 0, [], []
     for name, p in probs.items():
         s = p.sum(1)
@@ -216,12 +217,12 @@ def _probabilities(doc: dict, probs: dict, paths: dict):
         good = rep is not None and abs(rep - mins) <= tol
         wrong = []
         if isinstance(rec, dict):
-            want_tol = lab_acceptance.probability_tolerance(graph.output_scale(paths[name]))
-            mine = lab_acceptance.check_probabilities(p, want_tol)
+            want_tol = acceptance.probability_tolerance(graph.output_scale(paths[name]))
+            mine = acceptance.check_probabilities(p, want_tol)
             if "max_sum" in rec and (number(rec["max_sum"]) is None or abs(rec["max_sum"] - mine.max_sum) > tol):
                 wrong.append(f"max_sum {rec['max_sum']}, recomputed {mine.max_sum:.4f}")
             if "tolerance" in rec and (number(rec["tolerance"]) is None
-                                       or abs(rec["tolerance"] - want_tol) > 1e-6 * want_tol):
+                                       or abs(rec["tolerance"] - want_tol) > SCALE_REL * want_tol):
                 wrong.append(f"tolerance {rec['tolerance']}, lab.lessons.lesson06_accept_or_reject.acceptance.probability_tolerance gives {want_tol:.6g}")
             if "ok" in rec and rec["ok"] is not mine.ok:
                 wrong.append(f"ok {rec['ok']}, lab.lessons.lesson06_accept_or_reject.acceptance.check_probabilities says {mine.ok}")
@@ -239,18 +240,18 @@ def _decisions(doc: dict, mine: dict, probs: dict):
     loss = fp32 - mine["candidate"]["accuracy"]
     bad_loss = fp32 - mine["bad"]["accuracy"]
     slack = len(near_boundary(probs["candidate"])) / n
-    accept = fp32 >= GATE and loss <= LOSS_LIMIT + 1e-12
-    reject = bad_loss > LOSS_LIMIT + 1e-12 or fp32 < GATE
+    accept = fp32 >= FLOOR and loss <= LIMIT + EPSILON
+    reject = bad_loss > LIMIT + EPSILON or fp32 < FLOOR
     rep_accept, rep_reject = value(doc, "accept_candidate"), value(doc, "reject_bad")
     score, msgs = 0.0, []
-    borderline = abs(loss - LOSS_LIMIT) <= slack
+    borderline = abs(loss - LIMIT) <= slack
     if rep_accept is accept or (borderline and isinstance(rep_accept, bool)):
         score += 0.5
-        msgs.append(f"accept_candidate {rep_accept}: loss {loss:.4f} vs limit {LOSS_LIMIT}"
+        msgs.append(f"accept_candidate {rep_accept}: loss {loss:.4f} vs limit {LIMIT}"
                     + (" (on the boundary: either decision accepted)" if borderline else ""))
     else:
         msgs.append(f"accept_candidate is {rep_accept}, but the recomputed loss {loss:.4f} against the limit "
-                    f"{LOSS_LIMIT} says {accept}: compute the decision from the numbers")
+                    f"{LIMIT} says {accept}: compute the decision from the numbers")
     if rep_reject is reject:
         score += 0.5
         msgs.append(f"reject_bad {rep_reject}: the bad model loses {bad_loss:.4f}")
@@ -260,8 +261,6 @@ def _decisions(doc: dict, mine: dict, probs: dict):
     ev = [Evidence("candidate loss", number(value(doc, "loss")), loss, slack, "near-boundary policy on the candidate"),
           Evidence("accept_candidate", rep_accept, accept, None, "recomputed from the grader's accuracies"),
           Evidence("reject_bad", rep_reject, reject, None, "recomputed from the grader's accuracies")]
-    from lab.lessons.lesson06_accept_or_reject.acceptance import EPSILON
-
     bad_slack = len(near_boundary(probs["bad"])) / n
     for field, want, tol in (("loss", loss, slack + 1e-9), ("bad_loss", bad_loss, bad_slack + 1e-9)):
         got = number(value(doc, field))
@@ -269,7 +268,7 @@ def _decisions(doc: dict, mine: dict, probs: dict):
             score = max(0.0, score - 0.25)
             msgs.append(f"regression.json {field} is {value(doc, field)}, recomputed {want:.4f} (FP32 accuracy "
                         "minus the model's)")
-    for field, want in (("floor", GATE), ("limit", LOSS_LIMIT), ("epsilon", EPSILON)):  # the lab's, not the student's
+    for field, want in (("floor", FLOOR), ("limit", LIMIT), ("epsilon", EPSILON)):  # the lab's, not the student's
         if field == "epsilon" and field not in doc:
             continue
         got = number(value(doc, field))
@@ -293,11 +292,11 @@ def _own_decisions(doc: dict) -> tuple[bool, bool] | None:
     acc = {name: number(value(_reported(doc, name), "accuracy")) for name in NAMES}
     if any(v is None for v in acc.values()):
         return None
-    floor = number(value(doc, "floor")) or GATE
-    limit = number(value(doc, "limit")) or LOSS_LIMIT
+    floor = number(value(doc, "floor")) or FLOOR
+    limit = number(value(doc, "limit")) or LIMIT
     gate = acc["fp32"] >= floor
-    return (gate and acc["fp32"] - acc["candidate"] <= limit + 1e-9,
-            not (gate and acc["fp32"] - acc["bad"] <= limit + 1e-9))
+    return (gate and acc["fp32"] - acc["candidate"] <= limit + EPSILON,
+            not (gate and acc["fp32"] - acc["bad"] <= limit + EPSILON))
 
 
 # ----- hidden checks: held-out data and the instructor's secret -----

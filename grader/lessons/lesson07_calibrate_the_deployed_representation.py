@@ -1,7 +1,7 @@
 """Lesson 07: the release record. Hashes against the fixtures, disjoint sets, metadata, scenarios recomputed."""
 from __future__ import annotations
 
-from grader.context import SOFTMAX_STEP, WHY_OUTPUT, Context, charged_under, check, number, value
+from grader.context import SCALE_REL, SOFTMAX_STEP, WHY_OUTPUT, Context, charged_under, check, number, value
 from grader.group import Group
 from grader.results import Evidence
 
@@ -75,7 +75,7 @@ def run(ctx: Context) -> list:
     r = graph.input_ruler(model)
     if sel is not None:
         scale, zp = ruler.scale_zero_point(float(sel.pixels.min()), float(sel.pixels.max()), r.dtype)
-        ruler_ok = abs(r.scale - float(scale)) <= 1e-6 * float(scale) and r.zero_point == zp
+        ruler_ok = abs(r.scale - float(scale)) <= SCALE_REL * float(scale) and r.zero_point == zp
     else:
         ruler_ok = False
     items.append(("the released model's input ruler comes from the selection"

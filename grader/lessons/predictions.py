@@ -17,11 +17,17 @@ from pathlib import Path
 
 from grader.context import Context, check, evaluation, fp32_outputs
 from grader.group import Group
+from lab import compare, convert, data, graph, kernels, predictions, ruler
+from lab.errors import LabError
+from lab.lessons import lesson04_more_batches
+from lab.lessons.lesson02_the_calibration_reader import BATCH_SIZE
+from lab.lessons.lesson03_narrow_right_wide import KINDS, SETTINGS
+from lab.lessons.lesson05_qdq_vs_qoperator import FORMAT_SETTINGS
+from lab.lessons.lesson07_calibrate_the_deployed_representation import debugging, recipe, scenarios
 
 PART = "predictions"
 NAMES = ("clip_or_squash", "input_rulers", "more_batches", "formats", "entry_tensor")
 NEEDS = ("predictions.json",)
-KINDS = ("narrow", "right", "wide")
 WHERE = " (measured on the lesson's sets and the fixture, not on your files)"  # what every verdict was judged on
 
 
@@ -30,8 +36,6 @@ WHERE = " (measured on the lesson's sets and the fixture, not on your files)"  #
 @lru_cache(maxsize=1)
 def lesson_rulers() -> dict:
     """Lesson 03: the input ruler MinMax lays on each named set (its min and max, widened to include 0)."""
-    from lab import data, ruler
-
     sets = {kind: data.calibration_set(kind) for kind in KINDS}
     return {kind: ruler.ruler_for(float(x.min()), float(x.max())) for kind, x in sets.items()}
 
@@ -41,8 +45,6 @@ def lesson_rulers() -> dict:
 def _source(tmp: str) -> Path:
     """A copy of the FP32 fixture: ORT writes <model>-inferred.onnx beside the model it is given, and fixtures/
     is shared by every batch worker (two raced on that file) and may be read-only."""
-    from lab import data
-
     return Path(shutil.copy(data.fixture_path("fp32.onnx"), tmp))
 
 
@@ -52,21 +54,17 @@ def _growth_models() -> dict:
 
     Each calibration is served as one batch: MinMax keeps the lowest and highest value over all batches, so
     the models are the lesson's (same bytes as its batches of 8), in half the time."""
-    from lab import data, graph
-    from lab.lessons import lesson04_more_batches as growth
-    from lab import convert
-    from grader import reference
-
-    stream = data.narrow_batches(max(reference.GROWTH_COUNTS), reference.GROWTH_BATCH, seed=0)
-    series = [("narrow", n, stream) for n in growth.doubling_counts(max(reference.GROWTH_COUNTS))]
-    series += [("right", n, data.calibration_set("right")) for n in reference.RIGHT_COUNTS]
+    batch_size, most = lesson04_more_batches.BATCH_SIZE, lesson04_more_batches.MAX_BATCHES
+    stream = data.narrow_batches(most, batch_size, seed=0)  # seed 0: the lesson's default SEED
+    series = [("narrow", n, stream) for n in lesson04_more_batches.doubling_counts(most)]
+    series += [("right", n, data.calibration_set("right")) for n in lesson04_more_batches.RIGHT_BATCHES]
     models = {}
     with tempfile.TemporaryDirectory(prefix="grader-lesson04-") as tmp:
         source = _source(tmp)
         for kind, n, pixels in series:
-            path = Path(tmp) / growth.model_name(kind, n)
-            served = pixels[:n * reference.GROWTH_BATCH]
-            convert.quantize(source, path, served, batch_size=len(served), **reference.SETTINGS)
+            path = Path(tmp) / lesson04_more_batches.model_name(kind, n)
+            served = pixels[:n * batch_size]
+            convert.quantize(source, path, served, batch_size=len(served), **SETTINGS)
             models[(kind, n)] = graph.load(path)
     return models
 
@@ -75,8 +73,6 @@ def _growth_models() -> dict:
 def lesson_growth(family: str) -> tuple[dict, dict, float]:
     """Lesson 04 as CPUs of ``family`` compute it: narrow and right max abs errors per batch count, and the
     range the largest narrow calibration sees."""
-    from lab import compare, graph
-
     models = _growth_models()
     errors = {"narrow": {}, "right": {}}
     for (kind, n), model in models.items():
@@ -90,14 +86,9 @@ def lesson_growth(family: str) -> tuple[dict, dict, float]:
 def lesson_formats() -> tuple[dict, bool]:
     """Lesson 05: both formats from one calibration of the 'right' set: file bytes per format, and whether their
     input rulers are the same. Sizes and rulers do not depend on the kernel family."""
-    from lab import data, graph
-    from lab import convert
-    from grader import reference
-
     with tempfile.TemporaryDirectory(prefix="grader-lesson05-") as tmp:
-        settings = {k: v for k, v in reference.SETTINGS.items() if k != "quant_format"}
         records = convert.quantize_both_formats(_source(tmp), tmp, data.calibration_set("right"),
-                                                 batch_size=reference.BATCH, **settings)
+                                                 batch_size=BATCH_SIZE, **FORMAT_SETTINGS)
         paths = {f: Path(r.output) for f, r in records.items()}
         sizes = {f: p.stat().st_size for f, p in paths.items()}
         rulers = [graph.input_ruler(p) for p in paths.values()]
@@ -111,18 +102,12 @@ def lesson_entry() -> tuple[object, list[str]]:
     The draft as the lesson builds it: per-channel QDQ, calibrated on all daylight calibration images; the
     trace compares it with FP32 on the evaluation images and on their flash. The debug copies compute with
     exact int32 sums on every CPU, so one trace serves every kernel family."""
-    from lab.lessons.lesson07_calibrate_the_deployed_representation import debugging
-    from lab import convert
-    from lab.lessons.lesson07_calibrate_the_deployed_representation import recipe
-    from lab.lessons.lesson07_calibrate_the_deployed_representation import scenarios
-    from grader import reference
-
     x = evaluation()[0]
     with tempfile.TemporaryDirectory(prefix="grader-lesson07-") as tmp:
         source = _source(tmp)
         draft = Path(tmp) / "daylight.onnx"
         daylight_pixels = recipe.select([("daylight", None)]).pixels
-        convert.quantize(source, draft, daylight_pixels, batch_size=reference.BATCH, per_channel=True)
+        convert.quantize(source, draft, daylight_pixels, batch_size=BATCH_SIZE, per_channel=True)
         daylight = debugging.layer_sqnr(source, draft, x, tmp)
         flash = debugging.layer_sqnr(source, draft, scenarios.flash(x, 0), tmp)
         order = debugging.tensor_order(source)
@@ -132,34 +117,29 @@ def lesson_entry() -> tuple[object, list[str]]:
 # ----- the judges ------------------------------------------------------------------------------------------
 
 def _clip_or_squash(answer):
-    from lab import compare, predictions
 
     x = evaluation()[0]
     return predictions.judge_clip_or_squash(answer, {k: compare.diagnose(r, x) for k, r in lesson_rulers().items()})
 
 
 def _input_rulers(answer):
-    from lab import predictions
 
     return predictions.judge_input_rulers(answer, lesson_rulers(), measured="the lesson's set gives")
 
 
 def _more_batches(answer):
-    from lab import kernels, predictions
 
     predictions.normalise("more_batches", answer)  # a malformed answer costs no conversion
     return predictions.judge_more_batches(answer, *lesson_growth(kernels.target_family()))
 
 
 def _formats(answer):
-    from lab import predictions
 
     predictions.normalise("formats", answer)
     return predictions.judge_formats(answer, *lesson_formats())
 
 
 def _entry_tensor(answer):
-    from lab import predictions
 
     predictions.normalise("entry_tensor", answer)
     return predictions.judge_entry_tensor(answer, *lesson_entry())
@@ -170,8 +150,6 @@ JUDGES = {"clip_or_squash": _clip_or_squash, "input_rulers": _input_rulers, "mor
 
 
 def run(ctx: Context) -> list:
-    from lab import predictions
-    from lab.errors import LabError
 
     doc = ctx.doc("predictions.json")
     saved = {q: e.get("answer") for q, e in doc.get("predictions", {}).items() if isinstance(e, dict)}
