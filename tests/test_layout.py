@@ -23,6 +23,7 @@ import nbformat
 import pytest
 
 from instructor import kit as kit_builder
+from lab import contract
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("lab", "grader", "instructor", "fixtures", "benchmarks")
@@ -41,7 +42,7 @@ NO_LAB_LESSON = {
           "(lab.environment, lab.data, lab.workspace): it has no computation of its own",
 }
 NO_GRADER_LESSON = {
-    "00": "lesson 00 hands in nothing graded: it checks the environment",
+    "00": "lesson 00 hands in nothing: it checks the environment (its source.onnx is a copy of the fixture)",
     "01": "lesson 01's graded work is its prediction, judged in grader/lessons/predictions.py with those of "
           "lessons 03, 04, 05 and 07",
 }
@@ -227,7 +228,7 @@ def shortest_cycle_through(start: str, graph: dict[str, set[str]], component: se
                 chain = [v]
                 while chain[-1] != start:
                     chain.append(came_from[chain[-1]])
-                return [start, *reversed(chain[:-1]), start] if v != start else [start, start]
+                return [start, *reversed(chain[:-1]), start]
             if w not in came_from:
                 came_from[w] = v
                 queue.append(w)
@@ -251,18 +252,19 @@ def test_the_cycle_finder_names_each_cycle_as_a_chain():
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
-def test_the_import_reader_sees_imports_inside_functions_relative_ones_and_their_comments(tmp_path):
+def test_the_import_reader_resolves_names_and_finds_deferred_comments():
     lines = ["def f():", "    # deferred: onnxruntime costs 0.3 s at import", "    import numpy",
-             "    from lab import data", "    import json"]
-    tree = ast.parse("\n".join(lines))
-    body = tree.body[0].body
-    import_lines = {3, 4, 5}
-    assert [deferred_comment(lines, node, import_lines) for node in body] == [True, True, True]
-    assert not deferred_comment(["def f():", "    import numpy  # deferred:"], ast.parse("def f():\n    import numpy")
-                                .body[0].body[0], {2})
+             "    from lab import data", "    import json", "", "    import os"]
+    body = ast.parse("\n".join(lines)).body[0].body
+    assert [deferred_comment(lines, node, {3, 4, 5, 7}) for node in body] == [True, True, True, False]
+    bare = ["def f():", "    import numpy  # deferred:"]
+    assert not deferred_comment(bare, ast.parse("\n".join(bare)).body[0].body[0], {2})  # a reason is required
     assert resolve("lab.data.load_split") == "lab.data" and resolve("numpy.linalg") == "numpy"
-    found = {(imp.importer, imp.target, imp.in_function) for imp in imports_of("lab.tools.run")}
-    assert ("lab.tools.run", "lab.tools.summary", False) in found
+    relative = ast.parse("from .data import load_split\nfrom . import ruler\nfrom .. import grader").body
+    assert [named_modules(node, "lab.graph", False) for node in relative[:2]] == [["lab.data"], ["lab.ruler"]]
+    assert named_modules(relative[1], "lab.lessons", True) == ["lab.lessons"]
+    assert named_modules(ast.parse("importlib.import_module('lab.readers')").body[0].value, "lab", True) == \
+        ["lab.readers"]
 
 
 def test_no_import_cycles():
@@ -388,10 +390,13 @@ def lab_lesson(stem: str) -> Path | None:
     return None
 
 
-def test_the_exception_tables_name_real_notebooks():
+def test_the_exception_tables_name_real_notebooks_and_their_reasons_hold():
     for number in (*NO_LAB_LESSON, *NO_GRADER_LESSON):
         assert number in notebooks(), f"the exception for lesson {number} names no notebook"
     assert set(notebooks()) >= {"00", "01", "02", "03", "04", "05", "06", "07", "08"}
+    # The workspace contract agrees: lesson 00 hands in nothing, lesson 01 only its prediction.
+    assert contract.files_of_lesson("00") == ()
+    assert contract.files_of_lesson("01") == ("predictions.json",)
 
 
 @pytest.mark.parametrize("number", sorted(notebooks()))
