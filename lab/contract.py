@@ -68,7 +68,7 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("formats/model.qdq.onnx", ("05",), "optional", "QDQ format, from the calibration cache"),
     Entry("formats/model.qoperator.onnx", ("05",), "optional", "QOperator format, from the same cache"),
     Entry("formats/model.calibration.json", ("05",), "optional",
-          "the calibration cache both formats were built from"),
+          "the calibration cache both formats were built from (ONNX Runtime's own layout: no schema of the lab's)"),
     Entry("formats.json", ("05",), "optional", "both formats' scales, errors and element-wise difference",
           schema="formats"),
     Entry("metrics.py", ("06",), "optional", "`summarize(predictions, labels) -> dict`", module=True),
