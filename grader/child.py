@@ -124,7 +124,7 @@ def drive_reader(cls, pixels, drive: dict, max_batches: int, arrays: dict, fresh
     """One configuration lesson 02's tests use: ``lab.readers.check_reader`` drives the reader, recorded."""
     import numpy as np
 
-    from lab.lessons.lesson02_the_calibration_reader import check_reader
+    from lab.lessons.lesson02_the_calibration_reader import check_reader  # deferred: lesson 02's drive only
 
     name, n = drive["name"], int(drive["n"])
     data = pixels[:n].astype(drive["dtype"])

@@ -35,9 +35,6 @@ GROWTH_COUNTS = tuple(lesson04.doubling_counts(lesson04.MAX_BATCHES))
 RIGHT_COUNTS = lesson04.RIGHT_BATCHES
 SEED = 0  # every lesson's default SEED (its parameters cell)
 
-NOT_COVERED = ("digits shifted in the frame and low-contrast scenes; dim and noisy scenes are not sampled; "
-               "any camera other than the deployed one")
-
 
 def solution_module(notebook: str, name: str, notebooks: Path = NOTEBOOKS) -> str:
     """The module an instructor notebook writes with ``%%writefile {WORK_DIR}/<name>``: that cell, magic line out."""
@@ -108,7 +105,8 @@ def _regression(work: Path, reader_cls, evaluation: data.Split) -> dict:
     """Lesson 06: the candidate, then each model summarized by the student's ``metrics.summarize`` and judged."""
     x, labels = evaluation.pixels, evaluation.labels
     convert.quantize(work / "source.onnx", work / "candidate.onnx",
-                     reader_cls(data.calibration_set("right"), batch_size=BATCH), per_channel=True)
+                     reader_cls(data.calibration_set("right"), batch_size=acceptance.BATCH_SIZE),
+                     **acceptance.CANDIDATE_SETTINGS)
     metrics = workspace.load_module(work, "metrics")
     entries = {}
     for name, model in (("fp32", work / "source.onnx"), ("candidate", work / "candidate.onnx"),
@@ -122,18 +120,19 @@ def _regression(work: Path, reader_cls, evaluation: data.Split) -> dict:
 
 
 def _release(work: Path, reader_cls, evaluation: data.Split) -> None:
-    """Lesson 07: calibrate on daylight + flash, check every scenario, write release/ with its recipe."""
+    """Lesson 07: calibrate on daylight + flash (the exercise's selection), check every scenario on every kernel
+    family, write release/ with its recipe."""
     source, drafts = work / "source.onnx", work / "drafts"
     drafts.mkdir(exist_ok=True)
     selection = recipe.select([("daylight", None), ("flash", slice(0, None, 6))])
     draft = drafts / "release-candidate.onnx"
-    record = convert.quantize(source, draft, reader_cls(selection.pixels, batch_size=BATCH), per_channel=True,
-                              quant_format="QOperator", activation_type="QInt8")
+    record = convert.quantize(source, draft, reader_cls(selection.pixels, batch_size=recipe.BATCH_SIZE),
+                              **recipe.RELEASE_SETTINGS)
     by_family = scenario_checks.compare_families(source, draft, evaluation.pixels, evaluation.labels,
                                                  kernels.FAMILIES, seed=SEED)
     here = by_family[kernels.target_family()]
-    doc = recipe.recipe("digits-int8-r1", source, selection, record.settings, BATCH, evaluation, here, draft,
-                        NOT_COVERED, by_family=by_family)
+    doc = recipe.recipe(recipe.RELEASE_ID, source, selection, record.settings, recipe.BATCH_SIZE, evaluation, here,
+                        draft, recipe.NOT_COVERED, by_family=by_family)
     recipe.write_release(work / "release", draft, doc, evaluation, here)
 
 

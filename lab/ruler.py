@@ -99,7 +99,7 @@ def ruler_stats(x: np.ndarray, rmin: float, rmax: float, dtype: str = "int8") ->
 def ruler_for(rmin: float, rmax: float, dtype: str = "int8"):
     """The ruler a MinMax calibration that saw [rmin, rmax] lays on a tensor, as ``graph.InputRuler``, so
     ``compare.diagnose`` can judge a range before any model is built (lesson 01)."""
-    from lab.graph import InputRuler
+    from lab.graph import InputRuler  # deferred: lab.graph imports lab.ruler (qrange); at the top it is a cycle
 
     scale, zero_point = scale_zero_point(rmin, rmax, dtype)
     return InputRuler(float(scale), int(zero_point), dtype, f"[{rmin:g}, {rmax:g}]")

@@ -1,9 +1,12 @@
 """The student's workspace: one folder the lessons write into, never the fixtures."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
+import sys
 import tempfile
+import traceback
 from pathlib import Path
 
 from lab.data import file_sha256, fixture_path
@@ -59,9 +62,6 @@ def load_module(work_dir: str | Path, name: str):
     This is how lessons use the student's own module files, so the code the grader
     drives is exactly the code the notebook ran.
     """
-    import importlib.util
-    import sys
-
     path = Path(work_dir) / f"{name}.py"
     if not path.exists():
         raise WorkspaceError(f"{path} does not exist yet; run the exercise cell that writes {path.name}")
@@ -74,8 +74,6 @@ def load_module(work_dir: str | Path, name: str):
         raise WorkspaceError(f"{path.name} line {e.lineno}: {type(e).__name__}: {e.msg}; fix that line in the "
                              f"exercise cell that writes {path.name}, run it again, then this cell") from None
     except Exception as e:  # the module raised while it was being imported: name the line it raised on
-        import traceback
-
         lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == str(path)]
         where = f" on line {lines[-1]}" if lines else ""
         raise WorkspaceError(f"importing {path.name} raised {type(e).__name__}{where}: {e}; fix the exercise cell "

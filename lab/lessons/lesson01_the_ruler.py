@@ -2,6 +2,8 @@
 
 ``explore`` and ``draw`` are pure; ``range_explorer`` is a thin ipywidgets wrapper over them,
 so the static figure (papermill, nbval) and the live widget (JupyterLab) show the same thing.
+
+The module of ``notebooks/01_the_ruler.ipynb``.
 """
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from lab import data
-from lab.ruler import dequantize, quantize, qrange, representable_range, ruler_stats
+from lab.graph import tensor_values
+from lab.ruler import dequantize, qrange, quantize, representable_range, ruler_stats
 
 PRESET_KINDS = ("narrow", "right", "wide")
 # the same colours as lessons 03-05's figures (lab.plots.COLORS), so narrow, right and wide look alike everywhere
@@ -43,8 +46,6 @@ def stats_text(stats: dict) -> str:
 
 def layer_values(model: str | Path, pixels: np.ndarray, tensor: str = "relu1.out") -> np.ndarray:
     """The values of one tensor inside the FP32 model for a batch of pixels; ``"pixels"`` gives the input itself."""
-    from lab.graph import tensor_values
-
     x = np.asarray(pixels, np.float32)
     return x if tensor == data.INPUT_NAME else tensor_values(model, x, [tensor])[tensor]
 
@@ -76,6 +77,7 @@ def draw(values: np.ndarray, ranges: dict[str, tuple[float, float]], dtype: str 
     the grid steps (a solid band means fine steps). Red band: values the ruler cannot reach.
     Returns a ``matplotlib.figure.Figure`` (not shown by pyplot; display it or save it).
     """
+    # deferred: matplotlib takes 1.2 s to import (python -X importtime); only draw() needs it
     from matplotlib.figure import Figure
     from matplotlib.transforms import blended_transform_factory
 
@@ -132,6 +134,7 @@ def range_explorer(values: np.ndarray, presets: dict[str, tuple[float, float]], 
     ``cl-range-explorer`` (the whole widget), ``cl-range-slider``, ``cl-range-presets``,
     ``cl-range-stats``.
     """
+    # deferred: ipywidgets and IPython take 0.7 s to import; only the interactive widget needs them
     import ipywidgets as w
     from IPython.display import display
 

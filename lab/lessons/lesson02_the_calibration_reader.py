@@ -5,6 +5,8 @@ So a reader must return one ``{input_name: float32 array}`` dict per batch and
 then ``None``. Raising at the end escapes ``quantize_static``; a reader that is
 already exhausted gives no data at all ("No data is collected"). ``check_reader``
 catches both, and the grader drives the student's reader through it too.
+
+The module of ``notebooks/02_the_calibration_reader.ipynb``.
 """
 from __future__ import annotations
 

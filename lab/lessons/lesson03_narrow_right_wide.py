@@ -3,6 +3,8 @@
 The notebook converts (the student's exercise), then reads each model's rulers back from its graph; this module
 holds the check of that exercise, the report the lesson writes (``results.json``), which the grader's reference
 hand-in builds with the same call, and ``python -m lab table``, the whole experiment as one table.
+
+The module of ``notebooks/03_narrow_right_wide.ipynb``.
 """
 from __future__ import annotations
 

@@ -3,6 +3,8 @@
 Lesson 04: more batches of the wrong distribution never widen the ruler past what that
 distribution holds, so the error stays where it was; one or two batches of the right data
 beat them all. Each batch count gets its own model, ``<kind>-NNN.onnx``.
+
+The module of ``notebooks/04_more_batches.ipynb``.
 """
 from __future__ import annotations
 

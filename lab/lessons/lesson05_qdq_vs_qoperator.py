@@ -1,6 +1,8 @@
 """Compare quantized models of one network: how far each is from FP32, and how far apart two of them are.
 
 Lesson 05 uses these on a QDQ and a QOperator model built from the same calibration ranges.
+
+The module of ``notebooks/05_qdq_vs_qoperator.ipynb``.
 """
 from __future__ import annotations
 

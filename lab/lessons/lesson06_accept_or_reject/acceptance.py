@@ -5,15 +5,22 @@ uses them beside the student's own ``metrics.summarize`` (whose reference lives 
 """
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
 
+from lab import compare, data, graph, ruler, schemas
 from lab.data import N_CLASSES, file_sha256
 from lab.errors import LabError
+from lab.lessons.lesson02_the_calibration_reader import BATCH_SIZE  # the candidate calibrates in lesson 02's batches
+from lab.workspace import atomic_write_text
 
+# The candidate, the model you would ship: lesson 03's settings (QDQ, signed 8-bit activations and weights) with one
+# weight scale per output channel, so each output's weights get a ruler of their own instead of the widest column's
+CANDIDATE_SETTINGS = {"quant_format": "QDQ", "activation_type": "QInt8", "weight_type": "QInt8", "per_channel": True}
 FLOOR = 0.95  # the FP32 model must reach this accuracy before any candidate is judged against it
 LIMIT = 0.01  # the largest accuracy loss we accept: one percentage point, absolute
 EPSILON = 1e-9  # float slack when comparing a loss with the limit (0.96 - 0.95 is 0.010000000000000009)
@@ -114,8 +121,6 @@ def evidence(model: str | Path, x: np.ndarray, labels: np.ndarray) -> dict:
     ``size_bytes`` is about storage, ``weight_dtypes`` about representation, ``kernels`` (from an
     ORT profile of one run) about the execution path, ``accuracy`` about quality on this data only.
     """
-    from lab import compare, graph
-
     predictions = compare.predict(model, x).argmax(axis=1)
     return {"size_bytes": Path(model).stat().st_size,
             "weight_dtypes": graph.weight_dtypes(model),
@@ -182,7 +187,7 @@ def decide(fp32_accuracy: float, accuracy: float, *, probabilities_ok: bool = Tr
 
 def confusion_figure(confusions: Mapping[str, Sequence[Sequence[int]]]):
     """One confusion matrix per model, side by side: rows the actual digit, columns the predicted one."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: 1.8 s to import (python -X importtime); only figures need it
 
     n = len(confusions)
     fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 4.4), squeeze=False)
@@ -242,18 +247,11 @@ def regression(models: Mapping[str, Mapping], evaluation_sha256: str,
            "loss": cand.loss, "bad_loss": bad.loss,
            "accept_candidate": cand.accept, "reject_bad": not bad.accept,
            "reasons": {"candidate": str(cand), "bad": str(bad)}}
-    from lab import schemas
-
     return schemas.validate("regression", doc)
 
 
 def write_regression(path: str | Path, doc: Mapping) -> Path:
     """Validate and write ``regression.json`` atomically."""
-    import json
-
-    from lab import schemas
-    from lab.workspace import atomic_write_text
-
     schemas.validate("regression", doc, Path(path).name)
     return atomic_write_text(path, json.dumps(doc, indent=2) + "\n")
 
@@ -382,8 +380,6 @@ def trace_disagreement(image: int, split, fp32_model: str | Path, model: str | P
     4. quantization, inside: the quantized model itself (hidden rulers, integer kernels).
     The first stage whose answer is wrong is where the disagreement enters. Returns (stage, finding) pairs.
     """
-    from lab import compare, data, graph, ruler
-
     raw, label, pixels = split.raw[image:image + 1], int(split.labels[image]), split.pixels[image:image + 1]
     deployed = data.preprocess(raw)
     out = []

@@ -14,9 +14,12 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
+from onnxruntime.quantization import qdq_loss_debug as qd
 
+from lab import compare, kernels
 from lab.errors import LabError
-from lab.graph import load
+from lab.graph import load, output_scale
+from lab.lessons.lesson07_calibrate_the_deployed_representation.scenario_checks import computed_on
 from lab.readers import ArrayReader
 
 
@@ -58,8 +61,6 @@ def layer_sqnr(float_model: str | Path, qdq_model: str | Path, data, work_dir: s
     The augmented models live in a temporary folder inside ``work_dir``. Rows follow graph order;
     tensors without a QDQ pair (such as an Add fused behind a Relu) are left out.
     """
-    from onnxruntime.quantization import qdq_loss_debug as qd
-
     reader = _reader(data)
     with tempfile.TemporaryDirectory(dir=work_dir, prefix=".debug-") as tmp:
         aug_float, aug_qdq = Path(tmp) / "float.onnx", Path(tmp) / "qdq.onnx"
@@ -143,7 +144,7 @@ def format_sqnr(runs: Mapping[str, Sequence[LayerSQNR]]) -> str:
 
 def sqnr_figure(runs: Mapping[str, Sequence[LayerSQNR]], title: str = "Where the INT8 model parts from FP32"):
     """SQNR against FP32 per tensor, in graph order, one line per run (higher is closer to FP32)."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: 1.8 s to import (python -X importtime); only figures need it
 
     fig, ax = plt.subplots(figsize=(8, 4))
     for name, rows in runs.items():
@@ -191,10 +192,6 @@ def debug_copy_check(debug_output, deployed_model: str | Path, x: np.ndarray,
     ``debug_output`` may be the list of per-batch arrays ``collect_activations`` returns; its values are
     flattened, so they are reshaped to the deployed output's shape.
     """
-    from lab import compare, kernels
-    from lab.graph import output_scale
-    from lab.lessons.lesson07_calibrate_the_deployed_representation.scenario_checks import computed_on
-
     family = family or kernels.target_family()
     deployed = compare.predict(deployed_model, x, family=family)
     debug = np.concatenate([np.asarray(b, np.float32).ravel() for b in debug_output]) \

@@ -10,9 +10,11 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from lab.lessons.lesson07_calibrate_the_deployed_representation import scenarios
-from lab.lessons.lesson06_accept_or_reject.acceptance import FLOOR, LIMIT
+from lab import kernels
+from lab.compare import predict
 from lab.errors import LabError
+from lab.lessons.lesson06_accept_or_reject.acceptance import FLOOR, LIMIT
+from lab.lessons.lesson07_calibrate_the_deployed_representation import scenarios
 
 class SelectionCheckFailed(LabError):
     """Lesson 07's calibration selection does not fix the release."""
@@ -91,8 +93,6 @@ def compare_scenarios(float_model, int8_model, x: np.ndarray, labels: np.ndarray
                       conditions: Mapping[str, Callable] | None = None, seed: int = 0,
                       limit: float = LIMIT, margin: float = BOUNDARY_MARGIN) -> list[ScenarioResult]:
     """Every named condition (default: ``scenarios.acceptance_conditions()``) applied to the acceptance set."""
-    from lab.compare import predict
-
     conditions = conditions or scenarios.acceptance_conditions()
     out = []
     for name, fn in conditions.items():
@@ -108,8 +108,6 @@ def compare_families(float_model, int8_model, x: np.ndarray, labels: np.ndarray,
 
     The family this machine runs uses its own kernels; any other is computed by ``lab.kernels``' emulation.
     """
-    from lab import kernels
-
     out = {}
     for family in dict.fromkeys(families):
         with kernels.computing_as(family):
@@ -119,8 +117,6 @@ def compare_families(float_model, int8_model, x: np.ndarray, labels: np.ndarray,
 
 def computed_on(family: str) -> str:
     """``"this machine"`` when its kernels are ``family``, else ``"emulation"``."""
-    from lab import kernels
-
     return "emulation" if kernels.emulated(family) else "this machine"
 
 
@@ -209,7 +205,7 @@ def scenario_figure(runs: Mapping[str, Sequence[ScenarioResult]]):
     shaded, because no calibration can fix them. Bottom: what the verdict looks at, confident FP32
     answers that INT8 changed, and the largest probability change.
     """
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: 1.8 s to import (python -X importtime); only figures need it
 
     first = next(iter(runs.values()))
     names = [r.name for r in first]

@@ -1,4 +1,6 @@
 """Lesson 08, the quantization toolbox: ``toolbox`` (every converter setting, measured), ``calibrators`` (ORT's calibration methods run directly) and ``speed`` (latency and throughput).
+
+The package of ``notebooks/08_the_quantization_toolbox.ipynb``.
 """
 from __future__ import annotations
 

@@ -17,8 +17,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
 from lab.graph import session
+from lab.readers import ArrayReader
 
 logging.getLogger().setLevel(logging.ERROR)  # ORT's "consider pre-processing" hint, as in lab.convert
 
@@ -147,10 +149,6 @@ def quantize_synthetic(model: onnx.ModelProto, out_dir: str | Path, *, samples: 
     Writes ``<graph name>.<format>.onnx`` into ``out_dir`` and returns its path. QUInt8
     activations by default: the U8S8 kernels are the fast path on x86-64.
     """
-    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
-
-    from lab.readers import ArrayReader
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     n_in = model.graph.input[0].type.tensor_type.shape.dim[1].dim_value
@@ -220,7 +218,7 @@ def format_sweep(points: list[WidthPoint]) -> str:
 
 def plot_sweep(points: list[WidthPoint], margin: float = 1.1, ax=None):
     """FP32 / INT8 speed-up against layer width (log scale), with the break-even line and the crossover."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: 1.8 s to import (python -X importtime); only figures need it
 
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 3.6))

@@ -14,14 +14,17 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from onnxruntime.quantization import (CalibrationMethod, QuantFormat, QuantType, StaticQuantConfig, quant_pre_process,
+                                      qdq_loss_debug as dbg, quantize as ort_quantize)
 
 from lab import graph, kernels
-from lab.lessons.lesson08_the_quantization_toolbox.calibrators import BATCH_SIZE
+from lab.convert import QuantRecord, quantize, quantize_dynamic_model, versions
 from lab.data import file_sha256
 from lab.errors import LabError
+from lab.lessons.lesson08_the_quantization_toolbox.calibrators import BATCH_SIZE
 from lab.measure import Evaluation, evaluation, family, input_interval, measure
-from lab.convert import QuantRecord, quantize, quantize_dynamic_model, versions
 from lab.readers import ArrayReader
+from lab.schemas import validate
 
 # ---- the exercise's requirement (the grader imports these) -------------------------------------
 MAX_ACCURACY_LOSS = 0.005
@@ -65,8 +68,6 @@ def preprocessed(source: str | Path, output: str | Path) -> Path:
     Symbolic shape inference is skipped: this graph's only symbolic dimension is the batch,
     which ONNX's own shape inference handles (the symbolic pass also needs sympy).
     """
-    from onnxruntime.quantization import quant_pre_process
-
     quant_pre_process(str(source), str(output), skip_symbolic_shape=True)
     return Path(output)
 
@@ -207,8 +208,6 @@ def sensitivity(source: str | Path, qdq_model: str | Path, calibration: np.ndarr
     A node's drop is the ``xmodel_sqnr`` of its nearest measured input minus that of its output;
     the most sensitive node has the largest drop. Also the weights' SQNR.
     """
-    from onnxruntime.quantization import qdq_loss_debug as dbg
-
     with tempfile.TemporaryDirectory(prefix="lab-debug-") as tmp:
         dbg.modify_model_output_intermediate_tensors(str(source), f"{tmp}/float.onnx")
         dbg.modify_model_output_intermediate_tensors(str(qdq_model), f"{tmp}/qdq.onnx")
@@ -271,8 +270,6 @@ def preprocess_report(source: str | Path, out_dir: str | Path) -> dict:
 # ---- more of the guide: the config object, op types, MinimumRealRange, how many samples ---------
 def _config(calibration: np.ndarray, batch_size: int = BATCH_SIZE, **options):
     """``StaticQuantConfig`` with the baseline's settings (QDQ, QInt8, per-tensor, MinMax), plus ``options``."""
-    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, StaticQuantConfig
-
     return StaticQuantConfig(ArrayReader(calibration, batch_size), calibrate_method=CalibrationMethod.MinMax,
                              quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
                              weight_type=QuantType.QInt8, per_channel=False, reduce_range=False, **options)
@@ -282,8 +279,6 @@ def config_form(source: str | Path, output: str | Path, calibration: np.ndarray,
                 batch_size: int = BATCH_SIZE) -> dict:
     """``quantize(model, output, StaticQuantConfig(...))``, the guide's config-object form, with the baseline's
     settings; compared byte for byte with ``same_as`` (the baseline that ``quantize_static`` wrote)."""
-    from onnxruntime.quantization import quantize as ort_quantize
-
     Path(output).parent.mkdir(parents=True, exist_ok=True)
     ort_quantize(str(source), str(output), _config(calibration, batch_size))
     return {"file": Path(output).name, "bytes": Path(output).stat().st_size,
@@ -295,8 +290,6 @@ def op_types_rows(source: str | Path, out_dir: str | Path, ev: Evaluation, calib
                   families: tuple[str, ...] = kernels.FAMILIES) -> list[dict]:
     """The baseline against a conversion that quantizes only ``op_types`` (``op_types_to_quantize``),
     on each kernel family: bytes, max abs error, accuracy, and which op types are left in float."""
-    from onnxruntime.quantization import quantize as ort_quantize
-
     out = Path(out_dir) / "guide"
     out.mkdir(parents=True, exist_ok=True)
     model = out / f"only-{'-'.join(op_types)}.onnx"
@@ -386,7 +379,7 @@ def enough_samples(summary: list[dict]) -> int | None:
 
 def plot_sample_counts(rows: list[dict], title: str = "Max abs error against the number of calibration images"):
     """Each draw's max abs error against n (log axis), the whole set's as a line."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: 1.8 s to import (python -X importtime); only figures need it
 
     fig, ax = plt.subplots(figsize=(7, 3.6))
     ax.scatter([r["n"] for r in rows], [r["max_abs_error"] for r in rows], s=18, alpha=0.7, label="one random draw")
@@ -461,8 +454,6 @@ def document(*, ev: Evaluation, speed: dict, candidates_: list[dict], choice: di
     ``evaluation.kernel_family`` names the family every INT8 number in it was computed for; the
     speed section's ``machine_family`` is this CPU's (timings always run on its own kernels).
     """
-    from lab.schemas import validate
-
     speed = {**speed, "machine_family": kernels.machine_family()}
     doc = {"schema": SCHEMA, "versions": versions(), "evaluation": _evaluation(ev),
            "requirement": {"text": REQUIREMENT, "max_accuracy_loss": MAX_ACCURACY_LOSS,
@@ -478,8 +469,6 @@ def tables(*, ev: Evaluation, methods: list[dict], entropy: dict, outliers: list
     The grader cannot check them without rebuilding every model they describe (minutes per student), so
     toolbox.json's schema forbids them and they live here, for the student to reread.
     """
-    from lab.schemas import validate
-
     doc = {"schema": TABLES_SCHEMA, "evaluation": _evaluation(ev), "methods": methods, "entropy": entropy,
            "outliers": outliers, "settings": settings, "excluded": excluded, "sensitivity": sensitivity_,
            "preprocess": preprocess}
