@@ -27,12 +27,10 @@ from lab.data import file_sha256
 from lab.errors import LabError
 from lab.kernels import target_family
 
-# The contract's lists, by the names the grader and older tests use; lab.contract is where they are written.
+# The contract's lists under the names tests/test_every_field.py imports; lab.contract is where they are written.
 REQUIRED = contract.files("required")
 OPTIONAL = contract.files("optional")
 PATTERNS = tuple(re.compile(e.pattern) for e in contract.families())
-WRITTEN_BY = {rel: contract.lesson_of(rel) for rel in OPTIONAL}
-MODULES = contract.modules()
 STUB = "raise NotImplementedError("  # the release's exercise stub, with or without a message
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MAX_FILE_BYTES = 32 << 20
@@ -101,7 +99,7 @@ def missing_by_lesson(handed_in) -> dict[str, list[str]]:
 
 def unfinished(files: dict[str, Path]) -> list[str]:
     """Modules that still hold an exercise stub: the lesson cell that writes them ran before the exercise was done."""
-    return [rel for rel in MODULES if rel in files
+    return [rel for rel in contract.modules() if rel in files
             and STUB in files[rel].read_text(encoding="utf-8", errors="replace")]
 
 
