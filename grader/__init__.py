@@ -6,11 +6,13 @@ submission or a whole class.
 """
 from __future__ import annotations
 
-__version__ = "1.0.0"
+from grader.version import __version__
 
 
 def grade(path, limits=None):
     """Grade one submission; see ``grader.core.grade``."""
+    # deferred: grader.core loads the whole grading stack (about 1 s); `import grader` (its version, the command
+    # line) stays light
     from grader.core import grade as _grade
 
     return _grade(path, limits)

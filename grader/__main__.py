@@ -11,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 
+from grader import gradescope, preflight, sandbox
+from grader.report import write_report
 from grader.sandbox import Limits
 
 
@@ -47,8 +49,6 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("out")
     args = parser.parse_args(argv)
     if args.command in ("grade", "batch", "gradescope"):
-        from grader import preflight
-
         try:
             preflight.require(args.command, no_secret=args.no_secret)
         except preflight.PreflightError as e:
@@ -59,10 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("gradescope", "report"):
         return _tool(args)
     limits = Limits(wall=args.timeout, cpu=max(1, int(args.timeout)), memory=args.memory_mib << 20)
-    from grader import sandbox
-
     unsafe = True if args.unsafe_no_sandbox else None
     if args.command == "grade":
+        # deferred: grader.batch loads the grading stack (about 1 s: onnx, onnxruntime, every lesson); preflight
+        # refuses a broken install before it, and `report` and `gradescope` never need it
         from grader.batch import grade_one
 
         if not Path(args.path).exists():
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{result.student}: {result.status}, score {result.score:g} / {result.max_score:g}"
               + (f"; {isolation}" if isolation.startswith("refused") else ""), file=sys.stderr)
         return 0 if result.status == "graded" else 1
-    from grader.batch import batch
+    from grader.batch import batch  # deferred: as grade_one above
 
     if not Path(args.folder).is_dir():
         print(f"batch: {args.folder} is not a folder of submissions", file=sys.stderr)
@@ -102,15 +102,11 @@ def main(argv: list[str] | None = None) -> int:
 def _tool(args) -> int:
     """``gradescope`` (grader.gradescope) and ``report`` (grader.report): no student code runs."""
     if args.command == "gradescope":
-        from grader import gradescope
-
         secret = gradescope.bundle_secret()
         path = gradescope.build(args.out, secret=secret or "")
         print(f"{path}: Gradescope autograder, " + ("with the instructor secret (instructor/secret.txt, 0600)" if secret
               else "WITHOUT an instructor secret (set GRADER_SECRET or GRADER_SECRET_FILE and build again)"))
         return 0
-    from grader.report import write_report
-
     if not (Path(args.out) / "gradebook.csv").is_file():
         print(f"report: {args.out} has no gradebook.csv; run `python -m grader batch DIR --out {args.out}` first",
               file=sys.stderr)

@@ -29,7 +29,9 @@ from concurrent.futures import FIRST_COMPLETED, Executor, ProcessPoolExecutor, w
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
-from grader import __version__
+from tqdm import tqdm
+
+from grader.version import __version__
 
 
 def _without_unused_format_checkers() -> None:
@@ -45,11 +47,14 @@ def _without_unused_format_checkers() -> None:
 
 _without_unused_format_checkers()
 
-from grader.context import rubric  # noqa: E402 - after the line above, which must run before jsonschema loads
-from grader import models, sandbox  # noqa: E402
+from grader import models, sandbox  # noqa: E402 - after the line above, which must run before jsonschema loads
+from grader.core import grade, possible_points  # noqa: E402
+from grader.report import write_report  # noqa: E402
 from grader.results import GradeResult  # noqa: E402
+from grader.rubric import rubric  # noqa: E402
 from grader.sandbox import Limits  # noqa: E402
-from grader.submission import sha256_of_input, student_from_path
+from grader.submission import sha256_of_input, student_from_path  # noqa: E402
+from lab.workspace import atomic_write_text  # noqa: E402
 
 
 def find_submissions(folder: Path, out: Path | None = None) -> list[Path]:
@@ -78,8 +83,6 @@ def job(path: str, limits: Limits | None = None, unsafe_no_sandbox: bool | None 
 
 def grade_one(path: str | Path, limits: Limits | None = None) -> tuple[GradeResult, str]:
     """``grader.core.grade``, plus how its student code ran (``isolation_label``) and a note if it was refused."""
-    from grader.core import grade
-
     sandbox.take_runs()
     sandbox.warm_up()  # the fork server preloads while intake and the model checks run
     with models.reuse():  # one session per model; the fixtures' predictions once per worker
@@ -108,14 +111,10 @@ def package(result: GradeResult, isolation: str = "") -> dict:
 
 
 def _possible() -> float:
-    from grader.core import possible_points
-
     return possible_points()
 
 
 def _atomic(path: Path, text: str) -> None:
-    from lab.workspace import atomic_write_text
-
     atomic_write_text(path, text)
 
 
@@ -214,8 +213,6 @@ def _already_graded(out: Path, student: str, path: Path, journal: dict[str, dict
 
 def progress_bar(total: int, enabled: bool = True):
     """tqdm on stderr: done/total, rate and ETA; ``enabled=False`` (``--no-progress``) prints nothing."""
-    from tqdm import tqdm
-
     return tqdm(total=total, disable=not enabled, unit="hand-in", desc="grading", file=sys.stderr,
                 dynamic_ncols=True, mininterval=0.5, smoothing=0.1)
 
@@ -225,6 +222,7 @@ def dask_executor(address: str):
     """A ``concurrent.futures`` executor on a Dask cluster: ``local:N`` starts a ``LocalCluster`` of N
     one-thread worker processes; anything else is a scheduler address (``tcp://host:8786``)."""
     try:
+        # deferred: Dask's distributed costs about 1.5 s at import, and is an optional extra ([dask])
         from distributed import Client, LocalCluster
     except ImportError as e:
         raise SystemExit("--dask needs Dask: pip install -e '.[dask]'") from e
@@ -268,8 +266,6 @@ def batch(folder: str | Path, out: str | Path, jobs: int = 2, resume: bool = Fal
 
 def report_after(out: Path) -> None:
     """``OUT/report.html`` for the instructor; a report that cannot be drawn never costs the gradebook."""
-    from grader.report import write_report
-
     try:
         write_report(out)
     except Exception as e:  # noqa: BLE001 - the grades are written; say why the page is missing

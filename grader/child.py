@@ -7,19 +7,20 @@ re-checks itself: the student's code runs in this same process.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
 import sys
 import traceback
 
+import numpy as np  # every task hands back numpy values through _plain, so every child needs it
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _plain(obj, depth: int = 0):
     """Numpy values to JSON-able Python, refusing anything else."""
-    import numpy as np
-
     if depth > 6:
         raise TypeError("nested too deeply")
     if isinstance(obj, np.ndarray):
@@ -40,8 +41,6 @@ def _plain(obj, depth: int = 0):
 
 
 def _load(module: str):
-    import importlib.util
-
     path = os.path.join(os.getcwd(), f"{module}.py")
     spec = importlib.util.spec_from_file_location(f"student_{module}", path)
     mod = importlib.util.module_from_spec(spec)
@@ -73,8 +72,6 @@ class _Recorder:
         return self.reader.rewind()
 
     def _event(self, item) -> dict:
-        import numpy as np
-
         if not item:
             return {"end": True}
         if not isinstance(item, dict):
@@ -114,16 +111,12 @@ def _summary(events: list) -> dict:
 
 
 def _rows(events: list):
-    import numpy as np
-
     rows = [e["rows"] for e in events if "rows" in e]
     return np.concatenate(rows) if rows else np.zeros((0, 64), np.float32)
 
 
 def drive_reader(cls, pixels, drive: dict, max_batches: int, arrays: dict, fresh: bool) -> dict:
     """One configuration lesson 02's tests use: ``lab.readers.check_reader`` drives the reader, recorded."""
-    import numpy as np
-
     from lab.lessons.lesson02_the_calibration_reader import check_reader  # deferred: lesson 02's drive only
 
     name, n = drive["name"], int(drive["n"])
@@ -151,13 +144,13 @@ def drive_reader(cls, pixels, drive: dict, max_batches: int, arrays: dict, fresh
 
 
 def run_reader(task: dict) -> dict:
-    import numpy as np
-
     pixels = np.load(task["input"], allow_pickle=False)["pixels"]
     mod = _load(task["module"])
     cls = getattr(mod, task["class"], None)
     if cls is None:
         return {"ok": False, "error": f"{task['module']}.py defines no class {task['class']}"}
+    # deferred: onnxruntime.quantization costs about 0.6 s at import; only the reader task needs it (the fork
+    # server preloads it)
     from onnxruntime.quantization import CalibrationDataReader
 
     subclass = isinstance(cls, type) and issubclass(cls, CalibrationDataReader)

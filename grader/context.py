@@ -1,4 +1,4 @@
-"""What every check shares: the submission, the rubric, the grader's own predictions, tolerances.
+"""What every check shares: the submission, the rubric (``grader.rubric``), the grader's own predictions, tolerances.
 
 Predictions are computed here, in the grader's process, with one intra-op thread, from the
 models the student handed in (after ``grader.models.load_checked``). Nothing reported is used
@@ -7,21 +7,20 @@ as an input to a recomputation.
 from __future__ import annotations
 
 import math
-import tomllib
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 
 from grader.models import load_checked
-from lab.errors import LabError
 from grader.results import Check, Evidence
+from grader.rubric import HIDDEN, charged_under, points, rubric  # noqa: F401 - what every check reads
 from grader.sandbox import Limits
 from grader.submission import Submission
-
-RUBRIC_PATH = Path(__file__).resolve().with_name("rubric.toml")
-HIDDEN = "hidden"  # the rubric part of the hidden checks: held-out data and the instructor's secret
+from lab import compare, data
+from lab.errors import LabError
+from lab.schemas import loads
 
 # Tolerances, and the reason each one is what it is. Feedback quotes the reason.
 SOFTMAX_STEP = 1 / 255
@@ -39,47 +38,14 @@ MARGIN = 2 * SOFTMAX_STEP
 RANGE_REL = 1e-5
 
 
-@lru_cache(maxsize=1)
-def _rubric_file() -> dict:
-    with open(RUBRIC_PATH, "rb") as f:
-        return tomllib.load(f)
-
-
-def rubric() -> dict:
-    """The rubric file: part -> {title, check -> points} (the [titles] table apart: see ``titles``)."""
-    return {k: v for k, v in _rubric_file().items() if k != "titles"}
-
-
-def title(part: str, name: str) -> str:
-    """What a check asks, in the student's words (rubric.toml [titles.PART]); its id if it has none."""
-    return str(_rubric_file().get("titles", {}).get(part, {}).get(name, name))
-
-
-def charged_under(part: str, name: str) -> str:
-    """How a check names a mistake another check charges: "not charged here: charged once, under 06 acceptance:
-    summarize() counts right, ...". One wording for every group, so a student finds the entry that took the points."""
-    return f"not charged here: charged once, under {rubric()[part].get('title', part)}: {title(part, name)}"
-
-
-def points(part: str, name: str) -> float:
-    try:
-        return float(rubric()[part][name])
-    except KeyError:
-        raise KeyError(f"rubric.toml has no [{part}] {name}") from None
-
-
 @lru_cache(maxsize=4)
 def evaluation() -> tuple[np.ndarray, np.ndarray]:
-    from lab import data
-
     split = data.load_split("evaluation")
     return split.pixels, split.labels
 
 
 @lru_cache(maxsize=1)
 def fp32_outputs() -> np.ndarray:
-    from lab import compare, data
-
     return compare.predict(data.fixture_path("fp32.onnx"), evaluation()[0])
 
 
@@ -111,8 +77,6 @@ class Context:
 
     def outputs(self, rel: str, x: np.ndarray | None = None, key: str = "evaluation") -> np.ndarray:
         """The model's probabilities on the evaluation set (or ``x``), computed here, cached."""
-        from lab import compare
-
         cache_key = (rel, key)
         if cache_key not in self._outputs:
             model = self.model(rel)
@@ -127,8 +91,6 @@ class Context:
 
     def doc(self, name: str) -> dict:
         """A reported JSON document (already validated at intake)."""
-        from lab.schemas import loads
-
         self.touched.append(name)
         if name not in self._docs:
             if not self.has(name):
@@ -157,8 +119,6 @@ def is_runtime_error(e: BaseException) -> bool:
 
 def runtime_problem(e: BaseException) -> str:
     """ONNX Runtime's message, first line, without its status code prefix and C++ source locations."""
-    import re
-
     lines = str(e).strip().splitlines() or [type(e).__name__]
     text = lines[0]
     m = re.match(r"\[ONNXRuntimeError\] : \d+ : (\w+) : (.*)", text)
@@ -257,8 +217,6 @@ def provenance(label: str, set_name: str, pixels: np.ndarray, sha256, samples) -
     ``(ok, problem, evidence)``; ``problem`` names the set the hash and count belong to when the
     reported ones are another set's (the evaluation split, say) and is empty when both agree.
     """
-    from lab import data
-
     want_sha, want_n = data.data_sha256(pixels), int(len(pixels))
     ok_sha = isinstance(sha256, str) and sha256 == want_sha
     ok_n = isinstance(samples, int) and not isinstance(samples, bool) and samples == want_n
@@ -275,8 +233,6 @@ def provenance(label: str, set_name: str, pixels: np.ndarray, sha256, samples) -
 
 def _known_set(sha256) -> str | None:
     """The lab's split or calibration set a hash belongs to (the evaluation split is the usual wrong one)."""
-    from lab import data
-
     if not isinstance(sha256, str):
         return None
     for name in ("evaluation", "calibration"):
@@ -293,8 +249,6 @@ def _known_set(sha256) -> str | None:
 
 @lru_cache(maxsize=1)
 def _common_truth() -> dict:
-    from lab import data
-
     x, _ = evaluation()
     return {"source_sha256": data.file_sha256(data.fixture_path("fp32.onnx")), "evaluation/count": int(len(x)),
             "evaluation/sha256": data.data_sha256(x), "evaluation/name": "evaluation", "evaluation/split": "evaluation"}

@@ -10,8 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from grader import __version__
-from grader.context import Context, Missing, StudentFileError, is_runtime_error, points, rubric, runtime_problem
+from grader.context import Context, Missing, StudentFileError, is_runtime_error, runtime_problem
 from grader.group import Group
 from grader.lessons import (lesson02_the_calibration_reader, lesson03_narrow_right_wide, lesson04_more_batches,
                             lesson05_qdq_vs_qoperator, lesson06_accept_or_reject,
@@ -19,8 +18,10 @@ from grader.lessons import (lesson02_the_calibration_reader, lesson03_narrow_rig
                             predictions)
 from grader.models import ModelRefused, load_checked
 from grader.results import GradeResult, safe_text
+from grader.rubric import points, rubric
 from grader.sandbox import Limits
 from grader.submission import SubmissionInvalid, open_submission, sha256_of_input, student_from_path
+from grader.version import __version__
 from lab import kernels
 from lab.environment import EnvironmentProblem
 from lab.errors import LabError, WorkspaceError

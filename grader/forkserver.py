@@ -13,8 +13,10 @@ namespace would be wrong), otherwise each run starts a fresh process (``grader.s
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import resource
 import select
 import shutil
 import signal
@@ -27,9 +29,8 @@ HERE = Path(__file__).resolve()
 REPO = HERE.parent.parent
 
 
-def _apply_limits(memory: int, cpu: int, files: int) -> None:
-    import resource
-
+def apply_limits(memory: int, cpu: int, files: int) -> None:
+    """The child's rlimits: address space, CPU seconds, file size; no core dumps. Also ``grader.sandbox``'s."""
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     resource.setrlimit(resource.RLIMIT_FSIZE, (files, files))
@@ -38,8 +39,6 @@ def _apply_limits(memory: int, cpu: int, files: int) -> None:
 
 def _wipe(folder: str, keep: Path) -> None:
     """Empty ``folder``, except ``keep`` (the grader's bind-mounted work folder) and what holds it."""
-    import shutil
-
     for entry in Path(folder).iterdir():
         if entry == keep or entry in keep.parents:
             continue
@@ -51,13 +50,12 @@ def _wipe(folder: str, keep: Path) -> None:
 
 def serve() -> None:
     """Server side: preload, then one fork per request line; answer one JSON line per request."""
-    import ctypes
-
     sys.path[:] = [str(REPO)] + [p for p in sys.path if Path(p or ".").resolve() != HERE.parent]
+    # deferred: the server's preload (numpy, onnxruntime and its quantization package, about 0.3 s, the reason the
+    # server exists): it runs in the sandboxed server once sys.path names this project, never in the grader
     import numpy  # noqa: F401 - preloaded for the children
     import onnxruntime  # noqa: F401
     import onnxruntime.quantization  # noqa: F401
-
     import grader.child as child
     import lab.lessons.lesson02_the_calibration_reader  # noqa: F401 - check_reader, preloaded for the children
 
@@ -84,7 +82,7 @@ def serve() -> None:
                 os.dup2(fd, 2)
                 sys.stdout = open(1, "w", closefd=False)
                 sys.stderr = open(2, "w", closefd=False)
-                _apply_limits(req["memory"], req["cpu"], req["files"])
+                apply_limits(req["memory"], req["cpu"], req["files"])
                 sys.argv = [str(HERE.with_name("child.py")), req["task"]]
                 child.main()
             except BaseException:  # noqa: BLE001 - the child never returns into the server loop
@@ -129,12 +127,11 @@ class ForkServer:
     first ``run`` does, so a grader that starts it early does intake and model checks meanwhile.
     """
 
-    def __init__(self, base: Path, env: dict[str, str], wait: bool = True):
-        from grader.sandbox import bwrap_prefix
-
+    def __init__(self, base: Path, env: dict[str, str], sandbox: list[str], wait: bool = True):
+        """``sandbox``: the bubblewrap command (``grader.sandbox.bwrap_prefix(base)``) the server runs inside."""
         self.base = base
         self.ready = False
-        cmd = bwrap_prefix(base) + ["--", sys.executable, "-I", str(HERE), "serve"]
+        cmd = sandbox + ["--", sys.executable, "-I", str(HERE), "serve"]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      env=env, text=True, bufsize=1)
         if wait:

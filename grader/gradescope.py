@@ -30,7 +30,13 @@ import stat
 import sys
 import time
 import zipfile
+from importlib import metadata
 from pathlib import Path
+
+from grader import sandbox
+from grader.results import GradeResult
+from grader.sandbox import Limits
+from grader.version import __version__
 
 SOURCE = Path(__file__).resolve().parent.parent  # the project, or /autograder/source inside the bundle
 SECRET_REL = "instructor/secret.txt"
@@ -88,8 +94,6 @@ exec python3 -m grader.gradescope --root "$ROOT"
 def requirements(project: Path = SOURCE) -> str:
     """The bundle's requirements.txt: the project's exact pins of ``GRADING_PACKAGES``."""
     if not (project / "requirements.txt").is_file():  # an installed grader (pip install .): the versions it runs with
-        from importlib import metadata
-
         return "# Written by `python -m grader gradescope`: the packages the grader imports, pinned as installed\n" \
             + "\n".join(f"{p}=={metadata.version(p)}" for p in GRADING_PACKAGES) + "\n"
     pins = {}
@@ -107,8 +111,6 @@ def requirements(project: Path = SOURCE) -> str:
 
 def bundle_secret() -> str | None:
     """The instructor secret at bundle time: ``GRADER_SECRET``, or the file ``GRADER_SECRET_FILE`` names."""
-    from grader import sandbox
-
     return sandbox.secret()
 
 
@@ -196,16 +198,14 @@ def submission_path(folder: Path) -> Path:
 
 def run(root: str | Path) -> dict:
     """Grade ``root/submission`` into ``root/results/results.json``; a crash is an ``error`` result, never none."""
-    from grader import __version__
-    from grader.results import GradeResult
-
     root = Path(root)
     start = time.monotonic()
     results = root / "results"
     results.mkdir(parents=True, exist_ok=True)
     try:
+        # deferred: inside the try, so an image that cannot import the grading stack (about 1 s: onnx, onnxruntime)
+        # still writes an error results.json for Gradescope
         from grader.batch import grade_one
-        from grader.sandbox import Limits
 
         if not os.environ.get("GRADER_SECRET") and not os.environ.get("GRADER_SECRET_FILE") \
                 and (SOURCE / SECRET_REL).is_file():
@@ -214,7 +214,8 @@ def run(root: str | Path) -> dict:
             raise RuntimeError("run_autograder runs as root (as on Gradescope), so that student code can "
                                "run as an unprivileged user who cannot read the secret or the held-out split")
         lock_down()
-        from grader import preflight  # fixtures and rubric as built; the secret was checked when the bundle was
+        # deferred: as grade_one above; fixtures and rubric as built (the secret was checked when the bundle was)
+        from grader import preflight
 
         found = preflight.fixture_problems() + preflight.rubric_problems()
         if found:
@@ -225,7 +226,7 @@ def run(root: str | Path) -> dict:
         result.notes = [n for n in result.notes if not n.endswith(f"the file is named {result.student!r}")]
     except Exception as e:  # noqa: BLE001 - Gradescope must get a results.json whatever happened
         try:
-            from grader.core import possible_points
+            from grader.core import possible_points  # deferred: the stack may be what failed to import
 
             possible = possible_points()
         except Exception:  # noqa: BLE001
@@ -253,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.lock_down:
         lock_down()
-        import grader.core  # noqa: F401 - the image can grade: every module the grader needs imports
+        import grader.core  # noqa: F401 # deferred: importing it is the check that the image can grade
         print("grader imports; private files locked")
         return 0
     run(args.root)

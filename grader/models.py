@@ -6,10 +6,14 @@ with a message naming the file and what was expected.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from pathlib import Path
 
+import numpy as np
 import onnx
 
+from lab import compare, data, graph, kernels
+from lab.data import INPUT_NAME
 from lab.errors import LabError
 
 MAX_MODEL_BYTES = 16 << 20
@@ -52,8 +56,6 @@ def _all_nodes(graph):
 
 def load_checked(path: str | Path, rel: str | None = None, check_io: bool = True) -> onnx.ModelProto:
     """Load ``path`` as an untrusted model and return it, or raise ``ModelRefused``."""
-    from lab import graph
-
     path = Path(path)
     rel = rel or path.name
     size = path.stat().st_size
@@ -101,18 +103,12 @@ _FIXTURE_OUTPUTS: dict = {}  # (fixture key, family, input name, pixels digest) 
 
 
 def _pixels_key(x) -> tuple:
-    import hashlib
-
-    import numpy as np
-
     x = np.ascontiguousarray(x, np.float32)
     return x.shape, hashlib.blake2b(x.data, digest_size=16).hexdigest()
 
 
 def _fixture_key(model) -> tuple | None:
     """``(path, size, mtime)`` when ``model`` is a path to one of the lab's fixtures, else None."""
-    from lab import data
-
     if not isinstance(model, (str, Path)):
         return None
     path = Path(model).resolve()
@@ -134,9 +130,6 @@ def reuse():
     student hands in, so a batch worker keeps them for every hand-in it grades. A hand-in's sessions and
     outputs are dropped when the block ends, so one hand-in can never change another's grade.
     """
-    from lab import compare, kernels
-    from lab.data import INPUT_NAME
-
     own_sessions: dict = {}  # model key -> (model, session): the model is kept so its id stays its own
     own_outputs: dict = {}
     make_session, predict = compare.session, compare.predict

@@ -98,11 +98,13 @@ def rubric_problems(path: Path | None = None) -> list[Problem]:
             tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         return [Problem(f"grader/{RUBRIC}: not valid TOML ({e})", FIX_RUBRIC)]
-    from grader import core  # the groups and their checks; imports the grader's stack once, as grading would
+    # deferred: the groups and their checks; grader.core imports the grader's stack (about 1 s), once the fixtures
+    # and the rubric file are known to be there, so a broken install is named, not an ImportError
+    from grader import core
 
     try:
         total = core.possible_points()
-    except KeyError as e:  # context.points: "rubric.toml has no [part] name"
+    except KeyError as e:  # grader.rubric.points: "rubric.toml has no [part] name"
         return [Problem(f"grader/{RUBRIC}: {e.args[0] if e.args else e}; this rubric is not the grader's", FIX_RUBRIC)]
     if total <= 0:
         return [Problem(f"grader/{RUBRIC}: no points on offer", FIX_RUBRIC)]

@@ -18,6 +18,9 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.results import STATUSES, _part_title
+from lab.workspace import atomic_write_text
+
 TOP_CHECKS = 10
 LINE_LIMIT = 240
 
@@ -46,8 +49,6 @@ class ClassSummary:
 
     @property
     def statuses(self) -> dict[str, int]:
-        from grader.results import STATUSES
-
         counts = {s: 0 for s in STATUSES}
         for r in self.rows:
             counts[r["status"]] = counts.get(r["status"], 0) + 1
@@ -72,8 +73,6 @@ def _first_line(text: str) -> str:
 
 
 def _title(part: str) -> str:
-    from grader.results import _part_title
-
     return _part_title(part)
 
 
@@ -112,6 +111,7 @@ def summarize(out: str | Path) -> ClassSummary:
 
 def plot(summary: ClassSummary, path: Path) -> bytes:
     """Score distribution, the most-lost checks and the grading time, side by side; the PNG's bytes."""
+    # deferred: matplotlib costs 1-2 s at import, paid only when a batch draws its report
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -230,7 +230,6 @@ def write_report(out_dir: str | Path) -> Path:
     out = Path(out_dir)
     summary = summarize(out)
     png = plot(summary, out / "report.png")
-    from lab.workspace import atomic_write_text
 
     target = out / "report.html"
     atomic_write_text(target, render(summary, png))

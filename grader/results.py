@@ -10,6 +10,9 @@ import math
 import unicodedata
 from dataclasses import asdict, dataclass, field
 
+from grader.rubric import HIDDEN, part_title, rubric, title
+from lab import __version__ as lab_version
+
 STATUSES = ("graded", "invalid", "timeout", "error")
 
 # Text from a hand-in (file names, JSON keys and strings, exception messages, a child's output) reaches the
@@ -70,6 +73,8 @@ def safe_value(value: object, depth: int = 0) -> object:
         return {safe_text(k, VALUE_TEXT_LIMIT): safe_value(v, depth + 1)
                 for k, v in list(value.items())[:LIST_LIMIT]}
     try:
+        # deferred: numpy (about 0.2 s at import) only for a numpy scalar in evidence; the instructor's report and
+        # the command line read results without it
         import numpy as np
 
         if isinstance(value, np.generic):
@@ -181,8 +186,6 @@ class GradeResult:
         return out
 
     def to_dict(self) -> dict:
-        from lab import __version__ as lab_version
-
         return {"schema": "grade/1", "student": self.student, "status": self.status,
                 "score": self.score, "max_score": self.max_score, "reason": self.reason,
                 "notes": list(self.notes), "grader_version": self.grader_version,
@@ -229,9 +232,7 @@ class GradeResult:
 
 def _part_title(part: str) -> str:
     try:
-        from grader.context import rubric
-
-        return rubric()[part].get("title", part)
+        return part_title(part)
     except Exception:  # noqa: BLE001 - a title is cosmetic
         return part
 
@@ -239,8 +240,6 @@ def _part_title(part: str) -> str:
 def _check_title(c: "Check") -> str:
     """What the check asks (rubric.toml [titles]), as the student reads it."""
     try:
-        from grader.context import title
-
         return title(c.part, c.name)
     except Exception:  # noqa: BLE001 - a title is cosmetic
         return c.name
@@ -312,9 +311,7 @@ def _evidence_table(c: Check) -> list[str]:
 def _ordered_parts(result: GradeResult) -> list[str]:
     """Rubric order, the hidden checks last."""
     try:
-        from grader.context import rubric
-
-        order = [p for p in rubric() if p != "hidden"] + ["hidden"]
+        order = [p for p in rubric() if p != HIDDEN] + [HIDDEN]
     except Exception:  # noqa: BLE001 - order is cosmetic
         order = []
     parts = list(result.parts())

@@ -11,9 +11,11 @@ nothing is unpickled here.
 """
 from __future__ import annotations
 
+import atexit
 import json
+import multiprocessing.util
 import os
-import resource
+import pwd
 import shutil
 import signal
 import subprocess
@@ -22,6 +24,9 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from grader.forkserver import ForkServer, apply_limits
+from lab.schemas import loads
 
 CHILD = Path(__file__).resolve().with_name("child.py")
 PROJECT_ROOT = CHILD.parent.parent  # grader/ and lab/ live here; the child imports lab from it
@@ -141,10 +146,7 @@ def scrubbed_env(home: str) -> dict[str, str]:
 
 def _limit(limits: Limits):
     def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (limits.memory, limits.memory))
-        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu, limits.cpu + 1))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.files, limits.files))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        apply_limits(limits.memory, limits.cpu, limits.files)
     return apply
 
 
@@ -194,14 +196,9 @@ def fork_server(wait: bool = True):
     if os.environ.get("GRADER_NO_FORKSERVER") or not bwrap_available():
         return None
     if _SERVER is None or not _SERVER.alive():
-        import atexit
-        import multiprocessing.util
-
-        from grader.forkserver import ForkServer
-
         base = Path(tempfile.mkdtemp(prefix="grader-fs-"))
         try:
-            _SERVER = ForkServer(base, scrubbed_env(str(base)), wait=wait)
+            _SERVER = ForkServer(base, scrubbed_env(str(base)), bwrap_prefix(base), wait=wait)
         except (OSError, RuntimeError):
             shutil.rmtree(base, ignore_errors=True)
             return None
@@ -225,9 +222,9 @@ def run(submission_root: Path, task: dict, inputs: dict | None = None, limits: L
     the caller's explicit choice of rlimits alone (tests and benchmarks; the risk of
     ``--unsafe-no-sandbox``).
     """
+    # deferred: numpy (about 0.2 s) reads the child's arrays; the command line imports this module to say how student
+    # code would run, and needs none
     import numpy as np
-
-    from lab.schemas import loads
 
     server = None
     if isolate is None:
@@ -330,8 +327,6 @@ def child_user() -> tuple[int, int] | None:
     name = os.environ.get(CHILD_USER_ENV, "").strip()
     if not name:
         return None
-    import pwd
-
     entry = pwd.getpwnam(name)
     if os.geteuid() != 0 and os.geteuid() != entry.pw_uid:
         raise RuntimeError(f"{CHILD_USER_ENV}={name}: only root can run student code as another user")

@@ -23,6 +23,8 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from grader.results import safe_text
+from lab import schemas
 from lab.errors import LabError
 
 MAX_ARCHIVE_BYTES = 64 << 20      # the zip as handed in
@@ -255,8 +257,6 @@ def student_from_path(path: str | Path) -> str:
     Made printable (``grader.results.safe_text``): a name that is not UTF-8 on disk, or holds control
     characters, gets visible escapes, so its feedback, results and gradebook row can be written.
     """
-    from grader.results import safe_text
-
     p = Path(path)
     name = p.stem if p.suffix == ".zip" else p.name
     return safe_text(name, 200).replace("\n", "\\x0a").replace("\t", "\\x09")
@@ -264,8 +264,6 @@ def student_from_path(path: str | Path) -> str:
 
 def open_submission(path: str | Path, dest: str | Path) -> Submission:
     """Unpack or copy ``path`` into the empty folder ``dest`` and check it; raise ``SubmissionInvalid``."""
-    from lab import schemas
-
     path, dest = Path(path), Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     if path.is_symlink():
@@ -309,8 +307,6 @@ def open_submission(path: str | Path, dest: str | Path) -> Submission:
 def _check_json(path: Path, rel: str) -> None:
     """Strict JSON (``lab.schemas.loads``, the loader every reader of a hand-in uses); if it names a schema the
     repo has, it must match it."""
-    from lab import schemas
-
     if path.stat().st_size == 0:
         raise SubmissionInvalid(f"{rel}: the file is empty; expected a JSON document written by the lesson")
     try:

@@ -1,17 +1,20 @@
 """Lesson 02: drive the student's DigitReader in the sandbox, then prove right.onnx came from it."""
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 
 import numpy as np
+from onnxruntime.quantization.calibrate import CalibrationMethod, create_calibrator
 
-from grader import sandbox
-from grader import own_code
+from grader import own_code, sandbox
 from grader.context import RANGE_REL, SCALE_REL, Context, Missing, charged_under, check
 from grader.group import Group, written_by
 from grader.results import Evidence
+from lab import data, graph, ruler
 from lab.lessons.lesson02_the_calibration_reader import BATCH_SIZE
+from lab.readers import ArrayReader
 
 PART = "reader"
 
@@ -23,13 +26,6 @@ def calibrator_range(batches: np.ndarray, batch_size: int = BATCH_SIZE) -> tuple
     calibrator gets a private copy of the fixture: the fixtures are never written, and two
     grading workers never race on the same file.
     """
-    import shutil
-
-    from onnxruntime.quantization.calibrate import CalibrationMethod, create_calibrator
-
-    from lab import data
-    from lab.readers import ArrayReader
-
     with tempfile.TemporaryDirectory(prefix="grader-calib-") as tmp:
         source = Path(tmp) / "fp32.onnx"
         shutil.copyfile(data.fixture_path("fp32.onnx"), source)
@@ -201,8 +197,6 @@ def findings(data: dict, arrays: dict, pixels: np.ndarray) -> list[tuple[str, st
 
 
 def run(ctx: Context) -> list:
-    from lab import data
-
     if not ctx.has("calibration_reader.py"):
         raise Missing("calibration_reader.py")
     refused = own_code.refusal_for(ctx.sub.path("calibration_reader.py"), "calibration_reader.py")
@@ -260,8 +254,6 @@ def _range_check(ctx: Context, first: np.ndarray | None, pixels: np.ndarray):
     When the reader did not serve the calibration set (already charged under ``contract``), the
     ruler is checked against the set lesson 03 names instead: one mistake, one charge.
     """
-    from lab import graph, ruler
-
     instead = ""
     if first is None:
         first = pixels
@@ -298,8 +290,6 @@ def _other_data(ctx: Context, got, pixels: np.ndarray) -> bool:
     Then the mistake is lesson 03's (the model's data), charged there, not the reader's: one mistake, one charge.
     Without results.json lesson 03's checks cannot judge it, and this check charges it.
     """
-    from lab import ruler
-
     if not ctx.has("results.json"):
         return False
     want, zp = ruler.scale_zero_point(float(pixels.min()), float(pixels.max()), got.dtype)

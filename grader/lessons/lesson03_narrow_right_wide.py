@@ -3,13 +3,17 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from grader.context import (RANGE_REL, SCALE_REL, SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, Missing, charged_under, check,
-                            close, common_claims, entry, evaluation, fp32_outputs, near_boundary, number, provenance,
-                            value)
+import numpy as np
+
+from grader.context import (RANGE_REL, SCALE_REL, SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, Missing, charged_under,
+                            check, close, common_claims, entry, evaluation, fp32_outputs, near_boundary, number,
+                            provenance, value)
 from grader.group import Group, written_by
 from grader.models import ModelRefused
 from grader.results import Evidence
+from lab import compare, data, graph, ruler
 from lab.lessons.lesson03_narrow_right_wide import HIDDEN, KINDS
+from lab.lessons.lesson07_calibrate_the_deployed_representation.recipe import _per_channel
 
 PART = "calibration"
 EXPECTED_DIAGNOSIS = {"narrow": "clipping", "wide": "squashing"}
@@ -21,15 +25,10 @@ def _g(x) -> str:
 
 
 def _ruler(ctx: Context, kind: str):
-    from lab import graph
-
     return graph.input_ruler(ctx.model(f"{kind}.onnx"))
 
 
 def run(ctx: Context) -> list:
-    from lab import compare, data, graph, ruler
-    from lab.lessons.lesson07_calibrate_the_deployed_representation.recipe import _per_channel
-
     results_doc = ctx.doc("results.json") if ctx.has("results.json") else {}
     x, _ = evaluation()
     per = {name: [] for name in ("quantized", "ruler_reported", "range_seen", "max_abs_error")}
@@ -154,8 +153,6 @@ def run(ctx: Context) -> list:
 @lru_cache(maxsize=1)
 def _hidden_values():
     """relu1.out of the FP32 fixture on the evaluation set: the values lesson 03's hidden rulers meet."""
-    from lab import data, graph
-
     return graph.tensor_values(data.fixture_path("fp32.onnx"), evaluation()[0], [HIDDEN])[HIDDEN]
 
 
@@ -163,10 +160,6 @@ def _ruler_numbers(ctx: Context, rel: str, kind: str, rep: dict, r) -> list[tupl
     """The numbers results.json reports about a model's rulers, each recomputed with the lab calls lesson 03
     makes (graph.input_ruler, ruler.round_trip, graph.tensor_values, ruler.ruler_stats): (message, evidence)
     for each that is wrong, naming the field, reported vs recomputed."""
-    import numpy as np
-
-    from lab import graph, ruler
-
     x = evaluation()[0]
     want = {"interval/0": (r.interval[0], SCALE_REL * r.range_seen, WHY_SCALE),
             "interval/1": (r.interval[1], SCALE_REL * r.range_seen, WHY_SCALE),
@@ -206,8 +199,6 @@ def _ruler_numbers(ctx: Context, rel: str, kind: str, rep: dict, r) -> list[tupl
 
 def _bad_calibration(doc: dict) -> list[str]:
     """results.json's numbers for the all-zero fixture (bad-calibration.onnx), recomputed on the evaluation set."""
-    from lab import compare, data
-
     rep = value(doc, "bad_calibration")
     if not isinstance(rep, dict):
         return []
@@ -226,8 +217,6 @@ def _bad_calibration(doc: dict) -> list[str]:
 def _fractions(doc: dict, kind: str, r) -> list[tuple[str, Evidence]]:
     """results.json's clipped_fraction and grid_used_fraction against lab.compare.diagnose on the model's ruler
     (lesson 03's call): (message, evidence) for each that is wrong."""
-    from lab import compare
-
     d = compare.diagnose(r, evaluation()[0])
     rep = entry(doc, kind, "models", "results", "rows", "sets") or {}
     wrong = []
@@ -244,8 +233,6 @@ def _diagnosis(ctx: Context, doc: dict, rulers: dict, other_data: set[str] = fro
     """narrow clips and wide squashes, as reported and as the models show, with the clipped and used fractions
     behind each diagnosis; a model calibrated on other data than its set is charged under range_seen, and its
     diagnosis is not judged (it shows that data, not the set). right's fractions wrong cost half a point."""
-    from lab import compare
-
     x, _ = evaluation()
     ok_count, msgs, ev = 0.0, [], []
     for kind, expected in EXPECTED_DIAGNOSIS.items():
@@ -277,8 +264,6 @@ def _diagnosis(ctx: Context, doc: dict, rulers: dict, other_data: set[str] = fro
 
 
 def _dynamic(ctx: Context, doc: dict):
-    from lab import compare, graph
-
     try:
         model = ctx.model("dynamic.onnx")
     except Missing:

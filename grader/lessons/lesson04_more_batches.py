@@ -3,10 +3,14 @@ from __future__ import annotations
 
 import re
 
-from grader.context import (SCALE_REL, SOFTMAX_STEP, WHY_OUTPUT, Context, Missing, check, close, common_claims, evaluation,
-                            fp32_outputs, integer, near_boundary, number, provenance, short, value)
+from grader.context import (SCALE_REL, SOFTMAX_STEP, WHY_OUTPUT, Context, Missing, check, close, common_claims,
+                            evaluation, fp32_outputs, integer, near_boundary, number, provenance, short, value)
 from grader.group import Group
 from grader.results import Evidence
+from lab import compare, data, graph, ruler
+from lab.data import data_sha256
+from lab.lessons import lesson04_more_batches
+from lab.lessons.lesson07_calibrate_the_deployed_representation.recipe import _per_channel
 
 GROWTH_FILE = re.compile(r"^growth/(narrow|right)-(\d{3})\.onnx$")
 
@@ -23,8 +27,6 @@ def _series(doc: dict) -> list[dict]:
 
 def _narrow_stream(doc: dict):
     """The narrow stream growth.json names (max batches, batch size, seed), rebuilt; None if it names none."""
-    from lab import data
-
     spec = value(doc, "narrow_stream") or {}
     try:
         n, bs, seed = (int(spec[k]) for k in ("max_batches", "batch_size", "seed"))
@@ -37,8 +39,6 @@ def _narrow_stream(doc: dict):
 
 def _record_problems(doc: dict, rows: list[dict], stream) -> list[str]:
     """growth.json's own record: the stream's hash, and one batch size everywhere, samples = batches x batch size."""
-    from lab.data import data_sha256
-
     problems = []
     spec = value(doc, "narrow_stream") or {}
     if stream is None:
@@ -68,8 +68,6 @@ def _model_problem(ctx: Context, rel: str, kind: str, n: int, bs: int | None, se
 
     A model swapped for another of the hand-in keeps a valid graph, but its ruler belongs to another batch count.
     """
-    from lab import data, graph, ruler
-
     if bs is None or bs < 1 or n * bs > 1 << 16:
         return ""  # the record itself is wrong: charged once, as a record problem
     if kind == "narrow":
@@ -97,8 +95,6 @@ def _model_problem(ctx: Context, rel: str, kind: str, n: int, bs: int | None, se
 
 
 def _row_pixels(kind: str, n: int, bs, seed):
-    from lab import data
-
     if not isinstance(bs, int) or bs < 1 or n * bs > 1 << 16:
         return None
     if kind == "narrow":
@@ -115,12 +111,6 @@ def _rows_and_verdict(ctx: Context, doc: dict, models: list, reported: dict, run
     models and the stream with the lab calls lesson 04 makes (graph.input_ruler, ruler.calibration_range, data_sha256,
     compare.max_abs_error, lesson04_more_batches.verdict): one message per wrong field, reported vs recomputed.
     The picked narrow counts' hash, count, range and error are judged (and charged) by their own points."""
-    from lab import compare, graph, ruler
-    from lab.lessons import lesson04_more_batches
-    from lab.data import data_sha256
-
-    from lab.lessons.lesson07_calibrate_the_deployed_representation.recipe import _per_channel
-
     labels = evaluation()[1]
     problems, mine = [], []
     for kind, n in models:
@@ -176,8 +166,6 @@ def _rows_and_verdict(ctx: Context, doc: dict, models: list, reported: dict, run
 
 
 def run(ctx: Context) -> list:
-    from lab import compare, data, graph
-
     doc = ctx.doc("growth.json")
     rows = _series(doc)
     reported = {}

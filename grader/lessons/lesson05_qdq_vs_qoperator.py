@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 from onnx import numpy_helper
 
-from grader.context import (SCALE_REL, SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, check, close, common_claims, evaluation,
-                            fp32_outputs, integer, near_boundary, number, provenance, short, value)
+from grader.context import (SCALE_REL, SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, check, close, common_claims,
+                            evaluation, fp32_outputs, integer, near_boundary, number, provenance, short, value)
 from grader.group import Group, written_by
 from grader.results import Evidence
 from lab import compare, data, graph, ruler

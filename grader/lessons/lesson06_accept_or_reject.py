@@ -10,13 +10,12 @@ import random
 
 import numpy as np
 
-from grader import sandbox
-from grader import own_code
-from grader.context import (HIDDEN, MARGIN, SCALE_REL, SOFTMAX_STEP, Context, charged_under, check, common_claims, entry,
-                            evaluation, fp32_outputs, near_boundary, number, value)
+from grader import own_code, sandbox
+from grader.context import (HIDDEN, MARGIN, SCALE_REL, SOFTMAX_STEP, Context, charged_under, check, common_claims,
+                            entry, evaluation, fp32_outputs, near_boundary, number, value)
 from grader.group import Group
 from grader.results import Evidence
-from lab import graph
+from lab import compare, data, graph
 from lab.lessons.lesson06_accept_or_reject import acceptance
 from lab.lessons.lesson06_accept_or_reject.acceptance import EPSILON, FLOOR, LIMIT
 
@@ -44,8 +43,6 @@ def summary(probs: np.ndarray, labels: np.ndarray) -> dict:
 
 
 def _probs(ctx: Context, name: str) -> np.ndarray:
-    from lab import compare, data
-
     if name == "fp32":
         return fp32_outputs()
     if name == "bad":
@@ -100,8 +97,6 @@ def run(ctx: Context) -> list:
 
 
 def _paths(ctx: Context) -> dict:
-    from lab import data
-
     return {"fp32": data.fixture_path("fp32.onnx"), "candidate": ctx.sub.path("candidate.onnx"),
             "bad": data.fixture_path("bad-calibration.onnx")}
 
@@ -114,8 +109,6 @@ def _file_facts(ctx: Context, name: str, rep: dict) -> list[str]:
 
     The kernels in the evidence are left alone: they are the execution profile of the student's CPU.
     """
-    from lab import data, graph
-
     path = _paths(ctx)[name]
     wrong = []
     if "file" in rep and rep["file"] != FILE_NAMES[name]:
@@ -133,8 +126,6 @@ def _file_facts(ctx: Context, name: str, rep: dict) -> list[str]:
 
 def run_candidate(ctx: Context) -> list:
     """candidate.onnx is a per-channel QDQ model, not the FP32 model renamed: it needs only that file."""
-    from lab import data, graph
-
     model = ctx.model("candidate.onnx")
     fmt = graph.quant_format(model)
     same = ctx.sub.files.get("candidate.onnx") == data.file_sha256(data.fixture_path("fp32.onnx"))
@@ -462,8 +453,6 @@ def run_summarize(ctx: Context) -> list:
 
 
 def run_heldout(ctx: Context) -> list:
-    from lab import compare, data
-
     split = data.load_split("heldout")
     cand = ctx.outputs("candidate.onnx", split.pixels, key="heldout")
     fp32 = compare.predict(data.fixture_path("fp32.onnx"), split.pixels)

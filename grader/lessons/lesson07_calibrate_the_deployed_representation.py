@@ -3,7 +3,10 @@ from __future__ import annotations
 
 from grader.context import SCALE_REL, SOFTMAX_STEP, WHY_OUTPUT, Context, charged_under, check, number, value
 from grader.group import Group
+from grader.lessons import lesson02_the_calibration_reader
 from grader.results import Evidence
+from lab import data, graph, kernels, ruler
+from lab.lessons.lesson07_calibrate_the_deployed_representation import recipe, scenario_checks
 
 PART = "release"
 MODEL, RECIPE, SCENARIOS = "release/model.onnx", "release/recipe.json", "release/scenarios.json"
@@ -11,8 +14,6 @@ NEEDS = (MODEL, RECIPE, SCENARIOS)
 
 
 def _selection(doc: dict):
-    from lab.lessons.lesson07_calibrate_the_deployed_representation import recipe
-
     cal = doc["calibration"]
     return recipe.select([(p["condition"], list(p["positions"])) for p in cal["parts"]], split=cal["split"])
 
@@ -23,14 +24,12 @@ def _served(ctx: Context, doc: dict, sel, ev: list) -> list[tuple[str, bool]]:
     A reader that drops a partial batch calibrates the release on fewer images than the recipe says.
     That reader is charged once, under lesson 02's contract; here it is named, not charged again.
     """
-    from grader.lessons import lesson02_the_calibration_reader as reader
-
     count, bs = value(doc, "calibration.count"), value(doc, "calibration.batch_size")
     items = [("the recipe's image count is the selection's", count == len(sel))]
     ev.append(Evidence("calibration.count (images in the selection)", count, len(sel), 0, "an integer count: exact"))
     if not isinstance(bs, int) or isinstance(bs, bool) or bs < 1:
         return items
-    served = reader.served_count(ctx, sel.pixels, bs)
+    served = lesson02_the_calibration_reader.served_count(ctx, sel.pixels, bs)
     if served is None:  # the reader could not be run here: nothing is charged for what was not checked
         return items
     ev.append(Evidence(f"images your DigitReader serves of the selection at batch_size={bs}", count, served, 0,
@@ -45,10 +44,6 @@ def _served(ctx: Context, doc: dict, sel, ev: list) -> list[tuple[str, bool]]:
 
 
 def run(ctx: Context) -> list:
-    from lab import data, graph, ruler
-    from lab.lessons.lesson07_calibrate_the_deployed_representation import recipe
-    from lab.lessons.lesson07_calibrate_the_deployed_representation import scenario_checks
-
     doc, record = ctx.doc(RECIPE), ctx.doc(SCENARIOS)
     model = ctx.model(MODEL)
     out = []
@@ -141,9 +136,6 @@ def _record_problems(ctx: Context, record: dict, doc: dict, mine: dict) -> list[
 
     The limit decides every verdict: a record that raised it to pass a scenario is not the lab's release.
     """
-    from lab import data
-    from lab.lessons.lesson07_calibrate_the_deployed_representation import recipe
-
     wrong = []
     for field, want in (("limit", recipe.LIMIT), ("boundary_margin", recipe.BOUNDARY_MARGIN)):
         got = number(record.get(field))
@@ -191,9 +183,6 @@ def _families(doc: dict, model, acc_split) -> tuple[float, list[str], list]:
     Scores 1 when both families were recorded, every recorded verdict is the recomputed one, and all
     pass; a release never evaluated under a family, or failing under one, scores 0.
     """
-    from lab import data, kernels
-    from lab.lessons.lesson07_calibrate_the_deployed_representation import scenario_checks
-
     recorded = doc.get("kernel_families") or {}
     missing = [f for f in kernels.FAMILIES if f not in recorded]
     if missing:

@@ -5,9 +5,16 @@ also measured on the held-out split, which no one tuned on.
 """
 from __future__ import annotations
 
-from grader.context import HIDDEN, SOFTMAX_STEP, WHY_OUTPUT, Context, check, close, number, value
+import numpy as np
+from onnx import numpy_helper
+
+from grader.context import (HIDDEN, SOFTMAX_STEP, WHY_OUTPUT, Context, charged_under, check, close, evaluation, number,
+                            value)
 from grader.group import Group
 from grader.results import Evidence
+from lab import data, graph
+from lab.lessons.lesson07_calibrate_the_deployed_representation.recipe import _per_channel
+from lab.lessons.lesson08_the_quantization_toolbox import toolbox
 
 PART = "toolbox"
 NEEDS = ("toolbox.json", "choice.onnx")
@@ -18,9 +25,6 @@ SIZE_RATIO_TOL = 1e-4
 
 
 def run(ctx: Context) -> list:
-    from lab import data, graph
-    from lab.lessons.lesson08_the_quantization_toolbox import toolbox
-
     doc = ctx.doc("toolbox.json")
     rep = value(doc, "choice") or {}
     ctx.model("choice.onnx")  # checked at intake; the measurements below read the same file
@@ -61,9 +65,6 @@ def _choice_facts(ctx: Context, doc: dict, rep: dict, mine: dict, path) -> dict[
     """The rest of what toolbox.json says about the choice, recomputed: its loss and size ratio
     (lab.lessons.lesson08_the_quantization_toolbox.toolbox.check_choice), per_channel (from the graph), the candidates row of the chosen settings, the
     lab's requirement (lab.lessons.lesson08_the_quantization_toolbox.toolbox's, not the student's) and the evaluation it was measured on."""
-    from lab.lessons.lesson08_the_quantization_toolbox import toolbox
-    from lab.lessons.lesson07_calibrate_the_deployed_representation.recipe import _per_channel
-
     out = {"accuracy_loss": rep.get("accuracy_loss", mine["accuracy_loss"]) is not None
            and close(rep.get("accuracy_loss", mine["accuracy_loss"]), mine["accuracy_loss"], LOSS_TOL),
            "size_ratio": close(rep.get("size_ratio", mine["size_ratio"]), mine["size_ratio"], SIZE_RATIO_TOL)}
@@ -79,7 +80,6 @@ def _choice_facts(ctx: Context, doc: dict, rep: dict, mine: dict, path) -> dict[
     out["requirement (lab.lessons.lesson08_the_quantization_toolbox.toolbox's)"] = all(req.get(k, w) == w and type(req.get(k, w)) is type(w)
                                              for k, w in want_req.items())
     ev = value(doc, "evaluation") or {}
-    from grader.context import evaluation
 
     out["evaluation"] = (ev.get("split", "evaluation") == "evaluation"
                          and ev.get("samples", len(evaluation()[1])) == len(evaluation()[1])
@@ -106,11 +106,6 @@ def _choice_facts(ctx: Context, doc: dict, rep: dict, mine: dict, path) -> dict[
 def _settings_in_graph(path) -> dict[str, bool]:
     """What the chosen graph shows of lesson 08's settings: quant_pre_process fuses MatMul and Add into (Q)Gemm;
     reduce_range stores 7-bit weights; symmetric activations put the input's zero point mid-grid."""
-    import numpy as np
-    from onnx import numpy_helper
-
-    from lab import graph
-
     ops = graph.op_counts(path)
     weights = [numpy_helper.to_array(i) for i in graph.load(path).graph.initializer
                if i.name.endswith("weight_quantized")]
@@ -132,10 +127,6 @@ def _heldout(path, source, mine: dict):
     Size and a static ruler do not depend on the data: a choice that misses them is charged once, under
     choice_meets, and named here. The message names the kind of failure, never a held-out number.
     """
-    from lab.lessons.lesson08_the_quantization_toolbox import toolbox
-
-    from grader.context import charged_under
-
     held = toolbox.check_choice(path, source, split="heldout")
     kinds = [kind for kind, missed in (("size", mine["size_ratio"] > toolbox.MAX_SIZE_RATIO),
                                        ("a static input ruler", not mine["static"])) if missed]
