@@ -67,6 +67,19 @@ def test_parameters_cell_holds_literals_only(name):
     assert declared["WORK_DIR"] == "../workspace", f"{name}: WORK_DIR default should be '../workspace'"
 
 
+def test_a_lesson_parameter_defaults_to_its_lesson_constant():
+    """A run-size parameter is a literal (papermill sets it) whose default is the lesson module's constant, which
+    the grader's reference hand-in builds with: the two must not drift."""
+    from lab.lessons import lesson04_more_batches
+
+    declared = run.declared_parameters(read("04_more_batches.ipynb"))
+    assert declared["MAX_BATCHES"] == lesson04_more_batches.MAX_BATCHES
+    for name in NAMES:
+        declared = run.declared_parameters(read(name))
+        assert not {"BATCH_SIZE", "RIGHT_BATCHES", "RELEASE_ID", "TARGET_FAMILIES"} & declared.keys(), \
+            f"{name}: a lesson constant is a parameter again; read it from the lesson module"
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_committed_without_outputs_except_nbval_references(name):
     for index, cell in enumerate(code_cells(read(name))):

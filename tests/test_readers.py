@@ -139,3 +139,23 @@ def test_a_used_up_reader_is_named_as_lesson_02s_mistake_not_no_data_is_collecte
     convert.quantize(source, tmp_path / "first.onnx", reader)
     with pytest.raises(ReaderContractError, match=r"used up. That is lesson 02's mistake \(b\).*fresh DigitReader"):
         convert.quantize(source, tmp_path / "second.onnx", reader)
+
+
+def test_the_reference_reader_is_lesson_02s_own_and_keeps_the_contract(tmp_path):
+    """The reference hand-in's calibration_reader.py is the instructor notebook's %%writefile cell, not a copy."""
+    from grader import reference
+    from lab.workspace import load_module
+
+    source = reference.solution_module("02_the_calibration_reader.ipynb", "calibration_reader.py")
+    assert source.startswith('"""') and "class DigitReader(CalibrationDataReader)" in source
+    (tmp_path / "calibration_reader.py").write_text(source)
+    report = check_reader(load_module(tmp_path, "calibration_reader").DigitReader(X, batch_size=36),
+                          expected_samples=len(X))
+    assert report.ok and report.batches == 10, report
+
+
+def test_a_notebook_without_the_module_cell_is_named():
+    from grader import reference
+
+    with pytest.raises(LookupError, match=r"03_narrow_right_wide.ipynb has no code cell starting '%%writefile"):
+        reference.solution_module("03_narrow_right_wide.ipynb", "calibration_reader.py")
