@@ -17,7 +17,7 @@ import pytest
 from bad_submissions import corpus
 from browser_support import chromium_path, launched_chromium
 from grader import reference
-from grader.context import rubric
+from grader.rubric import rubric
 from grader.report import write_report
 from lab.tools.submit import submit
 
