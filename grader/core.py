@@ -111,7 +111,8 @@ def kernel_family_note(recorded: str | None) -> tuple[str, str]:
         return f"the {f} INT8 kernel family ({kernels.DESCRIPTIONS[f]})"
 
     if recorded is None:
-        text = f"your hand-in records no INT8 kernel family; numbers recomputed as this grader's CPU computes them: {cpu(mine)}"
+        text = ("your hand-in records no INT8 kernel family; numbers recomputed as this grader's CPU computes them: "
+                f"{cpu(mine)}")
     elif recorded == mine:
         text = f"your hand-in was made on a CPU of {cpu(recorded)}; this grader's CPU computes the same way"
     else:

@@ -150,8 +150,8 @@ def _rows_and_verdict(ctx: Context, doc: dict, models: list, reported: dict, run
             else:
                 ok = got == want and type(got) is type(want)
             if not ok:
-                problems.append(f"growth.json verdict/{key} is {short(got)}, lab.lessons.lesson04_more_batches.verdict on the recomputed "
-                                f"rows gives {short(want)}")
+                problems.append(f"growth.json verdict/{key} is {short(got)}, "
+                                f"lab.lessons.lesson04_more_batches.verdict on the recomputed rows gives {short(want)}")
     rights = sorted(n for k, n in models if k == "right")
     if value(doc, "right_data.batches") not in (None, rights):
         problems.append(f"growth.json right_data/batches is {value(doc, 'right_data.batches')}; the hand-in's "

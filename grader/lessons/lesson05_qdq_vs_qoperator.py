@@ -111,8 +111,9 @@ def _leaf_problems(rep, want, where: str, tol) -> list[str]:
 
 def _formats_recomputed(ctx: Context, doc: dict, qdq_rel: str, qop_rel: str) -> tuple[list[str], list[str]]:
     """formats.json's description of each model, and of how their outputs differ, recomputed with lesson 05's
-    calls (lab.lessons.lesson05_qdq_vs_qoperator.describe, output_difference, difference_bands): (model fields wrong, difference fields
-    wrong). The count of predictions that differ is judged by its own near-boundary policy in elementwise."""
+    calls (lab.lessons.lesson05_qdq_vs_qoperator.describe, output_difference, difference_bands): (model fields
+    wrong, difference fields wrong). The count of predictions that differ is judged by its own near-boundary
+    policy in elementwise."""
     x, labels = evaluation()
     model = {}
     for name, rel in (("QDQ", qdq_rel), ("QOperator", qop_rel)):
@@ -137,8 +138,8 @@ def _formats_recomputed(ctx: Context, doc: dict, qdq_rel: str, qop_rel: str) -> 
                           f"{len(per_sample)} evaluation images")
     for k in ("predictions_differ", "max_abs_difference", "sample_with_max_difference"):
         diff.pop(k)  # judged in elementwise, or above
-    bands = lesson05_qdq_vs_qoperator.difference_bands(a, b, max(model["QDQ"]["output_scale"] or 0, model["QOperator"]["output_scale"]
-                                               or 0))
+    output_scale = max(model["QDQ"]["output_scale"] or 0, model["QOperator"]["output_scale"] or 0)
+    bands = lesson05_qdq_vs_qoperator.difference_bands(a, b, output_scale)
 
     def tol(where: str, want: float) -> float:
         if "scale" in where or "grid_bound" in where:

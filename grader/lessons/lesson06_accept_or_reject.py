@@ -195,7 +195,8 @@ def _compare_summary(name: str, rep: dict, mine: dict, probs: np.ndarray, exact:
 
 def _probabilities(doc: dict, probs: dict, paths: dict):
     """Each model's reported row sums, tolerance and verdict, recomputed with lesson 06's calls
-    (lab.lessons.lesson06_accept_or_reject.acceptance.probability_tolerance from the graph's output scale, check_probabilities)."""
+    (lab.lessons.lesson06_accept_or_reject.acceptance.probability_tolerance from the graph's output scale,
+    check_probabilities)."""
     tol = PROB_SUM_TOL
     ok_count, msgs, ev = 0, [], []
     for name, p in probs.items():
@@ -214,9 +215,11 @@ def _probabilities(doc: dict, probs: dict, paths: dict):
                 wrong.append(f"max_sum {rec['max_sum']}, recomputed {mine.max_sum:.4f}")
             if "tolerance" in rec and (number(rec["tolerance"]) is None
                                        or abs(rec["tolerance"] - want_tol) > SCALE_REL * want_tol):
-                wrong.append(f"tolerance {rec['tolerance']}, lab.lessons.lesson06_accept_or_reject.acceptance.probability_tolerance gives {want_tol:.6g}")
+                wrong.append(f"tolerance {rec['tolerance']}, lab.lessons.lesson06_accept_or_reject.acceptance."
+                             f"probability_tolerance gives {want_tol:.6g}")
             if "ok" in rec and rec["ok"] is not mine.ok:
-                wrong.append(f"ok {rec['ok']}, lab.lessons.lesson06_accept_or_reject.acceptance.check_probabilities says {mine.ok}")
+                wrong.append(f"ok {rec['ok']}, lab.lessons.lesson06_accept_or_reject.acceptance.check_probabilities "
+                             f"says {mine.ok}")
         good = good and not wrong
         ok_count += good
         msgs.append(f"{name}: min row sum {mins:.4f}, rules {'hold' if rules else 'broken'}"

@@ -79,8 +79,9 @@ def run(ctx: Context) -> list:
     good = sum(ok for _, ok in items)
     out.append(check(PART, "recipe", good / len(items),
                      "; ".join(f"{name}: {'yes' if ok else 'NO'}" for name, ok in items)
-                     + ("" if good == len(items) else ". Write the recipe with lab.lessons.lesson07_calibrate_the_deployed_representation.recipe.recipe(...) from the "
-                        "selection you calibrated with"), ev))
+                     + ("" if good == len(items) else ". Write the recipe with lab.lessons."
+                        "lesson07_calibrate_the_deployed_representation.recipe.recipe(...) from the selection you "
+                        "calibrated with"), ev))
     # disjoint by content
     if sel is not None:
         shared = recipe.shared_rows(sel.pixels, acc_split.pixels)
@@ -140,7 +141,8 @@ def _record_problems(ctx: Context, record: dict, doc: dict, mine: dict) -> list[
     for field, want in (("limit", recipe.LIMIT), ("boundary_margin", recipe.BOUNDARY_MARGIN)):
         got = number(record.get(field))
         if got is None or abs(got - want) > 1e-12:
-            wrong.append(f"{field} is {record.get(field)}; the lab's (lab.lessons.lesson07_calibrate_the_deployed_representation.recipe.{field.upper()}) is {want}")
+            wrong.append(f"{field} is {record.get(field)}; the lab's "
+                         f"(lab.lessons.lesson07_calibrate_the_deployed_representation.recipe.{field.upper()}) is {want}")
     for field, rel in (("model_sha256", MODEL), ("recipe_sha256", RECIPE)):
         if record.get(field) != ctx.sub.files.get(rel):
             wrong.append(f"{field} is not the hash of {rel}")
@@ -149,7 +151,7 @@ def _record_problems(ctx: Context, record: dict, doc: dict, mine: dict) -> list[
     if "release_id" in record and record["release_id"] != doc.get("release_id"):
         wrong.append(f"release_id is {record['release_id']!r}; recipe.json's is {doc.get('release_id')!r}")
     rows = {row.get("name"): row for row in record.get("results", []) if isinstance(row, dict)}
-    for name, s in mine.items():  # the rest of each row, as lab.lessons.lesson07_calibrate_the_deployed_representation.scenario_checks computes it
+    for name, s in mine.items():  # the rest of each row, as lesson 07's scenario_checks computes it
         rep, want = rows.get(name, {}), s.to_dict()
         slack = max(1, s.changed)  # near-boundary policy: the images whose answer changed may flip on another CPU
         for key in ("count", "changed", "accepted_differences", "defects", "description"):
@@ -161,7 +163,8 @@ def _record_problems(ctx: Context, record: dict, doc: dict, mine: dict) -> list[
             else:
                 ok = isinstance(got, int) and not isinstance(got, bool) and abs(got - want[key]) <= slack
             if not ok:
-                wrong.append(f"results/{name}/{key} is {got!r}, lab.lessons.lesson07_calibrate_the_deployed_representation.scenario_checks gives {want[key]!r}")
+                wrong.append(f"results/{name}/{key} is {got!r}, lab.lessons."
+                             f"lesson07_calibrate_the_deployed_representation.scenario_checks gives {want[key]!r}")
         if "note" in rep and _note_claims(rep["note"]) != _note_claims(want["note"]):
             wrong.append(f"results/{name}/note is {rep['note']!r}; the recomputed scenario "
                          + (f"notes {want['note']!r}" if want["note"] else "has nothing to note"))

@@ -1,7 +1,7 @@
 """Lesson 08: the model picked for the stated requirement, measured here against the lab's requirement.
 
-The requirement comes from ``lab.lessons.lesson08_the_quantization_toolbox.toolbox`` (not from the student's toolbox.json), and the choice is
-also measured on the held-out split, which no one tuned on.
+The requirement comes from ``lab.lessons.lesson08_the_quantization_toolbox.toolbox`` (not from the student's
+toolbox.json), and the choice is also measured on the held-out split, which no one tuned on.
 """
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ def run(ctx: Context) -> list:
     items = {"static (a fixed input ruler)": mine["static"],
              f"accuracy loss {mine['accuracy_loss']:.4f} <= {toolbox.MAX_ACCURACY_LOSS}":
                  mine["accuracy_loss"] <= toolbox.MAX_ACCURACY_LOSS + 1e-9,
-             f"size ratio {mine['size_ratio']:.4f} <= {toolbox.MAX_SIZE_RATIO}": mine["size_ratio"] <= toolbox.MAX_SIZE_RATIO}
+             f"size ratio {mine['size_ratio']:.4f} <= {toolbox.MAX_SIZE_RATIO}":
+                 mine["size_ratio"] <= toolbox.MAX_SIZE_RATIO}
     good = sum(items.values())
     out = [check(PART, "choice_meets", good / len(items),
                  "choice.onnx measured here: " + "; ".join(f"{k}: {'yes' if ok else 'NO'}" for k, ok in items.items())
@@ -63,8 +64,8 @@ def run(ctx: Context) -> list:
 
 def _choice_facts(ctx: Context, doc: dict, rep: dict, mine: dict, path) -> dict[str, bool]:
     """The rest of what toolbox.json says about the choice, recomputed: its loss and size ratio
-    (lab.lessons.lesson08_the_quantization_toolbox.toolbox.check_choice), per_channel (from the graph), the candidates row of the chosen settings, the
-    lab's requirement (lab.lessons.lesson08_the_quantization_toolbox.toolbox's, not the student's) and the evaluation it was measured on."""
+    (toolbox.check_choice), per_channel (from the graph), the candidates row of the chosen settings, the lab's
+    requirement (toolbox's, not the student's) and the evaluation it was measured on."""
     out = {"accuracy_loss": rep.get("accuracy_loss", mine["accuracy_loss"]) is not None
            and close(rep.get("accuracy_loss", mine["accuracy_loss"]), mine["accuracy_loss"], LOSS_TOL),
            "size_ratio": close(rep.get("size_ratio", mine["size_ratio"]), mine["size_ratio"], SIZE_RATIO_TOL)}
@@ -77,15 +78,15 @@ def _choice_facts(ctx: Context, doc: dict, rep: dict, mine: dict, path) -> dict[
     want_req = {"text": toolbox.REQUIREMENT, "max_accuracy_loss": toolbox.MAX_ACCURACY_LOSS,
                 "max_size_ratio": toolbox.MAX_SIZE_RATIO, "static": True}
     req = value(doc, "requirement") or {}
-    out["requirement (lab.lessons.lesson08_the_quantization_toolbox.toolbox's)"] = all(req.get(k, w) == w and type(req.get(k, w)) is type(w)
-                                             for k, w in want_req.items())
+    out["requirement (lab.lessons.lesson08_the_quantization_toolbox.toolbox's)"] = all(
+        req.get(k, w) == w and type(req.get(k, w)) is type(w) for k, w in want_req.items())
     ev = value(doc, "evaluation") or {}
 
     out["evaluation"] = (ev.get("split", "evaluation") == "evaluation"
                          and ev.get("samples", len(evaluation()[1])) == len(evaluation()[1])
                          and ev.get("kernel_family", mine["kernel_family"]) == mine["kernel_family"])
     rows = [r for r in value(doc, "candidates") or [] if isinstance(r, dict)]
-    # each row's name, columns and verdict follow from its settings and numbers (lab.lessons.lesson08_the_quantization_toolbox.toolbox's own functions)
+    # each row's name, columns and verdict follow from its settings and numbers (toolbox's own functions)
     out["candidates columns (name, format, weights, activations, meets)"] = all(
         isinstance(r.get("settings"), dict) and r.get("name") == toolbox.settings_name(r["settings"])
         and all(r.get(k) == v for k, v in toolbox.describe(r["settings"]).items())
