@@ -7,7 +7,8 @@ import numpy as np
 
 from lab import kernels
 from lab.data import INPUT_NAME
-from lab.graph import InputRuler, quant_format, session
+from lab.graph import quant_format, session
+from lab.ruler import InputRuler
 
 
 def predict(model, x: np.ndarray, input_name: str = INPUT_NAME, threads: int = 1,

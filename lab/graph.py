@@ -5,7 +5,6 @@ import json
 import os
 import tempfile
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +14,7 @@ from onnx import numpy_helper
 
 from lab.data import INPUT_NAME, N_CLASSES, N_FEATURES, OUTPUT_NAME
 from lab.errors import ModelContractError, NotQuantizedError
-from lab.ruler import qrange
+from lab.ruler import InputRuler
 
 _DTYPES = {onnx.TensorProto.INT8: "int8", onnx.TensorProto.UINT8: "uint8"}
 
@@ -27,33 +26,6 @@ def load(model) -> onnx.ModelProto:
 
 def _name(model) -> str:
     return "the model" if isinstance(model, onnx.ModelProto) else Path(model).name
-
-
-@dataclass(frozen=True)
-class InputRuler:
-    """The scale and zero point of the QuantizeLinear that consumes the graph input."""
-
-    scale: float
-    zero_point: int
-    dtype: str
-    node: str
-
-    @property
-    def steps(self) -> int:
-        qmin, qmax = qrange(self.dtype)
-        return qmax - qmin
-
-    @property
-    def range_seen(self) -> float:
-        """Width of the range the calibration saw: scale x (qmax - qmin)."""
-        return float(np.float32(self.scale) * self.steps)
-
-    @property
-    def interval(self) -> tuple[float, float]:
-        """The real interval the grid covers: [(qmin - zp) x scale, (qmax - zp) x scale]."""
-        qmin, qmax = qrange(self.dtype)
-        s = np.float32(self.scale)
-        return float((qmin - self.zero_point) * s), float((qmax - self.zero_point) * s)
 
 
 def input_ruler(model, input_name: str = INPUT_NAME) -> InputRuler:

@@ -7,6 +7,8 @@ and DequantizeLinear is ``x = (q - zero_point) * scale``.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 QRANGES = {"int8": (-128, 127), "uint8": (0, 255)}
@@ -19,6 +21,33 @@ def qrange(dtype: str = "int8", reduce_range: bool = False) -> tuple[int, int]:
     if reduce_range:
         return (-64, 64) if dtype == "int8" else (0, 127)
     return QRANGES[dtype]
+
+
+@dataclass(frozen=True)
+class InputRuler:
+    """The scale and zero point of the QuantizeLinear that consumes the graph input."""
+
+    scale: float
+    zero_point: int
+    dtype: str
+    node: str
+
+    @property
+    def steps(self) -> int:
+        qmin, qmax = qrange(self.dtype)
+        return qmax - qmin
+
+    @property
+    def range_seen(self) -> float:
+        """Width of the range the calibration saw: scale x (qmax - qmin)."""
+        return float(np.float32(self.scale) * self.steps)
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """The real interval the grid covers: [(qmin - zp) x scale, (qmax - zp) x scale]."""
+        qmin, qmax = qrange(self.dtype)
+        s = np.float32(self.scale)
+        return float((qmin - self.zero_point) * s), float((qmax - self.zero_point) * s)
 
 
 def calibration_range(values: np.ndarray) -> float:
@@ -97,9 +126,7 @@ def ruler_stats(x: np.ndarray, rmin: float, rmax: float, dtype: str = "int8") ->
 
 
 def ruler_for(rmin: float, rmax: float, dtype: str = "int8"):
-    """The ruler a MinMax calibration that saw [rmin, rmax] lays on a tensor, as ``graph.InputRuler``, so
+    """The ruler a MinMax calibration that saw [rmin, rmax] lays on a tensor, as ``InputRuler``, so
     ``compare.diagnose`` can judge a range before any model is built (lesson 01)."""
-    from lab.graph import InputRuler  # deferred: lab.graph imports lab.ruler (qrange); at the top it is a cycle
-
     scale, zero_point = scale_zero_point(rmin, rmax, dtype)
     return InputRuler(float(scale), int(zero_point), dtype, f"[{rmin:g}, {rmax:g}]")
