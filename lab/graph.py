@@ -72,6 +72,22 @@ def weight_dtypes(model) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def per_channel(model) -> bool:
+    """Does the model carry per-channel weight scales (more than one scale per weight), in QDQ or QOperator?"""
+    m = load(model)
+    inits = {i.name: i for i in m.graph.initializer}
+    for node in m.graph.node:
+        if node.op_type == "DequantizeLinear" and node.input[0].endswith("weight_quantized"):
+            scale = inits.get(node.input[1])  # QDQ: the weight's DequantizeLinear
+        elif node.op_type == "QLinearMatMul":
+            scale = inits.get(node.input[4])  # QOperator: the weight's scale input
+        else:
+            continue
+        if scale is not None and numpy_helper.to_array(scale).size > 1:
+            return True
+    return False
+
+
 def quant_format(model) -> str:
     """``QOperator``, ``QDQ``, ``dynamic`` or ``float``, from the op types present."""
     ops = op_counts(model)

@@ -13,7 +13,6 @@ from grader.models import ModelRefused
 from grader.results import Evidence
 from lab import compare, data, graph, ruler
 from lab.lessons.lesson03_narrow_right_wide import HIDDEN, KINDS
-from lab.lessons.lesson07_calibrate_the_deployed_representation.recipe import _per_channel
 
 PART = "calibration"
 EXPECTED_DIAGNOSIS = {"narrow": "clipping", "wide": "squashing"}
@@ -55,7 +54,7 @@ def run(ctx: Context) -> list:
             continue
         found[kind] = r
         same_file = value(rep, "model_sha256") == ctx.sub.files.get(rel)  # results.json describes this file
-        pc_rep, pc = value(results_doc, "settings.per_channel"), _per_channel(ctx.sub.path(rel))
+        pc_rep, pc = value(results_doc, "settings.per_channel"), graph.per_channel(ctx.sub.path(rel))
         pc_ok = pc_rep is None or pc_rep is pc or "per_channel" in charged  # one setting: charged once
         if not pc_ok:
             charged.add("per_channel")

@@ -10,7 +10,6 @@ from grader.results import Evidence
 from lab import compare, data, graph, ruler
 from lab.data import data_sha256
 from lab.lessons import lesson04_more_batches
-from lab.lessons.lesson07_calibrate_the_deployed_representation.recipe import _per_channel
 
 GROWTH_FILE = re.compile(r"^growth/(narrow|right)-(\d{3})\.onnx$")
 
@@ -159,7 +158,7 @@ def _rows_and_verdict(ctx: Context, doc: dict, models: list, reported: dict, run
     pc_rep = value(doc, "settings.per_channel")
     if models and pc_rep is not None:
         rel = f"growth/{models[0][0]}-{models[0][1]:03d}.onnx"
-        if pc_rep is not _per_channel(ctx.sub.path(rel)):
+        if pc_rep is not graph.per_channel(ctx.sub.path(rel)):
             problems.append(f"growth.json settings/per_channel is {pc_rep}, but {rel} has "
                             f"{'per-tensor' if pc_rep else 'per-channel'} weights")
     return common_claims(doc, "growth.json") + problems

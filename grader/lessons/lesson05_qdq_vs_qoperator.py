@@ -10,7 +10,6 @@ from grader.group import Group, written_by
 from grader.results import Evidence
 from lab import compare, data, graph, ruler
 from lab.lessons import lesson05_qdq_vs_qoperator
-from lab.lessons.lesson07_calibrate_the_deployed_representation.recipe import _per_channel
 
 CACHE = "formats/model.calibration.json"
 
@@ -83,7 +82,7 @@ def _formats_reported(ctx: Context, doc: dict, rels: dict, formats: dict) -> lis
                 shown, has = (f"{got}"[:20], want[:20]) if field == "sha256" else (got, want)
                 wrong.append(f"formats/{name}/{field} is {shown!r}, {rel} has {has!r}")
     reported_pc = value(doc, "settings.per_channel")
-    graph_pc = {name: _per_channel(ctx.sub.path(rel)) for name, rel in rels.items()}
+    graph_pc = {name: graph.per_channel(ctx.sub.path(rel)) for name, rel in rels.items()}
     for name, pc in graph_pc.items():
         if reported_pc is not pc:
             wrong.append(f"settings/per_channel is {reported_pc}, but {rels[name]} has "

@@ -13,7 +13,6 @@ from grader.context import (HIDDEN, SOFTMAX_STEP, WHY_OUTPUT, Context, charged_u
 from grader.group import Group
 from grader.results import Evidence
 from lab import data, graph
-from lab.lessons.lesson07_calibrate_the_deployed_representation.recipe import _per_channel
 from lab.lessons.lesson08_the_quantization_toolbox import toolbox
 
 PART = "toolbox"
@@ -32,7 +31,7 @@ def run(ctx: Context) -> list:
     mine = toolbox.check_choice(path, source, split="evaluation")
     items = {"static (a fixed input ruler)": mine["static"],
              f"accuracy loss {mine['accuracy_loss']:.4f} <= {toolbox.MAX_ACCURACY_LOSS}":
-                 mine["accuracy_loss"] <= toolbox.MAX_ACCURACY_LOSS + 1e-9,
+                 mine["accuracy_loss"] <= toolbox.MAX_ACCURACY_LOSS + toolbox.LOSS_SLACK,
              f"size ratio {mine['size_ratio']:.4f} <= {toolbox.MAX_SIZE_RATIO}":
                  mine["size_ratio"] <= toolbox.MAX_SIZE_RATIO}
     good = sum(items.values())
@@ -71,7 +70,7 @@ def _choice_facts(ctx: Context, doc: dict, rep: dict, mine: dict, path) -> dict[
            "size_ratio": close(rep.get("size_ratio", mine["size_ratio"]), mine["size_ratio"], SIZE_RATIO_TOL)}
     settings = value(rep, "settings") or {}
     if "per_channel" in settings:
-        out["settings.per_channel"] = settings["per_channel"] is _per_channel(path)
+        out["settings.per_channel"] = settings["per_channel"] is graph.per_channel(path)
     for key, shown in _settings_in_graph(path).items():
         if key in settings:
             out[f"settings.{key}"] = settings[key] is shown
@@ -131,7 +130,7 @@ def _heldout(path, source, mine: dict):
     held = toolbox.check_choice(path, source, split="heldout")
     kinds = [kind for kind, missed in (("size", mine["size_ratio"] > toolbox.MAX_SIZE_RATIO),
                                        ("a static input ruler", not mine["static"])) if missed]
-    accuracy_ok = held["accuracy_loss"] <= toolbox.MAX_ACCURACY_LOSS + 1e-9
+    accuracy_ok = held["accuracy_loss"] <= toolbox.MAX_ACCURACY_LOSS + toolbox.LOSS_SLACK
     if accuracy_ok and not kinds:
         msg = "on the held-out split your choice still meets the requirement"
     elif accuracy_ok:

@@ -15,12 +15,11 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from lab import data, schemas
 from lab.convert import versions
 from lab.errors import LabError
-from lab.graph import check_io, input_ruler, load, quant_format, weight_dtypes
+from lab.graph import check_io, input_ruler, load, per_channel, quant_format, weight_dtypes
 from lab.kernels import check_family, target_family
 from lab.lessons.lesson02_the_calibration_reader import BATCH_SIZE  # the release calibrates in lesson 02's batches
 from lab.lessons.lesson06_accept_or_reject.acceptance import LIMIT
@@ -129,21 +128,6 @@ def preprocessing() -> dict:
     """The deployed preprocessing configuration."""
     return {"input_name": data.INPUT_NAME, "formula": f"pixels = raw / {data.RAW_MAX}", "raw_range": [0, data.RAW_MAX],
             "dtype": "float32", "shape": ["N", data.N_FEATURES], "clip": False}
-
-
-def _per_channel(model) -> bool:
-    m = load(model)
-    inits = {i.name: i for i in m.graph.initializer}
-    for node in m.graph.node:
-        if node.op_type == "DequantizeLinear" and node.input[0].endswith("weight_quantized"):
-            scale = inits.get(node.input[1])  # QDQ: the weight's DequantizeLinear
-        elif node.op_type == "QLinearMatMul":
-            scale = inits.get(node.input[4])  # QOperator: the weight's scale input
-        else:
-            continue
-        if scale is not None and numpy_helper.to_array(scale).size > 1:
-            return True
-    return False
 
 
 def kernel_families(by_family: Mapping[str, Sequence[ScenarioResult]]) -> dict:
@@ -333,7 +317,7 @@ def verify(model_path: str | Path, recipe_path: str | Path, max_fields: int = 8)
     fmt = quant_format(model_path)
     if fmt != q["quant_format"]:
         diff(f"quantization/quant_format: the graph is {fmt}, the recipe says {q['quant_format']}")
-    pc = _per_channel(model_path)
+    pc = per_channel(model_path)
     if pc != bool(q["per_channel"]):
         diff(f"quantization/per_channel: the graph's weights are {'per channel' if pc else 'per tensor'}, "
              f"the recipe says per_channel={q['per_channel']}")
