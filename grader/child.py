@@ -116,7 +116,7 @@ def _rows(events: list):
 
 
 def drive_reader(cls, pixels, drive: dict, max_batches: int, arrays: dict, fresh: bool) -> dict:
-    """One configuration lesson 02's tests use: ``lab.readers.check_reader`` drives the reader, recorded."""
+    """One configuration lesson 02's tests use: ``lab.lessons.lesson02_the_calibration_reader.check_reader`` drives the reader, recorded."""
     from lab.lessons.lesson02_the_calibration_reader import check_reader  # deferred: lesson 02's drive only
 
     name, n = drive["name"], int(drive["n"])
