@@ -24,6 +24,7 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
+from lab.environment import KERNEL_NAME
 from lab.tools import run
 
 REPO = Path(__file__).resolve().parent.parent
@@ -51,7 +52,7 @@ def floor_notebook(name: str) -> nbformat.NotebookNode:
         new_code_cell(FLOOR_IMPORTS),
         new_code_cell('WORK_DIR = "../workspace"\nSEED = 0\nINTERACTIVE = True', metadata={"tags": ["parameters"]}),
     ])
-    nb.metadata.kernelspec = {"name": run.KERNEL, "display_name": "Calibration Lab", "language": "python"}
+    nb.metadata.kernelspec = {"name": KERNEL_NAME, "display_name": "Calibration Lab", "language": "python"}
     return nb
 
 
@@ -171,7 +172,7 @@ def main() -> int:
         except ValueError:
             previous = None
     floor_dir = write_floor(names, OUT / "floor-notebooks")
-    print(f"timing {len(names)} lessons against {len(names)} trivial notebooks (papermill, kernel {run.KERNEL})",
+    print(f"timing {len(names)} lessons against {len(names)} trivial notebooks (papermill, kernel {KERNEL_NAME})",
           flush=True)
     floors = [timed_run("floor (before)", floor_dir, OUT / "floor")]
     lessons = timed_run("lessons", run.NOTEBOOKS, OUT / "lessons")

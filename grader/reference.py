@@ -72,11 +72,11 @@ def _results(work: Path, reader_cls, evaluation: data.Split, reference: np.ndarr
     """Lesson 03: one conversion per calibration set (the exercise), the dynamic model, then the lesson's report."""
     source = work / "source.onnx"
     records = {kind: convert.quantize(source, work / f"{kind}.onnx",
-                                      reader_cls(data.calibration_set(kind), batch_size=lesson03.BATCH_SIZE),
+                                      reader_cls(data.calibration_set(kind), batch_size=data.BATCH_SIZE),
                                       **lesson03.SETTINGS)
-               for kind in lesson03.KINDS}
+               for kind in data.KINDS}
     convert.quantize_dynamic_model(source, work / "dynamic.onnx")
-    return lesson03.results_report(work, records, evaluation, reference, lesson03.BATCH_SIZE)
+    return lesson03.results_report(work, records, evaluation, reference, data.BATCH_SIZE)
 
 
 def _growth(work: Path, reader_cls, evaluation: data.Split, reference: np.ndarray, counts) -> dict:
@@ -95,16 +95,16 @@ def _formats(work: Path, reader_cls, evaluation: data.Split, reference: np.ndarr
     """Lesson 05: both formats from one calibration (the exercise), then the report."""
     source, folder = work / "source.onnx", work / lesson05.FOLDER
     folder.mkdir(exist_ok=True)
-    reader = reader_cls(data.calibration_set(lesson05.CALIBRATION_SET), batch_size=lesson05.BATCH_SIZE)
+    reader = reader_cls(data.calibration_set(lesson05.CALIBRATION_SET), batch_size=data.BATCH_SIZE)
     records = convert.quantize_both_formats(source, folder, reader, stem=lesson05.STEM, **lesson05.FORMAT_SETTINGS)
-    return lesson05.formats_report(source, folder, records, evaluation, reference, lesson05.BATCH_SIZE)
+    return lesson05.formats_report(source, folder, records, evaluation, reference, data.BATCH_SIZE)
 
 
 def _regression(work: Path, reader_cls, evaluation: data.Split) -> dict:
     """Lesson 06: the candidate, then each model summarized by the student's ``metrics.summarize`` and judged."""
     x, labels = evaluation.pixels, evaluation.labels
     convert.quantize(work / "source.onnx", work / "candidate.onnx",
-                     reader_cls(data.calibration_set("right"), batch_size=acceptance.BATCH_SIZE),
+                     reader_cls(data.calibration_set("right"), batch_size=data.BATCH_SIZE),
                      **acceptance.CANDIDATE_SETTINGS)
     metrics = workspace.load_module(work, "metrics")
     entries = {}
@@ -125,12 +125,12 @@ def _release(work: Path, reader_cls, evaluation: data.Split) -> None:
     drafts.mkdir(exist_ok=True)
     selection = recipe.select([("daylight", None), ("flash", slice(0, None, 6))])
     draft = drafts / "release-candidate.onnx"
-    record = convert.quantize(source, draft, reader_cls(selection.pixels, batch_size=recipe.BATCH_SIZE),
+    record = convert.quantize(source, draft, reader_cls(selection.pixels, batch_size=data.BATCH_SIZE),
                               **recipe.RELEASE_SETTINGS)
     by_family = scenario_checks.compare_families(source, draft, evaluation.pixels, evaluation.labels,
                                                  kernels.FAMILIES, seed=SEED)
     here = by_family[kernels.target_family()]
-    doc = recipe.recipe(recipe.RELEASE_ID, source, selection, record.settings, recipe.BATCH_SIZE, evaluation, here,
+    doc = recipe.recipe(recipe.RELEASE_ID, source, selection, record.settings, data.BATCH_SIZE, evaluation, here,
                         draft, recipe.NOT_COVERED, by_family=by_family)
     recipe.write_release(work / "release", draft, doc, evaluation, here)
 
@@ -138,7 +138,7 @@ def _release(work: Path, reader_cls, evaluation: data.Split) -> None:
 def _predictions(work: Path) -> None:
     """The predictions a student who reasoned right writes: the input rulers worked out from each set's range."""
     rulers = {}
-    for kind in lesson03.KINDS:
+    for kind in data.KINDS:
         calib = data.calibration_set(kind)
         scale, zp = ruler.scale_zero_point(min(float(calib.min()), 0.0), float(calib.max()), "int8")
         rulers[kind] = {"scale": float(scale), "zero_point": int(zp)}

@@ -3,7 +3,7 @@
 Lesson 08 measures every conversion with ``measure``: max abs error of the probabilities against
 FP32, accuracy, and file size, on the images of one ``Evaluation``, as CPUs of one kernel family
 compute them (``lab.kernels.target_family()``, this machine's unless told otherwise). Its rows print
-with ``lab.tables.format_rows`` (also reachable here as ``measure.format_rows``, the name lessons 06 and 08 call).
+with ``lab.tables.format_rows``.
 """
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 
 from lab import compare, data, graph, kernels
-from lab.tables import format_rows  # noqa: F401 - the lessons call it as measure.format_rows
 
 
 @dataclass(frozen=True)

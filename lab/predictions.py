@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Mapping
 
 from lab import contract, schemas, workspace
+from lab.data import KINDS
 from lab.errors import LabError
 
 FILE = contract.path_of_schema("predictions")
 SCHEMA = "predictions/1"
-KINDS = ("narrow", "right", "wide")
 FORMATS = ("QDQ", "QOperator")
 # A scale worked out by hand (range / 255) agrees with the converter's float32 to far better than 1 %;
 # 1 % still refuses a range read off the wrong set (the three sets' ranges differ 4- and 16-fold).

@@ -54,7 +54,7 @@ def histograms(source: Path, calibration: np.ndarray, num_bins: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp, calibrators.quiet():
         calibrator = create_calibrator(source, augmented_model_path=str(Path(tmp) / "augmented.onnx"),
                                        calibrate_method=CalibrationMethod.Entropy, extra_options={"num_bins": num_bins})
-        calibrator.collect_data(ArrayReader(calibration, calibrators.BATCH_SIZE))
+        calibrator.collect_data(ArrayReader(calibration, data.BATCH_SIZE))
         return calibrator.collector.histogram_dict
 
 
@@ -79,14 +79,14 @@ def test_calibrate_uses_the_vectorised_search_and_gets_orts_ranges(source, monke
     with tempfile.TemporaryDirectory() as tmp, calibrators.quiet():
         calibrator = create_calibrator(source, augmented_model_path=str(Path(tmp) / "augmented.onnx"),
                                        calibrate_method=CalibrationMethod.Entropy, extra_options=options)
-        calibrator.collect_data(ArrayReader(right, calibrators.BATCH_SIZE))
+        calibrator.collect_data(ArrayReader(right, data.BATCH_SIZE))
         expected = calibrator.compute_data()
 
     def ort_loop(*_):
         raise AssertionError("calibrate ran ORT's Python search")
 
     monkeypatch.setattr(HistogramCollector, "get_entropy_threshold", ort_loop)
-    got = calibrators._calibrate(source, right, "Entropy", options, calibrators.BATCH_SIZE).tensors
+    got = calibrators._calibrate(source, right, "Entropy", options, data.BATCH_SIZE).tensors
     assert got.calibration_method == expected.calibration_method
     assert set(got.data) == set(expected.data)
     for name, td in expected.data.items():
@@ -98,7 +98,7 @@ def test_calibrate_uses_the_vectorised_search_and_gets_orts_ranges(source, monke
 
 @pytest.mark.parametrize("method, options", [("Entropy", {"num_bins": 512}), ("Percentile", {}), ("MinMax", {})])
 def test_cache_text_is_what_save_tensors_data_writes(source, tmp_path, method, options):
-    cal = calibrators._calibrate(source, lesson_set("right")[:72], method, options, calibrators.BATCH_SIZE)
+    cal = calibrators._calibrate(source, lesson_set("right")[:72], method, options, data.BATCH_SIZE)
     save_tensors_data(cal.tensors, tmp_path / "ort.json")
     assert cal.cache_text().encode() == (tmp_path / "ort.json").read_bytes()
     assert cal.cache_text() is cal.cache_text()  # serialized once

@@ -7,7 +7,6 @@ import pytest
 
 from instructor import kit as kit_builder
 from lab import environment as env
-from lab.tools import run
 
 
 def test_parse_pins_keeps_exact_pins_only():
@@ -131,4 +130,3 @@ def test_every_place_that_names_the_kernel_names_lab_environments():
     assert notebooks
     names = {nb.name: json.loads(nb.read_text())["metadata"]["kernelspec"]["name"] for nb in notebooks}
     assert set(names.values()) == {env.KERNEL_NAME}, names
-    assert run.KERNEL == env.KERNEL_NAME

@@ -118,7 +118,7 @@ def test_slider_track_fits_the_data_and_stretches_only_for_a_far_preset():
 
 def test_preset_colours_match_the_later_lessons_figures():
     from lab import plots
-    assert {k: plots.COLORS[k] for k in explorer.PRESET_KINDS} == explorer.PRESET_COLORS
+    assert {k: plots.COLORS[k] for k in data.KINDS} == explorer.PRESET_COLORS
 
 
 def test_round_trip_error_separates_clipping_from_squashing(pixels):

@@ -17,7 +17,7 @@ from grader import core, reference
 from grader.lessons import predictions as check
 from grader.context import Context
 from grader.submission import open_submission
-from lab import kernels, predictions
+from lab import data, kernels, predictions
 from lab.tools.submit import submit
 
 
@@ -130,7 +130,7 @@ def test_record_keeps_the_other_predictions_and_refuses_a_malformed_answer(tmp_p
     with pytest.raises(predictions.PredictionError, match=r"'formats' \(lesson 05\), smaller: expected one of"):
         predictions.record(tmp_path, "formats", {"smaller": "qoperator", "same_input_ruler": True})
     with pytest.raises(predictions.PredictionError, match=r"narrow.zero_point: expected an integer"):
-        predictions.normalise("input_rulers", {k: {"scale": 0.1, "zero_point": 0.5} for k in predictions.KINDS})
+        predictions.normalise("input_rulers", {k: {"scale": 0.1, "zero_point": 0.5} for k in data.KINDS})
     with pytest.raises(predictions.PredictionError, match="expected True or False"):
         predictions.normalise("more_batches", {"narrow_reaches_right": "no", "largest_narrow_range": 0.25})
     assert predictions.load(tmp_path)["formats"]["smaller"] == "QDQ", "a refused answer leaves the file as it was"

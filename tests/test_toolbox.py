@@ -9,7 +9,7 @@ import onnx
 import pytest
 from onnxruntime.quantization import calibrate as ort_calibrate
 
-from lab import data, graph, measure, schemas
+from lab import data, graph, measure, schemas, tables
 from lab.lessons.lesson08_the_quantization_toolbox import calibrators
 from lab.lessons.lesson08_the_quantization_toolbox import toolbox as tb
 from lab.workspace import make_workspace
@@ -253,7 +253,7 @@ def test_the_exploration_tables_are_kept_apart_and_toolbox_json_refuses_them(ev,
 
 
 def test_format_rows_aligns_text_left_and_numbers_right():
-    text = measure.format_rows([{"a": "x", "b": 1.23456}, {"a": "longer", "b": 10.0}],
+    text = tables.format_rows([{"a": "x", "b": 1.23456}, {"a": "longer", "b": 10.0}],
                                [("a", "name", ""), ("b", "value", ".2f")])
     lines = text.splitlines()
     assert lines[0] == "name    value"

@@ -13,7 +13,7 @@ from grader.context import RANGE_REL, SCALE_REL, Context, Missing, charged_under
 from grader.group import Group, written_by
 from grader.results import Evidence
 from lab import data, graph, ruler
-from lab.lessons.lesson02_the_calibration_reader import BATCH_SIZE
+from lab.data import BATCH_SIZE
 from lab.readers import ArrayReader
 
 PART = "reader"

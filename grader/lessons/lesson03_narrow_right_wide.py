@@ -12,7 +12,8 @@ from grader.group import Group, written_by
 from grader.models import ModelRefused
 from grader.results import Evidence
 from lab import compare, data, graph, ruler
-from lab.lessons.lesson03_narrow_right_wide import HIDDEN, KINDS
+from lab.data import KINDS
+from lab.lessons.lesson03_narrow_right_wide import HIDDEN
 
 PART = "calibration"
 EXPECTED_DIAGNOSIS = {"narrow": "clipping", "wide": "squashing"}

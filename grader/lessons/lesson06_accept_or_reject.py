@@ -17,7 +17,8 @@ from grader.group import Group
 from grader.results import Evidence
 from lab import compare, data, graph
 from lab.lessons.lesson06_accept_or_reject import acceptance
-from lab.lessons.lesson06_accept_or_reject.acceptance import EPSILON, FLOOR, LIMIT
+from lab.data import EPSILON
+from lab.lessons.lesson06_accept_or_reject.acceptance import FLOOR, LIMIT
 
 PART = "acceptance"
 # The hidden check's own limit, looser than the lab's LIMIT: it asks only whether the candidate generalizes to

@@ -13,6 +13,7 @@ from grader.context import (HIDDEN, SOFTMAX_STEP, WHY_OUTPUT, Context, charged_u
 from grader.group import Group
 from grader.results import Evidence
 from lab import data, graph
+from lab.data import EPSILON
 from lab.lessons.lesson08_the_quantization_toolbox import toolbox
 
 PART = "toolbox"
@@ -31,7 +32,7 @@ def run(ctx: Context) -> list:
     mine = toolbox.check_choice(path, source, split="evaluation")
     items = {"static (a fixed input ruler)": mine["static"],
              f"accuracy loss {mine['accuracy_loss']:.4f} <= {toolbox.MAX_ACCURACY_LOSS}":
-                 mine["accuracy_loss"] <= toolbox.MAX_ACCURACY_LOSS + toolbox.LOSS_SLACK,
+                 mine["accuracy_loss"] <= toolbox.MAX_ACCURACY_LOSS + EPSILON,
              f"size ratio {mine['size_ratio']:.4f} <= {toolbox.MAX_SIZE_RATIO}":
                  mine["size_ratio"] <= toolbox.MAX_SIZE_RATIO}
     good = sum(items.values())
@@ -130,7 +131,7 @@ def _heldout(path, source, mine: dict):
     held = toolbox.check_choice(path, source, split="heldout")
     kinds = [kind for kind, missed in (("size", mine["size_ratio"] > toolbox.MAX_SIZE_RATIO),
                                        ("a static input ruler", not mine["static"])) if missed]
-    accuracy_ok = held["accuracy_loss"] <= toolbox.MAX_ACCURACY_LOSS + toolbox.LOSS_SLACK
+    accuracy_ok = held["accuracy_loss"] <= toolbox.MAX_ACCURACY_LOSS + EPSILON
     if accuracy_ok and not kinds:
         msg = "on the held-out split your choice still meets the requirement"
     elif accuracy_ok:

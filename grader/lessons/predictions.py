@@ -20,8 +20,8 @@ from grader.group import Group
 from lab import compare, convert, data, graph, kernels, predictions, ruler
 from lab.errors import LabError
 from lab.lessons import lesson04_more_batches
-from lab.lessons.lesson02_the_calibration_reader import BATCH_SIZE
-from lab.lessons.lesson03_narrow_right_wide import KINDS, SETTINGS
+from lab.data import BATCH_SIZE, KINDS
+from lab.lessons.lesson03_narrow_right_wide import SETTINGS
 from lab.lessons.lesson05_qdq_vs_qoperator import FORMAT_SETTINGS
 from lab.lessons.lesson07_calibrate_the_deployed_representation import debugging, recipe, scenarios
 

@@ -15,7 +15,6 @@ from lab import data
 from lab.graph import tensor_values
 from lab.ruler import dequantize, qrange, quantize, representable_range, ruler_stats
 
-PRESET_KINDS = ("narrow", "right", "wide")
 # the same colours as lessons 03-05's figures (lab.plots.COLORS), so narrow, right and wide look alike everywhere
 PRESET_COLORS = {"narrow": "tab:orange", "right": "tab:green", "wide": "tab:blue"}
 OTHER_COLOR = "tab:purple"  # a range the student dragged to
@@ -51,7 +50,7 @@ def layer_values(model: str | Path, pixels: np.ndarray, tensor: str = "relu1.out
 
 
 def calibration_ranges(model: str | Path, tensor: str = "relu1.out",
-                       kinds: tuple[str, ...] = PRESET_KINDS) -> dict[str, tuple[float, float]]:
+                       kinds: tuple[str, ...] = data.KINDS) -> dict[str, tuple[float, float]]:
     """The range a MinMax calibrator records for ``tensor`` with each calibration set.
 
     The lowest and highest value over the whole set, widened to include 0 as ONNX Runtime does.

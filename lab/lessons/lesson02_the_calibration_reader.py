@@ -18,10 +18,6 @@ import numpy as np
 from lab.data import INPUT_NAME, N_FEATURES
 from lab.errors import ReaderContractError
 
-# 360 calibration images in batches of 36: ten batches per conversion, so a reader that drops or repeats the last
-# batch shows in the sample count. MinMax does not depend on the batch size, so no ruler does either. Lessons 03,
-# 05, 06 and 07 calibrate in the same batches.
-BATCH_SIZE = 36
 
 @dataclass
 class ReaderReport:

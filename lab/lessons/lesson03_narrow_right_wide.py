@@ -14,12 +14,10 @@ from pathlib import Path
 import numpy as np
 
 from lab import compare, convert, data, graph, ruler
-from lab.data import data_sha256, file_sha256
+from lab.data import BATCH_SIZE, KINDS, data_sha256, file_sha256
 from lab.errors import LabError
-from lab.lessons.lesson02_the_calibration_reader import BATCH_SIZE
 from lab.workspace import make_workspace
 
-KINDS = ("narrow", "right", "wide")
 # the settings every conversion of lessons 03 and 04 uses: ORT's defaults spelled out (QDQ, signed 8 bits, one
 # scale per tensor, MinMax), so the only thing that changes between the three models is the calibration set
 SETTINGS = {"quant_format": "QDQ", "activation_type": "QInt8", "weight_type": "QInt8", "per_channel": False,

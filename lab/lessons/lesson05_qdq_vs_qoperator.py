@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from lab import compare, convert, data, graph
-from lab.data import Split, file_sha256
-from lab.lessons.lesson03_narrow_right_wide import BATCH_SIZE, SETTINGS, ExerciseCheckFailed, evaluation_entry
+from lab.data import BATCH_SIZE, Split, file_sha256
+from lab.lessons.lesson03_narrow_right_wide import SETTINGS, ExerciseCheckFailed, evaluation_entry
 
 # the settings lesson 03 used, except the format: both formats come from one calibration, so they differ only there
 FORMAT_SETTINGS = {k: v for k, v in SETTINGS.items() if k != "quant_format"}

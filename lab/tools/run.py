@@ -31,7 +31,6 @@ from lab.tools.summary import summarize_workspace
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = REPO / "notebooks"
-KERNEL = KERNEL_NAME  # the name the benchmarks read; lab.environment defines it
 DEFAULT_WORK_DIR = "build/workspace"
 DEFAULT_OUT = "build/notebooks"
 DEFAULT_TIMEOUT = 900
@@ -245,7 +244,7 @@ def run_lesson(notebook: Path, out_dir: Path, parameters: dict[str, object],
     failure = None
     try:
         papermill.execute_notebook(
-            str(notebook), str(output), parameters=parameters, kernel_name=KERNEL, cwd=str(cwd),
+            str(notebook), str(output), parameters=parameters, kernel_name=KERNEL_NAME, cwd=str(cwd),
             execution_timeout=timeout, start_timeout=START_TIMEOUT,
             log_output=False, progress_bar=False,
             kernel_manager_class=kernel_manager_logging_to(out_dir / KERNEL_LOG))

@@ -13,9 +13,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from lab import compare, data, graph, ruler, schemas
-from lab.data import N_CLASSES, file_sha256
+from lab.data import EPSILON, N_CLASSES, file_sha256
 from lab.errors import LabError
-from lab.lessons.lesson02_the_calibration_reader import BATCH_SIZE  # the candidate calibrates in lesson 02's batches
 from lab.workspace import atomic_write_text
 
 # The candidate, the model you would ship: lesson 03's settings (QDQ, signed 8-bit activations and weights) with one
@@ -23,7 +22,6 @@ from lab.workspace import atomic_write_text
 CANDIDATE_SETTINGS = {"quant_format": "QDQ", "activation_type": "QInt8", "weight_type": "QInt8", "per_channel": True}
 FLOOR = 0.95  # the FP32 model must reach this accuracy before any candidate is judged against it
 LIMIT = 0.01  # the largest accuracy loss we accept: one percentage point, absolute
-EPSILON = 1e-9  # float slack when comparing a loss with the limit (0.96 - 0.95 is 0.010000000000000009)
 FLOAT_SUM_TOLERANCE = 1e-4  # an FP32 Softmax sums to 1 within float32 rounding over 10 terms
 REGRESSION_SCHEMA = "regression/1"
 

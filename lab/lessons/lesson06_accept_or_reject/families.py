@@ -18,7 +18,7 @@ import onnx
 from matplotlib.figure import Figure
 from onnx import numpy_helper
 
-from lab import compare, graph, kernels, measure
+from lab import compare, graph, kernels, tables
 from lab import convert
 from lab.errors import LabError
 
@@ -65,7 +65,7 @@ def changed_predictions(model, x: np.ndarray, labels: np.ndarray) -> list[dict]:
 
 def format_side_by_side(rows: Sequence[Mapping]) -> str:
     """``side_by_side``'s rows as a table."""
-    return measure.format_rows(list(rows), [("family", "kernel family", ""), ("computed_on", "computed on", ""),
+    return tables.format_rows(list(rows), [("family", "kernel family", ""), ("computed_on", "computed on", ""),
                                             ("accuracy", "accuracy", ".4f"), ("max_abs_error", "max abs error", ".3f"),
                                             ("changed", f"predictions unlike {rows[0]['family']}", "d")])
 
@@ -133,7 +133,7 @@ def saturation_risk(model) -> list[dict]:
 def format_risk(by_model: Mapping[str, Sequence[Mapping]]) -> str:
     """``saturation_risk`` for several models, one table."""
     rows = [dict(r, model=name) for name, rs in by_model.items() for r in rs]
-    return measure.format_rows(rows, [("model", "model", ""), ("weights", "weights", ""),
+    return tables.format_rows(rows, [("model", "model", ""), ("weights", "weights", ""),
                                       ("max_abs_weight", "max |w|", "d"),
                                       ("full_columns", "columns reaching 127", "d"), ("columns", "of", "d"),
                                       ("risky_pairs", "pairs that can pass int16", "d"), ("pairs", "of", "d")])
@@ -213,7 +213,7 @@ def kernel_kind(model) -> str:
 def format_cures(rows: Sequence[Mapping]) -> str:
     """``cures_table``'s rows as a table, both families side by side."""
     e, s = kernels.EXACT, kernels.SATURATING
-    return measure.format_rows(list(rows), [
+    return tables.format_rows(list(rows), [
         ("name", "setting", ""), ("kernel", "GEMM", ""), ("max_abs_weight", "max |w|", "d"),
         ("risky_pairs", "risky pairs", "d"),
         (f"{e}_accuracy", f"{e} acc", ".4f"), (f"{e}_error", f"{e} err", ".3f"),

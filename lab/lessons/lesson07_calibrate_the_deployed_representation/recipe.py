@@ -21,7 +21,6 @@ from lab.convert import versions
 from lab.errors import LabError
 from lab.graph import check_io, input_ruler, load, per_channel, quant_format, weight_dtypes
 from lab.kernels import check_family, target_family
-from lab.lessons.lesson02_the_calibration_reader import BATCH_SIZE  # the release calibrates in lesson 02's batches
 from lab.lessons.lesson06_accept_or_reject.acceptance import LIMIT
 from lab.lessons.lesson07_calibrate_the_deployed_representation import scenarios
 from lab.lessons.lesson07_calibrate_the_deployed_representation.scenario_checks import (BOUNDARY_MARGIN, ScenarioResult,

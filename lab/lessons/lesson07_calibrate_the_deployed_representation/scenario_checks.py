@@ -12,6 +12,7 @@ import numpy as np
 
 from lab import kernels
 from lab.compare import predict
+from lab.data import EPSILON
 from lab.errors import LabError
 from lab.lessons.lesson06_accept_or_reject.acceptance import FLOOR, LIMIT
 from lab.lessons.lesson07_calibrate_the_deployed_representation import scenarios
@@ -75,12 +76,12 @@ def judge(name: str, fp32: np.ndarray, int8: np.ndarray, labels: np.ndarray, des
     fa, qa = float((f == labels).mean()), float((q == labels).mean())
     loss = fa - qa
     problems = []
-    if loss > limit + 1e-9:
+    if loss > limit + EPSILON:
         problems.append(f"loses {loss:.4f} accuracy (limit {limit:.2f})")
     if defects:
         problems.append(f"{defects} confident FP32 answer(s) changed")
     note = "; ".join(problems)
-    if fa + 1e-9 < FLOOR:
+    if fa + EPSILON < FLOOR:
         note = "; ".join(filter(None, [note, f"FP32 itself reads only {fa:.0%} here: a model limit, "
                                              "not a calibration one"]))
     return ScenarioResult(name, description, int(len(labels)), fa, qa, loss, int(changed.sum()),
@@ -159,11 +160,11 @@ def summary_line(results: Sequence[ScenarioResult]) -> str:
 
 def _fp32(r: ScenarioResult) -> str:
     """FP32 accuracy, starred when FP32 itself is below the floor (a model limit, not a quantization one)."""
-    return f"{r.fp32_accuracy:.3f}" + ("*" if r.fp32_accuracy + 1e-9 < FLOOR else " ")
+    return f"{r.fp32_accuracy:.3f}" + ("*" if r.fp32_accuracy + EPSILON < FLOOR else " ")
 
 
 def _footnote(results: Sequence[ScenarioResult]) -> list[str]:
-    weak = [f"{r.name} {r.fp32_accuracy:.0%}" for r in results if r.fp32_accuracy + 1e-9 < FLOOR]
+    weak = [f"{r.name} {r.fp32_accuracy:.0%}" for r in results if r.fp32_accuracy + EPSILON < FLOOR]
     if not weak:
         return []
     return [f"* FP32 itself reads fewer than {FLOOR:.0%} of these images ({', '.join(weak)}): a limit of the model,",
@@ -215,7 +216,7 @@ def scenario_figure(runs: Mapping[str, Sequence[ScenarioResult]]):
     acc = top.subplots()
     width = 0.8 / (len(runs) + 1)
     for i, r in enumerate(first):
-        if r.fp32_accuracy + 1e-9 < FLOOR:
+        if r.fp32_accuracy + EPSILON < FLOOR:
             acc.axvspan(i - 0.45, i + 0.45, color="0.92", zorder=0)
             acc.text(i, 1.02, "FP32 limit", ha="center", va="bottom", fontsize=8, color="0.35")
     acc.bar(x - 0.4 + width / 2, [r.fp32_accuracy for r in first], width, color="0.55", label="FP32")

@@ -24,7 +24,7 @@ from onnxruntime.quantization.calibrate import entropy as ort_entropy
 from onnxruntime.quantization.quant_utils import smooth_distribution
 
 from lab import data
-from lab.data import file_sha256
+from lab.data import BATCH_SIZE, file_sha256
 from lab.measure import Evaluation, input_interval, measure
 from lab.convert import QuantRecord, quantize
 from lab.readers import ArrayReader
@@ -35,7 +35,6 @@ logging.getLogger().setLevel(logging.ERROR)
 METHODS = ("MinMax", "Entropy", "Percentile", "Distribution")
 ENTROPY_DEFAULTS = {"num_bins": 128, "num_quantized_bins": 128}  # create_calibrator's defaults in ORT 1.32
 HOT_PIXEL_RAW = 200  # a stuck sensor element reports a large raw value instead of 0..16
-BATCH_SIZE = 36
 
 
 def quiet():

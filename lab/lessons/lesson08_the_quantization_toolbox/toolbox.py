@@ -19,9 +19,8 @@ from onnxruntime.quantization import (CalibrationMethod, QuantFormat, QuantType,
 
 from lab import graph, kernels
 from lab.convert import QuantRecord, quantize, quantize_dynamic_model, versions
-from lab.data import file_sha256
+from lab.data import BATCH_SIZE, EPSILON, file_sha256
 from lab.errors import LabError
-from lab.lessons.lesson08_the_quantization_toolbox.calibrators import BATCH_SIZE
 from lab.measure import Evaluation, evaluation, family, input_interval, measure
 from lab.readers import ArrayReader
 from lab.schemas import validate
@@ -29,8 +28,6 @@ from lab.schemas import validate
 # ---- the exercise's requirement (the grader imports these) -------------------------------------
 MAX_ACCURACY_LOSS = 0.005
 """At most 0.5 points of accuracy below FP32 on the same images (0.005 as a fraction)."""
-LOSS_SLACK = 1e-9
-"""Float slack on the loss limit: a loss of exactly 2 images in 400 is 0.005 up to rounding, and meets it."""
 MAX_SIZE_RATIO = 0.355
 """The smallest file: at most 35.5 % of the FP32 file's bytes. The smallest static model that keeps the
 accuracy measures 35.0 % (pre-processed, QOperator); the next smaller-is-better step, QOperator without
@@ -193,7 +190,7 @@ def unmet(accuracy_loss: float, size_ratio: float, static: bool) -> list[str]:
     out = []
     if not static:
         out.append("no static input ruler (a dynamic model computes its ranges at run time)")
-    if accuracy_loss > MAX_ACCURACY_LOSS + LOSS_SLACK:
+    if accuracy_loss > MAX_ACCURACY_LOSS + EPSILON:
         out.append(f"accuracy loss {accuracy_loss:.4f} is over the limit {MAX_ACCURACY_LOSS}")
     if size_ratio > MAX_SIZE_RATIO:
         out.append(f"size {size_ratio:.1%} of FP32 is over the limit {MAX_SIZE_RATIO:.1%}")
@@ -365,7 +362,7 @@ def sample_count_summary(rows: list[dict], fp32_accuracy: float, max_loss: float
         errors, accs = [r["max_abs_error"] for r in rs], [r["accuracy"] for r in rs]
         out.append({"n": n, "draws": len(rs), "error_min": min(errors), "error_max": max(errors),
                     "accuracy_min": min(accs), "accuracy_max": max(accs),
-                    "all_within": all(fp32_accuracy - a <= max_loss + LOSS_SLACK for a in accs)})
+                    "all_within": all(fp32_accuracy - a <= max_loss + EPSILON for a in accs)})
     return out
 
 
