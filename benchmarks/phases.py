@@ -22,7 +22,7 @@ PHASES = {
     "model checks": ["grader.core:load_checked", "grader.context:load_checked"],
     "student code in the sandbox": ["grader.sandbox:run"],
     "recomputed calibrations": ["grader.lessons.lesson02_the_calibration_reader:calibrator_range", "lab.data:calibration_set",
-                                "lab.data:narrow_batches", "lab.data:data_sha256", "lab.data:load_split",
+                                "lab.lessons.lesson04_more_batches:narrow_batches", "lab.data:data_sha256", "lab.data:load_split",
                                 "lab.compare:diagnose", "lab.ruler:scale_zero_point"],
     "inference": ["lab.compare:predict"],
     "reports": ["grader.results:GradeResult.to_markdown", "grader.results:GradeResult.to_dict",

@@ -1,4 +1,4 @@
-"""``python -m lab COMMAND``: run the workbook, hand in, or print lesson 03's table."""
+"""``python -m lab COMMAND``: run the workbook, or hand in."""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +8,6 @@ import sys
 COMMANDS = {
     "run": ("lab.tools.run", "run every lesson headlessly with papermill, then print a summary"),
     "submit": ("lab.tools.submit", "pack the workspace into a submission zip"),
-    "table": ("lab.lessons.lesson03_narrow_right_wide", "quantize narrow / right / wide and print one table"),
 }
 
 

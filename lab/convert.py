@@ -100,26 +100,6 @@ def quantize(source: str | Path, output: str | Path, calibration, *, quant_forma
                        seconds=round(seconds, 3))
 
 
-def quantize_both_formats(source: str | Path, out_dir: str | Path, calibration, *,
-                          stem: str = "model", **settings) -> dict[str, QuantRecord]:
-    """QDQ and QOperator models from the same calibration ranges.
-
-    Calibration runs once, for the QDQ model, and writes ``<stem>.calibration.json``;
-    the QOperator conversion loads those ranges from the cache and never sees the data.
-    """
-    out_dir = Path(out_dir)
-    cache = out_dir / f"{stem}.calibration.json"
-    cache.unlink(missing_ok=True)
-    qdq = quantize(source, out_dir / f"{stem}.qdq.onnx", calibration, quant_format="QDQ",
-                   calibration_cache_path=cache, **settings)
-    qop = quantize(source, out_dir / f"{stem}.qoperator.onnx", None, quant_format="QOperator",
-                   calibration_cache_path=cache, **settings)
-    qop.calibration_sha256, qop.calibration_samples = qdq.calibration_sha256, qdq.calibration_samples
-    qop.calibration_batches = qdq.calibration_batches
-    qop.settings["calibration_cache"] = qdq.settings["calibration_cache"] = cache.name
-    return {"QDQ": qdq, "QOperator": qop}
-
-
 def quantize_dynamic_model(source: str | Path, output: str | Path, weight_type: str = "QInt8",
                            per_channel: bool = False) -> QuantRecord:
     """Dynamic quantization: weights to INT8 now, activation ranges computed at run time."""

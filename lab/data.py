@@ -132,20 +132,6 @@ def calibration_set(kind: str, raw: np.ndarray | None = None) -> np.ndarray:
     return CALIBRATION_SETS[kind](raw)
 
 
-def narrow_batches(n_batches: int, batch_size: int = 8, seed: int = 0,
-                   gain: float = NARROW_GAIN) -> np.ndarray:
-    """A stream of narrow (dark) batches, as many as asked: calibration images at random gains up to ``gain``.
-
-    Returns float32 [n_batches * batch_size, 64]. The same seed gives the same stream, and
-    a longer stream starts with the shorter one.
-    """
-    raw = load_split("calibration").raw
-    u = np.random.default_rng(seed).random((n_batches * batch_size, 2))  # one row per sample: prefix-stable
-    picks = np.minimum((u[:, 0] * len(raw)).astype(np.int64), len(raw) - 1)
-    gains = (gain * (0.4 + 0.6 * u[:, 1:])).astype(np.float32)
-    return preprocess(raw[picks]) * gains
-
-
 def data_sha256(x: np.ndarray) -> str:
     """SHA-256 of a batch of samples as float32 bytes, in order.
 

@@ -1,4 +1,8 @@
-"""Figures for lessons 03-05. Pure: each takes arrays or rows and returns a matplotlib Figure."""
+"""The figures lessons share, and their colours. Pure: each takes arrays or rows and returns a matplotlib Figure.
+
+Lessons 01 and 03 draw the round-trip error by value here; a figure one lesson alone draws lives in that lesson's
+module (lesson 04's ``growth_figure``, lesson 05's ``difference_histogram``), with the colours from here.
+"""
 from __future__ import annotations
 
 from typing import Mapping, Sequence
@@ -92,59 +96,4 @@ def round_trip_figure(panels: Sequence[Mapping]) -> Figure:
     labels.append("scale/4 of each ruler: its mean error when values fall anywhere between marks")
     fig.legend(handles, labels, loc="outside lower center", ncol=2, fontsize=9, frameon=False)
     fig.suptitle("Round-trip error by value: clipping grows past the ruler's end, squashing is coarse everywhere")
-    return fig
-
-
-def growth_figure(rows: Sequence[Mapping], deployed_range: float = 1.0) -> Figure:
-    """Range seen and max abs error against the number of calibration batches (log2 axis), one line per set."""
-    fig = Figure(figsize=(11, 4.2), layout="constrained")
-    ax_range, ax_err = fig.subplots(1, 2)
-    kinds = list(dict.fromkeys(r["kind"] for r in rows))
-    for i, kind in enumerate(kinds):
-        mine = sorted((r for r in rows if r["kind"] == kind), key=lambda r: r["batches"])
-        n = [r["batches"] for r in mine]
-        style = dict(marker="o", ms=5, lw=1.5, color=_color(kind, i), label=f"{kind} data")
-        ax_range.plot(n, [r["range_seen"] for r in mine], **style)
-        ax_err.plot(n, [r["max_abs_error"] for r in mine], **style)
-    ax_range.axhline(deployed_range, color="grey", ls="--", lw=1)
-    ax_range.annotate("deployed pixels span this", (1, deployed_range), xytext=(0, -12),
-                      textcoords="offset points", fontsize=8, color="grey")
-    ax_range.set_ylim(0, deployed_range * 1.15)
-    ax_range.set_title("Input range seen (scale x 255)")
-    ax_range.set_ylabel("range seen")
-    ax_err.set_title("Max abs error on the evaluation set")
-    ax_err.set_ylabel("max |INT8 - FP32| probability")
-    ax_err.set_ylim(0, 1.05)
-    ticks = sorted({r["batches"] for r in rows})
-    for ax in (ax_range, ax_err):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(ticks, [str(t) for t in ticks])
-        ax.minorticks_off()
-        ax.set_xlabel("calibration batches")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=9)
-    fig.suptitle("More batches of the wrong data do not widen the ruler")
-    return fig
-
-
-def difference_histogram(a: np.ndarray, b: np.ndarray, step: float, names: tuple[str, str] = ("QDQ", "QOperator")) -> Figure:
-    """Histogram of ``b - a`` over every output element, with one and two output-grid steps marked."""
-    d = (np.asarray(b, np.float64) - np.asarray(a, np.float64)).ravel()
-    fig = Figure(figsize=(8, 4), layout="constrained")
-    ax = fig.subplots()
-    reach = max(float(np.abs(d).max()), 3 * step)
-    ax.hist(d, bins=np.linspace(-reach, reach, 81), color="tab:gray", edgecolor="white")
-    ax.set_yscale("log")
-    for s in (-step, step):
-        ax.axvline(s, color="tab:red", ls=":", lw=1.2)
-    for s in (-2 * step, 2 * step):
-        ax.axvline(s, color="tab:red", ls="--", lw=1)
-    ax.text(step, 0.97, f"  one output step ({step:.4f})", fontsize=8, color="tab:red", ha="left", va="top",
-            transform=ax.get_xaxis_transform())
-    ax.text(2 * step, 0.88, "  two steps: the grids alone", fontsize=8, color="tab:red", ha="left", va="top",
-            transform=ax.get_xaxis_transform())
-    ax.set_title(f"{names[1]} - {names[0]}, every output probability ({d.size} elements)")
-    ax.set_xlabel("difference in probability")
-    ax.set_ylabel("elements (log scale)")
-    ax.grid(alpha=0.3)
     return fig

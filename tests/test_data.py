@@ -28,15 +28,6 @@ def test_unknown_calibration_set_names_the_choices():
         data.calibration_set("medium")
 
 
-def test_narrow_stream_is_seeded_prefix_stable_and_narrow():
-    short, long = data.narrow_batches(2, 8, seed=3), data.narrow_batches(4, 8, seed=3)
-    assert short.shape == (16, 64) and long.shape == (32, 64)
-    assert long.max() <= data.NARROW_GAIN + 1e-6
-    np.testing.assert_array_equal(data.narrow_batches(2, 8, seed=3), short)
-    np.testing.assert_array_equal(long[:16], short)
-    assert long.min() >= 0 and (long.max(axis=1) > 0.4 * data.NARROW_GAIN * 0.99).mean() > 0.5
-
-
 def test_data_sha256_ignores_batching_but_not_content():
     x = data.calibration_set("right")
     assert data.data_sha256(x) == data.data_sha256(x.copy())

@@ -6,7 +6,6 @@ import pytest
 
 from lab import compare, data, graph
 from lab.lessons import lesson05_qdq_vs_qoperator as formats
-from lab.convert import quantize_both_formats
 from lab.workspace import make_workspace
 
 
@@ -15,7 +14,7 @@ def pair(tmp_path_factory):
     work = make_workspace(tmp_path_factory.mktemp("formats-ws"))
     out = work / "formats"
     out.mkdir()
-    quantize_both_formats(work / "source.onnx", out, data.calibration_set("right"), batch_size=36)
+    formats.quantize_both_formats(work / "source.onnx", out, data.calibration_set("right"), batch_size=36)
     split = data.load_split("evaluation")
     reference = compare.predict(work / "source.onnx", split.pixels)
     report = formats.compare_formats(out / "model.qdq.onnx", out / "model.qoperator.onnx",

@@ -27,7 +27,7 @@ def evaluation(work):
 @pytest.fixture(scope="module")
 def grown(work, evaluation):
     x, labels, reference = evaluation
-    stream = data.narrow_batches(8, BATCH, seed=3)
+    stream = growth.narrow_batches(8, BATCH, seed=3)
     seen = []
     rows = growth.grow(work / "source.onnx", work / "growth", [1, 2, 4, 8], lambda p: ArrayReader(p, BATCH), stream,
                        kind="narrow", batch_size=BATCH, x=x, labels=labels, reference=reference, progress=seen.append)
@@ -100,7 +100,7 @@ def test_stream_too_short_is_named(work, evaluation):
     x, labels, reference = evaluation
     with pytest.raises(ValueError, match="need 32 samples; the narrow stream has 16"):
         growth.grow(work / "source.onnx", work / "short", [4], lambda p: ArrayReader(p, BATCH),
-                    data.narrow_batches(2, BATCH), kind="narrow", batch_size=BATCH, x=x, labels=labels,
+                    growth.narrow_batches(2, BATCH), kind="narrow", batch_size=BATCH, x=x, labels=labels,
                     reference=reference)
 
 
@@ -115,7 +115,7 @@ def test_reader_that_drops_samples_is_caught(work, evaluation):
     x, labels, reference = evaluation
     with pytest.raises(ReaderContractError, match="served 8 samples for narrow x 2 batches; expected 16"):
         growth.grow(work / "source.onnx", work / "broken", [2], lambda p: FirstBatchOnly(p, BATCH),
-                    data.narrow_batches(2, BATCH), kind="narrow", batch_size=BATCH, x=x, labels=labels,
+                    growth.narrow_batches(2, BATCH), kind="narrow", batch_size=BATCH, x=x, labels=labels,
                     reference=reference)
 
 
@@ -158,3 +158,12 @@ def test_check_series_names_the_missing_series_and_the_folder(tmp_path):
     (tmp_path / rows[0]["model"]).unlink()
     with pytest.raises(growth.GrowthCheckFailed, match="narrow-001.onnx is not in"):
         growth.check_series(rows, [1, 2], [], tmp_path)
+
+
+def test_narrow_stream_is_seeded_prefix_stable_and_narrow():
+    short, long = growth.narrow_batches(2, 8, seed=3), growth.narrow_batches(4, 8, seed=3)
+    assert short.shape == (16, 64) and long.shape == (32, 64)
+    assert long.max() <= data.NARROW_GAIN + 1e-6
+    np.testing.assert_array_equal(growth.narrow_batches(2, 8, seed=3), short)
+    np.testing.assert_array_equal(long[:16], short)
+    assert long.min() >= 0 and (long.max(axis=1) > 0.4 * data.NARROW_GAIN * 0.99).mean() > 0.5

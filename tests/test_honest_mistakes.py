@@ -196,7 +196,7 @@ def _growth_rerun(files: corpus.Files, batch_size: int) -> bytes:
         common = dict(make_reader=lambda p: reader_cls(p, batch_size=batch_size), batch_size=batch_size, x=ev.pixels,
                       labels=ev.labels, reference=compare.predict(work / "source.onnx", ev.pixels))
         counts = reference.GROWTH_COUNTS
-        growth.grow(work / "source.onnx", work / "growth", counts, stream=data.narrow_batches(max(counts), batch_size),
+        growth.grow(work / "source.onnx", work / "growth", counts, stream=growth.narrow_batches(max(counts), batch_size),
                     kind="narrow", **common)
         growth.grow(work / "source.onnx", work / "growth", reference.RIGHT_COUNTS, stream=data.calibration_set("right"),
                     kind="right", **common)
@@ -225,8 +225,8 @@ def _lesson05(files: corpus.Files, per_channel: bool = False, qoperator_apart: b
             convert.quantize(work / "source.onnx", out / "model.qoperator.onnx", reader_cls(calib[:36], batch_size=36),
                               quant_format="QOperator")
         else:
-            record = convert.quantize_both_formats(work / "source.onnx", out, reader_cls(calib, batch_size=36),
-                                                    per_channel=per_channel)["QDQ"]
+            record = formats.quantize_both_formats(work / "source.onnx", out, reader_cls(calib, batch_size=36),
+                                                   per_channel=per_channel)["QDQ"]
         ev = data.load_split("evaluation")
         doc = json.loads(files["formats.json"])  # settings as the student typed them: per_channel False
         doc.update(formats.compare_formats(out / "model.qdq.onnx", out / "model.qoperator.onnx", ev.pixels, ev.labels,

@@ -18,6 +18,7 @@ from grader.lessons import predictions as check
 from grader.context import Context
 from grader.submission import open_submission
 from lab import data, kernels, predictions
+from lab.lessons import lesson04_more_batches as lesson04
 from lab.tools.submit import submit
 
 
@@ -104,7 +105,7 @@ def test_the_graders_lesson_04_series_is_the_one_the_lesson_builds(tmp_path):
     from lab import convert
 
     source = shutil.copy(data.fixture_path("fp32.onnx"), tmp_path)
-    stream = data.narrow_batches(max(reference.GROWTH_COUNTS), reference.GROWTH_BATCH, seed=0)
+    stream = lesson04.narrow_batches(max(reference.GROWTH_COUNTS), reference.GROWTH_BATCH, seed=0)
     models = check._growth_models()
     for kind, n, pixels in (("narrow", 2, stream), ("right", 1, data.calibration_set("right"))):
         out = tmp_path / f"{kind}-{n}.onnx"

@@ -71,7 +71,7 @@ def test_growth_rows_match_the_models(lesson_suite):
     counts = growth.doubling_counts(stream["max_batches"])
     assert [r["batches"] for r in doc["rows"] if r["kind"] == "narrow"] == counts
     assert [r["batches"] for r in doc["rows"] if r["kind"] == "right"] == doc["right_data"]["batches"]
-    narrow = data.narrow_batches(stream["max_batches"], stream["batch_size"], stream["seed"])
+    narrow = growth.narrow_batches(stream["max_batches"], stream["batch_size"], stream["seed"])
     assert data.data_sha256(narrow) == stream["sha256"]
     for r in doc["rows"]:
         assert r["model"] == growth.model_name(r["kind"], r["batches"])

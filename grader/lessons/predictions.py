@@ -22,7 +22,7 @@ from lab.errors import LabError
 from lab.lessons import lesson04_more_batches
 from lab.data import BATCH_SIZE, KINDS
 from lab.lessons.lesson03_narrow_right_wide import SETTINGS
-from lab.lessons.lesson05_qdq_vs_qoperator import FORMAT_SETTINGS
+from lab.lessons.lesson05_qdq_vs_qoperator import FORMAT_SETTINGS, quantize_both_formats
 from lab.lessons.lesson07_calibrate_the_deployed_representation import debugging, recipe, scenarios
 
 PART = "predictions"
@@ -55,7 +55,7 @@ def _growth_models() -> dict:
     Each calibration is served as one batch: MinMax keeps the lowest and highest value over all batches, so
     the models are the lesson's (same bytes as its batches of 8), in half the time."""
     batch_size, most = lesson04_more_batches.BATCH_SIZE, lesson04_more_batches.MAX_BATCHES
-    stream = data.narrow_batches(most, batch_size, seed=0)  # seed 0: the lesson's default SEED
+    stream = lesson04_more_batches.narrow_batches(most, batch_size, seed=0)  # seed 0: the lesson's default SEED
     series = [("narrow", n, stream) for n in lesson04_more_batches.doubling_counts(most)]
     series += [("right", n, data.calibration_set("right")) for n in lesson04_more_batches.RIGHT_BATCHES]
     models = {}
@@ -87,8 +87,8 @@ def lesson_formats() -> tuple[dict, bool]:
     """Lesson 05: both formats from one calibration of the 'right' set: file bytes per format, and whether their
     input rulers are the same. Sizes and rulers do not depend on the kernel family."""
     with tempfile.TemporaryDirectory(prefix="grader-lesson05-") as tmp:
-        records = convert.quantize_both_formats(_source(tmp), tmp, data.calibration_set("right"),
-                                                 batch_size=BATCH_SIZE, **FORMAT_SETTINGS)
+        records = quantize_both_formats(_source(tmp), tmp, data.calibration_set("right"), batch_size=BATCH_SIZE,
+                                        **FORMAT_SETTINGS)
         paths = {f: Path(r.output) for f, r in records.items()}
         sizes = {f: p.stat().st_size for f, p in paths.items()}
         rulers = [graph.input_ruler(p) for p in paths.values()]

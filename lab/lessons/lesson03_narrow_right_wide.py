@@ -1,14 +1,13 @@
 """Lesson 03, narrow / right / wide: three conversions of one model, one per calibration set, side by side.
 
 The notebook converts (the student's exercise), then reads each model's rulers back from its graph; this module
-holds the check of that exercise, the report the lesson writes (``results.json``), which the grader's reference
-hand-in builds with the same call, and ``python -m lab table``, the whole experiment as one table.
+holds the check of that exercise and the report the lesson writes (``results.json``), which the grader's reference
+hand-in builds with the same call.
 
 The module of ``notebooks/03_narrow_right_wide.ipynb``.
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +15,6 @@ import numpy as np
 from lab import compare, convert, data, graph, ruler
 from lab.data import BATCH_SIZE, KINDS, data_sha256, file_sha256
 from lab.errors import LabError
-from lab.workspace import make_workspace
 
 # the settings every conversion of lessons 03 and 04 uses: ORT's defaults spelled out (QDQ, signed 8 bits, one
 # scale per tensor, MinMax), so the only thing that changes between the three models is the calibration set
@@ -103,50 +101,3 @@ def results_report(work: str | Path, records: dict, evaluation: data.Split, refe
         "bad_calibration": {"model": f"fixtures/{BAD_CALIBRATION}",
                             **compare.scorecard(data.fixture_path(BAD_CALIBRATION), x, labels, reference)},
     }
-
-
-def narrow_right_wide(work_dir: str | Path, batch_size: int = BATCH_SIZE, **settings) -> list[dict]:
-    """Quantize the FP32 model with each calibration set and measure it on the evaluation set.
-
-    Writes ``<kind>.onnx`` into the workspace. Each row: the input scale and zero point read
-    back from the graph, the range seen (scale x grid steps) beside the calibration set's own
-    range, the max abs error and accuracy on the evaluation set, and the diagnosis.
-    """
-    work = make_workspace(work_dir)
-    source = work / "source.onnx"
-    evaluation = data.load_split("evaluation")
-    x = evaluation.pixels
-    reference = compare.predict(source, x)
-    rows = []
-    for kind in KINDS:
-        calib = data.calibration_set(kind)
-        model = work / f"{kind}.onnx"
-        record = convert.quantize(source, model, calib, batch_size=batch_size, **{**SETTINGS, **settings})
-        r = graph.input_ruler(model)
-        rows.append({
-            "kind": kind, "scale": r.scale, "zero_point": r.zero_point, "range_seen": r.range_seen,
-            "calibration_range": ruler.calibration_range(calib),
-            **compare.scorecard(model, x, evaluation.labels, reference),
-            "diagnosis": compare.diagnose(r, x).kind,
-            "calibration_sha256": record.calibration_sha256,
-        })
-    return rows
-
-
-def format_table(rows: list[dict]) -> str:
-    """The experiment as a fixed-width text table."""
-    head = f"{'set':<7} {'scale':>10} {'zp':>5} {'range seen':>11} {'calib range':>12} {'max abs err':>12} {'accuracy':>9}  diagnosis"
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        lines.append(f"{r['kind']:<7} {r['scale']:>10.6f} {r['zero_point']:>5d} {r['range_seen']:>11.4f} "
-                     f"{r['calibration_range']:>12.4f} {r['max_abs_error']:>12.4f} {r['accuracy']:>9.4f}  {r['diagnosis']}")
-    return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m lab table [--work-dir DIR]``."""
-    parser = argparse.ArgumentParser(prog="python -m lab table", description="narrow / right / wide, one table")
-    parser.add_argument("--work-dir", default="build/table-workspace")
-    args = parser.parse_args(argv)
-    print(format_table(narrow_right_wide(args.work_dir)))
-    return 0

@@ -2,18 +2,19 @@
 
 Lesson 04: more batches of the wrong distribution never widen the ruler past what that
 distribution holds, so the error stays where it was; one or two batches of the right data
-beat them all. Each batch count gets its own model, ``<kind>-NNN.onnx``.
+beat them all. Each batch count gets its own model, ``<kind>-NNN.onnx``. This module holds the narrow stream
+(``narrow_batches``), the series (``grow``), its report and its figure (``growth_figure``).
 
 The module of ``notebooks/04_more_batches.ipynb``.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from lab import convert, graph, ruler
+from lab import convert, data, graph, ruler
 from lab.compare import scorecard
 from lab.convert import quantize
 from lab.data import Split, data_sha256, file_sha256
@@ -36,6 +37,20 @@ class GrowthCheckFailed(LabError):
 
 
 Progress = Callable[[Row], None]
+
+
+def narrow_batches(n_batches: int, batch_size: int = BATCH_SIZE, seed: int = 0,
+                   gain: float = data.NARROW_GAIN) -> np.ndarray:
+    """A stream of narrow (dark) batches, as many as asked: calibration images at random gains up to ``gain``.
+
+    Returns float32 [n_batches * batch_size, 64]. The same seed gives the same stream, and
+    a longer stream starts with the shorter one.
+    """
+    raw = data.load_split("calibration").raw
+    u = np.random.default_rng(seed).random((n_batches * batch_size, 2))  # one row per sample: prefix-stable
+    picks = np.minimum((u[:, 0] * len(raw)).astype(np.int64), len(raw) - 1)
+    gains = (gain * (0.4 + 0.6 * u[:, 1:])).astype(np.float32)
+    return data.preprocess(raw[picks]) * gains
 
 
 def doubling_counts(max_batches: int) -> list[int]:
@@ -74,7 +89,7 @@ def grow(source: str | Path, out_dir: str | Path, counts: Iterable[int],
         want = int(n) * int(batch_size)
         if want > len(stream):
             raise ValueError(f"{n} batches of {batch_size} need {want} samples; the {kind} stream has "
-                             f"{len(stream)}. Draw a longer stream (lab.data.narrow_batches)")
+                             f"{len(stream)}. Draw a longer stream (narrow_batches)")
         pixels = stream[:want]
         model = out_dir / model_name(kind, n)
         record = quantize(source, model, make_reader(pixels), **settings)
@@ -169,7 +184,7 @@ def growth_report(source: str | Path, rows: list[Row], stream: np.ndarray, evalu
                   right_batches: Iterable[int] = RIGHT_BATCHES, settings: dict = SETTINGS,
                   folder: str = FOLDER) -> dict:
     """Lesson 04's ``growth.json``, from what the lesson produced: the ``rows`` of its two ``grow`` calls, the
-    narrow ``stream`` they drew from (``lab.data.narrow_batches(max_batches, batch_size, seed)``) and the settings
+    narrow ``stream`` they drew from (``narrow_batches(max_batches, batch_size, seed)``) and the settings
     they converted with. The verdict is recomputed from the rows."""
     return {
         "schema": "growth/1",
@@ -201,3 +216,39 @@ def check_series(rows: list[Row], counts: list[int], right_batches: list[int], f
     if missing:
         raise GrowthCheckFailed(f"{missing[0]} is not in {Path(folder).name}/: pass GROWTH as grow's out_dir")
     return f"{len(rows)} models in {Path(folder).name}/"
+
+
+def growth_figure(rows: Sequence[Mapping], deployed_range: float = 1.0):
+    """Range seen and max abs error against the number of calibration batches (log2 axis), one line per set:
+    a matplotlib Figure."""
+    from matplotlib.figure import Figure  # deferred: 0.6 s to import (python -X importtime); the grader draws nothing
+
+    from lab.plots import COLORS  # deferred: lab.plots imports matplotlib
+    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    ax_range, ax_err = fig.subplots(1, 2)
+    kinds = list(dict.fromkeys(r["kind"] for r in rows))
+    for i, kind in enumerate(kinds):
+        mine = sorted((r for r in rows if r["kind"] == kind), key=lambda r: r["batches"])
+        n = [r["batches"] for r in mine]
+        style = dict(marker="o", ms=5, lw=1.5, color=COLORS.get(kind, f"C{i}"), label=f"{kind} data")
+        ax_range.plot(n, [r["range_seen"] for r in mine], **style)
+        ax_err.plot(n, [r["max_abs_error"] for r in mine], **style)
+    ax_range.axhline(deployed_range, color="grey", ls="--", lw=1)
+    ax_range.annotate("deployed pixels span this", (1, deployed_range), xytext=(0, -12),
+                      textcoords="offset points", fontsize=8, color="grey")
+    ax_range.set_ylim(0, deployed_range * 1.15)
+    ax_range.set_title("Input range seen (scale x 255)")
+    ax_range.set_ylabel("range seen")
+    ax_err.set_title("Max abs error on the evaluation set")
+    ax_err.set_ylabel("max |INT8 - FP32| probability")
+    ax_err.set_ylim(0, 1.05)
+    ticks = sorted({r["batches"] for r in rows})
+    for ax in (ax_range, ax_err):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.minorticks_off()
+        ax.set_xlabel("calibration batches")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=9)
+    fig.suptitle("More batches of the wrong data do not widen the ruler")
+    return fig

@@ -1,6 +1,8 @@
-"""Compare quantized models of one network: how far each is from FP32, and how far apart two of them are.
+"""Lesson 05, QDQ vs QOperator: both formats from one calibration, each against FP32 and against each other.
 
-Lesson 05 uses these on a QDQ and a QOperator model built from the same calibration ranges.
+``quantize_both_formats`` converts once per format from the same calibration ranges (the exercise calls it); the
+rest compares the two models (how far each is from FP32, how far apart they are, in output-grid steps), checks the
+exercise, assembles the lesson's report (``formats.json``) and draws ``difference_histogram``.
 
 The module of ``notebooks/05_qdq_vs_qoperator.ipynb``.
 """
@@ -19,6 +21,26 @@ FORMAT_SETTINGS = {k: v for k, v in SETTINGS.items() if k != "quant_format"}
 CALIBRATION_SET = "right"  # one calibration of the deployed distribution, shared by both formats
 STEM = "model"  # quantize_both_formats writes model.qdq.onnx, model.qoperator.onnx, model.calibration.json
 FOLDER = "formats"  # the workspace folder they go in
+
+
+def quantize_both_formats(source: str | Path, out_dir: str | Path, calibration, *,
+                          stem: str = "model", **settings) -> dict[str, convert.QuantRecord]:
+    """QDQ and QOperator models from the same calibration ranges.
+
+    Calibration runs once, for the QDQ model, and writes ``<stem>.calibration.json``;
+    the QOperator conversion loads those ranges from the cache and never sees the data.
+    """
+    out_dir = Path(out_dir)
+    cache = out_dir / f"{stem}.calibration.json"
+    cache.unlink(missing_ok=True)
+    qdq = convert.quantize(source, out_dir / f"{stem}.qdq.onnx", calibration, quant_format="QDQ",
+                           calibration_cache_path=cache, **settings)
+    qop = convert.quantize(source, out_dir / f"{stem}.qoperator.onnx", None, quant_format="QOperator",
+                           calibration_cache_path=cache, **settings)
+    qop.calibration_sha256, qop.calibration_samples = qdq.calibration_sha256, qdq.calibration_samples
+    qop.calibration_batches = qdq.calibration_batches
+    qop.settings["calibration_cache"] = qdq.settings["calibration_cache"] = cache.name
+    return {"QDQ": qdq, "QOperator": qop}
 
 
 def output_difference(a: np.ndarray, b: np.ndarray) -> dict:
@@ -170,3 +192,28 @@ def formats_report(source: str | Path, folder: str | Path, records: dict, evalua
                         "batches": rec.calibration_batches, "sha256": rec.calibration_sha256},
         **compare_formats(qdq, qop, evaluation.pixels, evaluation.labels, reference),
     }
+
+
+def difference_histogram(a: np.ndarray, b: np.ndarray, step: float, names: tuple[str, str] = ("QDQ", "QOperator")):
+    """Histogram of ``b - a`` over every output element, with one and two output-grid steps marked: a matplotlib
+    Figure."""
+    from matplotlib.figure import Figure  # deferred: 0.6 s to import (python -X importtime); the grader draws nothing
+    d = (np.asarray(b, np.float64) - np.asarray(a, np.float64)).ravel()
+    fig = Figure(figsize=(8, 4), layout="constrained")
+    ax = fig.subplots()
+    reach = max(float(np.abs(d).max()), 3 * step)
+    ax.hist(d, bins=np.linspace(-reach, reach, 81), color="tab:gray", edgecolor="white")
+    ax.set_yscale("log")
+    for s in (-step, step):
+        ax.axvline(s, color="tab:red", ls=":", lw=1.2)
+    for s in (-2 * step, 2 * step):
+        ax.axvline(s, color="tab:red", ls="--", lw=1)
+    ax.text(step, 0.97, f"  one output step ({step:.4f})", fontsize=8, color="tab:red", ha="left", va="top",
+            transform=ax.get_xaxis_transform())
+    ax.text(2 * step, 0.88, "  two steps: the grids alone", fontsize=8, color="tab:red", ha="left", va="top",
+            transform=ax.get_xaxis_transform())
+    ax.set_title(f"{names[1]} - {names[0]}, every output probability ({d.size} elements)")
+    ax.set_xlabel("difference in probability")
+    ax.set_ylabel("elements (log scale)")
+    ax.grid(alpha=0.3)
+    return fig
