@@ -2,11 +2,11 @@
 
 Each module in ``grader/lessons/`` holds ``GROUPS``, a tuple of ``Group``. A group names its lesson, its rubric
 part, every check it produces (the hidden ones apart: they are scored under the rubric's ``[hidden]`` part), the
-files of the hand-in it needs, the function that checks, and whether it applies this term. Points come from
-``rubric.toml``, never from here: a group that fails, or cannot run, scores 0 on every check it declares.
+files of the hand-in it needs and the function that checks. Points come from ``rubric.toml``, never from here: a
+group that fails, or cannot run, scores 0 on every check it declares.
 
 Which lesson writes a file, and whether it is handed in at all, is the workspace contract's (``lab.contract``):
-a group reads it, never repeats it. A group whose files the contract does not hand in is not offered this term.
+a group reads it, never repeats it (tests/test_grader.py holds every file a group needs to the contract).
 """
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from lab import contract
 
 
 def written_by(rel: str) -> str | None:
-    """The lesson that writes ``rel`` into the workspace, as the contract says; a family's name
-    (``growth/narrow-NNN.onnx``) is looked up by its folder. None for a file no lesson hands in."""
-    return contract.lesson_of(rel) or (contract.lesson_of(rel.split("/", 1)[0] + "/") if "/" in rel else None)
+    """The lesson that writes ``rel`` (a file or a family's name, ``growth/narrow-NNN.onnx``) into the workspace,
+    as the contract says. None for a file no lesson writes."""
+    return contract.lesson_of(rel)
 
 
 @dataclass(frozen=True)
@@ -34,10 +34,6 @@ class Group:
     run: Callable[[Context], list[Check]]
     needs: tuple[str, ...] = ()     # files of the hand-in; one missing zeroes every check of the group
     hidden: tuple[str, ...] = ()    # the hidden checks it produces (rubric part [hidden]), after the visible ones
-
-    def active(self) -> bool:
-        """Is every file the group needs handed in under the workspace contract (its lesson has landed)?"""
-        return all(contract.handed_in(rel) for rel in self.needs)
 
     def writer(self, rel: str) -> str:
         """The lesson a message tells the student to re-run for ``rel``: the contract's, else the group's own."""

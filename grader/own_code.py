@@ -20,9 +20,9 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
+from lab import contract
+
 INSTRUCTOR_PACKAGES = ("lab", "grader")
-EXERCISES = {"calibration_reader.py": "DigitReader", "metrics.py": "summarize"}
-"""Each graded module and what the student writes in it."""
 DYNAMIC = "a module named at run time"
 MAX_SHOWN = 3
 MAX_NAME = 80
@@ -115,7 +115,7 @@ def refusal(source: str | bytes, file: str, exercise: str | None = None) -> str 
     found = find(source)
     if not found:
         return None
-    exercise = exercise or EXERCISES.get(file, "this exercise")
+    exercise = exercise or contract.exercises().get(file) or "this exercise"
     places = "; ".join(f"line {d.line} imports {_printable(d.what)}" for d in found[:MAX_SHOWN])
     more = f" (and {len(found) - MAX_SHOWN} more)" if len(found) > MAX_SHOWN else ""
     return (f"write {exercise} yourself; {file} {places}{more}. A graded module may not import the lab's "

@@ -25,11 +25,11 @@ from pathlib import Path, PurePosixPath
 
 from grader.results import safe_text
 from lab import schemas
+from lab.contract import MAX_FILE_BYTES  # any one file: the cap lab submit applies too
 from lab.errors import LabError
 
 MAX_ARCHIVE_BYTES = 64 << 20      # the zip as handed in
 MAX_UNPACKED_BYTES = 128 << 20    # everything inside, unpacked
-MAX_FILE_BYTES = 32 << 20         # any one file
 MAX_FILES = 200
 MAX_DEPTH = 4
 ALLOWED_SUFFIXES = {".py", ".json", ".onnx", ".md", ".txt"}

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HAND_IN = ("required", "optional", "never")
+# Any one handed-in file: ``lab submit`` refuses a bigger one and the grader will not unpack one. The lessons' largest
+# file is a model of about 100 KB; the cap is there to stop a mistake (a dataset or a checkpoint in the workspace).
+MAX_FILE_BYTES = 32 << 20
 
 
 @dataclass(frozen=True)
@@ -31,8 +34,11 @@ class Entry:
     schema: str | None = None  # the JSON Schema in lab/schemas/ that the document must match
     module: bool = False  # a student's Python module, run by the grader in its sandbox
     pattern: str | None = None  # for a family or a folder: the relative paths it covers
+    exercise: str | None = None  # for a module: the class or function the student writes in it
 
     def matches(self, rel: str) -> bool:
+        """Is ``rel`` a workspace file this entry covers? A family's placeholder (``growth/narrow-NNN.onnx``) names
+        the entry (``entry_for``) but is no file of it: a file of that name is not handed in."""
         return re.fullmatch(self.pattern, rel) is not None if self.pattern else rel == self.path
 
     @property
@@ -47,7 +53,7 @@ ENTRIES: tuple[Entry, ...] = (
           "temporary files next to its input); the grader has the fixture itself"),
     Entry("calibration_reader.py", ("02",), "required",
           "the reader: `class DigitReader(CalibrationDataReader)` with `__init__(self, pixels, "
-          "batch_size=32, input_name=\"pixels\")`, `get_next()`, `rewind()`", module=True),
+          "batch_size=32, input_name=\"pixels\")`, `get_next()`, `rewind()`", module=True, exercise="DigitReader"),
     Entry("reader_check.onnx", ("02",), "never",
           "a conversion calibrated by the reader, to check it served every calibration image, in order, once"),
     Entry("narrow.onnx", ("03",), "required",
@@ -71,7 +77,8 @@ ENTRIES: tuple[Entry, ...] = (
           "the calibration cache both formats were built from (ONNX Runtime's own layout: no schema of the lab's)"),
     Entry("formats.json", ("05",), "optional", "both formats' scales, errors and element-wise difference",
           schema="formats"),
-    Entry("metrics.py", ("06",), "optional", "`summarize(predictions, labels) -> dict`", module=True),
+    Entry("metrics.py", ("06",), "optional", "`summarize(predictions, labels) -> dict`", module=True,
+          exercise="summarize"),
     Entry("candidate.onnx", ("06",), "optional",
           "QDQ, QInt8 activations and weights, per-channel, from the 360 calibration images"),
     Entry("regression.json", ("06",), "optional", "the accept/reject decisions and the evidence they rest on",
@@ -99,8 +106,9 @@ ENTRIES: tuple[Entry, ...] = (
 
 
 def entry_for(rel: str) -> Entry | None:
-    """The entry that covers ``rel`` (a path inside the workspace, ``/``-separated), or None."""
-    return next((e for e in ENTRIES if e.matches(rel)), None)
+    """The entry named ``rel`` (a family's placeholder, ``growth/narrow-NNN.onnx``, names its own) or else the one
+    that covers ``rel`` (a path inside the workspace, ``/``-separated); None for neither."""
+    return next((e for e in ENTRIES if e.path == rel), None) or next((e for e in ENTRIES if e.matches(rel)), None)
 
 
 def lessons_of(rel: str) -> tuple[str, ...]:
@@ -119,7 +127,7 @@ def lesson_of(rel: str) -> str | None:
 def handed_in(rel: str) -> bool:
     """Does ``lab submit`` take ``rel``? Only files the lessons write for the grader, never anything else."""
     entry = entry_for(rel)
-    return entry is not None and entry.hand_in != "never"
+    return entry is not None and entry.hand_in != "never" and entry.matches(rel)
 
 
 def schema_of(rel: str) -> str | None:
@@ -151,6 +159,11 @@ def families() -> tuple[Entry, ...]:
 def modules() -> tuple[str, ...]:
     """The student's Python modules: the grader runs them, so ``lab submit`` warns when one is still a stub."""
     return tuple(e.path for e in ENTRIES if e.module)
+
+
+def exercises() -> dict[str, str]:
+    """Each student module and the class or function the student writes in it (``{"metrics.py": "summarize"}``)."""
+    return {e.path: e.exercise for e in ENTRIES if e.module}
 
 
 def files_of_lesson(lesson: str) -> tuple[str, ...]:

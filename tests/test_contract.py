@@ -36,9 +36,20 @@ def test_every_entry_is_well_formed_and_covers_only_itself():
         assert e.hand_in in contract.HAND_IN, e
         assert e.lessons and set(e.lessons) <= lessons, e
         assert list(e.lessons) == sorted(e.lessons), e
-        if not e.pattern:
-            assert contract.entry_for(e.path) is e, f"{e.path} is covered by an earlier entry"
+        assert contract.entry_for(e.path) is e, f"{e.path} is covered by an earlier entry"  # a family's placeholder too
         assert not (e.module and not e.path.endswith(".py")), e
+        assert bool(e.module) == bool(e.exercise), f"{e.path}: a student module, and only one, names its exercise"
+
+
+def test_a_familys_placeholder_names_its_entry_and_lesson():
+    assert contract.entry_for("growth/narrow-NNN.onnx").pattern == r"growth/narrow-\d{3}\.onnx"
+    assert contract.lesson_of("growth/narrow-NNN.onnx") == "04"
+    assert not contract.handed_in("growth/narrow-NNN.onnx")  # a name, not a file of the series
+
+
+def test_each_student_module_names_what_the_student_writes_in_it():
+    assert contract.exercises() == {"calibration_reader.py": "DigitReader", "metrics.py": "summarize"}
+    assert tuple(contract.exercises()) == contract.modules()
 
 
 def test_schemas_named_exist_and_every_lesson_document_has_its_file():

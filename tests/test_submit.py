@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from lab import schemas
-from lab.tools.submit import REQUIRED, STUB, SubmitError, default_workspace, main, missing_by_lesson, submit
+from lab import contract, schemas
+from lab.tools.submit import STUB, SubmitError, default_workspace, main, submit
 
 
 def make_workspace(root: Path) -> Path:
     work = root / "workspace"
     (work / "growth").mkdir(parents=True)
-    for rel in REQUIRED:
+    for rel in contract.files("required"):
         (work / rel).write_text(f"content of {rel}\n")
     (work / "growth" / "narrow-001.onnx").write_bytes(b"model bytes")
     (work / "source.onnx").write_bytes(b"the fp32 fixture copy")
@@ -37,7 +37,7 @@ def test_zip_holds_manifest_and_workspace_files_only(tmp_path):
             assert hashlib.sha256(zf.read(rel)).hexdigest() == digest
     schemas.validate("submission", doc)
     assert names == set(doc["files"]) | {"submission.json"}
-    assert set(REQUIRED) | {"growth/narrow-001.onnx"} == set(doc["files"])
+    assert set(contract.files("required")) | {"growth/narrow-001.onnx"} == set(doc["files"])
     assert "source.onnx" not in names and "notes.ipynb" not in names and "outside.py" not in names
     assert doc["student"] == "s-001" and {"python", "onnx", "onnxruntime", "numpy"} <= set(doc["versions"])
     assert "metrics.py" in doc["missing"]
@@ -61,12 +61,12 @@ def test_a_missing_lesson_is_named_not_refused_and_an_empty_workspace_is_refused
 
 
 def test_missing_by_lesson_groups_files_and_folders():
-    handed_in = set(REQUIRED) | {"growth/right-001.onnx", "metrics.py"}
-    missing = missing_by_lesson(handed_in)
+    handed_in = set(contract.files("required")) | {"growth/right-001.onnx", "metrics.py"}
+    missing = contract.missing_by_lesson(handed_in)
     assert "02" not in missing and "03" not in missing
     assert missing["04"] == ["growth.json"] and missing["07"] == ["release/model.onnx", "release/recipe.json", "release/scenarios.json"]
     assert "metrics.py" not in missing["06"] and "candidate.onnx" in missing["06"]
-    assert missing_by_lesson(set())["04"] == ["growth.json", "growth/"]
+    assert contract.missing_by_lesson(set())["04"] == ["growth.json", "growth/"]
 
 
 def test_refuses_empty_files_symlinks_and_bad_ids(tmp_path):
@@ -112,3 +112,12 @@ def test_default_workspace_is_found_from_the_notebooks_folder(tmp_path):
     assert default_workspace(kit, kit) == kit / "workspace"
     (kit / "notebooks" / "workspace").mkdir()
     assert default_workspace(kit / "notebooks", kit) == kit / "notebooks" / "workspace"  # the one here wins
+
+
+def test_a_file_over_the_contracts_cap_is_refused(tmp_path):
+    """The cap is lab.contract's, the one the grader's intake applies too."""
+    work = make_workspace(tmp_path)
+    with open(work / "results.json", "r+b") as f:
+        f.truncate(contract.MAX_FILE_BYTES + 1)  # sparse: no 32 MiB written
+    with pytest.raises(SubmitError, match=r"results.json is 32 MiB; the grader takes files up to 32 MiB"):
+        submit("s1", work, tmp_path / "out")

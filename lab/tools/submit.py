@@ -22,27 +22,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from lab import __version__, contract, schemas
+from lab.contract import MAX_FILE_BYTES
 from lab.convert import versions
 from lab.data import file_sha256
 from lab.errors import LabError
 from lab.kernels import target_family
 
-# The contract's lists under the names tests/test_every_field.py imports; lab.contract is where they are written.
-REQUIRED = contract.files("required")
-OPTIONAL = contract.files("optional")
-PATTERNS = tuple(re.compile(e.pattern) for e in contract.families())
-STUB = "raise NotImplementedError("  # the release's exercise stub, with or without a message
+STUB = "raise NotImplementedError("  # the kit's exercise stub, with or without a message
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-MAX_FILE_BYTES = 32 << 20
 
 
 class SubmitError(LabError):
     """The workspace cannot be handed in as it is; the message says what to do."""
-
-
-def wanted(rel: str) -> bool:
-    """Is ``rel`` (a path inside the workspace) one of the files the lessons write for the grader?"""
-    return contract.handed_in(rel)
 
 
 def collect(work: Path) -> dict[str, Path]:
@@ -52,7 +43,7 @@ def collect(work: Path) -> dict[str, Path]:
     files: dict[str, Path] = {}
     for path in sorted(work.rglob("*")):
         rel = path.relative_to(work).as_posix()
-        if not wanted(rel):
+        if not contract.handed_in(rel):
             continue
         if path.is_symlink():
             raise SubmitError(f"{rel} is a symbolic link; hand in the file itself (copy it into the workspace)")
@@ -76,7 +67,7 @@ def manifest(student: str, files: dict[str, Path]) -> dict:
             "submitted_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "lab_version": __version__, "versions": versions(), "platform": platform.platform(),
             "kernel_family": target_family(),
-            "missing": [rel for rel in OPTIONAL if rel not in files],
+            "missing": [rel for rel in contract.files("optional") if rel not in files],
             "files": {rel: file_sha256(p) for rel, p in sorted(files.items())}}
 
 
@@ -85,16 +76,6 @@ def default_workspace(cwd: Path | None = None, kit: Path | None = None) -> Path:
     here = (cwd or Path.cwd()) / "workspace"
     theirs = (kit or Path(__file__).resolve().parents[2]) / "workspace"
     return here if here.is_dir() or not theirs.is_dir() else theirs
-
-
-def lesson_of(rel: str) -> str:
-    """The lesson that writes ``rel`` (a file, or the folders ``growth/`` and ``release/``); "?" if none does."""
-    return contract.lesson_of(rel) or "?"
-
-
-def missing_by_lesson(handed_in) -> dict[str, list[str]]:
-    """``{lesson: [files]}`` of the lessons' files that are not in ``handed_in`` (paths in the workspace)."""
-    return contract.missing_by_lesson(handed_in)
 
 
 def unfinished(files: dict[str, Path]) -> list[str]:
@@ -145,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         doc = json.loads(zf.read("submission.json"))
     n = len(doc["files"])
     print(f"wrote {path} ({n} file{'' if n == 1 else 's'} from {work.resolve()}); hand in this zip as it is")
-    missing = missing_by_lesson(doc["files"])
+    missing = contract.missing_by_lesson(doc["files"])
     if missing:
         print("not in the workspace yet, so the grader will score the checks that need them 0 "
               "(run the lesson, then hand in again):")
