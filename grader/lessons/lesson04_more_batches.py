@@ -1,17 +1,34 @@
 """Lesson 04: more batches of the narrow set against a few of the right data, recomputed from the models handed in."""
 from __future__ import annotations
 
-import re
+from pathlib import PurePosixPath
 
 from grader.context import (SCALE_REL, SOFTMAX_STEP, WHY_OUTPUT, Context, Missing, check, close, common_claims,
                             evaluation, fp32_outputs, integer, near_boundary, number, provenance, short, value)
 from grader.group import Group
 from grader.results import Evidence
-from lab import compare, data, graph, ruler
+from lab import compare, contract, data, graph, ruler
 from lab.data import data_sha256
 from lab.lessons import lesson04_more_batches
+from lab.lessons.lesson04_more_batches import narrow_batches
 
-GROWTH_FILE = re.compile(r"^growth/(narrow|right)-(\d{3})\.onnx$")
+SERIES = tuple(e for e in contract.families() if "04" in e.lessons)  # growth/narrow-NNN.onnx, growth/right-NNN.onnx
+
+
+def _kind_and_count(name: str) -> tuple[str, str]:
+    """``("narrow", "016")`` from ``growth/narrow-016.onnx`` (or ``("narrow", "NNN")`` from the contract's name)."""
+    return tuple(PurePosixPath(name).stem.rsplit("-", 1))
+
+
+def series_file(kind: str, n: int) -> str:
+    """The contract's name of the model of ``n`` batches of ``kind``: ``growth/narrow-016.onnx``."""
+    return next(e.path for e in SERIES if _kind_and_count(e.path)[0] == kind).replace("NNN", f"{n:03d}")
+
+
+def series_models(files) -> list[tuple[str, int]]:
+    """(set, batch count) of each model of lesson 04's series handed in, as the contract's families name them."""
+    return sorted((_kind_and_count(rel)[0], int(_kind_and_count(rel)[1]))
+                  for rel in files for family in SERIES if family.matches(rel))
 
 
 def _series(doc: dict) -> list[dict]:
@@ -31,7 +48,7 @@ def _narrow_stream(doc: dict):
         n, bs, seed = (int(spec[k]) for k in ("max_batches", "batch_size", "seed"))
         if not (0 < n <= 4096 and 0 < bs <= 1024):
             return None
-        return data.narrow_batches(n, bs, seed=seed)
+        return narrow_batches(n, bs, seed=seed)
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -42,7 +59,7 @@ def _record_problems(doc: dict, rows: list[dict], stream) -> list[str]:
     spec = value(doc, "narrow_stream") or {}
     if stream is None:
         problems.append("growth.json narrow_stream: max_batches, batch_size and seed do not name a stream "
-                        "lab.data.narrow_batches can rebuild")
+                        "lab.lessons.lesson04_more_batches.narrow_batches can rebuild")
     elif value(spec, "sha256") != data_sha256(stream):
         problems.append(f"growth.json narrow_stream/sha256 is not the hash of the stream its max_batches "
                         f"({value(spec, 'max_batches')}), batch_size ({value(spec, 'batch_size')}) and seed "
@@ -71,7 +88,7 @@ def _model_problem(ctx: Context, rel: str, kind: str, n: int, bs: int | None, se
         return ""  # the record itself is wrong: charged once, as a record problem
     if kind == "narrow":
         try:
-            pixels = data.narrow_batches(n * bs, 1, seed=int(seed))  # prefix-stable: the first n x bs samples
+            pixels = narrow_batches(n * bs, 1, seed=int(seed))  # prefix-stable: the first n x bs samples
         except (TypeError, ValueError):
             return ""
         named = f"the first {n} batch(es) of {bs} of the narrow stream"
@@ -98,7 +115,7 @@ def _row_pixels(kind: str, n: int, bs, seed):
         return None
     if kind == "narrow":
         try:
-            return data.narrow_batches(n * bs, 1, seed=int(seed))  # prefix-stable: the first n x bs samples
+            return narrow_batches(n * bs, 1, seed=int(seed))  # prefix-stable: the first n x bs samples
         except (TypeError, ValueError):
             return None
     return data.calibration_set("right")[:n * bs]
@@ -113,7 +130,7 @@ def _rows_and_verdict(ctx: Context, doc: dict, models: list, reported: dict, run
     labels = evaluation()[1]
     problems, mine = [], []
     for kind, n in models:
-        rel = f"growth/{kind}-{n:03d}.onnx"
+        rel = series_file(kind, n)
         rep = reported.get((kind, n), {})
         r = graph.input_ruler(ctx.model(rel))
         probs = ctx.outputs(rel)
@@ -157,7 +174,7 @@ def _rows_and_verdict(ctx: Context, doc: dict, models: list, reported: dict, run
                         f"growth/right-NNN.onnx models have {rights}")
     pc_rep = value(doc, "settings.per_channel")
     if models and pc_rep is not None:
-        rel = f"growth/{models[0][0]}-{models[0][1]:03d}.onnx"
+        rel = series_file(*models[0])
         if pc_rep is not graph.per_channel(ctx.sub.path(rel)):
             problems.append(f"growth.json settings/per_channel is {pc_rep}, but {rel} has "
                             f"{'per-tensor' if pc_rep else 'per-channel'} weights")
@@ -172,7 +189,7 @@ def run(ctx: Context) -> list:
         n = integer(value(r, "batches", "n_batches", "batch_count"))
         if n is not None:
             reported[(str(value(r, "kind", "set", "name")), n)] = r
-    models = sorted((m.group(1), int(m.group(2))) for rel in ctx.sub.files if (m := GROWTH_FILE.fullmatch(rel)))
+    models = series_models(ctx.sub.files)
     narrow = sorted(n for k, n in models if k == "narrow")
     if not narrow:
         raise Missing("growth/narrow-NNN.onnx")
@@ -181,18 +198,18 @@ def run(ctx: Context) -> list:
     stream = _narrow_stream(doc)
     run_bs = integer(value(doc, "narrow_stream.batch_size"))
     seed = value(doc, "narrow_stream.seed")
-    shas = {f"growth/{k}-{n:03d}.onnx": ctx.sub.files[f"growth/{k}-{n:03d}.onnx"] for k, n in models}
+    shas = {series_file(k, n): ctx.sub.files[series_file(k, n)] for k, n in models}
     # every model of the series holds the ruler its batch count implies (cheap: no inference)
     wrong_model = {}
     for kind, n in models:
-        rel = f"growth/{kind}-{n:03d}.onnx"
+        rel = series_file(kind, n)
         rep = reported.get((kind, n), {})
         bs = integer(value(rep, "batch_size")) or run_bs
         problem = _model_problem(ctx, rel, kind, n, bs, seed, rep, shas)
         if problem:
             wrong_model[(kind, n)] = problem
     for n in picks:
-        rel = f"growth/narrow-{n:03d}.onnx"
+        rel = series_file("narrow", n)
         r = graph.input_ruler(ctx.model(rel))
         err = compare.max_abs_error(fp32_outputs(), ctx.outputs(rel))
         rep = reported.get(("narrow", n), {})
@@ -205,7 +222,7 @@ def run(ctx: Context) -> list:
         if stream is not None:  # the row's calibration hash and count: the first n batches of the narrow stream
             bs = integer(value(rep, "batch_size")) or run_bs or 0
             prov_ok, prov, prov_ev = provenance(f"narrow x{n}", f"the first {n} batches of the narrow stream",
-                                                data.narrow_batches(n * bs, 1, seed=int(seed)) if bs else stream[:0],
+                                                narrow_batches(n * bs, 1, seed=int(seed)) if bs else stream[:0],
                                                 value(rep, "calibration_sha256"),
                                                 value(rep, "samples", "calibration_samples"))
             ev += prov_ev
@@ -227,8 +244,8 @@ def run(ctx: Context) -> list:
                  + "; ".join(msgs), ev)]
     rights = sorted(n for k, n in models if k == "right")
     if rights:
-        last = compare.max_abs_error(fp32_outputs(), ctx.outputs(f"growth/narrow-{narrow[-1]:03d}.onnx"))
-        right = compare.max_abs_error(fp32_outputs(), ctx.outputs(f"growth/right-{rights[0]:03d}.onnx"))
+        last = compare.max_abs_error(fp32_outputs(), ctx.outputs(series_file("narrow", narrow[-1])))
+        right = compare.max_abs_error(fp32_outputs(), ctx.outputs(series_file("right", rights[0])))
         ok = last > right
         out.append(check("growth", "lesson_point", float(ok),
                          f"{narrow[-1]} narrow batches: error {last:.4f}; {rights[0]} right batch(es): {right:.4f}"

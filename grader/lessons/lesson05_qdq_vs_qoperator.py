@@ -11,7 +11,9 @@ from grader.results import Evidence
 from lab import compare, data, graph, ruler
 from lab.lessons import lesson05_qdq_vs_qoperator
 
-CACHE = "formats/model.calibration.json"
+# The three files lesson 05 writes, named by its own constants (the workspace folder and the stem it converts to)
+QDQ, QOPERATOR, CACHE = (f"{lesson05_qdq_vs_qoperator.FOLDER}/{lesson05_qdq_vs_qoperator.STEM}.{suffix}"
+                         for suffix in ("qdq.onnx", "qoperator.onnx", "calibration.json"))
 
 
 def _cache_range(ctx: Context, doc: dict) -> tuple[tuple[float, float] | None, str]:
@@ -162,7 +164,7 @@ def same_ruler(a, b) -> bool:
 
 def run(ctx: Context) -> list:
     doc = ctx.doc("formats.json")
-    qdq_rel, qop_rel = "formats/model.qdq.onnx", "formats/model.qoperator.onnx"
+    qdq_rel, qop_rel = QDQ, QOPERATOR
     fq, fo = graph.quant_format(ctx.model(qdq_rel)), graph.quant_format(ctx.model(qop_rel))
     wrong = _formats_reported(ctx, doc, {"QDQ": qdq_rel, "QOperator": qop_rel}, {"QDQ": fq, "QOperator": fo})
     wrong_model, wrong_diff = _formats_recomputed(ctx, doc, qdq_rel, qop_rel)
@@ -247,4 +249,4 @@ def _elementwise(ctx: Context, doc: dict, qdq_rel: str, qop_rel: str, wrong: lis
 
 
 GROUPS = (Group("05", "formats", ("two_formats", "same_scales", "same_order", "elementwise"), run,
-                needs=("formats.json", "formats/model.qdq.onnx", "formats/model.qoperator.onnx")),)
+                needs=("formats.json", QDQ, QOPERATOR)),)

@@ -18,9 +18,9 @@ from pathlib import Path
 from grader.context import Context, check, evaluation, fp32_outputs
 from grader.group import Group
 from lab import compare, convert, data, graph, kernels, predictions, ruler
+from lab.data import BATCH_SIZE, KINDS
 from lab.errors import LabError
 from lab.lessons import lesson04_more_batches
-from lab.data import BATCH_SIZE, KINDS
 from lab.lessons.lesson03_narrow_right_wide import SETTINGS
 from lab.lessons.lesson05_qdq_vs_qoperator import FORMAT_SETTINGS, quantize_both_formats
 from lab.lessons.lesson07_calibrate_the_deployed_representation import debugging, recipe, scenarios
