@@ -1,9 +1,9 @@
-"""Measuring a converted model against FP32 on the same images.
+"""A converted model measured against FP32 on the same images, as one table row.
 
-Lesson 08 measures every conversion with ``measure``: max abs error of the probabilities against
-FP32, accuracy, and file size, on the images of one ``Evaluation``, as CPUs of one kernel family
-compute them (``lab.kernels.target_family()``, this machine's unless told otherwise). Its rows print
-with ``lab.tables.format_rows``.
+``measure`` gives the max abs error of the probabilities against FP32, the accuracy and the file size, on the
+images of one ``Evaluation``, as CPUs of one kernel family compute them (``lab.kernels.target_family()``, this
+machine's unless told otherwise; ``family_line`` says which). The rows print with ``lab.tables.format_rows``.
+Lesson 08 measures every setting of its toolbox this way.
 """
 from __future__ import annotations
 

@@ -31,6 +31,12 @@ def header(columns: Sequence[Column], sep: str = " ") -> str:
     return sep.join(format(heading, placement(spec)) for heading, spec in columns)
 
 
+def number(value, spec: str = ".4f") -> str:
+    """A number in ``spec``, or ``-`` for anything else (a missing field, a bool): a summary read from a file
+    another run wrote shows what it has."""
+    return format(value, spec) if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+
 def rule(line: str) -> str:
     """A line of ``-`` as long as ``line`` (the header above it)."""
     return "-" * len(line)

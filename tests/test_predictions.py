@@ -19,6 +19,7 @@ from grader.context import Context
 from grader.submission import open_submission
 from lab import data, kernels, predictions
 from lab.lessons import lesson04_more_batches as lesson04
+from lab.lessons import lesson05_qdq_vs_qoperator as lesson05
 from lab.tools.submit import submit
 
 
@@ -140,6 +141,6 @@ def test_record_keeps_the_other_predictions_and_refuses_a_malformed_answer(tmp_p
 def test_the_judge_uses_only_what_was_measured():
     """A verdict depends on the measurement handed to it, not on a number this lab's CPU produced."""
     sizes = {"QDQ": 100, "QOperator": 200}
-    assert predictions.judge_formats({"smaller": "QDQ", "same_input_ruler": False}, sizes, False).ok
-    verdict = predictions.judge_formats({"smaller": "QOperator", "same_input_ruler": False}, sizes, False)
+    assert lesson05.judge_formats({"smaller": "QDQ", "same_input_ruler": False}, sizes, False).ok
+    verdict = lesson05.judge_formats({"smaller": "QOperator", "same_input_ruler": False}, sizes, False)
     assert verdict.score == 0.5 and "QDQ 100 bytes, QOperator 200 bytes" in verdict.message

@@ -20,7 +20,7 @@ from grader.group import Group
 from lab import compare, convert, data, graph, kernels, predictions, ruler
 from lab.data import BATCH_SIZE, KINDS
 from lab.errors import LabError
-from lab.lessons import lesson04_more_batches
+from lab.lessons import lesson01_the_ruler, lesson03_narrow_right_wide, lesson04_more_batches, lesson05_qdq_vs_qoperator
 from lab.lessons.lesson03_narrow_right_wide import SETTINGS
 from lab.lessons.lesson05_qdq_vs_qoperator import FORMAT_SETTINGS, quantize_both_formats
 from lab.lessons.lesson07_calibrate_the_deployed_representation import debugging, recipe, scenarios
@@ -119,30 +119,31 @@ def lesson_entry() -> tuple[object, list[str]]:
 def _clip_or_squash(answer):
 
     x = evaluation()[0]
-    return predictions.judge_clip_or_squash(answer, {k: compare.diagnose(r, x) for k, r in lesson_rulers().items()})
+    diagnoses = {k: compare.diagnose(r, x) for k, r in lesson_rulers().items()}
+    return lesson01_the_ruler.judge_clip_or_squash(answer, diagnoses)
 
 
 def _input_rulers(answer):
 
-    return predictions.judge_input_rulers(answer, lesson_rulers(), measured="the lesson's set gives")
+    return lesson03_narrow_right_wide.judge_input_rulers(answer, lesson_rulers(), measured="the lesson's set gives")
 
 
 def _more_batches(answer):
 
     predictions.normalise("more_batches", answer)  # a malformed answer costs no conversion
-    return predictions.judge_more_batches(answer, *lesson_growth(kernels.target_family()))
+    return lesson04_more_batches.judge_more_batches(answer, *lesson_growth(kernels.target_family()))
 
 
 def _formats(answer):
 
     predictions.normalise("formats", answer)
-    return predictions.judge_formats(answer, *lesson_formats())
+    return lesson05_qdq_vs_qoperator.judge_formats(answer, *lesson_formats())
 
 
 def _entry_tensor(answer):
 
     predictions.normalise("entry_tensor", answer)
-    return predictions.judge_entry_tensor(answer, *lesson_entry())
+    return debugging.judge_entry_tensor(answer, *lesson_entry())
 
 
 JUDGES = {"clip_or_squash": _clip_or_squash, "input_rulers": _input_rulers, "more_batches": _more_batches,

@@ -8,10 +8,11 @@ The module of ``notebooks/01_the_ruler.ipynb``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 
-from lab import data
+from lab import data, predictions
 from lab.graph import tensor_values
 from lab.ruler import dequantize, qrange, quantize, representable_range, ruler_stats
 
@@ -182,3 +183,20 @@ def range_explorer(values: np.ndarray, presets: dict[str, tuple[float, float]], 
     box = w.VBox([buttons, slider, stats, out])
     box.add_class("cl-range-explorer")
     return box
+
+
+def judge_clip_or_squash(answer, diagnoses: Mapping[str, object]) -> predictions.Verdict:
+    """``diagnoses``: kind -> ``compare.Diagnosis`` (or its kind as a string) of each set's input ruler."""
+    answer = predictions.normalise("clip_or_squash", answer)
+    kind_of = {k: getattr(d, "kind", d) for k, d in diagnoses.items()}
+    parts = []
+    for field, wanted in (("clips", "clipping"), ("squashes", "squashing")):
+        said = answer[field]
+        real = [k for k in data.KINDS if kind_of.get(k) == wanted]
+        parts.append((kind_of.get(said) == wanted,
+                      f"you said {said} {field}; measured, {said}'s ruler is {kind_of.get(said)}"
+                      + ("" if kind_of.get(said) == wanted else f" and {' and '.join(real) or 'no set'} is {wanted}")))
+    reasons = "; ".join(f"{k}: {getattr(d, 'reason', d)}" for k, d in diagnoses.items())
+    return predictions.verdict("clip_or_squash", parts,
+                    "a ruler clips when the deployed values reach past its end (the set never held them) and squashes "
+                    f"when it is far longer than what deployment feeds it. Measured: {reasons}")

@@ -14,7 +14,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from lab import convert, data, graph, ruler
+from lab import convert, data, graph, predictions, ruler, tables
 from lab.compare import scorecard
 from lab.convert import quantize
 from lab.data import Split, data_sha256, file_sha256
@@ -252,3 +252,41 @@ def growth_figure(rows: Sequence[Mapping], deployed_range: float = 1.0):
         ax.legend(fontsize=9)
     fig.suptitle("More batches of the wrong data do not widen the ruler")
     return fig
+
+
+def summary_lines(doc: dict) -> list[str]:
+    """The run's summary of ``growth.json``: the most narrow batches against the fewest right ones."""
+    n, v = tables.number, doc.get("verdict", {})
+    return [f"  narrow x {v.get('wrong_most_batches', '-')} batches: max abs err "
+            f"{n(v.get('wrong_most_batches_max_abs_error'))}, accuracy {n(v.get('wrong_most_batches_accuracy'))}",
+            f"  right  x {v.get('right_batches', '-')} batches: worst max abs err "
+            f"{n(v.get('right_worst_max_abs_error'))}, worst accuracy {n(v.get('right_worst_accuracy'))}",
+            f"  more wrong data stays worse: {v.get('wrong_stays_worse', '-')}"]
+
+
+# The largest range a narrow calibration can see is a judgement about the data (its brightest gain), checked within
+# 2 %: the stream's brightest pixel sits a hair below the gain's limit
+PREDICTED_RANGE_REL = 0.02
+
+
+def judge_more_batches(answer, narrow_errors: Mapping[int, float], right_errors: Mapping[int, float],
+                       largest_range: float) -> predictions.Verdict:
+    """Errors are max abs errors against FP32 per batch count; ``largest_range`` is the largest narrow model's
+    ruler width (scale x 255)."""
+    answer = predictions.normalise("more_batches", answer)
+    best_narrow = min(narrow_errors, key=narrow_errors.get)
+    worst_right = max(right_errors, key=right_errors.get)
+    reaches = narrow_errors[best_narrow] <= right_errors[worst_right]
+    said = answer["narrow_reaches_right"]
+    rng = answer["largest_narrow_range"]
+    parts = [(said == reaches,
+              f"you said more narrow batches {'do' if said else 'never'} reach the right data's error; measured, "
+              f"the best narrow model ({best_narrow} batch{'' if best_narrow == 1 else 'es'}) has {narrow_errors[best_narrow]:.3f} against "
+              f"{right_errors[worst_right]:.3f} for {worst_right} right batch(es)"),
+             (abs(rng - largest_range) <= PREDICTED_RANGE_REL * largest_range,
+              f"you said the largest narrow calibration sees a range of {rng:.4g}; its ruler spans {largest_range:.4g}")]
+    return predictions.verdict("more_batches", parts,
+                    "MinMax keeps the largest value the data holds. Every narrow image is dimmed to at most a quarter "
+                    "of full scale, so no number of them ever holds a brighter pixel: the range stops below 0.25 and "
+                    "every bright stroke deployment feeds the model is clipped. More samples of the same "
+                    "distribution make that answer surer, never different")

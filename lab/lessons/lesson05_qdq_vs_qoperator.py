@@ -9,10 +9,11 @@ The module of ``notebooks/05_qdq_vs_qoperator.ipynb``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 
-from lab import compare, convert, data, graph
+from lab import compare, convert, data, graph, predictions, tables
 from lab.data import BATCH_SIZE, Split, file_sha256
 from lab.lessons.lesson03_narrow_right_wide import SETTINGS, ExerciseCheckFailed, evaluation_entry
 
@@ -217,3 +218,39 @@ def difference_histogram(a: np.ndarray, b: np.ndarray, step: float, names: tuple
     ax.set_ylabel("elements (log scale)")
     ax.grid(alpha=0.3)
     return fig
+
+
+SUMMARY_COLUMNS = [("format", "<10"), ("input scale", ">12"), ("output scale", ">13"), ("max abs err", ">12"),
+                   ("bytes", ">7"), ("nodes", ">6")]
+
+
+def summary_lines(doc: dict) -> list[str]:
+    """The run's summary of ``formats.json``: one calibration, two formats."""
+    n = tables.number
+    lines = ["  " + tables.header(SUMMARY_COLUMNS, "")]
+    for name, row in doc.get("formats", {}).items():
+        lines.append("  " + tables.row([name, n(row.get("input_scale"), ".6f"), n(row.get("output_scale"), ".6f"),
+                                        n(row.get("max_abs_error")), row.get("size_bytes", "-"),
+                                        row.get("nodes", "-")], SUMMARY_COLUMNS, ""))
+    d = doc.get("difference", {})
+    lines.append(f"  elementwise: max difference {n(d.get('max_abs_difference'))}, "
+                 f"{n(d.get('fraction_elements_differ'), '.1%')} of outputs differ, "
+                 f"{d.get('predictions_differ', '-')} predictions differ")
+    return lines
+
+
+def judge_formats(answer, sizes: Mapping[str, int], same_input_ruler: bool) -> predictions.Verdict:
+    """``sizes``: format -> file bytes; ``same_input_ruler``: both models' input scale and zero point are equal."""
+    answer = predictions.normalise("formats", answer)
+    smaller = min(predictions.FORMATS, key=lambda f: sizes[f])
+    parts = [(answer["smaller"] == smaller,
+              f"you said {answer['smaller']} is smaller; measured, QDQ {sizes['QDQ']:,} bytes, "
+              f"QOperator {sizes['QOperator']:,} bytes"),
+             (answer["same_input_ruler"] == same_input_ruler,
+              f"you said the input rulers are {'the same' if answer['same_input_ruler'] else 'different'}; "
+              f"measured, they are {'the same' if same_input_ruler else 'different'}")]
+    return predictions.verdict("formats", parts,
+                    "both formats store the same INT8 weights, but QOperator writes one QLinearMatMul where QDQ "
+                    "writes DequantizeLinear -> MatMul -> QuantizeLinear with their scale and zero-point constants: "
+                    "fewer nodes, fewer constants. The rulers come from one calibration cache, and a format only "
+                    "decides how the graph computes, not where the ruler ends")

@@ -12,7 +12,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from lab import compare, data, graph, ruler, schemas
+from lab import compare, data, graph, ruler, schemas, tables
 from lab.data import EPSILON, N_CLASSES, file_sha256
 from lab.errors import LabError
 from lab.workspace import atomic_write_text
@@ -405,3 +405,10 @@ def trace_disagreement(image: int, split, fp32_model: str | Path, model: str | P
              "(the hidden layers' rulers, or on a saturating CPU the integer kernels)")
     out.append(("quantization: the whole model", f"reads {d} ({p:.3f}): " + (where if d != label else "right")))
     return out
+
+
+def summary_lines(doc: dict) -> list[str]:
+    """The run's summary of ``regression.json``: the decision and the numbers it rests on."""
+    models = doc.get("models", {})
+    lines = ["  " + ", ".join(f"{name} {tables.number(m.get('accuracy'))}" for name, m in models.items())]
+    return lines + [f"  {name}: {reason}" for name, reason in doc.get("reasons", {}).items()]

@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 import numpy as np
 from onnxruntime.quantization import qdq_loss_debug as qd
 
-from lab import compare, kernels
+from lab import compare, kernels, predictions
 from lab.errors import LabError
 from lab.graph import load, output_scale
 from lab.lessons.lesson07_calibrate_the_deployed_representation.scenario_checks import computed_on
@@ -204,3 +204,16 @@ def debug_copy_check(debug_output, deployed_model: str | Path, x: np.ndarray,
     step = output_scale(deployed_model) or 1 / 255
     return DebugCopyCheck(family, computed_on(family), diff, round(diff / step, 3),
                           int((debug.argmax(1) != deployed.argmax(1)).sum()))
+
+
+def judge_entry_tensor(answer, entry: object, order: list[str]) -> predictions.Verdict:
+    """``entry``: the ``debugging.LayerSQNR`` row where the flash run first falls 10 dB below daylight (or None)."""
+    answer = predictions.normalise("entry_tensor", answer)
+    measured = getattr(entry, "tensor", None)
+    known = "" if answer in order else f" ({answer!r} is not a tensor of this graph: {', '.join(order)})"
+    parts = [(answer == measured, f"you said the error enters at {answer}{known}; measured, it enters at {measured}")]
+    return predictions.verdict("entry_tensor", parts,
+                    "a flash pushes stroke pixels past 1.0, and a ruler calibrated on daylight ends at 1.0, so the "
+                    "very first QuantizeLinear, on the input pixels, clips them; every later tensor inherits that "
+                    "damage. Read the SQNR table top down and take the first tensor that falls 10 dB below "
+                    "daylight's")

@@ -10,7 +10,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from lab import kernels
+from lab import kernels, tables
 from lab.compare import predict
 from lab.data import EPSILON
 from lab.errors import LabError
@@ -245,3 +245,17 @@ def scenario_figure(runs: Mapping[str, Sequence[ScenarioResult]]):
         ax.set_ylabel(ylabel)
         ax.legend(fontsize=8)
     return fig
+
+
+SUMMARY_COLUMNS = [("scenario", "<14"), ("FP32", ">7"), ("INT8", ">7"), ("max abs err", ">12"), ("  verdict", "")]
+
+
+def summary_lines(doc: dict) -> list[str]:
+    """The run's summary of ``release/scenarios.json``: the release against every named operating condition."""
+    n = tables.number
+    lines = [f"  release {doc.get('release_id', '-')}", "  " + tables.header(SUMMARY_COLUMNS, "")]
+    for row in doc.get("results", []):
+        lines.append("  " + tables.row([row.get("name", "-"), n(row.get("fp32_accuracy"), ".3f"),
+                                        n(row.get("int8_accuracy"), ".3f"), n(row.get("max_abs_error")),
+                                        f"  {row.get('verdict', '-')}"], SUMMARY_COLUMNS, ""))
+    return lines

@@ -18,6 +18,7 @@ from onnxruntime.quantization import (CalibrationMethod, QuantFormat, QuantType,
                                       qdq_loss_debug as dbg, quantize as ort_quantize)
 
 from lab import graph, kernels
+from lab.tables import number
 from lab.convert import QuantRecord, quantize, quantize_dynamic_model, versions
 from lab.data import BATCH_SIZE, EPSILON, file_sha256
 from lab.errors import LabError
@@ -472,3 +473,13 @@ def tables(*, ev: Evaluation, methods: list[dict], entropy: dict, outliers: list
            "outliers": outliers, "settings": settings, "excluded": excluded, "sensitivity": sensitivity_,
            "preprocess": preprocess}
     return validate("toolbox-tables", doc)
+
+
+def summary_lines(doc: dict) -> list[str]:
+    """The run's summary of ``toolbox.json``: the settings chosen for the stated requirement."""
+    n, choice = number, doc.get("choice", {})
+    picked = ", ".join(f"{k}={v}" for k, v in choice.get("settings", {}).items())
+    return [f"  requirement: {doc.get('requirement', {}).get('text', '-')}",
+            f"  chosen: {picked or '-'}",
+            f"  {choice.get('bytes', '-')} bytes ({n(choice.get('size_ratio'), '.1%')} of FP32), "
+            f"accuracy {n(choice.get('accuracy'))}, loss {n(choice.get('accuracy_loss'))}"]
