@@ -144,3 +144,23 @@ def test_the_judge_uses_only_what_was_measured():
     assert lesson05.judge_formats({"smaller": "QDQ", "same_input_ruler": False}, sizes, False).ok
     verdict = lesson05.judge_formats({"smaller": "QOperator", "same_input_ruler": False}, sizes, False)
     assert verdict.score == 0.5 and "QDQ 100 bytes, QOperator 200 bytes" in verdict.message
+
+
+def test_the_reference_answers_are_the_notebooks_solutions(tmp_path):
+    """Each prediction the reference hand-in records is the solution block of the cell that records it, so an edited
+    solution changes the reference; a name two solution blocks bind is refused, naming the notebook."""
+    asked = reference.predictions_asked()
+    assert {q: nb[:2] for q, (nb, _) in asked.items()} == {"clip_or_squash": "01", "input_rulers": "03",
+                                                          "more_batches": "04", "formats": "05", "entry_tensor": "07"}
+    assert reference.run_solution(*asked["clip_or_squash"]) == {"clips": "narrow", "squashes": "wide"}
+    name = asked["clip_or_squash"][0]
+    text = (reference.NOTEBOOKS / name).read_text(encoding="utf-8")
+    edited = text.replace('PREDICTED = {\\"clips\\": \\"narrow\\"', 'PREDICTED = {\\"clips\\": \\"wide\\"')
+    assert edited != text
+    (tmp_path / name).write_text(edited, encoding="utf-8")
+    assert 'PREDICTED = {"clips": "wide"' in reference.solution(name, "PREDICTED", notebooks=tmp_path)
+    doubled = json.loads(text)
+    doubled["cells"].append(next(c for c in doubled["cells"] if "PREDICTED = " in "".join(c["source"])))
+    (tmp_path / name).write_text(json.dumps(doubled), encoding="utf-8")
+    with pytest.raises(LookupError, match=f"{name}: 2 solution blocks bind 'PREDICTED'"):
+        reference.solution(name, "PREDICTED", notebooks=tmp_path)
