@@ -33,6 +33,7 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
+from fixtures import HELDOUT_FILES
 from grader import sandbox
 from grader.results import GradeResult
 from grader.sandbox import Limits
@@ -40,7 +41,7 @@ from grader.version import __version__
 
 SOURCE = Path(__file__).resolve().parent.parent  # the project, or /autograder/source inside the bundle
 SECRET_REL = "instructor/secret.txt"
-PRIVATE = ("fixtures/heldout.npz", SECRET_REL)  # root only (0600): student code runs as another user
+PRIVATE = (*(f"fixtures/{name}" for name in HELDOUT_FILES), SECRET_REL)  # root only (0600): student code runs as another user
 BUNDLED = ("grader", "lab", "fixtures")
 LEFT_OUT = ("fixtures/build.py",)  # an instructor tool that rebuilds the fixtures; the grader never runs it
 # What grading imports (measured: the modules loaded by grading a hand-in); their pins come from

@@ -37,6 +37,7 @@ from pathlib import Path
 import nbformat
 import numpy as np
 
+from fixtures import HELDOUT_FILES
 from lab.data import preprocess, row_hashes
 from lab.errors import LabError
 
@@ -55,7 +56,7 @@ SOURCES = KIT + ("notebooks", "README.md", "requirements.txt")
 # builder itself and the run-then-grade command live in ``instructor/``, outside KIT.
 INSTRUCTOR_TOOLS = ("fixtures/build.py",)
 # The data of the grader's hidden checks. Never in the kit, nor in its manifest.
-HELDOUT = ("fixtures/heldout.npz",)
+HELDOUT = tuple(f"fixtures/{name}" for name in HELDOUT_FILES)
 LEFT_OUT = INSTRUCTOR_TOOLS + HELDOUT
 # Arrays of a split that identify its images (labels are digits 0-9: every split shares them).
 IDENTIFYING_KEYS = ("raw", "index")
