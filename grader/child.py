@@ -155,7 +155,10 @@ def run_reader(task: dict) -> dict:
 
     subclass = isinstance(cls, type) and issubclass(cls, CalibrationDataReader)
     arrays, drives = {}, []
-    default = [{"name": "lesson", "n": len(pixels), "batch_size": task.get("batch_size", 36),
+    # deferred: like lesson 02's check_reader in drive_reader, which imports lab.data anyway; the lesson's batch size
+    from lab.data import BATCH_SIZE
+
+    default = [{"name": "lesson", "n": len(pixels), "batch_size": task.get("batch_size", BATCH_SIZE),
                 "input_name": "pixels", "dtype": "float32"}]
     for i, drive in enumerate(task.get("drives") or default):
         drives.append(drive_reader(cls, pixels, drive, task["max_batches"], arrays, fresh=i == 0))
