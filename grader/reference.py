@@ -6,9 +6,9 @@ editing a notebook's solution changes the reference. The student modules (``cali
 are the notebooks' ``%%writefile`` cells; every other exercise is its ``### BEGIN SOLUTION`` block, run with the
 names the notebook gives them: lesson 03's three conversions, lesson 04's two ``grow`` calls, lesson 05's
 conversion to both formats, lesson 07's calibration selection, and the five predictions (each recorded under the
-question its cell's ``lab.predictions.record`` call names). The cells around the blocks (the candidate of lesson
-06, the release of lesson 07, each lesson's report) call lesson functions with lesson constants, and so does this
-module. ``build(work_dir)`` takes a few seconds.
+question its cell's ``lab.predictions.record`` call names: its lesson module's ``PREDICTION``). The cells around
+the blocks (the candidate of lesson 06, the release of lesson 07, each lesson's report) call lesson functions with
+lesson constants, and so does this module. ``build(work_dir)`` takes a few seconds.
 
 Left out: lesson 08 (``toolbox.json`` and ``choice.onnx``). Picking from its 32 candidate conversions costs 1.2 s,
 but its hand-in also carries this CPU's timings (``speed.benchmark``, ``speed.width_sweep``) of models its earlier
@@ -22,6 +22,7 @@ prediction).
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 import sys
 import textwrap
@@ -114,19 +115,40 @@ def run_solution(notebook: str, name: str, **names):
     return namespace[name]
 
 
-def predictions_asked(notebooks: Path = NOTEBOOKS) -> dict[str, tuple[str, str]]:
-    """question -> (notebook, variable), from each cell that calls ``lab.predictions.record(WORK, question, VAR)``
-    after a solution block."""
+def _python_cells(notebook: str, notebooks: Path = NOTEBOOKS, with_solution: bool = False) -> list[ast.Module]:
+    """The notebook's Python code cells, parsed (a ``%%writefile`` cell left out, a ``%matplotlib`` line dropped);
+    only those with a solution block if asked."""
+    return [ast.parse("\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))))
+            for source in _code_cells(notebook, notebooks)
+            if not source.startswith("%%") and (_solution_of(source) or not with_solution)]
+
+
+def _imported(notebook: str, notebooks: Path = NOTEBOOKS) -> dict[str, str]:
+    """name -> the module path a notebook's ``import`` and ``from ... import`` statements bind it to."""
+    bound = {}
+    for tree in _python_cells(notebook, notebooks):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                bound |= {a.asname or a.name: f"{node.module}.{a.name}" for a in node.names}
+            elif isinstance(node, ast.Import):
+                bound |= {a.asname: a.name for a in node.names if a.asname}
+    return bound
+
+
+def predictions_asked(notebooks: Path = NOTEBOOKS) -> dict[str, tuple[predictions.Question, str, str]]:
+    """question name -> (the lesson's ``Question``, notebook, variable), from each cell that calls
+    ``lab.predictions.record(WORK, <module>.PREDICTION, VAR)`` after a solution block."""
     asked = {}
     for path in sorted(Path(notebooks).glob("[0-9][0-9]_*.ipynb")):
-        for source in _code_cells(path.name, notebooks):
-            if source.startswith("%%") or not _solution_of(source):  # a %%writefile cell is no Python
-                continue
-            for node in ast.walk(ast.parse(source)):
+        for tree in _python_cells(path.name, notebooks, with_solution=True):
+            for node in ast.walk(tree):
                 if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "record"
                         and ast.unparse(node.func.value).endswith("predictions") and len(node.args) == 3
-                        and isinstance(node.args[1], ast.Constant) and isinstance(node.args[2], ast.Name)):
-                    asked[node.args[1].value] = (path.name, node.args[2].id)
+                        and isinstance(node.args[1], ast.Attribute) and isinstance(node.args[1].value, ast.Name)
+                        and isinstance(node.args[2], ast.Name)):
+                    module = importlib.import_module(_imported(path.name, notebooks)[node.args[1].value.id])
+                    question = getattr(module, node.args[1].attr)
+                    asked[question.name] = (question, path.name, node.args[2].id)
     return asked
 
 
@@ -216,9 +238,8 @@ def _release(work: Path, reader, evaluation: data.Split) -> None:
 
 def _predictions(work: Path) -> None:
     """Every prediction a notebook records after a solution block: that block's answer, under its question."""
-    for question, (notebook, variable) in predictions_asked().items():
-        answer = run_solution(notebook, variable, KINDS=data.KINDS)
-        predictions.record(work, question, answer)
+    for question, notebook, variable in predictions_asked().values():
+        predictions.record(work, question, run_solution(notebook, variable, KINDS=data.KINDS))
 
 
 def build(work_dir: str | Path, growth_counts=GROWTH_COUNTS) -> Path:

@@ -69,7 +69,7 @@ WRONG = {
 def test_a_wrong_prediction_loses_its_points_and_says_why(work, tmp_path, question):
     answer, words = WRONG[question]
     copy = shutil.copytree(work, tmp_path / "workspace")
-    predictions.record(copy, question, answer)
+    predictions.record(copy, check.QUESTIONS[question], answer)
     got = _graded(copy, tmp_path)
     points, message = got[question]
     assert points < 1.0 and message.startswith("prediction wrong"), message
@@ -125,16 +125,16 @@ def test_a_missing_prediction_names_the_lesson_that_asks_it(work, tmp_path):
 
 
 def test_record_keeps_the_other_predictions_and_refuses_a_malformed_answer(tmp_path):
-    predictions.record(tmp_path, "formats", {"smaller": "QDQ", "same_input_ruler": True})
-    predictions.record(tmp_path, "entry_tensor", "pixels")
+    predictions.record(tmp_path, lesson05.PREDICTION, {"smaller": "QDQ", "same_input_ruler": True})
+    predictions.record(tmp_path, check.QUESTIONS["entry_tensor"], "pixels")
     assert predictions.load(tmp_path) == {"formats": {"smaller": "QDQ", "same_input_ruler": True},
                                           "entry_tensor": "pixels"}
     with pytest.raises(predictions.PredictionError, match=r"'formats' \(lesson 05\), smaller: expected one of"):
-        predictions.record(tmp_path, "formats", {"smaller": "qoperator", "same_input_ruler": True})
+        predictions.record(tmp_path, lesson05.PREDICTION, {"smaller": "qoperator", "same_input_ruler": True})
     with pytest.raises(predictions.PredictionError, match=r"narrow.zero_point: expected an integer"):
-        predictions.normalise("input_rulers", {k: {"scale": 0.1, "zero_point": 0.5} for k in data.KINDS})
+        check.QUESTIONS["input_rulers"].normalise({k: {"scale": 0.1, "zero_point": 0.5} for k in data.KINDS})
     with pytest.raises(predictions.PredictionError, match="expected True or False"):
-        predictions.normalise("more_batches", {"narrow_reaches_right": "no", "largest_narrow_range": 0.25})
+        lesson04.PREDICTION.normalise({"narrow_reaches_right": "no", "largest_narrow_range": 0.25})
     assert predictions.load(tmp_path)["formats"]["smaller"] == "QDQ", "a refused answer leaves the file as it was"
 
 
@@ -150,10 +150,10 @@ def test_the_reference_answers_are_the_notebooks_solutions(tmp_path):
     """Each prediction the reference hand-in records is the solution block of the cell that records it, so an edited
     solution changes the reference; a name two solution blocks bind is refused, naming the notebook."""
     asked = reference.predictions_asked()
-    assert {q: nb[:2] for q, (nb, _) in asked.items()} == {"clip_or_squash": "01", "input_rulers": "03",
-                                                          "more_batches": "04", "formats": "05", "entry_tensor": "07"}
-    assert reference.run_solution(*asked["clip_or_squash"]) == {"clips": "narrow", "squashes": "wide"}
-    name = asked["clip_or_squash"][0]
+    assert {name: (q, nb[:2]) for name, (q, nb, _) in asked.items()} == {
+        name: (q, q.lesson) for name, q in check.QUESTIONS.items()}
+    assert reference.run_solution(*asked["clip_or_squash"][1:]) == {"clips": "narrow", "squashes": "wide"}
+    name = asked["clip_or_squash"][1]
     text = (reference.NOTEBOOKS / name).read_text(encoding="utf-8")
     edited = text.replace('PREDICTED = {\\"clips\\": \\"narrow\\"', 'PREDICTED = {\\"clips\\": \\"wide\\"')
     assert edited != text

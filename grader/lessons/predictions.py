@@ -17,7 +17,7 @@ from pathlib import Path
 
 from grader.context import Context, check, evaluation, fp32_outputs
 from grader.group import Group
-from lab import compare, convert, data, graph, kernels, predictions, ruler
+from lab import compare, convert, data, graph, kernels, ruler
 from lab.data import BATCH_SIZE, KINDS
 from lab.errors import LabError
 from lab.lessons import lesson01_the_ruler, lesson03_narrow_right_wide, lesson04_more_batches, lesson05_qdq_vs_qoperator
@@ -26,7 +26,11 @@ from lab.lessons.lesson05_qdq_vs_qoperator import FORMAT_SETTINGS, quantize_both
 from lab.lessons.lesson07_calibrate_the_deployed_representation import debugging, recipe, scenarios
 
 PART = "predictions"
-NAMES = ("clip_or_squash", "input_rulers", "more_batches", "formats", "entry_tensor")
+# the questions, each defined by the lesson that asks it, in lesson order
+QUESTIONS = {q.name: q for q in (lesson01_the_ruler.PREDICTION, lesson03_narrow_right_wide.PREDICTION,
+                                 lesson04_more_batches.PREDICTION, lesson05_qdq_vs_qoperator.PREDICTION,
+                                 debugging.PREDICTION)}
+NAMES = tuple(QUESTIONS)
 NEEDS = ("predictions.json",)
 WHERE = " (measured on the lesson's sets and the fixture, not on your files)"  # what every verdict was judged on
 
@@ -130,19 +134,19 @@ def _input_rulers(answer):
 
 def _more_batches(answer):
 
-    predictions.normalise("more_batches", answer)  # a malformed answer costs no conversion
+    lesson04_more_batches.PREDICTION.normalise(answer)  # a malformed answer costs no conversion
     return lesson04_more_batches.judge_more_batches(answer, *lesson_growth(kernels.target_family()))
 
 
 def _formats(answer):
 
-    predictions.normalise("formats", answer)
+    lesson05_qdq_vs_qoperator.PREDICTION.normalise(answer)
     return lesson05_qdq_vs_qoperator.judge_formats(answer, *lesson_formats())
 
 
 def _entry_tensor(answer):
 
-    predictions.normalise("entry_tensor", answer)
+    debugging.PREDICTION.normalise(answer)
     return debugging.judge_entry_tensor(answer, *lesson_entry())
 
 
@@ -156,7 +160,7 @@ def run(ctx: Context) -> list:
     saved = {q: e.get("answer") for q, e in doc.get("predictions", {}).items() if isinstance(e, dict)}
     out = []
     for name in NAMES:
-        q = predictions.QUESTIONS[name]
+        q = QUESTIONS[name]
         if name not in saved:
             out.append(check(PART, name, 0, f"predictions.json has no prediction for {name}: lesson {q.lesson} asks "
                                             f"{q.asks}; run its prediction cell, then hand in again"))

@@ -185,9 +185,19 @@ def range_explorer(values: np.ndarray, presets: dict[str, tuple[float, float]], 
     return box
 
 
+def _clip_or_squash(q: predictions.Question, answer) -> dict:
+    answer = q.mapping(answer, '"clips" and "squashes"')
+    return {k: q.choice(k, answer.get(k), data.KINDS) for k in ("clips", "squashes")}
+
+
+PREDICTION = predictions.Question(
+    "clip_or_squash", "01", "which calibration set will clip the deployed values, and which will squash them",
+    '{"clips": "<narrow, right or wide>", "squashes": "<narrow, right or wide>"}', _clip_or_squash)
+
+
 def judge_clip_or_squash(answer, diagnoses: Mapping[str, object]) -> predictions.Verdict:
     """``diagnoses``: kind -> ``compare.Diagnosis`` (or its kind as a string) of each set's input ruler."""
-    answer = predictions.normalise("clip_or_squash", answer)
+    answer = PREDICTION.normalise(answer)
     kind_of = {k: getattr(d, "kind", d) for k, d in diagnoses.items()}
     parts = []
     for field, wanted in (("clips", "clipping"), ("squashes", "squashing")):

@@ -129,10 +129,28 @@ def summary_lines(doc: dict) -> list[str]:
 PREDICTED_SCALE_REL = 0.01
 
 
+def _input_rulers(q: predictions.Question, answer) -> dict:
+    answer, out = q.mapping(answer, "narrow, right and wide"), {}
+    for kind in KINDS:
+        said = answer.get(kind)
+        if not isinstance(said, Mapping):
+            raise q.fail(kind, '{"scale": ..., "zero_point": ...}', said)
+        zp = said.get("zero_point")
+        if isinstance(zp, bool) or not isinstance(zp, int) or not -128 <= zp <= 127:
+            raise q.fail(f"{kind}.zero_point", "an integer from -128 to 127 (INT8)", zp)
+        out[kind] = {"scale": q.positive(f"{kind}.scale", said.get("scale")), "zero_point": zp}
+    return out
+
+
+PREDICTION = predictions.Question(
+    "input_rulers", "03", "the input scale and zero point each calibration set will produce",
+    '{"narrow": {"scale": <a number>, "zero_point": <an integer>}, "right": {...}, "wide": {...}}', _input_rulers)
+
+
 def judge_input_rulers(answer, rulers: Mapping[str, object], measured: str = "the graph has") -> predictions.Verdict:
     """``rulers``: kind -> the input ruler read back from that set's model (``graph.input_ruler``), or the one its
     range gives (``ruler.ruler_for``); ``measured`` says which, in the message."""
-    answer = predictions.normalise("input_rulers", answer)
+    answer = PREDICTION.normalise(answer)
     parts = []
     for kind in KINDS:
         said, r = answer[kind], rulers[kind]

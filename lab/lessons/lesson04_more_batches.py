@@ -264,6 +264,18 @@ def summary_lines(doc: dict) -> list[str]:
             f"  more wrong data stays worse: {v.get('wrong_stays_worse', '-')}"]
 
 
+def _more_batches(q: predictions.Question, answer) -> dict:
+    answer = q.mapping(answer, '"narrow_reaches_right" and "largest_narrow_range"')
+    return {"narrow_reaches_right": q.flag("narrow_reaches_right", answer.get("narrow_reaches_right")),
+            "largest_narrow_range": q.positive("largest_narrow_range", answer.get("largest_narrow_range"))}
+
+
+PREDICTION = predictions.Question(
+    "more_batches", "04", "whether any number of narrow batches reaches the right data's error, and the range the "
+    "largest narrow calibration will see",
+    '{"narrow_reaches_right": <True or False>, "largest_narrow_range": <a number>}', _more_batches)
+
+
 # The largest range a narrow calibration can see is a judgement about the data (its brightest gain), checked within
 # 2 %: the stream's brightest pixel sits a hair below the gain's limit
 PREDICTED_RANGE_REL = 0.02
@@ -273,7 +285,7 @@ def judge_more_batches(answer, narrow_errors: Mapping[int, float], right_errors:
                        largest_range: float) -> predictions.Verdict:
     """Errors are max abs errors against FP32 per batch count; ``largest_range`` is the largest narrow model's
     ruler width (scale x 255)."""
-    answer = predictions.normalise("more_batches", answer)
+    answer = PREDICTION.normalise(answer)
     best_narrow = min(narrow_errors, key=narrow_errors.get)
     worst_right = max(right_errors, key=right_errors.get)
     reaches = narrow_errors[best_narrow] <= right_errors[worst_right]

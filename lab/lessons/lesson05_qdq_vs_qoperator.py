@@ -239,10 +239,24 @@ def summary_lines(doc: dict) -> list[str]:
     return lines
 
 
+FORMATS = ("QDQ", "QOperator")
+
+
+def _formats(q: predictions.Question, answer) -> dict:
+    answer = q.mapping(answer, '"smaller" and "same_input_ruler"')
+    return {"smaller": q.choice("smaller", answer.get("smaller"), FORMATS),
+            "same_input_ruler": q.flag("same_input_ruler", answer.get("same_input_ruler"))}
+
+
+PREDICTION = predictions.Question(
+    "formats", "05", "which format's file will be smaller, and whether the two input rulers will be the same",
+    '{"smaller": <"QDQ" or "QOperator">, "same_input_ruler": <True or False>}', _formats)
+
+
 def judge_formats(answer, sizes: Mapping[str, int], same_input_ruler: bool) -> predictions.Verdict:
     """``sizes``: format -> file bytes; ``same_input_ruler``: both models' input scale and zero point are equal."""
-    answer = predictions.normalise("formats", answer)
-    smaller = min(predictions.FORMATS, key=lambda f: sizes[f])
+    answer = PREDICTION.normalise(answer)
+    smaller = min(FORMATS, key=lambda f: sizes[f])
     parts = [(answer["smaller"] == smaller,
               f"you said {answer['smaller']} is smaller; measured, QDQ {sizes['QDQ']:,} bytes, "
               f"QOperator {sizes['QOperator']:,} bytes"),

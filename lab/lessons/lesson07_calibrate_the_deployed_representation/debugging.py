@@ -206,9 +206,19 @@ def debug_copy_check(debug_output, deployed_model: str | Path, x: np.ndarray,
                           int((debug.argmax(1) != deployed.argmax(1)).sum()))
 
 
+def _entry_tensor(q: predictions.Question, answer) -> str:
+    if not isinstance(answer, str) or not answer:
+        raise q.fail("the answer", "a tensor name from the graph order, as a string", answer)
+    return answer
+
+
+PREDICTION = predictions.Question("entry_tensor", "07", "the tensor where the flash error enters",
+                                  "a tensor name from `order`, as a string", _entry_tensor)
+
+
 def judge_entry_tensor(answer, entry: object, order: list[str]) -> predictions.Verdict:
     """``entry``: the ``debugging.LayerSQNR`` row where the flash run first falls 10 dB below daylight (or None)."""
-    answer = predictions.normalise("entry_tensor", answer)
+    answer = PREDICTION.normalise(answer)
     measured = getattr(entry, "tensor", None)
     known = "" if answer in order else f" ({answer!r} is not a tensor of this graph: {', '.join(order)})"
     parts = [(answer == measured, f"you said the error enters at {answer}{known}; measured, it enters at {measured}")]
