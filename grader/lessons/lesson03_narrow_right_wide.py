@@ -12,7 +12,7 @@ from grader.group import Group, written_by
 from grader.models import ModelRefused
 from grader.results import Evidence
 from lab import compare, data, graph, ruler
-from lab.data import KINDS
+from lab.data import EPSILON, KINDS
 from lab.lessons.lesson03_narrow_right_wide import HIDDEN
 
 PART = "calibration"
@@ -118,12 +118,12 @@ def run(ctx: Context) -> list:
         probs = ctx.outputs(rel)
         acc = float((probs.argmax(1) == evaluation()[1]).mean())
         acc_rep, slack = number(value(rep, "accuracy")), len(near_boundary(probs)) / len(x)
-        acc_ok = acc_rep is None or abs(acc_rep - acc) <= slack + 1e-9  # lessons that report no accuracy: nothing
+        acc_ok = acc_rep is None or abs(acc_rep - acc) <= slack + EPSILON  # lessons that report no accuracy: nothing
         per["max_abs_error"].append((ok and acc_ok, f"{kind}: max abs error {err:.4f} on the {len(x)} evaluation "
                                      f"images (reported {_g(err_rep)})"
                                      + ("" if acc_ok else f", accuracy {acc:.4f} (reported {_g(acc_rep)})"),
                                      [Evidence(f"{kind} max abs error", err_rep, err, SOFTMAX_STEP, WHY_OUTPUT),
-                                      Evidence(f"{kind} accuracy", acc_rep, acc, slack + 1e-9,
+                                      Evidence(f"{kind} accuracy", acc_rep, acc, slack + EPSILON,
                                                "near-boundary policy: samples whose top-2 margin is within the grid "
                                                "may flip on another CPU")]))
     # the report's inputs and the fixture it measures for contrast: one wrong field costs one model's point
@@ -205,7 +205,7 @@ def _bad_calibration(doc: dict) -> list[str]:
     probs = compare.predict(data.fixture_path("bad-calibration.onnx"), evaluation()[0])
     err = compare.max_abs_error(fp32_outputs(), probs)
     acc = float((probs.argmax(1) == evaluation()[1]).mean())
-    slack = len(near_boundary(probs)) / len(probs) + 1e-9
+    slack = len(near_boundary(probs)) / len(probs) + EPSILON
     wrong = []
     if "max_abs_error" in rep and not close(rep["max_abs_error"], err, SOFTMAX_STEP):
         wrong.append(f"bad_calibration/max_abs_error is {_g(rep['max_abs_error'])}, recomputed {err:.4f}")

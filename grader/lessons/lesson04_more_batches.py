@@ -8,7 +8,7 @@ from grader.context import (SCALE_REL, SOFTMAX_STEP, WHY_OUTPUT, Context, Missin
 from grader.group import Group
 from grader.results import Evidence
 from lab import compare, contract, data, graph, ruler
-from lab.data import data_sha256
+from lab.data import EPSILON, data_sha256
 from lab.lessons import lesson04_more_batches
 from lab.lessons.lesson04_more_batches import narrow_batches
 
@@ -141,7 +141,7 @@ def _rows_and_verdict(ctx: Context, doc: dict, models: list, reported: dict, run
         if pixels is not None:
             row.update(calibration_sha256=data_sha256(pixels), calibration_range=ruler.calibration_range(pixels))
         mine.append(row)
-        slack = len(near_boundary(probs)) / len(probs) + 1e-9
+        slack = len(near_boundary(probs)) / len(probs) + EPSILON
         tol = {"scale": SCALE_REL * r.scale, "range_seen": r.scale / 2, "max_abs_error": SOFTMAX_STEP, "accuracy": slack,
                "calibration_range": 1e-6}
         for key, want in row.items():

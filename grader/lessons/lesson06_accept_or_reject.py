@@ -152,13 +152,13 @@ def _compare_summary(name: str, rep: dict, mine: dict, probs: np.ndarray, exact:
            f"near-boundary policy: {allowed} sample(s) with a top-2 margin within {MARGIN:.4f} may flip")
     ev = [Evidence(f"{name} count", count_rep, mine["count"], 0, "exact"),
           Evidence(f"{name} correct", correct_rep, mine["correct"], allowed, why),
-          Evidence(f"{name} accuracy", acc_rep, mine["accuracy"], allowed / mine["count"] + 1e-9, why)]
+          Evidence(f"{name} accuracy", acc_rep, mine["accuracy"], allowed / mine["count"] + EPSILON, why)]
     problems, notes = [], []
     if count_rep != mine["count"]:
         problems.append(f"count {count_rep}, expected {mine['count']}")
     if not isinstance(correct_rep, int) or abs(correct_rep - mine["correct"]) > allowed:
         problems.append(f"correct {correct_rep}, recomputed {mine['correct']}")
-    if acc_rep is None or abs(acc_rep - mine["accuracy"]) > allowed / mine["count"] + 1e-9:
+    if acc_rep is None or abs(acc_rep - mine["accuracy"]) > allowed / mine["count"] + EPSILON:
         problems.append(f"accuracy {acc_rep}, recomputed {mine['accuracy']:.4f} (a 0-1 ratio)")
     if conf_rep.shape != (10, 10):
         problems.append("confusion is not 10x10")
@@ -247,7 +247,7 @@ def _decisions(doc: dict, mine: dict, probs: dict):
           Evidence("accept_candidate", rep_accept, accept, None, "recomputed from the grader's accuracies"),
           Evidence("reject_bad", rep_reject, reject, None, "recomputed from the grader's accuracies")]
     bad_slack = len(near_boundary(probs["bad"])) / n
-    for field, want, tol in (("loss", loss, slack + 1e-9), ("bad_loss", bad_loss, bad_slack + 1e-9)):
+    for field, want, tol in (("loss", loss, slack + EPSILON), ("bad_loss", bad_loss, bad_slack + EPSILON)):
         got = number(value(doc, field))
         if field in doc and (got is None or abs(got - want) > tol):  # FP32 accuracy minus the model's
             score = max(0.0, score - 0.25)
@@ -352,7 +352,7 @@ def _same(got, want: dict) -> str:
         if got.get(key) != want[key]:
             return f"{key} is {got.get(key)!r}, expected {want[key]}"
     acc = number(got.get("accuracy"))
-    if acc is None or abs(acc - want["accuracy"]) > 1e-9:
+    if acc is None or abs(acc - want["accuracy"]) > EPSILON:
         return f"accuracy is {got.get('accuracy')!r}, expected {want['accuracy']:.4f} (a 0-1 ratio)"
     conf = got.get("confusion")
     try:

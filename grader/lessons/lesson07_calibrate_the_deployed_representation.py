@@ -6,6 +6,7 @@ from grader.group import Group
 from grader.lessons import lesson02_the_calibration_reader
 from grader.results import Evidence
 from lab import data, graph, kernels, ruler
+from lab.data import EPSILON
 from lab.lessons.lesson07_calibrate_the_deployed_representation import recipe, scenario_checks
 
 PART = "release"
@@ -107,17 +108,17 @@ def run(ctx: Context) -> list:
         rep = rows.get(name, {})
         slack = max(1, s.changed) / s.count
         fa, ia, err, lo = (number(value(rep, k)) for k in ("fp32_accuracy", "int8_accuracy", "max_abs_error", "loss"))
-        good = (fa is not None and abs(fa - s.fp32_accuracy) <= 1e-9 and ia is not None
+        good = (fa is not None and abs(fa - s.fp32_accuracy) <= EPSILON and ia is not None
                 and abs(ia - s.int8_accuracy) <= slack and err is not None and abs(err - s.max_abs_error) <= SOFTMAX_STEP
                 and rep.get("verdict") == s.verdict
-                and lo is not None and abs(lo - (fa - ia)) <= 1e-9)  # FP32 - INT8
+                and lo is not None and abs(lo - (fa - ia)) <= EPSILON)  # FP32 - INT8
         ok_count += good
         ev += [Evidence(f"{name} INT8 accuracy", ia, s.int8_accuracy, slack,
                         "near-boundary policy: the images whose answer changed may flip on another CPU"),
                Evidence(f"{name} max abs error", err, s.max_abs_error, SOFTMAX_STEP, WHY_OUTPUT),
                Evidence(f"{name} loss (FP32 accuracy - INT8 accuracy)", lo, s.loss, slack,
                         "near-boundary policy, as for the INT8 accuracy; and exactly your FP32 minus INT8 accuracy")]
-        if lo is not None and fa is not None and ia is not None and abs(lo - (fa - ia)) > 1e-9:
+        if lo is not None and fa is not None and ia is not None and abs(lo - (fa - ia)) > EPSILON:
             msgs.append(f"{name}: reported loss {lo:.4g} is not FP32 accuracy minus INT8 accuracy "
                         f"({fa - ia:.4g}): loss = fp32_accuracy - int8_accuracy, positive when INT8 is worse")
             continue
