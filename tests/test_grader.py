@@ -306,3 +306,18 @@ def test_nothing_one_run_leaves_reaches_the_next(good_zip, tmp_path):
     second = sandbox.run(sub.root, task).data["cases"][0]["returned"]
     assert "left-behind.txt" not in second["seen"]
     assert second["processes"] == first["processes"], "the sleeper from the first run is still alive"
+
+
+@pytest.mark.parametrize("steps, kept", [(0.5, True), (1.5, False)])
+def test_lesson_06s_probability_sums_are_judged_within_the_labs_tolerance(good_zip, tmp_path, steps, kept):
+    """The candidate's reported minimum row sum, moved by a fraction of lesson 06's probability_tolerance (the lab's,
+    not a looser copy of the grader's): within it the check holds, beyond it the point is lost."""
+    files = corpus.read_zip(good_zip)
+    doc = json.loads(files["regression.json"])
+    rec = doc["models"]["candidate"]["probabilities"]
+    rec["min_sum"] -= steps * rec["tolerance"]
+    zip_path = tmp_path / "moved.zip"
+    zip_path.write_bytes(corpus.pack({**files, "regression.json": json.dumps(doc, indent=2).encode()}))
+    result = core.grade(zip_path)
+    (probabilities,) = [c for c in result.checks if (c.part, c.name) == ("acceptance", "probabilities")]
+    assert probabilities.passed is kept, probabilities.message
