@@ -2,6 +2,7 @@
 
 ``explore`` and ``draw`` are pure; ``range_explorer`` is a thin ipywidgets wrapper over them,
 so the static figure (papermill, nbval) and the live widget (JupyterLab) show the same thing.
+The lesson's prediction (``PREDICTION``: which set clips, which squashes) and its judge live here too.
 
 The module of ``notebooks/01_the_ruler.ipynb``.
 """

@@ -2,7 +2,8 @@
 
 The notebook converts (the student's exercise), then reads each model's rulers back from its graph; this module
 holds the check of that exercise and the report the lesson writes (``results.json``), which the grader's reference
-hand-in builds with the same call.
+hand-in builds with the same call, and the lesson's prediction (``PREDICTION``: each set's input ruler, worked out
+by hand) with its judge.
 
 The module of ``notebooks/03_narrow_right_wide.ipynb``.
 """

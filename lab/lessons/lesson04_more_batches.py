@@ -3,7 +3,8 @@
 Lesson 04: more batches of the wrong distribution never widen the ruler past what that
 distribution holds, so the error stays where it was; one or two batches of the right data
 beat them all. Each batch count gets its own model, ``<kind>-NNN.onnx``. This module holds the narrow stream
-(``narrow_batches``), the series (``grow``), its report and its figure (``growth_figure``).
+(``narrow_batches``), the series (``grow``), its report, its figure (``growth_figure``) and the lesson's
+prediction (``PREDICTION``) with its judge.
 
 The module of ``notebooks/04_more_batches.ipynb``.
 """

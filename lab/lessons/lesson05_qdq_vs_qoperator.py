@@ -2,7 +2,8 @@
 
 ``quantize_both_formats`` converts once per format from the same calibration ranges (the exercise calls it); the
 rest compares the two models (how far each is from FP32, how far apart they are, in output-grid steps), checks the
-exercise, assembles the lesson's report (``formats.json``) and draws ``difference_histogram``.
+exercise, assembles the lesson's report (``formats.json``), draws ``difference_histogram``, and asks and judges
+the lesson's prediction (``PREDICTION``: which file is smaller, whether the rulers agree).
 
 The module of ``notebooks/05_qdq_vs_qoperator.ipynb``.
 """

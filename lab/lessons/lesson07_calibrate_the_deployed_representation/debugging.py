@@ -4,7 +4,8 @@ SQNR (signal to quantization noise ratio) is ``20 log10(|reference| / |reference
 in dB: 40 dB means the error is 1 % of the signal, 20 dB means 10 %. Two numbers per tensor:
 ``own`` compares the tensor just before and just after its QuantizeLinear/DequantizeLinear pair in
 the INT8 model (what that one ruler does), ``vs_fp32`` compares the INT8 model's tensor with the
-FP32 model's (everything accumulated so far).
+FP32 model's (everything accumulated so far). Lesson 07's prediction (``PREDICTION``: the tensor where the
+flash error enters) and its judge live here, beside the measurement that settles it.
 """
 from __future__ import annotations
 
