@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     code = run.main(argv)
     if code != 0:
         return code
-    args = run._parse_args(argv)  # the options run.main just accepted: where the workspace and the zip go
+    args = run.parse_args(argv)  # the options run.main just accepted: where the workspace and the zip go
     return print_grade(Path(args.work_dir).resolve(), Path(args.out).resolve())
 
 

@@ -34,7 +34,7 @@ def _cache_range(ctx: Context, doc: dict) -> tuple[tuple[float, float] | None, s
     tensors = value(cache, "data")
     if not isinstance(tensors, dict) or not tensors:
         return None, (f"{CACHE} field 'data' holds no ranges (expected one per tensor, 'pixels' among them); "
-                      "re-run lesson 05, which writes it with lab.convert.quantize_both_formats")
+                      "re-run lesson 05, which writes it with its quantize_both_formats")
     for name, entry in tensors.items():
         lo, hi = (value(entry, f"{end}.data") for end in ("lowest", "highest"))
         ok = all(isinstance(v, list) and len(v) == 1 and number(v[0]) is not None for v in (lo, hi))

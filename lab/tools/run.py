@@ -283,7 +283,7 @@ def timing_table(runs: list[LessonRun]) -> list[str]:
     return lines
 
 
-def _parse_args(argv: list[str]) -> argparse.Namespace:
+def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m lab run", description=__doc__.splitlines()[0])
     parser.add_argument("--work-dir", default=DEFAULT_WORK_DIR, help="the one workspace every lesson writes into")
     parser.add_argument("--out", default=DEFAULT_OUT, help="folder for the executed copies of the lessons")
@@ -297,7 +297,7 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parse_args(sys.argv[1:] if argv is None else argv)
+    args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         notebooks_dir = find_notebooks(args.notebooks)
         lessons = select(discover(notebooks_dir), args.only)
