@@ -475,12 +475,12 @@ KIT_CASES = {
         "families.check_prediction(", False, ("NO  reduce_range", "no pair can saturate")),
     "08 CHOICE is the whole row": (
         "08_the_quantization_toolbox", "CHOICE = best", lambda s: s.replace('CHOICE = best["settings"]', "CHOICE = best"),
-        "tb.check_choice_input(", True, ("ChoiceError", "CHOICE is a whole row of cands")),
+        "toolbox.check_choice_input(", True, ("ChoiceError", "CHOICE is a whole row of cands")),
     "08 CHOICE that is too big": (
         "08_the_quantization_toolbox", "CHOICE = best",
         lambda s: s.replace('CHOICE = best["settings"]', 'CHOICE = next(r for r in cands if r["accuracy_loss"] == 0 '
-                                                          'and r["size_ratio"] > tb.MAX_SIZE_RATIO)["settings"]'),
-        "tb.check_choice_input(", False, ("meets the requirement on the evaluation images", "not met: size")),
+                                                          'and r["size_ratio"] > toolbox.MAX_SIZE_RATIO)["settings"]'),
+        "toolbox.check_choice_input(", False, ("meets the requirement on the evaluation images", "not met: size")),
 }
 
 
@@ -508,6 +508,8 @@ def _kit_lesson_with(kit_nb: Path, answer_marker: str, answer, stop_marker: str)
         cells.append(cell)
         if stop_marker in cell.source:
             break
+    else:
+        raise AssertionError(f"{kit_nb.name} has no cell holding {stop_marker!r}: the case would run the whole lesson")
     nb.cells = cells
     return nb
 
