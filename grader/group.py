@@ -18,12 +18,6 @@ from grader.results import Check
 from lab import contract
 
 
-def written_by(rel: str) -> str | None:
-    """The lesson that writes ``rel`` (a file or a family's name, ``growth/narrow-NNN.onnx``) into the workspace,
-    as the contract says. None for a file no lesson writes."""
-    return contract.lesson_of(rel)
-
-
 @dataclass(frozen=True)
 class Group:
     """One lesson group: its rubric checks, the files it needs, and the function that checks them."""
@@ -37,7 +31,7 @@ class Group:
 
     def writer(self, rel: str) -> str:
         """The lesson a message tells the student to re-run for ``rel``: the contract's, else the group's own."""
-        return written_by(rel) or self.lesson
+        return contract.lesson_of(rel) or self.lesson
 
     def declared(self) -> tuple[tuple[str, str], ...]:
         """Every (rubric part, check) this group produces, hidden ones included, in the order it produces them."""

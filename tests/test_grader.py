@@ -20,7 +20,6 @@ import pytest
 from bad_submissions import corpus
 from grader import core, reference, sandbox
 from grader.context import HIDDEN, points, rubric
-from grader.group import written_by
 from grader.lessons import lesson08_the_quantization_toolbox
 from grader.results import GradeResult
 from lab import contract, schemas
@@ -226,8 +225,8 @@ def test_groups_read_the_workspace_contract():
         for rel in group.needs:
             assert contract.handed_in(rel), f"lesson {group.lesson} needs {rel}, which lab.contract does not hand in"
             assert group.writer(rel) == contract.lesson_of(rel)
-    assert written_by("growth/narrow-NNN.onnx") == "04" and written_by("predictions.json") == "01"
-    assert written_by("formats/model.calibration.json") == "05" and written_by("notes.txt") is None
+    assert contract.lesson_of("growth/narrow-NNN.onnx") == "04" and contract.lesson_of("predictions.json") == "01"
+    assert contract.lesson_of("formats/model.calibration.json") == "05" and contract.lesson_of("notes.txt") is None
 
 
 def test_a_group_that_fails_names_all_its_checks_hidden_ones_included(good_zip, monkeypatch):

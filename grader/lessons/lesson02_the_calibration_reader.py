@@ -10,9 +10,9 @@ from onnxruntime.quantization.calibrate import CalibrationMethod, create_calibra
 
 from grader import own_code, sandbox
 from grader.context import RANGE_REL, SCALE_REL, Context, Missing, charged_under, check
-from grader.group import Group, written_by
+from grader.group import Group
 from grader.results import Evidence
-from lab import data, graph, ruler
+from lab import contract, data, graph, ruler
 from lab.data import BATCH_SIZE
 from lab.readers import ArrayReader
 
@@ -263,7 +263,7 @@ def _range_check(ctx: Context, first: np.ndarray | None, pixels: np.ndarray):
         model = ctx.model("right.onnx")
     except Missing:
         return check(PART, "range_from_reader", 0,
-                     f"right.onnx is missing; lesson {written_by('right.onnx')} writes it with this reader")
+                     f"right.onnx is missing; lesson {contract.lesson_of('right.onnx')} writes it with this reader")
     lo, hi = calibrator_range(first)
     scale, zp = ruler.scale_zero_point(lo, hi, "int8")
     got = graph.input_ruler(model)

@@ -8,10 +8,10 @@ import numpy as np
 from grader.context import (RANGE_REL, SCALE_REL, SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, Missing, charged_under,
                             check, close, common_claims, entry, evaluation, fp32_outputs, near_boundary, number,
                             provenance, value)
-from grader.group import Group, written_by
+from grader.group import Group
 from grader.models import ModelRefused
 from grader.results import Evidence
-from lab import compare, data, graph, ruler
+from lab import compare, contract, data, graph, ruler
 from lab.data import EPSILON, KINDS
 from lab.lessons.lesson03_narrow_right_wide import HIDDEN
 
@@ -268,7 +268,8 @@ def _dynamic(ctx: Context, doc: dict):
         model = ctx.model("dynamic.onnx")
     except Missing:
         return check(PART, "dynamic", 0,
-                     f"dynamic.onnx is missing; lesson {written_by('dynamic.onnx')} writes it with quantize_dynamic")
+                     f"dynamic.onnx is missing; lesson {contract.lesson_of('dynamic.onnx')} writes it with "
+                     "quantize_dynamic")
     fmt = graph.quant_format(model)
     err = compare.max_abs_error(fp32_outputs(), ctx.outputs("dynamic.onnx"))
     rec = value(doc, "dynamic") or {}

@@ -6,9 +6,9 @@ from onnx import numpy_helper
 
 from grader.context import (SCALE_REL, SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, check, close, common_claims,
                             evaluation, fp32_outputs, integer, near_boundary, number, provenance, short, value)
-from grader.group import Group, written_by
+from grader.group import Group
 from grader.results import Evidence
-from lab import compare, data, graph, ruler
+from lab import compare, contract, data, graph, ruler
 from lab.lessons import lesson05_qdq_vs_qoperator
 
 # The three files lesson 05 writes, named by its own constants (the workspace folder and the stem it converts to)
@@ -26,8 +26,8 @@ def _cache_range(ctx: Context, doc: dict) -> tuple[tuple[float, float] | None, s
     if named != CACHE:
         return None, f"formats.json calibration/cache is {named!r}; lesson 05's cache is {CACHE}"
     if not ctx.has(CACHE):
-        return None, (f"{CACHE} is not in the submission: lesson {written_by(CACHE)} writes it, and both formats "
-                      "are built from it")
+        return None, (f"{CACHE} is not in the submission: lesson {contract.lesson_of(CACHE)} writes it, and both "
+                      "formats are built from it")
     if value(doc, "calibration.cache_sha256") != data.file_sha256(ctx.sub.path(CACHE)):
         return None, f"formats.json calibration/cache_sha256 is not the hash of {CACHE} (changed after the lesson?)"
     cache = ctx.doc(CACHE)  # the strict loader refused NaN, -1e999 and duplicate keys at intake
