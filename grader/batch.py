@@ -31,30 +31,15 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from grader import models, sandbox
+from grader.core import grade, possible_points
+from grader.report import write_report
+from grader.results import GradeResult
+from grader.rubric import rubric
+from grader.sandbox import Limits
+from grader.submission import sha256_of_input, student_from_path
 from grader.version import __version__
-
-
-def _without_unused_format_checkers() -> None:
-    """Keep jsonschema from importing ``rfc3987_syntax``: about 2 s of every grading process's start.
-
-    jsonschema imports it, when installed (JupyterLab's dependencies install it), only to offer an "iri"
-    format checker, and importing it compiles 38 Lark grammars. The lab's schemas use no "format" and
-    are validated without a format checker, so validation is the same without it.
-    """
-    if "jsonschema" not in sys.modules:
-        sys.modules.setdefault("rfc3987_syntax", None)  # None in sys.modules: importing it raises ImportError
-
-
-_without_unused_format_checkers()
-
-from grader import models, sandbox  # noqa: E402 - after the line above, which must run before jsonschema loads
-from grader.core import grade, possible_points  # noqa: E402
-from grader.report import write_report  # noqa: E402
-from grader.results import GradeResult  # noqa: E402
-from grader.rubric import rubric  # noqa: E402
-from grader.sandbox import Limits  # noqa: E402
-from grader.submission import sha256_of_input, student_from_path  # noqa: E402
-from lab.workspace import atomic_write_text  # noqa: E402
+from lab.workspace import atomic_write_text
 
 
 def find_submissions(folder: Path, out: Path | None = None) -> list[Path]:
