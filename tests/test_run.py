@@ -195,3 +195,20 @@ def test_a_cell_over_the_time_limit_is_named(tmp_path, capsys):
                      "--timeout", "2"])
     assert code == 1
     assert "FAILED: 00_slow.ipynb, cell 4 (time.sleep(60)): CellTimeoutError" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_executed_copy_is_rewritten_sparsely_while_it_runs_and_whole_at_the_end(tmp_path):
+    """papermill rewrites the copy before and after every cell; the lab's engine at most every SAVE_EVERY_S
+    seconds. A cell that reads its own executed copy from disk sees none of the earlier cells' outputs yet;
+    the copy written at the end holds every output."""
+    src, out = tmp_path / "notebooks", tmp_path / "build"
+    src.mkdir()
+    peek = (f'on_disk = json.loads(pathlib.Path({str(out / "00_peek.ipynb")!r}).read_text())\n'
+            'print("outputs on disk:", sum(bool(c.get("outputs")) for c in on_disk["cells"]))')
+    nbformat.write(lesson('print("first")', 'print("second")', peek), src / "00_peek.ipynb")
+    result = run.run_lesson(src / "00_peek.ipynb", out, {"WORK_DIR": str(tmp_path / "ws")}, cwd=src)
+    assert result.ok, result
+    cells = nbformat.read(out / "00_peek.ipynb", as_version=4).cells
+    printed = ["".join(o.get("text", "") for o in c.get("outputs", [])) for c in cells if c.cell_type == "code"]
+    assert printed[-3:] == ["first\n", "second\n", "outputs on disk: 0\n"], printed

@@ -22,6 +22,7 @@ from pathlib import Path
 import nbformat
 import papermill
 from jupyter_client.manager import AsyncKernelManager
+from papermill.engines import NBClientEngine, papermill_engines
 from papermill.exceptions import PapermillExecutionError
 from tqdm import tqdm
 
@@ -35,6 +36,8 @@ DEFAULT_WORK_DIR = "build/workspace"
 DEFAULT_OUT = "build/notebooks"
 DEFAULT_TIMEOUT = 900
 START_TIMEOUT = 120
+SAVE_EVERY_S = 10
+"""While a lesson runs, its executed copy is rewritten at most this often (papermill rewrites it twice per cell)."""
 LESSON_GLOB = "[0-9][0-9]_*.ipynb"
 RUN_LOG = "run-log.json"
 KERNEL_LOG = "kernel-stderr.log"
@@ -233,6 +236,34 @@ def kernel_manager_logging_to(log_path: Path) -> type:
     return LoggingKernelManager
 
 
+class SparseSavesEngine(NBClientEngine):
+    """papermill's own engine, saving the executed copy at most every ``SAVE_EVERY_S`` seconds while it runs.
+
+    papermill rewrites the whole executed notebook, figures and all, before and after every cell: 40 ms per
+    rewrite of lesson 08 (nbformat's indented JSON), about a second and a half of the lesson. The copy is
+    still written in full when the lesson ends, fails or times out (papermill's ``notebook_complete``), and
+    a long lesson's copy still shows its progress every ``SAVE_EVERY_S`` seconds.
+    """
+
+    @classmethod
+    def execute_managed_notebook(cls, nb_man, kernel_name, **kwargs):
+        every_save = nb_man.save
+
+        def sparse_save(**kw):
+            if (nb_man.now() - nb_man.last_save_time).total_seconds() >= SAVE_EVERY_S:
+                every_save(**kw)
+
+        nb_man.save = sparse_save
+        try:
+            return super().execute_managed_notebook(nb_man, kernel_name, **kwargs)
+        finally:
+            nb_man.save = every_save  # papermill's last save, after this returns, always writes
+
+
+ENGINE = "calibration-lab"
+papermill_engines.register(ENGINE, SparseSavesEngine)
+
+
 def run_lesson(notebook: Path, out_dir: Path, parameters: dict[str, object],
                timeout: float = DEFAULT_TIMEOUT, cwd: Path = NOTEBOOKS) -> LessonRun:
     """Execute one lesson into ``out_dir`` with papermill; a failure is returned, not raised."""
@@ -246,7 +277,7 @@ def run_lesson(notebook: Path, out_dir: Path, parameters: dict[str, object],
         papermill.execute_notebook(
             str(notebook), str(output), parameters=parameters, kernel_name=KERNEL_NAME, cwd=str(cwd),
             execution_timeout=timeout, start_timeout=START_TIMEOUT,
-            log_output=False, progress_bar=False,
+            log_output=False, progress_bar=False, engine_name=ENGINE,
             kernel_manager_class=kernel_manager_logging_to(out_dir / KERNEL_LOG))
     except Exception as exc:  # every failure becomes a value naming the cell
         failure = describe_failure(exc, output)
