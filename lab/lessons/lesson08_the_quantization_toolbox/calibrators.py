@@ -55,7 +55,8 @@ def entropy_candidates(num_bins: int, num_quantized_bins: int = 128) -> int:
 # ---- Entropy's threshold search, vectorised -------------------------------------------------------
 # ORT's HistogramCollector.get_entropy_threshold tries every candidate window in a Python loop (Python's
 # sum() over numpy slices, one loop step per quantized bin): about a second per tensor at 2048 bins.
-# entropy_threshold builds the same p and q for every candidate at once and returns the same threshold.
+# entropy_threshold scores every candidate at once from the histogram's cumulative sums, then lets ORT's
+# own arithmetic decide between the few that could win; it returns the same threshold.
 SMOOTH_EPS = 0.0001
 """``smooth_distribution``'s default ``eps``, which ``get_entropy_threshold`` uses."""
 SCREEN_TOLERANCE = 3e-5
@@ -63,9 +64,13 @@ SCREEN_TOLERANCE = 3e-5
 
 ORT's float32 pipeline (smoothing, normalising by pairwise sums, ``log``, a pairwise sum of the terms)
 errs by well under ``(60 + 60 * sum |terms|)`` float32 units in the last place (2**-24 each), about
-``4e-6 * (1 + sum |terms|)``; the tolerance is 8x that, so no candidate that could win is dropped."""
-CHUNK_CELLS = 1 << 21
-"""Candidates x bins per vectorised pass (about 16 MB per float64 array)."""
+``4e-6 * (1 + sum |terms|)``; the tolerance is 8x that, so no candidate that could win is dropped.
+The screen bounds ``sum |terms|`` from above by the entropy of p plus the cross-entropy of p and q
+(each term is ``pk log pk - pk log qk``, both parts of one sign), which only widens the margin."""
+TAYLOR_TERMS = 6
+"""Powers of eps1 kept in the expansion of each smoothed count's ``(h - eps1) log(h - eps1)``."""
+CHUNK_CELLS = 1 << 20
+"""Candidates x quantized bins per vectorised pass (8 MB per float64 array)."""
 
 
 def entropy_windows(num_bins: int, num_quantized_bins: int) -> tuple[np.ndarray, np.ndarray]:
@@ -75,57 +80,137 @@ def entropy_windows(num_bins: int, num_quantized_bins: int) -> tuple[np.ndarray,
     return zero - i, np.minimum(zero + i + 1, num_bins)
 
 
-def _window_pq(hist: np.ndarray, cum: np.ndarray, start: np.ndarray, end: np.ndarray, num_quantized_bins: int):
-    """ORT's ``p`` and ``q`` for windows ``[start, end)`` that merge the same number of bins per quantized bin
-    (``length // num_quantized_bins``): one row per candidate, zero past each window's length.
+def _window_pq(hist: np.ndarray, cum: np.ndarray, start: int, end: int, num_quantized_bins: int):
+    """ORT's ``p`` and ``q`` for the window ``[start, end)``: integers, exactly as ORT computes them.
 
     ``p``: the window's counts, with everything left of it added to its first bin and everything right
     of it to its last. ``q``: the window's counts (without those outliers) summed into
-    ``num_quantized_bins`` groups of ``merged`` bins (the last group also takes the remainder), each
-    spread evenly, floored, over the group's bins where ``p`` is non-zero; remainder bins get 0.
-    Integers, exactly as ORT computes them (``cum`` is ``hist``'s cumulative sum from 0).
+    ``num_quantized_bins`` groups of ``length // num_quantized_bins`` bins (the last group also takes the
+    remainder); each group's sum divided by the number of its bins where ``p`` is non-zero, truncated,
+    and written to every bin of the group; remainder bins get 0. ``cum`` is ``hist``'s cumulative sum from 0.
     """
-    n = hist.size
-    length = end - start
-    merged = int(length[0]) // num_quantized_bins
-    assert (length // num_quantized_bins == merged).all(), "one merge width per call"
-    width = int(length.max())
-    rows = np.arange(start.size)
-    valid = np.arange(width)[None, :] < length[:, None]
-    padded = np.concatenate([hist, np.zeros(width, dtype=hist.dtype)])
-    sliced = np.lib.stride_tricks.sliding_window_view(padded, width)[start] * valid
+    sliced = np.asarray(hist[start:end], dtype=np.int64)
     p = sliced.copy()
-    p[:, 0] += cum[start]
-    p[rows, length - 1] += cum[n] - cum[end]
+    p[0] += cum[start]
+    p[-1] += cum[-1] - cum[end]
+    merged = sliced.size // num_quantized_bins
     covered = merged * num_quantized_bins
-    q = np.zeros(p.shape, dtype=np.int64)
-    if merged:
-        groups = (start.size, num_quantized_bins, merged)
-        quantized = sliced[:, :covered].reshape(groups).sum(axis=2, dtype=np.int64)
-        quantized[:, -1] += sliced[:, covered:].sum(axis=1, dtype=np.int64)
-        norm = (p[:, :covered] != 0).reshape(groups).sum(axis=2, dtype=np.int64)
-        spread = norm != 0
-        per_bin = np.where(spread, (quantized / np.where(spread, norm, 1)).astype(np.int64), 0)
-        q[:, :covered] = np.repeat(per_bin, merged, axis=1)
-    return p, q, valid, length
-
-
-def _smoothed(x: np.ndarray, valid: np.ndarray, length: np.ndarray):
-    """``smooth_distribution`` per row, in float64: (values, all-zero rows, eps1 per row)."""
-    nonzeros = (valid & (x != 0)).sum(axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        eps1 = SMOOTH_EPS * (length - nonzeros) / nonzeros
-    smooth = np.where(valid, np.where(x != 0, x - eps1[:, None], SMOOTH_EPS), 0.0)
-    return smooth, nonzeros == 0, eps1
+    quantized = sliced[:covered].reshape(num_quantized_bins, merged).sum(axis=1)
+    quantized[-1] += sliced[covered:].sum()
+    norm = (p[:covered] != 0).reshape(num_quantized_bins, merged).sum(axis=1)
+    q = np.zeros(p.size, dtype=np.int64)
+    q[:covered] = np.repeat(np.where(norm != 0, (quantized / np.where(norm != 0, norm, 1)).astype(np.int64), 0), merged)
+    return p, q
 
 
 def _ort_divergence(hist, cum, start: int, end: int, num_quantized_bins: int, dtype) -> np.ndarray:
     """One candidate's KL divergence, computed by ORT's own ``smooth_distribution`` and ``entropy``."""
-    p, q, _, length = _window_pq(hist, cum, np.array([start]), np.array([end]), num_quantized_bins)
-    p, q = smooth_distribution(p[0, :length[0]]), smooth_distribution(q[0, :length[0]])
+    p, q = _window_pq(hist, cum, start, end, num_quantized_bins)
+    p, q = smooth_distribution(p), smooth_distribution(q)
     if p is None or q is None:
         return np.array(np.inf, dtype=dtype)
     return np.array(ort_entropy(p, q), dtype=dtype)
+
+
+def _xlogx(x):
+    """``x log x`` with 0 for 0, elementwise, in float64."""
+    x = np.asarray(x, dtype=np.float64)
+    return x * np.log(np.where(x > 0, x, 1.0))
+
+
+class _OrtFallback(Exception):
+    """A window ``smooth_distribution`` would reject (eps1 >= 1): ORT's own loop decides, and raises if it must."""
+
+
+def _screen(hist: np.ndarray, cum: np.ndarray, starts: np.ndarray, ends: np.ndarray, num_quantized_bins: int):
+    """Every candidate window's KL divergence in float64 and its screening tolerance, from cumulative sums.
+
+    With ``N`` counts in all, ``p`` sums to ``N`` and ``q`` to ``Q``, and smoothing keeps both sums, so
+    ``KL = A/N - log N - B/N + log Q`` with ``A = sum ps log ps`` and ``B = sum ps log qs`` (``ps``, ``qs``
+    the smoothed counts). ``qs`` is one value per quantized group (``q`` is constant on a group), so ``B``
+    needs only each group's sum of ``ps``; ``A`` needs ``(h - eps1) log(h - eps1)`` summed over the
+    window's non-zero counts, expanded in powers of the window's ``eps1`` (at most 0.21 here: ``eps1``
+    is ``eps`` times zeros per non-zero) and summed with cumulative sums; the remainder's bound is added
+    to the tolerance. Only the two end bins, which carry the outliers, are computed one by one.
+    """
+    n_all = int(cum[-1])
+    eps, log_eps = SMOOTH_EPS, np.log(SMOOTH_EPS)
+    h = np.asarray(hist, dtype=np.float64)
+    nonzero = h != 0
+    safe = np.where(nonzero, h, 1.0)
+    zero_pad = np.zeros(1)
+    cnz = np.concatenate([[0], np.cumsum(nonzero, dtype=np.int64)])
+    c_xlogx = np.concatenate([zero_pad, np.cumsum(_xlogx(h))])
+    c_log1 = np.concatenate([zero_pad, np.cumsum(np.where(nonzero, np.log(safe) + 1.0, 0.0))])
+    c_pow = [np.concatenate([zero_pad, np.cumsum(np.where(nonzero, safe ** (1 - k), 0.0))])
+             for k in range(2, TAYLOR_TERMS + 1)]
+    kl, tolerance = np.full(starts.size, np.inf), np.zeros(starts.size)
+    rows = max(1, CHUNK_CELLS // max(1, num_quantized_bins))
+    for a in range(0, starts.size, rows):
+        s, e = starts[a:a + rows], ends[a:a + rows]
+        length = e - s
+        merged = length // num_quantized_bins
+        ok = merged > 0  # windows narrower than num_quantized_bins: q is all zeros, KL inf (ORT's None)
+        if not ok.any():
+            continue
+        s, e, length, merged, at = s[ok], e[ok], length[ok], merged[ok], np.arange(a, a + len(ok))[ok]
+        left, right = cum[s], n_all - cum[e]
+        one = length == 1
+        # the end bins of p carry the outliers; one bin (one == True) carries both
+        first = hist[s] + left + np.where(one, right, 0)
+        last = np.where(one, 0, hist[e - 1] + right)
+        d_first = (first != 0).astype(np.int64) - (hist[s] != 0)
+        d_last = np.where(one, 0, (last != 0).astype(np.int64) - (hist[e - 1] != 0))
+        nz_p = cnz[e] - cnz[s] + d_first + d_last
+        # q: group g covers [s + g*merged, s + (g+1)*merged); the remainder up to e belongs to no group's bins
+        bounds = np.multiply.outer(merged, np.arange(num_quantized_bins + 1))
+        bounds += s[:, None]
+        at_bounds, nz_bounds = cum[bounds], cnz[bounds]
+        counts = at_bounds[:, 1:] - at_bounds[:, :-1]  # the window's counts per group, outliers left out
+        norm = nz_bounds[:, 1:] - nz_bounds[:, :-1]  # non-zero bins of p per group
+        covered_end = bounds[:, -1]
+        last_in_cover = ~one & (e == covered_end)
+        norm[:, 0] += d_first
+        norm[last_in_cover, -1] += d_last[last_in_cover]
+        ps = counts.astype(np.float64)  # becomes p summed over each group's bins, outliers included, then smoothed
+        ps[:, 0] += left + np.where(one, right, 0)
+        ps[last_in_cover, -1] += right[last_in_cover]
+        counts[:, -1] += cum[e] - cum[covered_end]  # q's last group takes the remainder
+        v = (counts / np.maximum(norm, 1)).astype(np.int64)  # q's value on each bin of the group, truncated
+        v[norm == 0] = 0
+        live = v > 0
+        nz_q = merged * np.count_nonzero(live, axis=1)
+        q_total = merged * v.sum(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            eps_p = eps * (length - nz_p) / nz_p
+            eps_q = eps * (length - nz_q) / nz_q
+        empty = (nz_p == 0) | (nz_q == 0)
+        if (eps_p[~empty] >= 1).any() or (eps_q[~empty] >= 1).any():
+            raise _OrtFallback
+        ep, eq = np.where(empty, 0.0, eps_p), np.where(empty, 0.0, eps_q)
+        # B = sum over bins of ps log qs: ps summed per live group (qs = q - eps_q there), the rest sit on qs = eps
+        ps -= norm * (ep + eps)[:, None]
+        ps += (merged * eps)[:, None]
+        ps *= live
+        log_q = np.log(v - eq[:, None] + ~live)  # 1 - eq where the group is dead (its ps is 0)
+        b = np.einsum("ij,ij->i", ps, log_q) + (n_all - ps.sum(axis=1)) * log_eps
+        # A = sum over bins of ps log ps: interior non-zero counts by expansion, the end bins exactly
+        i0, i1 = s + 1, np.maximum(e - 1, s + 1)
+        n_inner = cnz[i1] - cnz[i0]
+        series = c_xlogx[i1] - c_xlogx[i0] - ep * (c_log1[i1] - c_log1[i0])
+        for k, c in enumerate(c_pow, start=2):
+            series += ep ** k / (k * (k - 1)) * (c[i1] - c[i0])
+        k = TAYLOR_TERMS + 1
+        remainder = n_inner * ep ** k / (k * (k - 1)) / (1.0 - ep)
+        ends_exact = _xlogx(np.where(first != 0, first - ep, 0.0)) + _xlogx(np.where(last != 0, last - ep, 0.0))
+        a_sum = series + ends_exact + (length - nz_p) * eps * log_eps
+        with np.errstate(divide="ignore", invalid="ignore"):
+            log_n, log_q_total = np.log(n_all), np.log(np.where(empty, 1, q_total))
+            entropy_p = log_n - a_sum / n_all  # -sum pk log pk
+            cross = log_q_total - b / n_all  # -sum pk log qk
+            kl[at] = np.where(empty, np.inf, cross - entropy_p)
+            tolerance[at] = np.where(empty, 0.0, SCREEN_TOLERANCE * (1.0 + entropy_p + cross) + remainder / n_all)
+    return kl, tolerance
 
 
 def entropy_threshold(histogram: tuple, num_quantized_bins: int) -> tuple:
@@ -134,11 +219,11 @@ def entropy_threshold(histogram: tuple, num_quantized_bins: int) -> tuple:
     ``histogram`` is the collector's ``(hist, hist_edges, min, max, threshold)``. Returns the same
     ``(low, high)`` ORT returns, bin for bin and float for float (tests/test_calibrators.py checks it):
 
-    1. every candidate window's ``p`` and ``q`` at once (``_window_pq``, exact integers), and its KL
-       divergence in float64;
-    2. the candidates whose float64 divergence is within ``SCREEN_TOLERANCE`` of the smallest could win
-       in ORT's float32 arithmetic; only those few are computed again with ORT's own
-       ``smooth_distribution`` and ``entropy``, and the first smallest wins, as in ORT's ``argmin``;
+    1. every candidate window's KL divergence in float64 at once, from the histogram's cumulative sums
+       (``_screen``), each with a tolerance for ORT's float32 arithmetic;
+    2. the candidates whose divergence is within that tolerance of the smallest could win in ORT's
+       arithmetic; only those few are computed again with ORT's own ``smooth_distribution`` and
+       ``entropy`` (``_ort_divergence``), and the first smallest wins, as in ORT's ``argmin``;
     3. the winner's edges, clipped to the values seen, as in ORT.
     """
     hist, hist_edges = np.asarray(histogram[0]), histogram[1]
@@ -147,25 +232,10 @@ def entropy_threshold(histogram: tuple, num_quantized_bins: int) -> tuple:
     if starts.size == 0:
         return HistogramCollector.get_entropy_threshold(None, histogram, num_quantized_bins)  # ORT's own error
     cum = np.concatenate([[0], np.cumsum(hist, dtype=np.int64)])
-    kl, tolerance = np.full(starts.size, np.inf), np.zeros(starts.size)
-    merged = (ends - starts) // num_quantized_bins  # windows narrower than num_quantized_bins: q is 0, KL inf
-    for m in np.unique(merged[merged > 0]):
-        same = np.flatnonzero(merged == m)
-        rows = max(1, CHUNK_CELLS // int((ends[same] - starts[same]).max()))
-        for chunk in (same[a:a + rows] for a in range(0, same.size, rows)):
-            p, q, valid, length = _window_pq(hist, cum, starts[chunk], ends[chunk], num_quantized_bins)
-            ps, p_empty, p_eps1 = _smoothed(p, valid, length)
-            qs, q_empty, q_eps1 = _smoothed(q, valid, length)
-            if (p_eps1[~p_empty] >= 1).any() or (q_eps1[~q_empty] >= 1).any():
-                # smooth_distribution asserts eps1 < 1 (a window with 10,000 zero bins per non-zero one)
-                return HistogramCollector.get_entropy_threshold(None, histogram, num_quantized_bins)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                pk = ps / ps.sum(axis=1, keepdims=True)
-                qk = qs / qs.sum(axis=1, keepdims=True)
-                terms = np.where(valid, pk * np.log(np.where(valid, pk / qk, 1.0)), 0.0)
-            empty = p_empty | q_empty
-            kl[chunk] = np.where(empty, np.inf, terms.sum(axis=1))
-            tolerance[chunk] = np.where(empty, 0.0, SCREEN_TOLERANCE * (1.0 + np.abs(terms).sum(axis=1)))
+    try:
+        kl, tolerance = _screen(hist, cum, starts, ends, num_quantized_bins)
+    except _OrtFallback:
+        return HistogramCollector.get_entropy_threshold(None, histogram, num_quantized_bins)
     finite = np.isfinite(kl)
     best = 0  # every divergence infinite: ORT's argmin picks the first
     if finite.any():
@@ -362,8 +432,12 @@ def plot_ranges(values: dict[str, np.ndarray], ranges: dict[str, dict[str, tuple
 
     ``values``: tensor -> values; ``ranges``: method label -> tensor -> (low, high).
     One panel per tensor; counts on a log scale so the rare large values stay visible.
+    Drawn cheaply (one filled outline per histogram, decade ticks labelled as plain numbers, margins
+    fixed in inches instead of a tight-layout pass): matplotlib's default bars, minor log ticks and
+    math-text labels took seconds to lay out twice, once here and once when the notebook saves the figure.
     """
     import matplotlib.pyplot as plt  # deferred: 1.8 s to import (python -X importtime); only figures need it
+    from matplotlib.ticker import NullLocator, StrMethodFormatter
 
     n = len(tensors)
     cols = 2 if n > 1 else 1
@@ -374,7 +448,9 @@ def plot_ranges(values: dict[str, np.ndarray], ranges: dict[str, dict[str, tuple
     styles = ["-", "--", "-.", ":", (0, (5, 1)), (0, (1, 1))]
     for ax, tensor in zip(axes, tensors):
         v = np.asarray(values[tensor]).ravel()
-        ax.hist(v, bins=120, color="lightsteelblue", log=True)
+        ax.hist(v, bins=120, color="lightsteelblue", log=True, histtype="stepfilled")
+        ax.yaxis.set_minor_locator(NullLocator())
+        ax.yaxis.set_major_formatter(StrMethodFormatter("{x:g}"))
         for i, (label, r) in enumerate(ranges.items()):
             if tensor in r:
                 lo, hi = r[tensor]
@@ -382,13 +458,15 @@ def plot_ranges(values: dict[str, np.ndarray], ranges: dict[str, dict[str, tuple
                 ax.axvline(hi, color=color, ls=styles[i % len(styles)], lw=1.6, label=f"{label}: [{lo:.3g}, {hi:.3g}]")
                 if lo < 0:
                     ax.axvline(lo, color=color, ls=styles[i % len(styles)], lw=1.6)
-        ax.set_title(f"{tensor}: values seen in calibration, and each method's range")
+        ax.set_title(f"{tensor}: values seen in calibration, and each method's range", fontsize=10)
         ax.set_xlabel("value")
         ax.set_ylabel("count (log)")
         ax.legend(fontsize=7, loc="upper right")
     for ax in axes[n:]:
         ax.set_visible(False)
-    fig.tight_layout()
+    width, height = fig.get_size_inches()
+    fig.subplots_adjust(left=0.75 / width, right=1 - 0.15 / width, bottom=0.55 / height, top=1 - 0.35 / height,
+                        wspace=0.2, hspace=0.45)
     return fig
 
 
