@@ -9,7 +9,8 @@ import onnx
 import pytest
 from onnxruntime.quantization import calibrate as ort_calibrate
 
-from lab import data, graph, measure, schemas, tables
+from lab import data, graph, kernels, measure, schemas, tables
+from lab.convert import quantize
 from lab.lessons.lesson08_the_quantization_toolbox import calibrators
 from lab.lessons.lesson08_the_quantization_toolbox import toolbox as tb
 from lab.workspace import make_workspace
@@ -142,6 +143,61 @@ def test_build_with_preprocess_quantizes_the_fused_gemm_graph(source, work, righ
     ops = graph.op_counts(out)
     assert ops.get("Gemm") == 3 and "MatMul" not in ops
     assert (work / "scratch" / "pre.preprocessed.onnx").exists() and not (work / "pre.preprocessed.onnx").exists()
+
+
+def _calibrating_itself(source, output, calibration, settings, scratch):
+    """The conversion as lessons 03-07 run it: ``quantize_static`` calibrates inside, from the data."""
+    s = {**tb.BASELINE, **settings}
+    src = tb.preprocessed(source, scratch / "direct.preprocessed.onnx") if s["preprocess"] else source
+    quantize(src, output, calibration, quant_format=s["quant_format"], per_channel=s["per_channel"],
+             activation_type=s["activation_type"], weight_type=s["weight_type"], reduce_range=s["reduce_range"],
+             extra_options={"ActivationSymmetric": True} if s["activation_symmetric"] else None)
+    return output
+
+
+def _same_bytes_as_calibrating_itself(source, folder, calibration, changes):
+    folder.mkdir(parents=True, exist_ok=True)
+    for change in changes:
+        settings = {**tb.BASELINE, **change}
+        name = tb.settings_name(settings)
+        record = tb.build(source, folder / f"{name}.onnx", calibration, change, scratch_dir=folder)
+        direct = _calibrating_itself(source, folder / f"{name}.direct.onnx", calibration, change, folder)
+        assert data.file_sha256(folder / f"{name}.onnx") == data.file_sha256(direct), name
+        assert (record.calibration_sha256, record.calibration_samples) == (data.data_sha256(calibration), len(calibration))
+        again = tb.build(source, folder / f"{name}.again.onnx", calibration, change, scratch_dir=folder)
+        assert data.file_sha256(folder / f"{name}.again.onnx") == data.file_sha256(direct), name
+        assert again.output.endswith(f"{name}.again.onnx") and again.settings == record.settings
+
+
+def test_build_converts_from_one_calibration_with_the_bytes_of_calibrating_inside(source, work):
+    """build runs the MinMax calibrator once per model and data and converts every setting from that cache:
+    the same bytes as a conversion that calibrates itself, for each row of the settings and family tables."""
+    _same_bytes_as_calibrating_itself(source, work / "same", data.calibration_set("narrow"),
+                                      [*tb.SETTING_ROWS.values(), *tb.FAMILY_ROWS.values()])
+
+
+@pytest.mark.slow
+def test_every_candidate_has_the_bytes_of_calibrating_inside(source, work, right):
+    changes = [{"quant_format": f, "per_channel": pc, "activation_type": a, "reduce_range": rr, "preprocess": pre}
+               for f in ("QDQ", "QOperator") for pc in (False, True) for a in ("QInt8", "QUInt8")
+               for rr in (False, True) for pre in (False, True)]
+    _same_bytes_as_calibrating_itself(source, work / "same-candidates", right, changes)
+
+
+def test_measured_is_measure_once_per_model_bytes_images_and_family(source, work, ev, baseline):
+    copy_ = work / "baseline-copy.onnx"
+    copy_.write_bytes(baseline.read_bytes())
+    first = tb.measured(baseline, ev)
+    assert first == measure.measure(baseline, ev) == tb.measured(copy_, ev)
+    first["accuracy"] = -1  # a caller's change does not reach the next caller
+    assert tb.measured(baseline, ev)["accuracy"] == measure.measure(baseline, ev)["accuracy"]
+    other = tb.measured(baseline, measure.evaluation(source, "calibration"))
+    assert other == measure.measure(baseline, measure.evaluation(source, "calibration"))
+    per_channel = work / "measured-per-channel.onnx"
+    tb.build(source, per_channel, data.calibration_set("right"), {"per_channel": True})
+    for family in kernels.FAMILIES:  # per-channel weights measure differently on the two families
+        with kernels.computing_as(family):
+            assert tb.measured(per_channel, ev) == measure.measure(per_channel, ev), family
 
 
 def test_preprocess_report_names_the_fusion(source, work):
