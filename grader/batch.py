@@ -31,10 +31,11 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from grader import models, sandbox
+from grader import sandbox
 from grader.core import grade, possible_points
 from grader.report import write_report
 from grader.results import GradeResult
+from grader.reuse import reuse
 from grader.rubric import rubric
 from grader.sandbox import Limits
 from grader.submission import sha256_of_input, student_from_path
@@ -70,7 +71,7 @@ def grade_one(path: str | Path, limits: Limits | None = None) -> tuple[GradeResu
     """``grader.core.grade``, plus how its student code ran (``isolation_label``) and a note if it was refused."""
     sandbox.take_runs()
     sandbox.warm_up()  # the fork server preloads while intake and the model checks run
-    with models.reuse():  # one session per model; the fixtures' predictions once per worker
+    with reuse():  # one session per model; the fixtures' data and predictions once per worker
         result = grade(path, limits)
     runs = sandbox.take_runs()
     if "refused" in runs:

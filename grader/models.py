@@ -5,15 +5,11 @@ with a message naming the file and what was expected.
 """
 from __future__ import annotations
 
-import contextlib
-import hashlib
 from pathlib import Path
 
-import numpy as np
 import onnx
 
-from lab import compare, data, graph, kernels
-from lab.data import INPUT_NAME
+from lab import graph
 from lab.errors import LabError
 
 MAX_MODEL_BYTES = 16 << 20
@@ -94,76 +90,3 @@ def load_checked(path: str | Path, rel: str | None = None, check_io: bool = True
         except LabError as e:
             raise ModelRefused(f"{rel}: {str(e).split(': ', 1)[-1]}") from None
     return model
-
-
-# ----- one ONNX Runtime session per model, and the fixtures' predictions once per worker -----
-
-_FIXTURE_SESSIONS: dict = {}  # (fixture path, size, mtime) -> session; kept for the worker's life
-_FIXTURE_OUTPUTS: dict = {}  # (fixture key, family, input name, pixels digest) -> probabilities
-
-
-def _pixels_key(x) -> tuple:
-    x = np.ascontiguousarray(x, np.float32)
-    return x.shape, hashlib.blake2b(x.data, digest_size=16).hexdigest()
-
-
-def _fixture_key(model) -> tuple | None:
-    """``(path, size, mtime)`` when ``model`` is a path to one of the lab's fixtures, else None."""
-    if not isinstance(model, (str, Path)):
-        return None
-    path = Path(model).resolve()
-    if path.parent != Path(data.FIXTURES).resolve():
-        return None
-    st = path.stat()
-    return str(path), st.st_size, st.st_mtime_ns
-
-
-@contextlib.contextmanager
-def reuse():
-    """Within the block (one grade), ``lab.compare.predict`` builds one ONNX Runtime session per model and
-    computes a model's outputs on the same pixels, as the same kernel family, once.
-
-    The checks run one model on the evaluation set, the held-out split and each lesson-07 condition, and
-    lesson 07's verdicts are recomputed per kernel family (this machine's family twice: once for the
-    scenarios, once in the per-family table); each run used to build its own session. The fixtures'
-    sessions and outputs (the FP32 model on every condition, the bad-calibration model) depend on nothing a
-    student hands in, so a batch worker keeps them for every hand-in it grades. A hand-in's sessions and
-    outputs are dropped when the block ends, so one hand-in can never change another's grade.
-    """
-    own_sessions: dict = {}  # model key -> (model, session): the model is kept so its id stays its own
-    own_outputs: dict = {}
-    make_session, predict = compare.session, compare.predict
-
-    def model_key(model) -> tuple:
-        fixture = _fixture_key(model)
-        if fixture is not None:
-            return ("fixture",) + fixture
-        return (type(model).__name__, str(model) if isinstance(model, (str, Path)) else id(model))
-
-    def session(model, threads: int = 1, *args, **kwargs):
-        if args or kwargs or threads != 1:
-            return make_session(model, threads, *args, **kwargs)
-        key = model_key(model)
-        if key[0] == "fixture":
-            if key not in _FIXTURE_SESSIONS:
-                _FIXTURE_SESSIONS[key] = make_session(model, threads)
-            return _FIXTURE_SESSIONS[key]
-        if key not in own_sessions:
-            own_sessions[key] = (model, make_session(model, threads))
-        return own_sessions[key][1]
-
-    def cached_predict(model, x, input_name: str = INPUT_NAME, threads: int = 1, family: str | None = None):
-        if threads != 1:
-            return predict(model, x, input_name, threads, family)
-        key = model_key(model)
-        out_key = (key, family or kernels.target_family(), input_name, _pixels_key(x))
-        store = _FIXTURE_OUTPUTS if key[0] == "fixture" else own_outputs
-        if out_key not in store:
-            store[out_key] = (model, predict(model, x, input_name, threads, family))
-        return store[out_key][1].copy()
-
-    compare.session, compare.predict = session, cached_predict
-    try:
-        yield
-    finally:
-        compare.session, compare.predict = make_session, predict
