@@ -1,6 +1,7 @@
 """Lesson 02: drive the student's DigitReader in the sandbox, then prove right.onnx came from it."""
 from __future__ import annotations
 
+import hashlib
 import shutil
 import tempfile
 from pathlib import Path
@@ -19,13 +20,32 @@ from lab.readers import ArrayReader
 PART = "reader"
 
 
+_RANGES: dict = {}  # (batches' dtype, shape and SHA-256, batch size, fixture size and mtime) -> (lo, hi); per worker
+
+
 def calibrator_range(batches: np.ndarray, batch_size: int = BATCH_SIZE) -> tuple[float, float]:
     """The range ORT's own MinMax calibrator computes for ``pixels`` from these batches.
 
     ORT writes ``<model>-inferred.onnx`` beside the model it is given (FIELD-NOTES), so the
     calibrator gets a private copy of the fixture: the fixtures are never written, and two
     grading workers never race on the same file.
+
+    The answer depends only on the batches' values and the FP32 fixture, and the batches checked are
+    the 'right' set itself (served unchanged, or the set instead): one calibration per worker for the
+    class, not one per hand-in (about 15 ms each, a session and an augmented model written to disk).
     """
+    batches = np.ascontiguousarray(batches)
+    st = data.fixture_path("fp32.onnx").stat()
+    key = (batches.dtype.str, batches.shape, hashlib.sha256(batches.data).hexdigest(), batch_size, st.st_size,
+           st.st_mtime_ns)
+    if key not in _RANGES:
+        if len(_RANGES) >= 8:
+            _RANGES.clear()
+        _RANGES[key] = _calibrate(batches, batch_size)
+    return _RANGES[key]
+
+
+def _calibrate(batches: np.ndarray, batch_size: int) -> tuple[float, float]:
     with tempfile.TemporaryDirectory(prefix="grader-calib-") as tmp:
         source = Path(tmp) / "fp32.onnx"
         shutil.copyfile(data.fixture_path("fp32.onnx"), source)

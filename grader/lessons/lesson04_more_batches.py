@@ -1,7 +1,10 @@
 """Lesson 04: more batches of the narrow set against a few of the right data, recomputed from the models handed in."""
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import PurePosixPath
+
+import numpy as np
 
 from grader.context import (SCALE_REL, SOFTMAX_STEP, WHY_OUTPUT, Context, Missing, check, close, common_claims,
                             evaluation, fp32_outputs, integer, near_boundary, number, provenance, short, value)
@@ -10,9 +13,29 @@ from grader.results import Evidence
 from lab import compare, contract, data, graph, ruler
 from lab.data import EPSILON, data_sha256
 from lab.lessons import lesson04_more_batches
-from lab.lessons.lesson04_more_batches import narrow_batches
 
 SERIES = tuple(e for e in contract.families() if "04" in e.lessons)  # growth/narrow-NNN.onnx, growth/right-NNN.onnx
+
+
+# The lesson's longest stream (512 batches of 8): streams up to this many samples are kept once per worker
+STREAM_KEPT = lesson04_more_batches.MAX_BATCHES * lesson04_more_batches.BATCH_SIZE
+
+
+@lru_cache(maxsize=32)
+def _kept_stream(n_batches: int, batch_size: int, seed: int) -> np.ndarray:
+    return lesson04_more_batches.narrow_batches(n_batches, batch_size, seed=seed)
+
+
+def narrow_batches(n_batches: int, batch_size: int, seed: int) -> np.ndarray:
+    """Lesson 04's ``narrow_batches``, computed once per worker for each size and seed up to the lesson's own.
+
+    A stream depends only on the calibration split and these three numbers, and a hand-in's checks ask for
+    about 30 prefixes of its one stream (every model's ruler, the picks' hashes, the rows): the same ten or
+    eleven streams for every hand-in of the class. Each caller gets its own copy.
+    """
+    if n_batches * batch_size > STREAM_KEPT:
+        return lesson04_more_batches.narrow_batches(n_batches, batch_size, seed=seed)
+    return _kept_stream(n_batches, batch_size, seed).copy()
 
 
 def _kind_and_count(name: str) -> tuple[str, str]:
