@@ -129,8 +129,8 @@ def _screen(hist: np.ndarray, cum: np.ndarray, starts: np.ndarray, ends: np.ndar
     ``KL = A/N - log N - B/N + log Q`` with ``A = sum ps log ps`` and ``B = sum ps log qs`` (``ps``, ``qs``
     the smoothed counts). ``qs`` is one value per quantized group (``q`` is constant on a group), so ``B``
     needs only each group's sum of ``ps``; ``A`` needs ``(h - eps1) log(h - eps1)`` summed over the
-    window's non-zero counts, expanded in powers of the window's ``eps1`` (at most 0.21 here: ``eps1``
-    is ``eps`` times zeros per non-zero) and summed with cumulative sums; the remainder's bound is added
+    window's non-zero counts, expanded in powers of the window's ``eps1`` (``eps`` times zeros per
+    non-zero: at most 0.21 for 2048 bins) and summed with cumulative sums; the remainder's bound is added
     to the tolerance. Only the two end bins, which carry the outliers, are computed one by one.
     """
     n_all = int(cum[-1])
