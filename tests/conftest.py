@@ -55,11 +55,20 @@ REPO_WRITERS = ("test_browser.py", "test_report.py")  # screenshots into artifac
 REPO_WATCHERS = ("test_batch_with_a_read_only_project_writes_nothing",)  # fails if any path in the repository changes
 
 
+# The longest groups (``pytest --durations`` on a 2-core machine: each takes minutes) go to the workers first, so
+# that no worker is left running one of them alone at the end of a run while the other waits.
+LONGEST_FIRST = ("test_determinism.py", "test_every_field.py", "test_packaging.py", "nbval: this machine's",
+                 "nbval: the other", "lesson_suite", "test_honest_mistakes.py", "test_grader_families.py",
+                 "test_dask.py", "test_kit_wrong_answers.py", "test_grader.py", "test_intake_fuzz.py")
+
+
 def xdist_group(item) -> str | None:
-    """The pytest-xdist group of a test that shares an expensive session fixture (the headless run of
-    every lesson, or one kernel family's nbval run), or that must not run beside another. ``--dist
-    loadgroup`` keeps a group on one worker, one test after another, so each of those runs happens once per
-    test run and the groups run side by side on the workers."""
+    """The pytest-xdist group of a test that shares an expensive fixture, or that must not run beside another.
+
+    ``--dist loadgroup`` keeps a group on one worker, one test after another, so each of those fixtures is made
+    once per test run and the groups run side by side on the workers: the headless run of every lesson, one
+    kernel family's nbval run, and a module's own module- or session-scoped fixtures (a reference hand-in, a
+    graded corpus, a built kit), which each worker would otherwise make again for its share of the module."""
     names = getattr(item, "fixturenames", ())
     if item.path.name in REPO_WRITERS or item.name in REPO_WATCHERS:
         return "repository"  # never side by side: one writes into the repository while the other watches it
@@ -68,7 +77,17 @@ def xdist_group(item) -> str | None:
     if "nbval_runs" in names:
         params = getattr(getattr(item, "callspec", None), "params", {})
         return f"nbval: {params.get('family', 'the other')}"
-    return None
+    fixtures = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    module = getattr(getattr(item, "module", None), "__name__", None)
+    if any(defs and defs[-1].scope in ("module", "session") and getattr(defs[-1].func, "__module__", None) == module
+           for defs in fixtures.values()):
+        return item.path.name
+    return item.path.name if item.path.name in LONGEST_FIRST else None
+
+
+def first_rank(group: str | None) -> int:
+    """Where a group goes in the workers' queue: ``LONGEST_FIRST``'s order, then every other test as collected."""
+    return LONGEST_FIRST.index(group) if group in LONGEST_FIRST else len(LONGEST_FIRST)
 
 
 # pytest-xdist's own --dist loadgroup renames each test (item._nodeid += "@group"), which pytest 9 ignores
@@ -84,6 +103,7 @@ def pytest_configure(config):
         fd, path = tempfile.mkstemp(prefix="xdist-groups-", suffix=".json")
         os.close(fd)
         os.environ[GROUPS_ENV] = path  # the workers, started after this, inherit it
+        config.option.loadscopereorder = False  # the queue follows the workers' order (LONGEST_FIRST), not group sizes
 
 
 def pytest_collection_modifyitems(config, items):
@@ -92,6 +112,7 @@ def pytest_collection_modifyitems(config, items):
     path = os.environ.get(GROUPS_ENV)
     if path and hasattr(config, "workerinput"):
         groups = {item.nodeid: group for item in items if (group := xdist_group(item))}
+        items.sort(key=lambda item: first_rank(groups.get(item.nodeid)))  # stable: the rest keep their order
         tmp = f"{path}.{config.workerinput['workerid']}"
         with open(tmp, "w") as f:
             json.dump(groups, f)
