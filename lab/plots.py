@@ -1,7 +1,13 @@
 """The figures lessons share, and their colours. Pure: each takes arrays or rows and returns a matplotlib Figure.
 
-Lessons 01 and 03 draw the round-trip error by value here; a figure one lesson alone draws lives in that lesson's
-module (lesson 04's ``growth_figure``, lesson 05's ``difference_histogram``), with the colours from here.
+Lessons 01 and 03 draw the round-trip error by value here, and lesson 00 its grid of digits; a figure one lesson
+alone draws lives in that lesson's module (lesson 04's ``growth_figure``, lesson 05's ``difference_histogram``),
+with the colours and the two layout helpers from here.
+
+Figures are drawn cheaply: the notebook renders each one twice (``bbox_inches="tight"`` measures it, then
+draws it), so a layout engine lays it out twice, and a log axis with minor ticks and math-text labels
+("$10^{2}$") is slow to measure. ``fixed_margins`` places the axes by margins in inches instead, and
+``plain_log_scale`` labels a log axis's decades as plain numbers without minor ticks.
 """
 from __future__ import annotations
 
@@ -10,12 +16,43 @@ from typing import Mapping, Sequence
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import NullLocator, StrMethodFormatter
 
 from lab.ruler import round_trip
 
 COLORS = {"narrow": "tab:orange", "right": "tab:green", "wide": "tab:blue",
           "QDQ": "tab:purple", "QOperator": "tab:brown"}
 FLOOR = 1e-5  # errors below this are drawn at this height on a log axis
+
+
+def fixed_margins(fig: Figure, left: float, right: float, bottom: float, top: float,
+                  wgap: float = 0.0, hgap: float = 0.0) -> Figure:
+    """Place ``fig``'s grid of axes by margins and gaps in inches, the same at every figure size.
+
+    In place of a layout engine, which lays the figure out again in every draw: the margins must leave
+    room for the tick labels, axis labels, titles and legends drawn outside the axes (the caller knows
+    them). ``wgap`` and ``hgap`` are the gaps between columns and rows of the first grid of subplots.
+    """
+    width, height = fig.get_size_inches()
+    grid = next((ax.get_subplotspec().get_gridspec() for ax in fig.axes if ax.get_subplotspec()), None)
+    rows, cols = grid.get_geometry() if grid else (1, 1)
+    axes_width = (width - left - right - (cols - 1) * wgap) / cols
+    axes_height = (height - bottom - top - (rows - 1) * hgap) / rows
+    fig.subplots_adjust(left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - top / height,
+                        wspace=wgap / axes_width, hspace=hgap / axes_height)
+    return fig
+
+
+def plain_log_scale(ax, which: str = "y", base: float = 10) -> None:
+    """A log scale on ``ax``'s ``which`` axis ("x" or "y"), decades labelled as plain numbers, no minor ticks.
+
+    Matplotlib's default labels ("$10^{2}$", set in math text) and its eight minor ticks per decade
+    took most of a log figure's drawing time.
+    """
+    (ax.set_yscale if which == "y" else ax.set_xscale)("log", base=base)
+    axis = ax.yaxis if which == "y" else ax.xaxis
+    axis.set_minor_locator(NullLocator())
+    axis.set_major_formatter(StrMethodFormatter("{x:g}"))
 
 
 def _color(name: str, i: int) -> str:
@@ -96,4 +133,38 @@ def round_trip_figure(panels: Sequence[Mapping]) -> Figure:
     labels.append("scale/4 of each ruler: its mean error when values fall anywhere between marks")
     fig.legend(handles, labels, loc="outside lower center", ncol=2, fontsize=9, frameon=False)
     fig.suptitle("Round-trip error by value: clipping grows past the ruler's end, squashing is coarse everywhere")
+    return fig
+
+
+def digit_grid_figure(images: np.ndarray, labels: np.ndarray, read: np.ndarray,
+                      groups: Sequence[tuple[str, Sequence[int]]], vmax: float, columns: int = 10) -> Figure:
+    """Groups of digits, each under its title, ``columns`` to a row; above each digit its true label and what the
+    model read ("7 → 1"), red when they differ.
+
+    ``images`` holds the raw 8x8 digits (one per row, 64 values or 8x8), ``labels`` and ``read`` one digit each;
+    ``groups`` is (title, indices into images) per group; pixels run from 0 (white) to ``vmax`` (black).
+    Each group is one image, a mosaic with gaps, and the labels are text on it: one small axes per digit
+    (forty of them, each laid out and drawn twice) took a second to render.
+    """
+    side, gap, room = 8, 2, 4            # pixels: a digit, the gap between digits, the label's row above one
+    width = 10.0                          # inches
+    inch = (width - 0.4) / (columns * (side + gap))    # inches per pixel
+    title_room, bottom_room = 0.45, 0.1
+    rows = [max(1, -(-len(idx) // columns)) for _, idx in groups]
+    heights = [n * (side + room) * inch + title_room + bottom_room for n in rows]
+    fig = Figure(figsize=(width, sum(heights)))
+    top = sum(heights)
+    for (title, idx), n, height in zip(groups, rows, heights):
+        top -= height
+        mosaic = np.zeros((n * (side + room), columns * (side + gap)))
+        ax = fig.add_axes((0.2 / width, (top + bottom_room) / sum(heights),
+                           1 - 0.4 / width, (height - title_room - bottom_room) / sum(heights)))
+        for k, i in enumerate(idx):
+            y, x = (k // columns) * (side + room) + room, (k % columns) * (side + gap) + gap // 2
+            mosaic[y:y + side, x:x + side] = np.asarray(images[i]).reshape(side, side)
+            ax.text(x + side / 2 - 0.5, y - 0.9, f"{labels[i]} → {read[i]}", ha="center", va="bottom", fontsize=10,
+                    color="black" if read[i] == labels[i] else "tab:red")
+        ax.imshow(mosaic, cmap="gray_r", vmin=0, vmax=vmax, interpolation="nearest", aspect="auto")
+        ax.axis("off")
+        ax.set_title(title, fontsize=11, y=1.0)   # y given: not measured again for a place above the ticks
     return fig
