@@ -1,6 +1,6 @@
 """Packaging: the grader refuses to start without its fixtures, rubric or secret, and ``pip install .`` (not
-editable, its dependencies taken from the test environment) into a fresh virtualenv runs every lesson and grades the result in full (``python -m instructor workbook``),
-from outside the project.
+editable, its dependencies taken from the test environment) into a fresh virtualenv runs every lesson and grades
+the result in full (``python -m instructor workbook``), from outside the project.
 
 The refusals run ``python -m grader`` with a damaged copy of a package ahead of the real one on ``PYTHONPATH``:
 the source tree is never touched. Each must exit non-zero before any hand-in is read (no feedback, no gradebook).
