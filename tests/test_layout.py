@@ -524,3 +524,49 @@ def test_every_python_m_command_the_readme_names_answers_help():
         if proc.returncode != 0 or "usage:" not in proc.stdout:
             failed.append(f"python -m {module} {command} --help exited {proc.returncode}: {proc.stderr[-300:]}")
     assert not failed, "README.md names commands that do not work:\n  " + "\n  ".join(failed)
+
+
+def installed_with(declared: list[str]) -> set[str]:
+    """The distributions ``pip install`` brings with ``declared`` requirements: them and, transitively, what each
+    requires (extras left out), as installed here; names normalized as pip does."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    seen, todo = set(), deque(Requirement(r) for r in declared)
+    while todo:
+        req = todo.popleft()
+        name = canonicalize_name(req.name)
+        if name in seen or (req.marker and not req.marker.evaluate({"extra": ""})):
+            continue
+        seen.add(name)
+        try:
+            todo.extend(Requirement(r) for r in metadata.requires(name) or ())
+        except metadata.PackageNotFoundError:
+            pass  # declared but not installed here: pip check (test_packaging) names it
+    return seen
+
+
+def test_every_library_the_installed_packages_import_comes_with_pip_install():
+    """``pip install .`` gives what lab, grader, instructor and fixtures import: each third-party import is a declared
+    dependency (the dask extra for the grader's Dask option) or comes with one (IPython with ipykernel)."""
+    import tomllib
+    from importlib import metadata
+
+    from packaging.utils import canonicalize_name
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    declared = [*project["dependencies"], *project["optional-dependencies"]["dask"]]
+    available = installed_with(declared)
+    distributions = metadata.packages_distributions()
+    missing = []
+    for imp in all_imports():
+        top = imp.target.split(".")[0]
+        if imp.importer.split(".")[0] == "benchmarks" or top in PACKAGES or top in sys.stdlib_module_names:
+            continue
+        names = {canonicalize_name(d) for d in distributions.get(top, [top])}
+        if not names & available:
+            missing.append(f"{imp.where}: imports {top} (distribution {', '.join(sorted(names))})")
+    assert {"ipython", "jupyter-client", "onnxruntime"} <= available
+    assert not missing, "not in pyproject.toml's dependencies nor brought by one:\n" + "\n".join(missing)
