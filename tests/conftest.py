@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from grader import reference
 from lab.tools import run
 
 # The grader's commands refuse to start without an instructor secret (grader.preflight). The tests grade with the
@@ -49,6 +51,23 @@ def lesson_suite(tmp_path_factory) -> LessonSuite:
     """The instructor's lessons (solutions in) run once per session with small parameters."""
     base = tmp_path_factory.mktemp("lessons")
     return run_lessons(run.discover(), base / "ws", base / "executed")
+
+
+@pytest.fixture(scope="session")
+def reference_workspace(tmp_path_factory):
+    """``make(dest, growth_counts=...)``: the reference hand-in's workspace (``grader.reference.build``) copied to
+    ``dest``. Each growth series is built once per xdist worker (a few seconds each) and copied for every module
+    that asks; a test that changes the reference's sources calls ``reference.build`` itself."""
+    built: dict[tuple, Path] = {}
+
+    def make(dest: Path, growth_counts=reference.GROWTH_COUNTS) -> Path:
+        key = tuple(growth_counts)
+        if key not in built:
+            built[key] = reference.build(tmp_path_factory.mktemp("reference-build") / "workspace", key)
+        shutil.copytree(built[key], dest)
+        return Path(dest)
+
+    return make
 
 
 REPO_WRITERS = ("test_browser.py", "test_report.py")  # screenshots into artifacts/browser/, JupyterLab on notebooks/

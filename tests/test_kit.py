@@ -515,11 +515,9 @@ def _kit_lesson_with(kit_nb: Path, answer_marker: str, answer, stop_marker: str)
 
 
 @pytest.fixture(scope="module")
-def done_workspace(tmp_path_factory) -> Path:
+def done_workspace(tmp_path_factory, reference_workspace) -> Path:
     """Lessons 00-05 done right (the grader's reference hand-in)."""
-    from grader import reference
-
-    return reference.build(tmp_path_factory.mktemp("done") / "workspace", growth_counts=(1, 2))
+    return reference_workspace(tmp_path_factory.mktemp("done") / "workspace", growth_counts=(1, 2))
 
 
 @pytest.mark.slow

@@ -17,7 +17,6 @@ from typing import Callable
 import nbformat
 import pytest
 
-from grader import reference
 from instructor import kit as kit_builder
 from lab.tools import run
 
@@ -125,9 +124,9 @@ def kit(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory) -> Path:
+def workspace(tmp_path_factory, reference_workspace) -> Path:
     """Lessons 00-06 done right (the reference hand-in): what a student has when they reach each lesson."""
-    return reference.build(tmp_path_factory.mktemp("done") / "workspace", growth_counts=(1, 2))
+    return reference_workspace(tmp_path_factory.mktemp("done") / "workspace", growth_counts=(1, 2))
 
 
 def _solution(source: str) -> str:

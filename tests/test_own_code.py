@@ -85,12 +85,12 @@ def test_the_encoding_line_decides_how_the_file_reads(tmp_path):
 # --- the "import the lab's version" hand-in, graded ----------------------------------------------
 
 @pytest.fixture(scope="module")
-def delegating_grade(tmp_path_factory):
+def delegating_grade(tmp_path_factory, reference_workspace):
     """The reference workspace with the two graded modules replaced by imports of the lab's versions."""
-    from grader import core, reference
+    from grader import core
     from lab.tools.submit import submit
 
-    work = reference.build(tmp_path_factory.mktemp("delegating") / "workspace")
+    work = reference_workspace(tmp_path_factory.mktemp("delegating") / "workspace")
     (work / "calibration_reader.py").write_text(DELEGATING_READER)
     (work / "metrics.py").write_text(DELEGATING_METRICS)
     zipped = submit("delegator", work, tmp_path_factory.mktemp("handed-in"))
