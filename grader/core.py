@@ -10,6 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from grader import sandbox
 from grader.context import Context, Missing, StudentFileError, is_runtime_error, runtime_problem
 from grader.group import Group
 from grader.lessons import (lesson02_the_calibration_reader, lesson03_narrow_right_wide, lesson04_more_batches,
@@ -43,6 +44,23 @@ def intake_models(ctx: Context) -> None:
     for rel in sorted(ctx.sub.files):
         if rel.endswith(".onnx"):
             ctx._models[rel] = load_checked(ctx.sub.path(rel), rel)
+
+
+def planned_runs(ctx: Context) -> list:
+    """The student-code runs the groups will ask for, in the order they ask (each lesson's ``runs_planned``).
+
+    A lesson that cannot say (a document it cannot read yet) plans nothing: its run then starts when asked for.
+    """
+    runs = []
+    for lesson in LESSONS:
+        planner = getattr(lesson, "runs_planned", None)
+        if planner is None:
+            continue
+        try:
+            runs += planner(ctx)
+        except Exception:  # noqa: BLE001 - planning ahead is only for speed; the group reports its own problem
+            continue
+    return runs
 
 
 def run_groups(ctx: Context) -> list:
@@ -136,6 +154,7 @@ def grade(path: str | Path, limits: Limits | None = None) -> GradeResult:
         except (SubmissionInvalid, ModelRefused) as e:
             return GradeResult.without_results(student, "invalid", str(e), seconds=time.monotonic() - start,
                                                **common)
+        sandbox.plan(planned_runs(ctx))  # a hand-in past intake: its code runs in the sandbox while lessons are checked
         family_note, family = kernel_family_note(sub.kernel_family)
         with kernels.computing_as(family):
             checks = run_groups(ctx)
@@ -150,4 +169,5 @@ def grade(path: str | Path, limits: Limits | None = None) -> GradeResult:
         return GradeResult.without_results(student, "error", f"the grader failed: {type(e).__name__}: {e}",
                                            seconds=time.monotonic() - start, **common)
     finally:
+        sandbox.end_plan()
         shutil.rmtree(scratch, ignore_errors=True)

@@ -147,6 +147,15 @@ class ForkServer:
             raise RuntimeError("the fork server did not start")
         self.ready = True
 
+    def ready_now(self) -> bool:
+        """Is the preload done (its hello read, or readable now)? Never waits; False if the server died."""
+        if not self.ready and self.alive() and select.select([self.proc.stdout], [], [], 0)[0]:
+            try:
+                self.wait_ready()
+            except RuntimeError:
+                return False
+        return self.ready and self.alive()
+
     def _read(self, timeout: float) -> dict | None:
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         if not ready:
@@ -159,6 +168,14 @@ class ForkServer:
 
     def run(self, scratch: Path, task: Path, stderr: Path, limits) -> tuple[int | None, bool]:
         """Run one task; returns (exit code, timed out). Raises ``RuntimeError`` if the server died."""
+        self.submit(scratch, task, stderr, limits)
+        code, timed_out, _ = self.answer(scratch, limits)
+        return code, timed_out
+
+    def submit(self, scratch: Path, task: Path, stderr: Path, limits) -> None:
+        """Start one task and return at once; ``answer`` waits for it. One task at a time: answer it before the next.
+
+        Raises ``RuntimeError`` if the server died (its preload is waited for first)."""
         self.wait_ready()
         req = {"scratch": str(scratch), "task": str(task), "stderr": str(stderr), "wall": limits.wall,
                "cpu": limits.cpu, "memory": limits.memory, "files": limits.files}
@@ -167,6 +184,16 @@ class ForkServer:
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             raise RuntimeError("the fork server is gone") from None
+
+    def done(self) -> bool:
+        """Has the task submitted last answered (``answer`` would not wait)?"""
+        return bool(select.select([self.proc.stdout], [], [], 0)[0])
+
+    def answer(self, scratch: Path, limits) -> tuple[int | None, bool, float]:
+        """The submitted task's (exit code, timed out, seconds from its fork to its end, as the server timed it).
+
+        Then anything the run left in the server's folder beside its own task folder is deleted, before any
+        other task is submitted. Raises ``RuntimeError`` if the server died or stopped answering."""
         answer = self._read(limits.wall + 10)
         if answer is None:
             self.close()
@@ -175,7 +202,7 @@ class ForkServer:
             if entry != scratch.parent:
                 shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() and not entry.is_symlink() \
                     else entry.unlink(missing_ok=True)
-        return answer["code"], answer["timed_out"]
+        return answer["code"], answer["timed_out"], answer["seconds"]
 
     def close(self) -> None:
         try:

@@ -12,6 +12,7 @@ nothing is unpickled here.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import json
 import multiprocessing.util
 import os
@@ -220,12 +221,8 @@ def run(submission_root: Path, task: dict, inputs: dict | None = None, limits: L
     else a fresh process); without bubblewrap, refused (status ``refused``, nothing started) unless
     ``unsafe_allowed()``. ``isolate=True`` forces a fresh bubblewrap process; ``isolate=False`` is
     the caller's explicit choice of rlimits alone (tests and benchmarks; the risk of
-    ``--unsafe-no-sandbox``).
+    ``--unsafe-no-sandbox``). A run ``plan`` started ahead is not started again: its result is handed over.
     """
-    # deferred: numpy (about 0.2 s) reads the child's arrays; the command line imports this module to say how student
-    # code would run, and needs none
-    import numpy as np
-
     server = None
     if isolate is None:
         kind = isolation()
@@ -233,12 +230,58 @@ def run(submission_root: Path, task: dict, inputs: dict | None = None, limits: L
             _RUNS.append(kind)
             return ChildResult("refused", message=REFUSED)
         isolate = kind == "bubblewrap"
-        server = fork_server() if isolate else None
+        if isolate:
+            planned = _claim(submission_root, task, inputs, limits)
+            if planned is not None:
+                _RUNS.append("bubblewrap")
+                return planned
+            server = fork_server()
     _RUNS.append("bubblewrap" if isolate else "unsafe")
+    prepared = _prepare(submission_root, task, inputs, limits, isolate, server)
+    start = time.monotonic()
+    code, timed_out = None, None
+    try:
+        if server is not None:
+            try:
+                code, timed_out = server.run(prepared.scratch, prepared.task_file, prepared.err_path, limits)
+            except RuntimeError:
+                timed_out = None  # the server died (perhaps killed by this run): run it the slow way
+        if timed_out is None:
+            code, timed_out = _spawn(prepared.scratch, prepared.task_file, prepared.out_path, prepared.err_path,
+                                     limits, isolate, prepared.user)
+    except BaseException:
+        shutil.rmtree(prepared.base, ignore_errors=True)
+        raise
+    result = _collect(prepared, code, timed_out, time.monotonic() - start)
+    _start_next()
+    return result
+
+
+@dataclass
+class _Prepared:
+    """One run's private folder (``base``), its scratch copy of the student's code, its task and its limits."""
+
+    base: Path
+    scratch: Path
+    task_file: Path
+    out_path: Path
+    err_path: Path
+    inputs: tuple
+    limits: Limits
+    user: tuple[int, int] | None
+
+
+def _prepare(submission_root: Path, task: dict, inputs: dict | None, limits: Limits, isolate: bool,
+             server) -> _Prepared:
+    """A fresh folder (in the fork server's, when it runs there) with the ``.py`` files, the inputs and the task."""
+    # deferred: numpy (about 0.2 s) writes the child's arrays; the command line imports this module to say how student
+    # code would run, and needs none
+    import numpy as np
+
     base = Path(tempfile.mkdtemp(prefix="grader-child-", dir=server.base if server else None))
     scratch = base / "scratch"
-    scratch.mkdir()
     try:
+        scratch.mkdir()
         user = None if isolate else child_user()
         if user is not None:
             _hand_to(user, base, scratch)
@@ -248,19 +291,20 @@ def run(submission_root: Path, task: dict, inputs: dict | None = None, limits: L
             np.savez(scratch / name, **arrays)
         task_file = scratch / "task.json"
         task_file.write_text(json.dumps(task))
-        out_path, err_path = base / "stdout", base / "stderr"
-        start = time.monotonic()
-        code, timed_out = None, None
-        if server is not None:
-            try:
-                code, timed_out = server.run(scratch, task_file, err_path, limits)
-            except RuntimeError:
-                timed_out = None  # the server died (perhaps killed by this run): run it the slow way
-        if timed_out is None:
-            code, timed_out = _spawn(scratch, task_file, out_path, err_path, limits, isolate, user)
-        seconds = time.monotonic() - start
-        err_path.touch()
-        stderr = _tail(err_path, limits.output)
+    except BaseException:
+        shutil.rmtree(base, ignore_errors=True)
+        raise
+    return _Prepared(base, scratch, task_file, base / "stdout", base / "stderr", tuple(inputs or ()), limits, user)
+
+
+def _collect(prepared: _Prepared, code: int | None, timed_out: bool, seconds: float) -> ChildResult:
+    """What the child handed back (``result.json``, its ``.npz`` files), then its folder deleted."""
+    import numpy as np  # deferred: as in _prepare
+
+    limits, scratch = prepared.limits, prepared.scratch
+    try:
+        prepared.err_path.touch()
+        stderr = _tail(prepared.err_path, limits.output)
         # One message for either limit: which of the two fires first depends on the machine's load
         # (a busy loop on a shared core reaches the wall clock first), and a grade must not.
         if timed_out or code == -signal.SIGXCPU or code == -signal.SIGKILL and seconds >= limits.cpu:
@@ -281,7 +325,7 @@ def run(submission_root: Path, task: dict, inputs: dict | None = None, limits: L
             return ChildResult("crash", stderr=stderr, seconds=seconds, message=f"unreadable result ({e})")
         arrays = {}
         for npz in scratch.glob("*.npz"):
-            if npz.name in (inputs or {}) or npz.stat().st_size > limits.files:
+            if npz.name in prepared.inputs or npz.stat().st_size > limits.files:
                 continue
             try:
                 with np.load(npz, allow_pickle=False) as f:
@@ -292,7 +336,119 @@ def run(submission_root: Path, task: dict, inputs: dict | None = None, limits: L
         return ChildResult(status, data, arrays, stderr, seconds,
                            f"ran out of memory (limit {limits.memory >> 20} MiB)" if status == "memory" else "")
     finally:
-        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(prepared.base, ignore_errors=True)
+
+
+# --- Runs planned ahead: student code runs in the fork server while the grader checks other lessons ---
+# A grade plans the runs its checks will ask for (``plan``), in the order they ask. The first starts at once, and
+# each next one as soon as the one before it has been handed over, so the fork server works on one run while this
+# process checks the lessons in between: one run at a time, as before, each in its own fresh folder, and the
+# server's folder emptied after each. A run is recorded (``take_runs``) when a check asks for it; one nobody asked
+# for by the end of the grade (``end_plan``) is dropped, and stopped if it still runs.
+Request = tuple  # (submission root, task, inputs, limits): what ``run`` is called with
+
+_PLAN: list[tuple[tuple, Request]] = []  # (key, request) planned, not started yet
+_RUNNING: tuple | None = None  # (key, prepared, server) started in the fork server, not answered yet
+_FINISHED: dict = {}  # key -> ChildResult of a planned run answered before a check asked for it
+
+
+def _key(submission_root: Path, task: dict, inputs: dict | None, limits: Limits) -> tuple:
+    """A request's identity: the folder, the task, every input array's bytes, the limits."""
+    import numpy as np  # deferred: as in _prepare
+
+    arrays = tuple((name, k, a.dtype.str, a.shape, hashlib.sha256(np.ascontiguousarray(a).data).hexdigest())
+                   for name, group in sorted((inputs or {}).items())
+                   for k, a in sorted((k, np.asarray(v)) for k, v in group.items()))
+    return str(Path(submission_root)), json.dumps(task, sort_keys=True), arrays, limits
+
+
+def plan(requests: list[Request]) -> None:
+    """The runs this grade's checks will ask for, in order (``run``'s arguments); started ahead where the fork
+    server runs them (bubblewrap works), else ignored: each run then starts when it is asked for."""
+    end_plan()
+    if isolation() != "bubblewrap" or fork_server(wait=False) is None:
+        return
+    _PLAN.extend((_key(*r), r) for r in requests)
+    _start_next()
+
+
+def _start_next() -> None:
+    """Start the next planned run if none is running and the fork server is ready (never waits for it)."""
+    global _RUNNING
+    if _RUNNING is not None or not _PLAN:
+        return
+    server = fork_server(wait=False)
+    if server is None or not server.ready_now():
+        return  # the next ask starts it (the server's preload is still running)
+    key, (root, task, inputs, limits) = _PLAN.pop(0)
+    try:
+        prepared = _prepare(root, task, inputs, limits, True, server)
+    except OSError:
+        _PLAN.clear()
+        return
+    try:
+        server.submit(prepared.scratch, prepared.task_file, prepared.err_path, limits)
+    except RuntimeError:
+        shutil.rmtree(prepared.base, ignore_errors=True)
+        _PLAN.clear()
+        return
+    _RUNNING = (key, prepared, server)
+
+
+def _answer_running() -> tuple[tuple, ChildResult]:
+    """Wait for the planned run in the fork server; its key and what it handed back."""
+    global _RUNNING
+    key, prepared, server = _RUNNING
+    _RUNNING = None
+    try:
+        code, timed_out, seconds = server.answer(prepared.scratch, prepared.limits)
+    except RuntimeError:  # the server died (perhaps killed by this run): run it the slow way, as run() does
+        start = time.monotonic()
+        code, timed_out = _spawn(prepared.scratch, prepared.task_file, prepared.out_path, prepared.err_path,
+                                 prepared.limits, True, None)
+        seconds = time.monotonic() - start
+    return key, _collect(prepared, code, timed_out, seconds)
+
+
+def _claim(submission_root: Path, task: dict, inputs: dict | None, limits: Limits) -> ChildResult | None:
+    """The result of this request if it was planned (waiting for it if it still runs), else None.
+
+    Any other planned run still running is answered first (one run at a time), and this request, if planned
+    for later, is taken off the plan: the caller runs it now.
+    """
+    if not (_PLAN or _RUNNING or _FINISHED):
+        return None
+    key = _key(submission_root, task, inputs, limits)
+    if key in _FINISHED:
+        result = _FINISHED.pop(key)
+        _start_next()
+        return result
+    if _RUNNING is not None:
+        done, result = _answer_running()
+        if done == key:
+            _start_next()
+            return result
+        _FINISHED[done] = result
+    for i, (planned, _) in enumerate(_PLAN):
+        if planned == key:
+            del _PLAN[i]
+            break
+    return None
+
+
+def end_plan() -> None:
+    """Drop what was planned and not asked for: a finished result is deleted, a run still going is stopped."""
+    global _RUNNING
+    _PLAN.clear()
+    _FINISHED.clear()
+    if _RUNNING is not None:
+        key, prepared, server = _RUNNING
+        if server.done():
+            _answer_running()
+        else:  # nobody asked for it and it still runs (a reader that never ends): stop the server, a new one starts
+            _RUNNING = None
+            server.close()
+            shutil.rmtree(prepared.base, ignore_errors=True)
 
 
 def _spawn(scratch: Path, task_file: Path, out_path: Path, err_path: Path, limits: Limits,

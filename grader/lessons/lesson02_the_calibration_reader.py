@@ -223,9 +223,7 @@ def run(ctx: Context) -> list:
     if refused:  # it would pass on the lab's ArrayReader, not the student's code: nothing of it is run
         return [check(PART, "contract", 0, refused), check(PART, "range_from_reader", 0, refused)]
     pixels = data.calibration_set("right")
-    child = sandbox.run(ctx.sub.root, {"task": "reader", "module": "calibration_reader", "class": "DigitReader",
-                                       "input": "input.npz", "drives": list(DRIVES), "max_batches": 1000},
-                        inputs={"input.npz": {"pixels": pixels}}, limits=ctx.limits)
+    child = sandbox.run(*_reader_request(ctx, pixels))
     if child.status != "ok" or not child.data.get("ok"):
         if child.status == "timeout":
             ctx.timed_out = True
@@ -316,15 +314,38 @@ def _other_data(ctx: Context, got, pixels: np.ndarray) -> bool:
     return abs(got.scale - float(want)) > RANGE_REL * float(want) or got.zero_point != zp
 
 
-def served_count(ctx: Context, pixels: np.ndarray, batch_size: int) -> int | None:
-    """How many of ``pixels`` the student's DigitReader serves at ``batch_size`` before None; None if not run."""
+def _reader_request(ctx: Context, pixels: np.ndarray, drives=DRIVES) -> sandbox.Request:
+    """``sandbox.run``'s arguments for a DigitReader run: these drives of the reader on ``pixels``."""
+    return (ctx.sub.root, {"task": "reader", "module": "calibration_reader", "class": "DigitReader",
+                           "input": "input.npz", "drives": list(drives), "max_batches": 1000},
+            {"input.npz": {"pixels": np.asarray(pixels, np.float32)}}, ctx.limits)
+
+
+def _served_drive(pixels: np.ndarray, batch_size: int) -> dict:
+    return {"name": "served", "n": int(len(pixels)), "batch_size": int(batch_size), "input_name": "pixels",
+            "dtype": "float32"}
+
+
+def runs_planned(ctx: Context) -> list:
+    """The reader run this lesson's checks ask for (``sandbox.plan``), if they will run the reader at all."""
+    if not ctx.has("calibration_reader.py") or own_code.refusal_for(ctx.sub.path("calibration_reader.py")):
+        return []
+    return [_reader_request(ctx, data.calibration_set("right"))]
+
+
+def served_request(ctx: Context, pixels: np.ndarray, batch_size: int) -> sandbox.Request | None:
+    """The run ``served_count`` asks for (for ``sandbox.plan``), or None when it will not run the reader."""
     if not ctx.has("calibration_reader.py") or own_code.refusal_for(ctx.sub.path("calibration_reader.py")):
         return None
-    drive = {"name": "served", "n": int(len(pixels)), "batch_size": int(batch_size), "input_name": "pixels",
-             "dtype": "float32"}
-    child = sandbox.run(ctx.sub.root, {"task": "reader", "module": "calibration_reader", "class": "DigitReader",
-                                       "input": "input.npz", "drives": [drive], "max_batches": 1000},
-                        inputs={"input.npz": {"pixels": np.asarray(pixels, np.float32)}}, limits=ctx.limits)
+    return _reader_request(ctx, pixels, [_served_drive(pixels, batch_size)])
+
+
+def served_count(ctx: Context, pixels: np.ndarray, batch_size: int) -> int | None:
+    """How many of ``pixels`` the student's DigitReader serves at ``batch_size`` before None; None if not run."""
+    request = served_request(ctx, pixels, batch_size)
+    if request is None:
+        return None
+    child = sandbox.run(*request)
     if child.status != "ok" or not child.data.get("ok") or not child.data.get("drives"):
         return None
     got = child.data["drives"][0]

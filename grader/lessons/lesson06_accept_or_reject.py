@@ -378,19 +378,37 @@ def _without_values(problem: str, res: dict) -> str:
     return f"its {problem.split(' ')[0]} is wrong"
 
 
-def run_summarize(ctx: Context) -> list:
-    refused = own_code.refusal_for(ctx.sub.path("metrics.py"), "metrics.py")
-    if refused:  # it would pass on the lab's code, not the student's: nothing of it is run
-        return [check(PART, "summarize_code", 0, refused),
-                check(HIDDEN, "secret_summarize", 0, refused, hidden=True)]
+def _cases() -> list[dict]:
+    """Every list summarize() is run on: the lesson's, the instructor's (from the secret), and the evaluation set's."""
     cases = summarize_cases(sandbox.secret())
     pixels_labels = evaluation()[1]
     candidate_pred = fp32_outputs().argmax(1).tolist()
     cases.append({"name": "fp32 on the evaluation set", "labels": pixels_labels.tolist(),
                   "predictions": candidate_pred})
-    child = sandbox.run(ctx.sub.root, {"task": "metrics", "module": "metrics", "function": "summarize",
-                                       "cases": [{k: c[k] for k in ("name", "labels", "predictions")} for c in cases]},
-                        limits=ctx.limits)
+    return cases
+
+
+def _metrics_request(ctx: Context, cases: list[dict]) -> sandbox.Request:
+    """``sandbox.run``'s arguments for the run of the student's summarize() on ``cases``."""
+    return (ctx.sub.root, {"task": "metrics", "module": "metrics", "function": "summarize",
+                           "cases": [{k: c[k] for k in ("name", "labels", "predictions")} for c in cases]},
+            None, ctx.limits)
+
+
+def runs_planned(ctx: Context) -> list:
+    """The summarize() run this lesson's checks ask for (``sandbox.plan``), if they will run metrics.py at all."""
+    if not ctx.has("metrics.py") or own_code.refusal_for(ctx.sub.path("metrics.py"), "metrics.py"):
+        return []
+    return [_metrics_request(ctx, _cases())]
+
+
+def run_summarize(ctx: Context) -> list:
+    refused = own_code.refusal_for(ctx.sub.path("metrics.py"), "metrics.py")
+    if refused:  # it would pass on the lab's code, not the student's: nothing of it is run
+        return [check(PART, "summarize_code", 0, refused),
+                check(HIDDEN, "secret_summarize", 0, refused, hidden=True)]
+    cases = _cases()
+    child = sandbox.run(*_metrics_request(ctx, cases))
     if child.status != "ok" or not child.data.get("ok"):
         if child.status == "timeout":
             ctx.timed_out = True

@@ -44,6 +44,23 @@ def _served(ctx: Context, doc: dict, sel, ev: list) -> list[tuple[str, bool]]:
     return items
 
 
+def runs_planned(ctx: Context) -> list:
+    """The reader run ``_served`` asks for (``sandbox.plan``): the recipe's selection at its batch size, if the
+    recipe names one and the reader will be run at all."""
+    if not all(ctx.has(rel) for rel in NEEDS):
+        return []
+    doc = ctx.doc(RECIPE)
+    try:
+        sel = _selection(doc)
+    except Exception:  # noqa: BLE001 - an unbuildable selection: the check says so, and runs no reader
+        return []
+    bs = value(doc, "calibration.batch_size")
+    if not isinstance(bs, int) or isinstance(bs, bool) or bs < 1:
+        return []
+    request = lesson02_the_calibration_reader.served_request(ctx, sel.pixels, bs)
+    return [] if request is None else [request]
+
+
 def run(ctx: Context) -> list:
     doc, record = ctx.doc(RECIPE), ctx.doc(SCENARIOS)
     model = ctx.model(MODEL)
