@@ -7,7 +7,9 @@ with the colours and the two layout helpers from here.
 Figures are drawn cheaply: the notebook renders each one twice (``bbox_inches="tight"`` measures it, then
 draws it), so a layout engine lays it out twice, and a log axis with minor ticks and math-text labels
 ("$10^{2}$") is slow to measure. ``fixed_margins`` places the axes by margins in inches instead, and
-``plain_log_scale`` labels a log axis's decades as plain numbers without minor ticks.
+``plain_log_scale`` labels a log axis's decades as plain numbers without minor ticks. Titles are set with
+``y=1.0``, their usual place: without it matplotlib measures every axis's tick labels again, three times per
+axes in each draw, to see whether the title must move up (it must only for ticks on top).
 """
 from __future__ import annotations
 
@@ -25,21 +27,26 @@ COLORS = {"narrow": "tab:orange", "right": "tab:green", "wide": "tab:blue",
 FLOOR = 1e-5  # errors below this are drawn at this height on a log axis
 
 
-def fixed_margins(fig: Figure, left: float, right: float, bottom: float, top: float,
-                  wgap: float = 0.0, hgap: float = 0.0) -> Figure:
-    """Place ``fig``'s grid of axes by margins and gaps in inches, the same at every figure size.
+def fixed_margins(fig, left: float, right: float, bottom: float, top: float,
+                  wgap: float = 0.0, hgap: float = 0.0):
+    """Place the grids of axes in ``fig`` (a Figure or a SubFigure) by margins and gaps in inches; returns ``fig``.
 
     In place of a layout engine, which lays the figure out again in every draw: the margins must leave
     room for the tick labels, axis labels, titles and legends drawn outside the axes (the caller knows
-    them). ``wgap`` and ``hgap`` are the gaps between columns and rows of the first grid of subplots.
+    them). ``wgap`` and ``hgap`` are the gaps between columns and between rows of each grid. Each grid
+    gets its own parameters, because a SubFigure shares its parent's ``subplots_adjust`` settings.
     """
-    width, height = fig.get_size_inches()
-    grid = next((ax.get_subplotspec().get_gridspec() for ax in fig.axes if ax.get_subplotspec()), None)
-    rows, cols = grid.get_geometry() if grid else (1, 1)
-    axes_width = (width - left - right - (cols - 1) * wgap) / cols
-    axes_height = (height - bottom - top - (rows - 1) * hgap) / rows
-    fig.subplots_adjust(left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - top / height,
-                        wspace=wgap / axes_width, hspace=hgap / axes_height)
+    width, height = fig.bbox.width / fig.dpi, fig.bbox.height / fig.dpi
+    placed = [ax for ax in fig.axes if ax.get_subplotspec() is not None]
+    for grid in dict.fromkeys(ax.get_subplotspec().get_gridspec() for ax in placed):
+        rows, cols = grid.get_geometry()
+        axes_width = (width - left - right - (cols - 1) * wgap) / cols
+        axes_height = (height - bottom - top - (rows - 1) * hgap) / rows
+        grid.update(left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - top / height,
+                    wspace=wgap / axes_width, hspace=hgap / axes_height)
+    for ax in placed:
+        ax.set_position(ax.get_subplotspec().get_position(fig))
+        ax.set_in_layout(True)  # set_position takes an axes out of the tight bounding box; it belongs in it
     return fig
 
 
@@ -98,9 +105,9 @@ def round_trip_figure(panels: Sequence[Mapping]) -> Figure:
     between its marks. Clipping: error near 0 up to the ruler's end, then growing with the value.
     Squashing: error around its (large) scale/4 at every value. Values that already sit on the
     marks (pixels k/16) stay far below scale/4. The panels share the error axis, so a ruler's
-    error can be compared from one tensor to the next.
+    error can be compared from one tensor to the next. Margins are fixed in inches (``fixed_margins``).
     """
-    fig = Figure(figsize=(5.8 * len(panels), 4.9), layout="constrained")
+    fig = Figure(figsize=(5.8 * len(panels), 4.9))
     axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)[0]
     highest = FLOOR
     for ax, panel in zip(axes, panels):
@@ -122,7 +129,7 @@ def round_trip_figure(panels: Sequence[Mapping]) -> Figure:
             ax.text(0.98, 0.97, panel["note"], transform=ax.transAxes, fontsize=9, va="top", ha="right", multialignment="left",
                     bbox=dict(boxstyle="round", facecolor="white", edgecolor="0.8", alpha=0.9))
         ax.set_yscale("log")
-        ax.set_title(panel["title"], fontsize=11)
+        ax.set_title(panel["title"], fontsize=11, y=1.0)
         ax.set_xlabel(panel["xlabel"])
         ax.grid(alpha=0.3)
     axes[0].set_ylim(FLOOR / 2, highest * 80)  # headroom above the data for the notes
@@ -131,9 +138,9 @@ def round_trip_figure(panels: Sequence[Mapping]) -> Figure:
     handles, labels = axes[0].get_legend_handles_labels()
     handles.append(Line2D([], [], color="0.3", ls="--", lw=1.0))
     labels.append("scale/4 of each ruler: its mean error when values fall anywhere between marks")
-    fig.legend(handles, labels, loc="outside lower center", ncol=2, fontsize=9, frameon=False)
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=9, frameon=False)
     fig.suptitle("Round-trip error by value: clipping grows past the ruler's end, squashing is coarse everywhere")
-    return fig
+    return fixed_margins(fig, left=0.95, right=0.15, bottom=1.1, top=0.6, wgap=0.2)
 
 
 def digit_grid_figure(images: np.ndarray, labels: np.ndarray, read: np.ndarray,
@@ -166,5 +173,5 @@ def digit_grid_figure(images: np.ndarray, labels: np.ndarray, read: np.ndarray,
                     color="black" if read[i] == labels[i] else "tab:red")
         ax.imshow(mosaic, cmap="gray_r", vmin=0, vmax=vmax, interpolation="nearest", aspect="auto")
         ax.axis("off")
-        ax.set_title(title, fontsize=11, y=1.0)   # y given: not measured again for a place above the ticks
+        ax.set_title(title, fontsize=11, y=1.0)
     return fig

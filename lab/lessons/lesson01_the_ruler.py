@@ -112,8 +112,7 @@ def draw(values: np.ndarray, ranges: dict[str, tuple[float, float]], dtype: str 
                 transform=blended_transform_factory(ax.transData, ax.transAxes))
         beyond = f" (the ruler runs on to {s['high']:.3g})" if s["high"] > xlim[1] else ""
         ax.set_title(f"{name}: range [{rmin:.3g}, {rmax:.3g}], scale {s['scale']:.3g}{beyond}\n"
-                     f"{s['text']}", fontsize=10, loc="left",
-                     y=1.0)  # y given: matplotlib does not measure the axes again for a place above its ticks
+                     f"{s['text']}", fontsize=10, loc="left", y=1.0)
         ax.set_ylabel("count (log)")
         ax.legend(loc="upper right", fontsize=8, framealpha=0.9)
     axes[-1].set_xlim(xlim)

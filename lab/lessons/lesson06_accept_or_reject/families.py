@@ -21,6 +21,7 @@ from onnx import numpy_helper
 from lab import compare, graph, kernels, tables
 from lab import convert
 from lab.errors import LabError
+from lab.plots import fixed_margins, plain_log_scale
 
 ACTIVATION_MAX = 255  # the largest u8 activation the U8S8 kernel multiplies
 # The candidate's settings, changed one at a time: name -> (what changes, the overrides).
@@ -140,8 +141,10 @@ def format_risk(by_model: Mapping[str, Sequence[Mapping]]) -> str:
 
 
 def weights_figure(models: Mapping[str, object]) -> Figure:
-    """Histogram of |w| over every weight matrix, one step line per model, with reduce_range's limit marked."""
-    fig = Figure(figsize=(8.5, 4), layout="constrained")
+    """Histogram of |w| over every weight matrix, one step line per model, with reduce_range's limit marked.
+
+    Drawn cheaply (``lab.plots``): plain decade labels, no minor ticks, margins fixed in inches."""
+    fig = Figure(figsize=(8.5, 4))
     ax = fig.subplots()
     bins = np.arange(0, 129) - 0.5
     for i, (name, model) in enumerate(models.items()):
@@ -152,13 +155,13 @@ def weights_figure(models: Mapping[str, object]) -> Figure:
     ax.text(66, 0.97, "only with a weight out here can a pair reach |w1| + |w2| >= 129\n"
             "and pass int16 when both activations are bright",
             fontsize=8, color="tab:red", va="top", transform=ax.get_xaxis_transform())
-    ax.set_yscale("log")
+    plain_log_scale(ax)
     ax.set_xlabel("|quantized weight|")
     ax.set_ylabel("weights (log scale)")
-    ax.set_title("How far the INT8 weights reach: per-channel uses +-127 in every column")
+    ax.set_title("How far the INT8 weights reach: per-channel uses +-127 in every column", y=1.0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=9, loc="lower left")
-    return fig
+    return fixed_margins(fig, left=0.62, right=0.1, bottom=0.55, top=0.35)
 
 
 # --- the cures ------------------------------------------------------------------------------------

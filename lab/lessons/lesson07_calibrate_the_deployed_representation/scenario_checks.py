@@ -204,14 +204,17 @@ def scenario_figure(runs: Mapping[str, Sequence[ScenarioResult]]):
 
     Top: accuracy against the true digits, with the FP32 floor; scenarios FP32 itself fails are
     shaded, because no calibration can fix them. Bottom: what the verdict looks at, confident FP32
-    answers that INT8 changed, and the largest probability change.
+    answers that INT8 changed, and the largest probability change. Drawn cheaply: margins fixed in inches
+    (``lab.plots.fixed_margins``) and legends placed, not searched for, in place of a layout engine.
     """
     import matplotlib.pyplot as plt  # deferred: 1.8 s to import (python -X importtime); only figures need it
+
+    from lab.plots import fixed_margins
 
     first = next(iter(runs.values()))
     names = [r.name for r in first]
     x = np.arange(len(names))
-    fig = plt.figure(figsize=(11, 6.6), layout="constrained")
+    fig = plt.figure(figsize=(11, 6.6))
     top, bottom = fig.subfigures(2, 1, height_ratios=[1.1, 1])
     acc = top.subplots()
     width = 0.8 / (len(runs) + 1)
@@ -229,7 +232,7 @@ def scenario_figure(runs: Mapping[str, Sequence[ScenarioResult]]):
     acc.set_ylim(0, 1.12)
     acc.set_xlim(-0.5, len(names) - 0.5)
     acc.set_ylabel("accuracy (true digits)")
-    acc.set_title("Accuracy per scenario: INT8 tracks FP32; shaded scenarios fail in FP32 already")
+    acc.set_title("Accuracy per scenario: INT8 tracks FP32; shaded scenarios fail in FP32 already", y=1.0)
     acc.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), fontsize=8, ncols=len(runs) + 1)
     axes = bottom.subplots(1, 2)
     width = 0.8 / len(runs)
@@ -241,9 +244,11 @@ def scenario_figure(runs: Mapping[str, Sequence[ScenarioResult]]):
                                "images (0 to pass)"),
                               (axes[1], "Largest probability change vs FP32", "max abs error")):
         ax.set_xticks(x, names, rotation=25)
-        ax.set_title(title, fontsize=10)
+        ax.set_title(title, fontsize=10, y=1.0)
         ax.set_ylabel(ylabel)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left")
+    fixed_margins(top, left=0.75, right=0.7, bottom=0.75, top=0.35)
+    fixed_margins(bottom, left=0.75, right=0.7, bottom=0.8, top=0.35, wgap=0.9)
     return fig
 
 

@@ -1,0 +1,70 @@
+"""lab.plots' layout helpers and lesson 00's digit grid: what they place where, and what a student reads off them."""
+import io
+
+import numpy as np
+import pytest
+from matplotlib.colors import to_rgba
+from matplotlib.figure import Figure
+from matplotlib.ticker import NullLocator
+
+from lab import data, plots
+
+
+def _inches(fig, ax):
+    """An axes' box as (left, bottom, right, top) in inches from the figure's lower left corner."""
+    w, h = fig.get_size_inches()
+    box = ax.get_position()
+    return box.x0 * w, box.y0 * h, box.x1 * w, box.y1 * h
+
+
+@pytest.mark.parametrize("size", [(6, 4), (12, 7)])
+def test_fixed_margins_are_the_same_inches_at_every_figure_size(size):
+    fig = Figure(figsize=size)
+    axes = fig.subplots(2, 3)
+    plots.fixed_margins(fig, left=0.7, right=0.2, bottom=0.5, top=0.4, wgap=0.3, hgap=0.6)
+    w, h = size
+    left, bottom, _, _ = _inches(fig, axes[1, 0])
+    _, _, right, top = _inches(fig, axes[0, 2])
+    assert (left, bottom) == pytest.approx((0.7, 0.5))
+    assert (w - right, h - top) == pytest.approx((0.2, 0.4))
+    assert _inches(fig, axes[0, 1])[0] - _inches(fig, axes[0, 0])[2] == pytest.approx(0.3)
+    assert _inches(fig, axes[0, 0])[1] - _inches(fig, axes[1, 0])[3] == pytest.approx(0.6)
+    assert fig.get_layout_engine() is None
+
+
+def test_plain_log_scale_labels_decades_as_numbers_without_minor_ticks():
+    fig = Figure()
+    ax = fig.subplots()
+    ax.plot([1, 2, 3], [1, 50, 20000])
+    plots.plain_log_scale(ax)
+    fig.canvas.draw()
+    assert ax.get_yscale() == "log"
+    assert isinstance(ax.yaxis.get_minor_locator(), NullLocator)
+    shown = [t.get_text() for t in ax.get_yticklabels() if 1 <= t.get_position()[1] <= 20000]
+    assert shown == ["1", "10", "100", "1000", "10000"]
+    plots.plain_log_scale(ax, "x", base=2)
+    assert ax.get_xscale() == "log" and isinstance(ax.xaxis.get_minor_locator(), NullLocator)
+
+
+def test_digit_grid_shows_each_digit_with_its_label_and_reading_red_when_wrong():
+    split = data.load_split("evaluation")
+    read = split.labels.copy()
+    wrong = [3, 17, 40]
+    read[wrong] = (read[wrong] + 1) % 10
+    groups = [("some digits", list(range(12))), ("misread", wrong), ("none", [])]
+    fig = plots.digit_grid_figure(split.raw, split.labels, read, groups, vmax=data.RAW_MAX)
+    assert [ax.get_title() for ax in fig.axes] == ["some digits", "misread", "none"]
+    first, misread, _ = fig.axes
+    assert [t.get_text() for t in first.texts] == [f"{split.labels[i]} → {read[i]}" for i in range(12)]
+    red = to_rgba("tab:red")
+    assert [to_rgba(t.get_color()) == red for t in first.texts] == [i in wrong for i in range(12)]
+    assert all(to_rgba(t.get_color()) == red for t in misread.texts)
+    # every digit is in its group's image, pixel for pixel, ten to a row
+    mosaic = first.images[0].get_array()
+    tiles = [mosaic[y:y + 8, x:x + 8] for y in (4, 16) for x in range(1, 100, 10)]
+    for k in range(12):
+        np.testing.assert_array_equal(tiles[k], split.raw[k].reshape(8, 8))
+    assert all(not tile.any() for tile in tiles[12:])
+    png = io.BytesIO()
+    fig.savefig(png, format="png", bbox_inches="tight")
+    assert png.getvalue().startswith(b"\x89PNG")
