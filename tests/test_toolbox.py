@@ -10,7 +10,7 @@ import pytest
 from onnxruntime.quantization import calibrate as ort_calibrate
 
 from lab import data, graph, kernels, measure, schemas, tables
-from lab.convert import quantize
+from lab.convert import calibrated_ranges, quantize
 from lab.lessons.lesson08_the_quantization_toolbox import calibrators
 from lab.lessons.lesson08_the_quantization_toolbox import toolbox as tb
 from lab.workspace import make_workspace
@@ -92,6 +92,19 @@ def test_calibrate_reuses_a_search_only_for_the_same_model_data_and_options(sour
     m.doc_string = "changed"
     onnx.save(m, str(other))
     assert calibrators.calibrate(other, right[:72], "Entropy", {"num_bins": 256}) is not first
+
+
+@pytest.mark.parametrize("method, options", [("MinMax", {}), ("Percentile", {}), ("Entropy", {"num_bins": 256})])
+def test_a_reused_calibrator_starts_empty_for_each_data_set(source, method, options):
+    """calibrate keeps one ORT calibrator per model, method and options: the second data set's ranges are a new
+    calibrator's, not merged with the first set's (MinMax keeps its running ranges, histograms their counts)."""
+    wide, narrow = data.calibration_set("wide")[:72], data.calibration_set("narrow")[:72]
+    first = calibrators.calibrate(source, wide, method, dict(options))
+    reused = calibrators.calibrate(source, narrow, method, dict(options))
+    fresh = calibrated_ranges(source, narrow, method, data.BATCH_SIZE, dict(options))
+    assert reused.ranges == fresh
+    assert reused.ranges["pixels"][1] < first.ranges["pixels"][1]  # the wide set's raw 0..16 pixels are gone
+    assert first.ranges == calibrated_ranges(source, wide, method, data.BATCH_SIZE, dict(options))  # left alone
 
 
 def test_quantize_calibrated_uses_exactly_the_calibrated_input_range(source, work, right):
@@ -418,9 +431,16 @@ def test_sample_count_summary_and_where_it_is_enough():
 
 
 def test_sample_count_rows_draw_subsets_of_the_right_set(source, work, right, ev):
-    rows = tb.sample_count_rows(source, work, ev, right, counts=(3, len(right)), draws=2)
-    assert [(r["n"], r["draw"]) for r in rows] == [(3, 0), (3, 1), (len(right), 0)]
+    rows = tb.sample_count_rows(source, work, ev, right, counts=(3, 40, len(right)), draws=2, seed=5)
+    assert [(r["n"], r["draw"]) for r in rows] == [(3, 0), (3, 1), (40, 0), (40, 1), (len(right), 0)]
     assert all(r["input_range"] is not None for r in rows)
+    # each draw: the bytes quantize_static writes when it calibrates on that draw itself (seeded draws, in order)
+    rng = np.random.default_rng(5)
+    for n, d in [(3, 0), (3, 1), (40, 0), (40, 1)]:
+        subset = right[rng.choice(len(right), n, replace=False)]
+        direct = work / "guide" / "samples" / f"direct-n{n:03d}-{d}.onnx"
+        quantize(source, direct, subset, batch_size=data.BATCH_SIZE)
+        assert data.file_sha256(direct) == data.file_sha256(work / "guide" / "samples" / f"n{n:03d}-{d}.onnx"), (n, d)
 
 
 @pytest.mark.parametrize("choice, justification, words", [
@@ -441,3 +461,18 @@ def test_a_choice_outside_the_table_or_without_numbers_gets_notes():
     assert row is rows[0] and notes == []
     row, notes = tb.check_choice_input({"reduce_range": True}, "smallest", rows)
     assert row is None and any("none of the rows" in n for n in notes) and any("no number" in n for n in notes)
+
+
+def test_figures_are_shown_as_one_png_at_their_own_size_and_closed():
+    """figures.shown draws a figure once into a PNG of the figure's own pixel size (margins fixed in inches, nothing
+    to crop) and closes it, so the inline backend does not show it a second time."""
+    import matplotlib.pyplot as plt
+
+    from lab.lessons.lesson08_the_quantization_toolbox import figures, speed
+
+    fig = speed.plot_sweep([speed.WidthPoint(w, 64, 1.0, 1.0 / s) for w, s in ((64, 0.8), (256, 1.3), (1024, 2.4))])
+    width, height = (int(round(v)) for v in fig.get_size_inches() * fig.dpi)
+    image = figures.shown(fig)
+    assert image.data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (int.from_bytes(image.data[16:20], "big"), int.from_bytes(image.data[20:24], "big")) == (width, height)
+    assert not plt.fignum_exists(fig.number)

@@ -29,6 +29,7 @@ from lab.measure import Evaluation, input_interval, measure
 from lab.convert import QuantRecord, quantize
 from lab.readers import ArrayReader
 from lab.workspace import atomic_write_text
+from lab.lessons.lesson08_the_quantization_toolbox.figures import shown
 
 logging.getLogger().setLevel(logging.ERROR)
 
@@ -310,11 +311,37 @@ def calibrate(source: str | Path, calibration: np.ndarray, method: str = "Entrop
     return _CALIBRATIONS[key]
 
 
+_CALIBRATORS: dict[tuple, object] = {}
+
+
+def _calibrator(source: str | Path, method: str, options: dict):
+    """ORT's calibrator for this model (by its bytes), method and options, created once and emptied for each use.
+
+    ``create_calibrator`` augments the graph, writes it and starts an inference session on it: about 10 ms,
+    as long as the calibration itself here. The augmented model depends only on the model, the method and
+    the options, so one calibrator serves every data set (lesson 08 calibrates 19 random subsets in a row);
+    before each use it is emptied to what a new one holds: no collected outputs, no MinMax ranges so far
+    (``calibrate_tensors_range``), no histograms (``collector``).
+    """
+    key = (file_sha256(source), method, json.dumps(options, sort_keys=True))
+    calibrator = _CALIBRATORS.get(key)
+    if calibrator is None:
+        with tempfile.TemporaryDirectory(prefix="lab-calib-") as tmp, quiet():
+            calibrator = create_calibrator(Path(source), augmented_model_path=str(Path(tmp) / "augmented.onnx"),
+                                           calibrate_method=CalibrationMethod[method], extra_options=options)
+        _CALIBRATORS[key] = calibrator
+    calibrator.clear_collected_data()
+    if hasattr(calibrator, "calibrate_tensors_range"):
+        calibrator.calibrate_tensors_range = None
+    if hasattr(calibrator, "collector"):
+        calibrator.collector = None
+    return calibrator
+
+
 def _calibrate(source: str | Path, calibration: np.ndarray, method: str, options: dict,
                batch_size: int) -> Calibration:
-    with tempfile.TemporaryDirectory(prefix="lab-calib-") as tmp, quiet():
-        calibrator = create_calibrator(Path(source), augmented_model_path=str(Path(tmp) / "augmented.onnx"),
-                                       calibrate_method=CalibrationMethod[method], extra_options=options)
+    calibrator = _calibrator(source, method, options)
+    with quiet():
         calibrator.collect_data(ArrayReader(calibration, batch_size))
         collector = getattr(calibrator, "collector", None)
         bins = {name: int(h[0].size) for name, h in collector.histogram_dict.items()} if collector else {}
@@ -324,6 +351,7 @@ def _calibrate(source: str | Path, calibration: np.ndarray, method: str, options
         start = time.perf_counter()
         tensors = calibrator.compute_data()
         seconds = time.perf_counter() - start
+    calibrator.clear_collected_data()
     return Calibration(method, options, tensors, bins, round(seconds, 2))
 
 
@@ -458,7 +486,7 @@ def plot_ranges(values: dict[str, np.ndarray], ranges: dict[str, dict[str, tuple
                 ax.axvline(hi, color=color, ls=styles[i % len(styles)], lw=1.6, label=f"{label}: [{lo:.3g}, {hi:.3g}]")
                 if lo < 0:
                     ax.axvline(lo, color=color, ls=styles[i % len(styles)], lw=1.6)
-        ax.set_title(f"{tensor}: values seen in calibration, and each method's range", fontsize=10)
+        ax.set_title(f"{tensor}: values seen in calibration, and each method's range", fontsize=10, y=1.0)
         ax.set_xlabel("value")
         ax.set_ylabel("count (log)")
         ax.legend(fontsize=7, loc="upper right")
@@ -474,6 +502,7 @@ def range_explorer(values: dict[str, np.ndarray], ranges: dict[str, dict[str, tu
     """A dropdown over tensors that redraws ``plot_ranges`` for the one picked (a thin widget)."""
     import ipywidgets as widgets  # deferred: 0.6 s to import; only the interactive widget needs it
     import matplotlib.pyplot as plt  # deferred: 1.8 s to import (python -X importtime); only figures need it
+    from IPython.display import display
 
     pick = widgets.Dropdown(options=list(values), value=list(values)[0], description="tensor")
     out = widgets.Output()
@@ -481,8 +510,7 @@ def range_explorer(values: dict[str, np.ndarray], ranges: dict[str, dict[str, tu
     def draw(*_):
         with out:
             out.clear_output(wait=True)
-            fig = plot_ranges(values, ranges, (pick.value,), fig=plt.figure(figsize=(8, 3.4)))
-            plt.show(fig)
+            display(shown(plot_ranges(values, ranges, (pick.value,), fig=plt.figure(figsize=(8, 3.4)))))
 
     pick.observe(draw, names="value")
     draw()

@@ -223,7 +223,10 @@ def plot_sweep(points: list[WidthPoint], margin: float = 1.1, ax=None):
     """FP32 / INT8 speed-up against layer width (log scale), with the break-even line and the crossover."""
     import matplotlib.pyplot as plt  # deferred: 1.8 s to import (python -X importtime); only figures need it
 
-    if ax is None:
+    from lab.plots import fixed_margins  # deferred with matplotlib
+
+    new = ax is None
+    if new:
         _, ax = plt.subplots(figsize=(6.4, 3.6))
     points = sorted(points, key=lambda p: p.width)
     widths = [p.width for p in points]
@@ -236,7 +239,9 @@ def plot_sweep(points: list[WidthPoint], margin: float = 1.1, ax=None):
     ax.set_xticks(widths, [str(w) for w in widths])
     ax.set_xlabel("layer width (units per hidden layer)")
     ax.set_ylabel("speed-up (FP32 time / INT8 time)")
-    ax.set_title("When do INT8 kernels pay off? Synthetic 3-layer MLP, 1 thread")
+    ax.set_title("When do INT8 kernels pay off? Synthetic 3-layer MLP, 1 thread", y=1.0)
     ax.legend(loc="upper left")
     ax.grid(alpha=0.3)
+    if new:  # margins in inches, no layout pass: the lesson shows the figure drawn once, uncropped
+        fixed_margins(ax.figure, left=0.75, right=0.15, bottom=0.55, top=0.35)
     return ax.figure
