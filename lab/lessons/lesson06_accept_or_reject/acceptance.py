@@ -205,7 +205,8 @@ def confusion_figure(confusions: Mapping[str, Sequence[Sequence[int]]]):
         for a in range(N_CLASSES):
             for p in range(N_CLASSES):
                 if c[a, p]:
-                    ax.text(p, a, str(c[a, p]), ha="center", va="center", fontsize=7,
+                    # clip_on: a count inside its cell is left out when the figure's tight bounding box is measured
+                    ax.text(p, a, str(c[a, p]), ha="center", va="center", fontsize=7, clip_on=True,
                             color="white" if c[a, p] > c.max() / 2 else ("black" if a == p else "crimson"))
     fig.suptitle("Confusion matrices on the evaluation set (off-diagonal in red: misreads)")
     return fixed_margins(fig, left=0.6, right=0.15, bottom=0.55, top=0.65, wgap=0.7)
