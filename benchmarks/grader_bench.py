@@ -1,9 +1,9 @@
 """Grader benchmark: a class of 100 submissions, graded with ``grader batch -j 2``, against a floor.
 
 The class: copies of the reference run, about 20 % broken in different ways (from the bad
-corpus, minus the cases built to hit the time limit). The floor, measured in the same run:
-one process per submission that starts Python, imports onnxruntime and evaluates the handed-in
-models once, two at a time. Also reported: a worker's peak memory, the per-child cost of the
+corpus, minus the cases built to hit the time limit). The floor, measured in the same run, before
+and after the batch (the faster is used): one process per submission that starts Python, imports
+onnxruntime and evaluates the handed-in models once, two at a time. Also reported: a worker's peak memory, the per-child cost of the
 sandbox, and the anchor a user would otherwise pick: nbgrader-style grading that re-executes
 each student's notebooks (measured for one student, scaled to the class).
 
@@ -290,9 +290,10 @@ def markdown(report: dict) -> str:
     """``build/bench/grader.md``: the same figures as the printed tables."""
     c, lines = report.get("class"), ["# Grader benchmark", ""]
     if c:
+        runs = " and ".join(f"{f:.1f} s" for f in c.get("floor_runs_seconds", []))
         lines += [f"Class of {c['n']} ({c['broken']} broken), `grader batch -j {JOBS}`: **{c['batch_seconds']:.1f} s** "
-                  f"against a floor of {c['floor_seconds']:.1f} s: **{c['ratio']:.2f}x** (aim <= {AIM_BATCH_RATIO}x). "
-                  f"Sandbox: {report['sandbox']}.", ""]
+                  f"against a floor of {c['floor_seconds']:.1f} s (the faster of {runs}, before and after the batch): "
+                  f"**{c['ratio']:.2f}x** (aim <= {AIM_BATCH_RATIO}x). Sandbox: {report['sandbox']}.", ""]
     g = report.get("single")
     if g:
         lines += [f"One `python -m grader grade`: **{g['grade_seconds']:.2f} s** against {g['floor_seconds']:.2f} s for "
@@ -327,8 +328,12 @@ def main(argv: list[str] | None = None) -> int:
             folder.mkdir()
             kinds = make_class(folder, args.n)
             broken = sum(k != "good" for k in kinds.values())
-            floor = time_floor(folder)
+            # the floor before and after the batch, the faster one used (as the workbook's benchmark does): the
+            # machine's load drifts within a run, and the faster floor is the stricter one for the grader
+            floors = [time_floor(folder)]
             batch_s, summary = time_batch(folder, tmp / "out")
+            floors.append(time_floor(folder))
+            floor = min(floors)
             mem = worker_memory(folder)
             fresh = child_cost(folder, True if sandbox.bwrap_available() else False)
             forked = child_cost(folder, None)
@@ -341,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.only_scale:
         ratio = batch_s / floor
         print(f"class: {args.n} submissions, {broken} broken in {len(set(kinds.values())) - 1} ways; sandbox: {sandbox.sandbox_kind()}")
-        print(f"floor (python + onnxruntime + each model once, {JOBS} at a time): {floor:6.1f} s")
+        print(f"floor (python + onnxruntime + each model once, {JOBS} at a time): {floor:6.1f} s "
+              f"(the faster of {floors[0]:.1f} s before the batch and {floors[1]:.1f} s after it)")
         print(f"grader batch -j {JOBS}:                                         {batch_s:6.1f} s "
               f"({ratio:.2f}x the floor; aim <= {AIM_BATCH_RATIO}x) -> {summary}")
         per = floor * JOBS / args.n
@@ -366,6 +372,7 @@ def main(argv: list[str] | None = None) -> int:
               "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}}
     if not args.only_scale:
         report.update({"class": {"n": args.n, "broken": broken, "jobs": JOBS, "floor_seconds": floor,
+                                 "floor_runs_seconds": floors,
                                  "batch_seconds": batch_s, "ratio": round(batch_s / floor, 3),
                                  "aim_ratio": AIM_BATCH_RATIO, "met": batch_s / floor <= AIM_BATCH_RATIO},
                        "single": single, "phases": phases, "floor_per_hand_in_seconds": floor * JOBS / args.n,

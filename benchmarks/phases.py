@@ -20,7 +20,7 @@ from pathlib import Path
 PHASES = {
     "intake and hashing": ["grader.core:sha256_of_input", "grader.core:open_submission"],
     "model checks": ["grader.core:load_checked", "grader.context:load_checked"],
-    "student code in the sandbox": ["grader.sandbox:run"],
+    "student code in the sandbox": ["grader.sandbox:run", "grader.sandbox:plan", "grader.sandbox:end_plan"],
     "recomputed calibrations": ["grader.lessons.lesson02_the_calibration_reader:calibrator_range", "lab.data:calibration_set",
                                 "lab.lessons.lesson04_more_batches:narrow_batches", "lab.data:data_sha256", "lab.data:load_split",
                                 "lab.compare:diagnose", "lab.ruler:scale_zero_point"],
