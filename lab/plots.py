@@ -13,6 +13,7 @@ axes in each draw, to see whether the title must move up (it must only for ticks
 """
 from __future__ import annotations
 
+import io
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -48,6 +49,23 @@ def fixed_margins(fig, left: float, right: float, bottom: float, top: float,
         ax.set_position(ax.get_subplotspec().get_position(fig))
         ax.set_in_layout(True)  # set_position takes an axes out of the tight bounding box; it belongs in it
     return fig
+
+
+def shown(fig):
+    """``fig`` drawn once into a PNG at its own size (an ``IPython.display.Image``, shown by ``display`` or as a
+    cell's last value), and closed so that pyplot does not show it a second time.
+
+    The inline backend shows a figure with ``bbox_inches="tight"``: it draws the whole figure to measure it,
+    measures every artist again, then draws it a second time for the picture, about half of a figure's time in
+    the kernel. The lessons' figures place their axes by margins in inches (``fixed_margins``): nothing to crop.
+    """
+    import matplotlib.pyplot as plt  # deferred: 1.8 s to import (python -X importtime); only shown figures need it
+    from IPython.display import Image  # deferred: only a notebook shows the picture
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", facecolor=fig.get_facecolor(), edgecolor=fig.get_edgecolor())
+    plt.close(fig)
+    return Image(buffer.getvalue(), format="png")
 
 
 def plain_log_scale(ax, which: str = "y", base: float = 10) -> None:

@@ -68,3 +68,18 @@ def test_digit_grid_shows_each_digit_with_its_label_and_reading_red_when_wrong()
     png = io.BytesIO()
     fig.savefig(png, format="png", bbox_inches="tight")
     assert png.getvalue().startswith(b"\x89PNG")
+
+
+def test_a_shown_figure_is_one_png_at_its_own_size_and_closed():
+    """plots.shown draws a figure once into a PNG of the figure's own pixel size (margins fixed in inches, nothing
+    to crop) and closes it, so the inline backend does not show it a second time."""
+    import matplotlib.pyplot as plt
+
+    from lab.lessons.lesson08_the_quantization_toolbox import speed
+
+    fig = speed.plot_sweep([speed.WidthPoint(w, 64, 1.0, 1.0 / s) for w, s in ((64, 0.8), (256, 1.3), (1024, 2.4))])
+    width, height = (int(round(v)) for v in fig.get_size_inches() * fig.dpi)
+    image = plots.shown(fig)
+    assert image.data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (int.from_bytes(image.data[16:20], "big"), int.from_bytes(image.data[20:24], "big")) == (width, height)
+    assert not plt.fignum_exists(fig.number)

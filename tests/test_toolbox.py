@@ -461,18 +461,3 @@ def test_a_choice_outside_the_table_or_without_numbers_gets_notes():
     assert row is rows[0] and notes == []
     row, notes = tb.check_choice_input({"reduce_range": True}, "smallest", rows)
     assert row is None and any("none of the rows" in n for n in notes) and any("no number" in n for n in notes)
-
-
-def test_figures_are_shown_as_one_png_at_their_own_size_and_closed():
-    """figures.shown draws a figure once into a PNG of the figure's own pixel size (margins fixed in inches, nothing
-    to crop) and closes it, so the inline backend does not show it a second time."""
-    import matplotlib.pyplot as plt
-
-    from lab.lessons.lesson08_the_quantization_toolbox import figures, speed
-
-    fig = speed.plot_sweep([speed.WidthPoint(w, 64, 1.0, 1.0 / s) for w, s in ((64, 0.8), (256, 1.3), (1024, 2.4))])
-    width, height = (int(round(v)) for v in fig.get_size_inches() * fig.dpi)
-    image = figures.shown(fig)
-    assert image.data[:8] == b"\x89PNG\r\n\x1a\n"
-    assert (int.from_bytes(image.data[16:20], "big"), int.from_bytes(image.data[20:24], "big")) == (width, height)
-    assert not plt.fignum_exists(fig.number)

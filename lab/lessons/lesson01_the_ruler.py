@@ -83,7 +83,7 @@ def draw(values: np.ndarray, ranges: dict[str, tuple[float, float]], dtype: str 
     from matplotlib.figure import Figure
     from matplotlib.transforms import blended_transform_factory
 
-    from lab.plots import fixed_margins, plain_log_scale
+    from lab.plots import fixed_margins, plain_log_scale  # deferred: lab.plots imports matplotlib, as above
 
     x = np.asarray(values, np.float32).ravel()
     lo_x, hi_x = min(float(x.min()), 0.0), float(x.max())

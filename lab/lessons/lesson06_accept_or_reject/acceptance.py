@@ -189,7 +189,7 @@ def confusion_figure(confusions: Mapping[str, Sequence[Sequence[int]]]):
     Margins fixed in inches (``lab.plots.fixed_margins``) in place of a layout pass: cheaper to draw."""
     import matplotlib.pyplot as plt  # deferred: 1.8 s to import (python -X importtime); only figures need it
 
-    from lab.plots import fixed_margins
+    from lab.plots import fixed_margins  # deferred: lab.plots imports matplotlib, as above
 
     n = len(confusions)
     fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 4.4), squeeze=False)

@@ -149,7 +149,7 @@ def sqnr_figure(runs: Mapping[str, Sequence[LayerSQNR]], title: str = "Where the
     Margins fixed in inches (``lab.plots.fixed_margins``) in place of a layout pass: cheaper to draw."""
     import matplotlib.pyplot as plt  # deferred: 1.8 s to import (python -X importtime); only figures need it
 
-    from lab.plots import fixed_margins
+    from lab.plots import fixed_margins  # deferred: lab.plots imports matplotlib, as above
 
     fig, ax = plt.subplots(figsize=(8, 4))
     for name, rows in runs.items():

@@ -209,7 +209,7 @@ def scenario_figure(runs: Mapping[str, Sequence[ScenarioResult]]):
     """
     import matplotlib.pyplot as plt  # deferred: 1.8 s to import (python -X importtime); only figures need it
 
-    from lab.plots import fixed_margins
+    from lab.plots import fixed_margins  # deferred: lab.plots imports matplotlib, as above
 
     first = next(iter(runs.values()))
     names = [r.name for r in first]

@@ -28,8 +28,8 @@ from lab.data import BATCH_SIZE, file_sha256
 from lab.measure import Evaluation, input_interval, measure
 from lab.convert import QuantRecord, quantize
 from lab.readers import ArrayReader
+from lab.plots import shown
 from lab.workspace import atomic_write_text
-from lab.lessons.lesson08_the_quantization_toolbox.figures import shown
 
 logging.getLogger().setLevel(logging.ERROR)
 
@@ -467,7 +467,7 @@ def plot_ranges(values: dict[str, np.ndarray], ranges: dict[str, dict[str, tuple
     math-text labels took seconds to lay out twice, once here and once when the notebook saves the figure.
     """
     import matplotlib.pyplot as plt  # deferred: 1.8 s to import (python -X importtime); only figures need it
-    from matplotlib.ticker import NullLocator, StrMethodFormatter
+    from matplotlib.ticker import NullLocator, StrMethodFormatter  # deferred: with pyplot, above
 
     n = len(tensors)
     cols = 2 if n > 1 else 1
@@ -504,7 +504,7 @@ def range_explorer(values: dict[str, np.ndarray], ranges: dict[str, dict[str, tu
     """A dropdown over tensors that redraws ``plot_ranges`` for the one picked (a thin widget)."""
     import ipywidgets as widgets  # deferred: 0.6 s to import; only the interactive widget needs it
     import matplotlib.pyplot as plt  # deferred: 1.8 s to import (python -X importtime); only figures need it
-    from IPython.display import display
+    from IPython.display import display  # deferred: only the interactive widget needs it
 
     pick = widgets.Dropdown(options=list(values), value=list(values)[0], description="tensor")
     out = widgets.Output()

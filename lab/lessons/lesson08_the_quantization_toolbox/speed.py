@@ -223,7 +223,7 @@ def plot_sweep(points: list[WidthPoint], margin: float = 1.1, ax=None):
     """FP32 / INT8 speed-up against layer width (log scale), with the break-even line and the crossover."""
     import matplotlib.pyplot as plt  # deferred: 1.8 s to import (python -X importtime); only figures need it
 
-    from lab.plots import fixed_margins  # deferred with matplotlib
+    from lab.plots import fixed_margins  # deferred: lab.plots imports matplotlib, as above
 
     new = ax is None
     if new:

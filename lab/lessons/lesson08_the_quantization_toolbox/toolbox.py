@@ -433,7 +433,7 @@ def plot_sample_counts(rows: list[dict], title: str = "Max abs error against the
     The counts themselves label the axis: no minor log ticks or math-text powers of ten to lay out.
     """
     import matplotlib.pyplot as plt  # deferred: 1.8 s to import (python -X importtime); only figures need it
-    from matplotlib.ticker import NullLocator
+    from matplotlib.ticker import NullLocator  # deferred: with pyplot, above
 
     fig, ax = plt.subplots(figsize=(7, 3.6))
     ax.scatter([r["n"] for r in rows], [r["max_abs_error"] for r in rows], s=18, alpha=0.7, label="one random draw")
