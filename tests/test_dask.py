@@ -20,7 +20,6 @@ import pytest
 
 from bad_submissions import corpus
 from grader import batch as batch_mod
-from grader import reference
 from lab.tools.submit import submit
 
 REPO = Path(__file__).resolve().parent.parent
@@ -47,8 +46,8 @@ def grade_cli(folder: Path, out: Path, *extra: str) -> subprocess.CompletedProce
 
 
 @pytest.fixture(scope="module")
-def good_zip(tmp_path_factory) -> Path:
-    work = reference.build(tmp_path_factory.mktemp("reference") / "workspace")
+def good_zip(tmp_path_factory, reference_workspace) -> Path:
+    work = reference_workspace(tmp_path_factory.mktemp("reference") / "workspace")
     return submit("reference", work, tmp_path_factory.mktemp("handed-in"))
 
 

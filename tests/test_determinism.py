@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from bad_submissions import corpus
-from grader import reference, sandbox
+from grader import sandbox
 from lab.tools.submit import submit
 
 REPO = Path(__file__).resolve().parent.parent
@@ -48,13 +48,13 @@ def normalized(d: dict, name: str) -> str:
 
 
 @pytest.mark.slow
-def test_same_hand_in_same_result_in_any_batch(tmp_path, monkeypatch):
+def test_same_hand_in_same_result_in_any_batch(tmp_path, monkeypatch, reference_workspace):
     start = time.monotonic()
     markers = Path(tempfile.mkdtemp(prefix="calibration-lab-escape-", dir="/var/tmp" if os.path.isdir("/var/tmp")
                                     else None))
     monkeypatch.setenv(corpus.ESCAPE_MARKERS_ENV, str(markers))
     try:
-        good = submit("reference", reference.build(tmp_path / "reference" / "workspace"), tmp_path / "handed-in")
+        good = submit("reference", reference_workspace(tmp_path / "reference" / "workspace"), tmp_path / "handed-in")
         made = tmp_path / "made"
         cases = [c.name for c in corpus.build(good, made)]
         env = {k: v for k, v in os.environ.items() if k not in (sandbox.NO_BWRAP_ENV, sandbox.UNSAFE_ENV)}

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from bad_submissions import corpus
-from grader import core, reference, sandbox
+from grader import core, sandbox
 from grader.context import Context
 from grader.lessons import lesson05_qdq_vs_qoperator as lesson05
 from grader.models import ModelRefused
@@ -194,10 +194,10 @@ class Grading:
 
 
 @pytest.fixture(scope="module")
-def handed_in(tmp_path_factory):
+def handed_in(tmp_path_factory, reference_workspace):
     if not sandbox.bwrap_available():
         pytest.skip("student code runs only under bubblewrap")
-    work = reference.build(tmp_path_factory.mktemp("reference") / "workspace")
+    work = reference_workspace(tmp_path_factory.mktemp("reference") / "workspace")
     files = corpus.read_zip(submit("reference", work, tmp_path_factory.mktemp("handed-in")))
     from test_honest_mistakes import GOOD_CHOICE, _toolbox_files
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from bad_submissions import corpus
-from grader import core, reference, sandbox
+from grader import core, sandbox
 from grader.context import HIDDEN, points, rubric
 from grader.lessons import lesson08_the_quantization_toolbox
 from grader.results import GradeResult
@@ -37,8 +37,8 @@ def not_in_reference() -> float:
 
 
 @pytest.fixture(scope="module")
-def good_zip(tmp_path_factory) -> Path:
-    work = reference.build(tmp_path_factory.mktemp("reference") / "workspace")
+def good_zip(tmp_path_factory, reference_workspace) -> Path:
+    work = reference_workspace(tmp_path_factory.mktemp("reference") / "workspace")
     return submit("reference", work, tmp_path_factory.mktemp("handed-in"))
 
 

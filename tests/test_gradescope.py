@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from bad_submissions import corpus
-from grader import gradescope, reference
+from grader import gradescope
 from lab.tools.submit import submit
 
 REPO = Path(__file__).resolve().parent.parent
@@ -63,8 +63,8 @@ def not_in_reference() -> float:
 # ----- set-up ------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def good_zip(tmp_path_factory) -> Path:
-    work = reference.build(tmp_path_factory.mktemp("reference") / "workspace")
+def good_zip(tmp_path_factory, reference_workspace) -> Path:
+    work = reference_workspace(tmp_path_factory.mktemp("reference") / "workspace")
     return submit("reference", work, tmp_path_factory.mktemp("handed-in"))
 
 

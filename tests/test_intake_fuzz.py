@@ -27,7 +27,6 @@ from hypothesis import strategies as st
 from onnx import numpy_helper
 
 from bad_submissions.corpus import Files, pack, read_zip
-from grader import reference
 from lab.tools.submit import submit
 
 REPO = Path(__file__).resolve().parent.parent
@@ -486,8 +485,8 @@ def write_fuzz(files: Files, folder: Path, examples: dict[str, int] = FUZZ_EXAMP
 # ----- one batch over all of them -----
 
 @pytest.fixture(scope="module")
-def reference_files(tmp_path_factory) -> Files:
-    work = reference.build(tmp_path_factory.mktemp("reference") / "workspace")
+def reference_files(tmp_path_factory, reference_workspace) -> Files:
+    work = reference_workspace(tmp_path_factory.mktemp("reference") / "workspace")
     return read_zip(submit("ref", work, tmp_path_factory.mktemp("handed-in")))
 
 

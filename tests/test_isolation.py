@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from bad_submissions import corpus
-from grader import reference, sandbox
+from grader import sandbox
 from grader.context import points
 from grader.lessons import lesson08_the_quantization_toolbox
 from lab.tools.submit import submit
@@ -44,8 +44,8 @@ def need_bwrap() -> None:
 
 
 @pytest.fixture(scope="module")
-def good_zip(tmp_path_factory) -> Path:
-    work = reference.build(tmp_path_factory.mktemp("reference") / "workspace")
+def good_zip(tmp_path_factory, reference_workspace) -> Path:
+    work = reference_workspace(tmp_path_factory.mktemp("reference") / "workspace")
     return submit("reference", work, tmp_path_factory.mktemp("handed-in"))
 
 

@@ -16,7 +16,6 @@ import pytest
 
 from bad_submissions import corpus
 from browser_support import chromium_path, launched_chromium
-from grader import reference
 from grader.rubric import rubric
 from grader.report import write_report
 from lab.tools.submit import submit
@@ -32,9 +31,9 @@ def skip_unless_ci(reason: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory) -> Path:
+def graded(tmp_path_factory, reference_workspace) -> Path:
     """OUT of `grader batch` over the reference hand-in and the bad corpus (it writes report.html), then `grader report OUT`."""
-    work = reference.build(tmp_path_factory.mktemp("reference") / "workspace")
+    work = reference_workspace(tmp_path_factory.mktemp("reference") / "workspace")
     good = submit("reference", work, tmp_path_factory.mktemp("handed-in"))
     folder = tmp_path_factory.mktemp("corpus")
     corpus.build(good, folder)
