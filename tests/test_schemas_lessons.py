@@ -160,3 +160,20 @@ def test_a_file_size_is_bounded_by_the_hand_in_cap(name, path):
     check = jsonschema.Draft202012Validator(node)
     assert check.is_valid(11935) and check.is_valid(MAX_FILE_BYTES)
     assert not check.is_valid(1e308) and not check.is_valid(MAX_FILE_BYTES + 1)
+
+
+def test_validation_loads_no_format_checker_library_and_leaves_them_importable():
+    """A fresh process validates a document without importing jsonschema's format checkers' libraries (rfc3987_syntax
+    alone took 1.2 s), and each of them that is installed still imports afterwards: the block is lifted."""
+    import subprocess
+    import sys
+
+    code = ("import importlib.util, sys\nfrom lab import schemas\n"
+            "try:\n    schemas.validate('results', {})\nexcept schemas.SchemaError as e:\n    print('refused:', e)\n"
+            "print(sorted(m for m in schemas.FORMAT_CHECKER_LIBRARIES if m in sys.modules))\n"
+            "for m in schemas.FORMAT_CHECKER_LIBRARIES:\n"
+            "    if importlib.util.find_spec(m) is not None:\n        __import__(m)\nprint('imported')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    refused, loaded, imported = out.stdout.splitlines()
+    assert refused.startswith("refused: field '(top level)'") and loaded == "[]" and imported == "imported"
