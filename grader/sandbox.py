@@ -154,11 +154,15 @@ def _limit(limits: Limits):
 def bwrap_prefix(writable: Path) -> list[str]:
     """bubblewrap arguments: read-only root, private /tmp, only ``writable`` writable, no network, own PIDs.
 
-    The code the child runs (this project, the virtualenv, the Python install) is bound back
-    read-only after the private /tmp, so a checkout under /tmp still works inside the sandbox.
+    The code the child runs (this project, the virtualenv, the Python install, and every site-packages folder
+    on the grader's import path: a ``.pth`` file may name one outside the virtualenv) is bound back read-only
+    after the private /tmp, so a checkout under /tmp still works inside the sandbox. Nothing else on the
+    import path is: the current folder may hold hand-ins.
     """
     cmd = [BWRAP, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    code = {Path(p).resolve() for p in (PROJECT_ROOT, sys.prefix, sys.base_prefix, Path(sys.executable).resolve().parent)}
+    libraries = [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages")]
+    code = {Path(p).resolve() for p in (PROJECT_ROOT, sys.prefix, sys.base_prefix, Path(sys.executable).resolve().parent,
+                                         *libraries)}
     for path in sorted(code):
         if path.is_relative_to("/tmp") and path.exists():
             cmd += ["--ro-bind", str(path), str(path)]

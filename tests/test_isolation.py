@@ -258,3 +258,17 @@ def test_batch_with_a_read_only_project_writes_nothing(good_zip, tmp_path):
     assert changed == [], f"grading changed the repository: {changed[:20]}"
     for i in range(4):
         assert full_marks(out, f"s{i}"), result(out, f"s{i}")["checks"]
+
+
+def test_site_packages_on_the_import_path_are_bound_back_under_tmp_and_nothing_else(tmp_path, monkeypatch):
+    """A .pth file may put a site-packages folder under /tmp on the grader's import path (the packaging test's
+    virtualenv does): the sandbox binds it back read-only over its private /tmp. Another folder on the path (the
+    current folder, which may hold hand-ins) stays hidden."""
+    libraries = tmp_path / "elsewhere" / "lib" / "python3" / "site-packages"
+    libraries.mkdir(parents=True)
+    hand_ins = tmp_path / "class"
+    hand_ins.mkdir()
+    monkeypatch.setattr(sys, "path", [str(hand_ins), *sys.path, str(libraries)])
+    cmd = sandbox.bwrap_prefix(tmp_path / "scratch")
+    bound = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--ro-bind"]
+    assert str(libraries) in bound and str(hand_ins) not in bound
