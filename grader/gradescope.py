@@ -46,7 +46,7 @@ BUNDLED = ("grader", "lab", "fixtures")
 LEFT_OUT = ("fixtures/build.py",)  # an instructor tool that rebuilds the fixtures; the grader never runs it
 # What grading imports (measured: the modules loaded by grading a hand-in); their pins come from
 # requirements.txt, written there once. pip resolves their own dependencies.
-GRADING_PACKAGES = ("numpy", "onnx", "onnxruntime", "jsonschema", "tqdm")
+GRADING_PACKAGES = ("numpy", "onnx", "ml_dtypes", "onnxruntime", "jsonschema", "tqdm")  # ml_dtypes: see requirements.txt
 ZIP_TIME = (2026, 1, 1, 0, 0, 0)
 
 SETUP_SH = """#!/usr/bin/env bash
