@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from grader import reference
 from lab.tools import run
 
 # The grader's commands refuse to start without an instructor secret (grader.preflight). The tests grade with the
@@ -58,10 +57,12 @@ def reference_workspace(tmp_path_factory):
     """``make(dest, growth_counts=...)``: the reference hand-in's workspace (``grader.reference.build``) copied to
     ``dest``. Each growth series is built once per xdist worker (a few seconds each) and copied for every module
     that asks; a test that changes the reference's sources calls ``reference.build`` itself."""
+    from grader import reference  # the grading stack, about a second: only the tests that grade need it
+
     built: dict[tuple, Path] = {}
 
-    def make(dest: Path, growth_counts=reference.GROWTH_COUNTS) -> Path:
-        key = tuple(growth_counts)
+    def make(dest: Path, growth_counts=None) -> Path:
+        key = tuple(reference.GROWTH_COUNTS if growth_counts is None else growth_counts)
         if key not in built:
             built[key] = reference.build(tmp_path_factory.mktemp("reference-build") / "workspace", key)
         shutil.copytree(built[key], dest)
