@@ -147,17 +147,39 @@ def int_matmul(a: np.ndarray, b: np.ndarray, a_zero: np.ndarray, b_zero: np.ndar
     With ``saturate_pairs`` the raw products are added in pairs (k = 2j, 2j + 1) into a saturating
     int16 first, as ``vpmaddubsw`` does; the zero-point terms are exact in every kernel.
     """
-    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+    a, b = np.asarray(a), np.asarray(b)
     za, zb = np.asarray(a_zero, np.int64), np.asarray(b_zero, np.int64).reshape(1, -1)
     n, k = a.shape
-    if saturate_pairs:
-        even = k + k % 2  # an odd K gets one zero product: its last pair holds a single product
-        ap, bp = np.pad(a, ((0, 0), (0, even - k))), np.pad(b, ((0, even - k), (0, 0)))
-        pairs = np.einsum("npt,ptm->npm", ap.reshape(n, even // 2, 2), bp.reshape(even // 2, 2, -1))
-        raw = np.clip(pairs, INT16_MIN, INT16_MAX).sum(axis=1)
-    else:
-        raw = a @ b
-    return raw - za * b.sum(axis=0, keepdims=True) - a.sum(axis=1, keepdims=True) * zb + k * za * zb
+    raw = _saturated_pairs_matmul(a, b) if saturate_pairs else _exact_matmul(a, b)
+    return (raw - za * b.sum(axis=0, keepdims=True, dtype=np.int64)
+            - a.sum(axis=1, keepdims=True, dtype=np.int64) * zb + k * za * zb)
+
+
+def _largest_product(a: np.ndarray, b: np.ndarray) -> int:
+    return max(int(np.abs(a.astype(np.int64)).max(initial=0)), 1) * max(int(np.abs(b.astype(np.int64)).max(initial=0)), 1)
+
+
+def _exact_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b as int64, through float64 (BLAS) when every partial sum is an integer float64 holds exactly."""
+    if a.shape[1] * _largest_product(a, b) < 2 ** 53:
+        return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.int64)
+    return a.astype(np.int64) @ b.astype(np.int64)
+
+
+def _saturated_pairs_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """sum_j saturate_int16(a[:, 2j] b[2j] + a[:, 2j+1] b[2j+1]) as int64 [N, M]; an odd K's last pair has one product.
+
+    One pair of columns at a time, in int32 when a pair fits (u8 x s8 does), so memory stays N x M.
+    """
+    dtype = np.int32 if 2 * _largest_product(a, b) < 2 ** 31 else np.int64
+    a32, b32 = a.astype(dtype), b.astype(dtype)
+    if a.shape[1] % 2:
+        a32, b32 = np.pad(a32, ((0, 0), (0, 1))), np.pad(b32, ((0, 1), (0, 0)))
+    raw = np.zeros((a.shape[0], b.shape[1]), np.int64)
+    for j in range(0, a32.shape[1], 2):
+        pair = a32[:, j, None] * b32[None, j] + a32[:, j + 1, None] * b32[None, j + 1]
+        raw += np.clip(pair, INT16_MIN, INT16_MAX)
+    return raw
 
 
 def _limits(dtype) -> tuple[int, int]:
