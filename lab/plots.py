@@ -4,8 +4,9 @@ Lessons 01 and 03 draw the round-trip error by value here, and lesson 00 its gri
 alone draws lives in that lesson's module (lesson 04's ``growth_figure``, lesson 05's ``difference_histogram``),
 with the colours and the two layout helpers from here.
 
-Figures are drawn cheaply: the notebook renders each one twice (``bbox_inches="tight"`` measures it, then
-draws it), so a layout engine lays it out twice, and a log axis with minor ticks and math-text labels
+Figures are drawn cheaply. The lessons show each one with ``shown``: drawn once, at its own size (the inline
+backend's ``bbox_inches="tight"`` measures a figure in a first draw, then draws it again), so every figure must fit
+its canvas, which the tests check. A layout engine would lay a figure out in every draw, and a log axis with minor ticks and math-text labels
 ("$10^{2}$") is slow to measure. ``fixed_margins`` places the axes by margins in inches instead, and
 ``plain_log_scale`` labels a log axis's decades as plain numbers without minor ticks. Titles are set with
 ``y=1.0``, their usual place: without it matplotlib measures every axis's tick labels again, three times per
@@ -125,7 +126,7 @@ def round_trip_figure(panels: Sequence[Mapping]) -> Figure:
     marks (pixels k/16) stay far below scale/4. The panels share the error axis, so a ruler's
     error can be compared from one tensor to the next. Margins are fixed in inches (``fixed_margins``).
     """
-    fig = Figure(figsize=(5.8 * len(panels), 4.9))
+    fig = Figure(figsize=(max(5.8 * len(panels), 8.6), 4.9))  # one panel still has room for the title and legend
     axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)[0]
     highest = FLOOR
     for ax, panel in zip(axes, panels):

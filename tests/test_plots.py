@@ -83,3 +83,41 @@ def test_a_shown_figure_is_one_png_at_its_own_size_and_closed():
     assert image.data[:8] == b"\x89PNG\r\n\x1a\n"
     assert (int.from_bytes(image.data[16:20], "big"), int.from_bytes(image.data[20:24], "big")) == (width, height)
     assert not plt.fignum_exists(fig.number)
+
+
+def _assert_fits_its_canvas(fig):
+    """Nothing drawn past the canvas's edges: ``plots.shown`` shows a figure at its own size, uncropped."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    box = fig.get_tightbbox(FigureCanvasAgg(fig).get_renderer())
+    width, height = fig.get_size_inches()
+    assert (box.x0, box.y0) >= (-0.01, -0.01) and (box.x1, box.y1) <= (width + 0.01, height + 0.01), \
+        f"drawn over x {box.x0:.2f}..{box.x1:.2f}, y {box.y0:.2f}..{box.y1:.2f} on a {width} x {height} in canvas"
+
+
+@pytest.mark.parametrize("panels", [1, 2])
+def test_the_round_trip_figure_fits_its_canvas_with_one_panel_or_two(panels):
+    from types import SimpleNamespace
+
+    from lab import ruler
+
+    values = np.linspace(0, 1, 17, dtype=np.float32)
+    rulers = {}
+    for name, hi in (("narrow", 0.25), ("right", 1.0), ("wide", 16.0)):
+        scale, zp = ruler.scale_zero_point(0.0, hi, "uint8")
+        rulers[name] = SimpleNamespace(scale=float(scale), zero_point=zp, dtype="uint8",
+                                       interval=ruler.representable_range(scale, zp, "uint8"))
+    panel = {"title": "Input pixels on the two input rulers: a title as long as a lesson's",
+             "xlabel": "pixel value (0, 1/16, ..., 1)", "values": values, "rulers": rulers, "note": "two lines\nof note"}
+    _assert_fits_its_canvas(plots.round_trip_figure([panel] * panels))
+
+
+def test_the_digit_grid_and_the_speed_sweep_fit_their_canvas():
+    from lab.lessons.lesson08_the_quantization_toolbox import speed
+
+    split = data.load_split("evaluation")
+    _assert_fits_its_canvas(plots.digit_grid_figure(split.raw, split.labels, split.labels,
+                                                    [("a group title as long as lesson 00's", list(range(30)))],
+                                                    vmax=data.RAW_MAX))
+    _assert_fits_its_canvas(speed.plot_sweep([speed.WidthPoint(w, 64, 1.0, 1.0 / s)
+                                              for w, s in ((64, 0.8), (256, 1.3), (1024, 2.4))]))
