@@ -177,3 +177,17 @@ def test_validation_loads_no_format_checker_library_and_leaves_them_importable()
     assert out.returncode == 0, out.stderr
     refused, loaded, imported = out.stdout.splitlines()
     assert refused.startswith("refused: field '(top level)'") and loaded == "[]" and imported == "imported"
+
+
+def test_the_headless_runner_imports_nbformat_without_rfc3987_syntax():
+    """``python -m lab run`` imports nbformat, which imports jsonschema: without the block its format checkers'
+    grammars cost every run 1.2 s. (requests, which papermill imports, brings idna on its own.)"""
+    import subprocess
+    import sys
+
+    code = ("import importlib.util, sys\nimport lab.tools.run\n"
+            "importlib.util.find_spec('rfc3987_syntax') is None or __import__('rfc3987_syntax')\n"
+            "print('jsonschema' in sys.modules, 'loaded')")
+    blocked = "import sys\nimport lab.tools.run\nprint('rfc3987_syntax' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True, timeout=120).stdout.split() == ["False"]
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout.split() == ["True", "loaded"]

@@ -5,6 +5,7 @@ One file per document: ``<name>.schema.json``. ``validate(name, obj)`` raises
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
@@ -121,22 +122,28 @@ FORMAT_CHECKER_LIBRARIES = ("rfc3987_syntax", "rfc3987", "rfc3986_validator", "r
 """What jsonschema imports, when installed (JupyterLab's dependencies install most), only to offer format checkers."""
 
 
-def _jsonschema():
-    """jsonschema, imported without its format checkers' libraries: 0.1 s instead of 1.3 s (``python -X importtime``).
+@contextlib.contextmanager
+def format_checkers_blocked():
+    """Within the block, jsonschema imports without its format checkers' libraries: 0.1 s instead of 1.3 s.
 
-    ``rfc3987_syntax`` alone compiles 38 Lark grammars on import. The lab's schemas use no "format" and are
-    validated without a format checker, so validation is the same without them. The block (``None`` in
-    ``sys.modules`` makes an import raise ImportError) covers only the libraries nothing has imported yet, and is
-    lifted once jsonschema has loaded.
+    ``rfc3987_syntax`` alone compiles 38 Lark grammars on import (``python -X importtime``). The lab's schemas
+    use no "format" and are validated without a format checker, so validation is the same without them; nbformat
+    (which imports jsonschema with itself) checks no format either. The block (``None`` in ``sys.modules`` makes an
+    import raise ImportError) covers only the libraries nothing has imported yet, and is lifted on leaving.
     """
     blocked = () if "jsonschema" in sys.modules else tuple(m for m in FORMAT_CHECKER_LIBRARIES if m not in sys.modules)
     sys.modules.update(dict.fromkeys(blocked))
     try:
-        import jsonschema  # deferred: 0.1 s, paid only by a validation (a lesson's report, the grader's intake)
+        yield
     finally:
         for name in blocked:
             if sys.modules.get(name, 0) is None:
                 del sys.modules[name]
+
+
+def _jsonschema():
+    with format_checkers_blocked():
+        import jsonschema  # deferred: 0.1 s, paid only by a validation (a lesson's report, the grader's intake)
     return jsonschema
 
 

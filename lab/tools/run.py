@@ -19,7 +19,10 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import nbformat
+from lab.schemas import format_checkers_blocked
+
+with format_checkers_blocked():  # nbformat imports jsonschema: 1.2 s more with the format checkers' libraries
+    import nbformat
 import papermill
 from jupyter_client.manager import AsyncKernelManager
 from papermill.engines import NBClientEngine, papermill_engines
