@@ -147,12 +147,17 @@ def _jsonschema():
     return jsonschema
 
 
+@lru_cache(maxsize=None)
+def _validator(name: str):
+    """One validator per schema: building one resolves the schema's references again (a third of a small validation)."""
+    return _jsonschema().Draft202012Validator(load(name))
+
+
 def validate(name: str, obj: object, source: str = "") -> object:
     """Check ``obj`` against schema ``name``; raise ``SchemaError`` that names the field."""
-    jsonschema = _jsonschema()
     where = f"{source}: " if source else ""
     _check_finite(obj, where)
-    validator = jsonschema.Draft202012Validator(load(name))
+    validator = _validator(name)
     errors = sorted(validator.iter_errors(obj), key=lambda e: list(e.absolute_path))
     if errors:
         e = errors[0]
