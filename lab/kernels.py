@@ -155,13 +155,10 @@ def int_matmul(a: np.ndarray, b: np.ndarray, a_zero: np.ndarray, b_zero: np.ndar
             - a.sum(axis=1, keepdims=True, dtype=np.int64) * zb + k * za * zb)
 
 
-def _largest_product(a: np.ndarray, b: np.ndarray) -> int:
-    return max(int(np.abs(a.astype(np.int64)).max(initial=0)), 1) * max(int(np.abs(b.astype(np.int64)).max(initial=0)), 1)
-
-
 def _exact_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a @ b as int64, through float64 (BLAS) when every partial sum is an integer float64 holds exactly."""
-    if a.shape[1] * _largest_product(a, b) < 2 ** 53:
+    largest = max(int(np.abs(a.astype(np.int64)).max(initial=0)), 1) * max(int(np.abs(b.astype(np.int64)).max(initial=0)), 1)
+    if a.shape[1] * largest < 2 ** 53:
         return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.int64)
     return a.astype(np.int64) @ b.astype(np.int64)
 
@@ -169,17 +166,21 @@ def _exact_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def _saturated_pairs_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """sum_j saturate_int16(a[:, 2j] b[2j] + a[:, 2j+1] b[2j+1]) as int64 [N, M]; an odd K's last pair has one product.
 
-    One pair of columns at a time, in int32 when a pair fits (u8 x s8 does), so memory stays N x M.
+    The exact sum, less what saturation takes off. Only a pair whose largest possible sum (the column maxima of
+    |a| times |b|) passes the int16 range can saturate; those pairs, and only their columns of b, are summed one
+    at a time and corrected (few in practice: both weights of a pair must be large).
     """
-    dtype = np.int32 if 2 * _largest_product(a, b) < 2 ** 31 else np.int64
-    a32, b32 = a.astype(dtype), b.astype(dtype)
     if a.shape[1] % 2:
-        a32, b32 = np.pad(a32, ((0, 0), (0, 1))), np.pad(b32, ((0, 1), (0, 0)))
-    raw = np.zeros((a.shape[0], b.shape[1]), np.int64)
-    for j in range(0, a32.shape[1], 2):
-        pair = a32[:, j, None] * b32[None, j] + a32[:, j + 1, None] * b32[None, j + 1]
-        raw += np.clip(pair, INT16_MIN, INT16_MAX)
-    return raw
+        a, b = np.pad(a, ((0, 0), (0, 1))), np.pad(b, ((0, 1), (0, 0)))
+    out = _exact_matmul(a, b)
+    a64, b64 = a.astype(np.int64), b.astype(np.int64)
+    top = np.abs(a64).max(axis=0, initial=0)
+    bound = top[0::2, None] * np.abs(b64[0::2]) + top[1::2, None] * np.abs(b64[1::2])  # [K/2, M]
+    for j in np.flatnonzero((bound > INT16_MAX).any(axis=1)):
+        cols = np.flatnonzero(bound[j] > INT16_MAX)
+        pair = a64[:, 2 * j, None] * b64[2 * j, cols] + a64[:, 2 * j + 1, None] * b64[2 * j + 1, cols]
+        out[:, cols] -= pair - np.clip(pair, INT16_MIN, INT16_MAX)
+    return out
 
 
 def _limits(dtype) -> tuple[int, int]:
