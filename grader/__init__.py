@@ -6,7 +6,16 @@ submission or a whole class.
 """
 from __future__ import annotations
 
-from grader.version import __version__
+import os
+
+# One BLAS thread per grading process, set before numpy loads (OpenBLAS reads it once). Grading's matrices are
+# small: a second BLAS thread gains nothing there and spins on the other core after each product, and a batch runs
+# one grading process per core. Measured on a 2-core machine: 0.37 s -> 0.25 s of CPU per hand-in.
+# The sandboxed student code gets the same (``grader.sandbox.scrubbed_env``).
+for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_name, "1")
+
+from grader.version import __version__  # noqa: E402 - after the BLAS setting, as everything the grader imports
 
 
 def grade(path, limits=None):

@@ -320,3 +320,18 @@ def test_lesson_06s_probability_sums_are_judged_within_the_labs_tolerance(good_z
     result = core.grade(zip_path)
     (probabilities,) = [c for c in result.checks if (c.part, c.name) == ("acceptance", "probabilities")]
     assert probabilities.passed is kept, probabilities.message
+
+
+def test_a_grading_process_runs_blas_on_one_thread():
+    """``import grader`` before numpy leaves OpenBLAS one thread: grading's small products gain nothing from a
+    second, which spins on the other core after each one (0.37 s -> 0.25 s of CPU per hand-in, two cores)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import grader, numpy\nfrom threadpoolctl import threadpool_info\n"
+            "print(sorted({i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas'}))")
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[1]"
