@@ -335,3 +335,15 @@ def test_a_grading_process_runs_blas_on_one_thread():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[1]"
+
+
+def test_the_grading_stack_imports_no_plotting_library():
+    """matplotlib takes half a second to import and grading draws no figure (the class report imports it itself):
+    every grading process, and each single ``grader grade``, would pay it."""
+    import subprocess
+    import sys
+
+    code = "import sys\nimport grader.core, grader.batch\nprint(sorted(m for m in sys.modules if m.startswith('matplotlib')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
