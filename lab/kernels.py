@@ -157,8 +157,8 @@ def int_matmul(a: np.ndarray, b: np.ndarray, a_zero: np.ndarray, b_zero: np.ndar
 
 def _exact_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a @ b as int64, through float64 (BLAS) when every partial sum is an integer float64 holds exactly."""
-    largest = max(int(np.abs(a.astype(np.int64)).max(initial=0)), 1) * max(int(np.abs(b.astype(np.int64)).max(initial=0)), 1)
-    if a.shape[1] * largest < 2 ** 53:
+    largest = [max(int(np.abs(m.astype(np.int64)).max(initial=0)), 1) for m in (a, b)]
+    if a.shape[1] * largest[0] * largest[1] < 2 ** 53:
         return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.int64)
     return a.astype(np.int64) @ b.astype(np.int64)
 
@@ -168,7 +168,7 @@ def _saturated_pairs_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
     The exact sum, less what saturation takes off. Only a pair whose largest possible sum (the column maxima of
     |a| times |b|) passes the int16 range can saturate; those pairs, and only their columns of b, are summed one
-    at a time and corrected (few in practice: both weights of a pair must be large).
+    at a time and corrected.
     """
     if a.shape[1] % 2:
         a, b = np.pad(a, ((0, 0), (0, 1))), np.pad(b, ((0, 1), (0, 0)))

@@ -343,7 +343,8 @@ def test_the_grading_stack_imports_no_plotting_library():
     import subprocess
     import sys
 
-    code = "import sys\nimport grader.core, grader.batch\nprint(sorted(m for m in sys.modules if m.startswith('matplotlib')))"
+    code = ("import sys\nimport grader.core, grader.batch\n"
+            "print(sorted(m for m in sys.modules if m.startswith('matplotlib')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

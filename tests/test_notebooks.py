@@ -101,12 +101,13 @@ def test_lesson_runs_headless_with_small_parameters(lesson_suite, name):
     executed = nbformat.read(result.output, as_version=4)
     errors = [o for c in code_cells(executed) for o in c.outputs if o.output_type == "error"]
     assert not errors
-    as_text = [i for i, c in enumerate(code_cells(executed)) for o in c.outputs
-               if o.get("data", {}).get("text/plain", "").startswith("<Figure size") and "image/png" not in o.get("data", {})]
+    cells = code_cells(executed)
+    as_text = [i for i, c in enumerate(cells) for o in c.outputs if "image/png" not in o.get("data", {})
+               and o.get("data", {}).get("text/plain", "").startswith("<Figure size")]
     assert not as_text, f"{name}: code cells {as_text} show a figure as text instead of a picture"
-    drawn = [i for i, c in enumerate(code_cells(executed))
+    drawn = [i for i, c in enumerate(cells)
              if any(line.startswith(("lab.plots.shown(", "display(lab.plots.shown(")) for line in c.source.splitlines())]
-    blank = [i for i in drawn if not any("image/png" in o.get("data", {}) for o in code_cells(executed)[i].outputs)]
+    blank = [i for i in drawn if not any("image/png" in o.get("data", {}) for o in cells[i].outputs)]
     assert not blank, f"{name}: code cells {blank} call lab.plots.shown but show no picture"
     assert not any(c.outputs for c in code_cells(read(name))
                    if not c.source.lstrip().startswith("# NBVAL_CHECK_OUTPUT")), "the source was written over"

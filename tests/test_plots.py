@@ -108,7 +108,8 @@ def test_the_round_trip_figure_fits_its_canvas_with_one_panel_or_two(panels):
         rulers[name] = SimpleNamespace(scale=float(scale), zero_point=zp, dtype="uint8",
                                        interval=ruler.representable_range(scale, zp, "uint8"))
     panel = {"title": "Input pixels on the two input rulers: a title as long as a lesson's",
-             "xlabel": "pixel value (0, 1/16, ..., 1)", "values": values, "rulers": rulers, "note": "two lines\nof note"}
+             "xlabel": "pixel value (0, 1/16, ..., 1)", "values": values, "rulers": rulers,
+             "note": "two lines\nof note"}
     _assert_fits_its_canvas(plots.round_trip_figure([panel] * panels))
 
 

@@ -189,5 +189,8 @@ def test_the_headless_runner_imports_nbformat_without_rfc3987_syntax():
             "importlib.util.find_spec('rfc3987_syntax') is None or __import__('rfc3987_syntax')\n"
             "print('jsonschema' in sys.modules, 'loaded')")
     blocked = "import sys\nimport lab.tools.run\nprint('rfc3987_syntax' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True, timeout=120).stdout.split() == ["False"]
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout.split() == ["True", "loaded"]
+    def printed(source: str) -> list[str]:
+        return subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=120).stdout.split()
+
+    assert printed(blocked) == ["False"]
+    assert printed(code) == ["True", "loaded"]

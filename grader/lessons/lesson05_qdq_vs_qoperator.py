@@ -118,8 +118,9 @@ def _formats_recomputed(ctx: Context, doc: dict, qdq_rel: str, qop_rel: str) -> 
     x, labels = evaluation()
     model = {}
     for name, rel in (("QDQ", qdq_rel), ("QOperator", qop_rel)):
-        # without kernels_run: which kernels ONNX Runtime picked is the profile of the student's CPU (fusions differ
-        # between x86 and ARM builds), not a result the grader's CPU can recompute: left alone, as in lesson 06's evidence
+        # without kernels_run: which kernels ONNX Runtime picked is the profile of the student's CPU (fusions
+        # differ between x86 and ARM builds), not a result the grader's CPU can recompute: left alone, as in
+        # lesson 06's evidence
         d = lesson05_qdq_vs_qoperator.describe(ctx.sub.path(rel), x, labels, fp32_outputs(), kernels=False)
         for k in ("file", "size_bytes", "sha256", "quant_format", "max_abs_error", "accuracy"):
             d.pop(k)  # judged in two_formats and same_order
