@@ -150,17 +150,9 @@ def int_matmul(a: np.ndarray, b: np.ndarray, a_zero: np.ndarray, b_zero: np.ndar
     a, b = np.asarray(a), np.asarray(b)
     za, zb = np.asarray(a_zero, np.int64), np.asarray(b_zero, np.int64).reshape(1, -1)
     n, k = a.shape
-    raw = _saturated_pairs_matmul(a, b) if saturate_pairs else _exact_matmul(a, b)
+    raw = _saturated_pairs_matmul(a, b) if saturate_pairs else a.astype(np.int64) @ b.astype(np.int64)
     return (raw - za * b.sum(axis=0, keepdims=True, dtype=np.int64)
             - a.sum(axis=1, keepdims=True, dtype=np.int64) * zb + k * za * zb)
-
-
-def _exact_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a @ b as int64, through float64 (BLAS) when every partial sum is an integer float64 holds exactly."""
-    largest = [max(int(np.abs(m.astype(np.int64)).max(initial=0)), 1) for m in (a, b)]
-    if a.shape[1] * largest[0] * largest[1] < 2 ** 53:
-        return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.int64)
-    return a.astype(np.int64) @ b.astype(np.int64)
 
 
 def _saturated_pairs_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -172,8 +164,8 @@ def _saturated_pairs_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """
     if a.shape[1] % 2:
         a, b = np.pad(a, ((0, 0), (0, 1))), np.pad(b, ((0, 1), (0, 0)))
-    out = _exact_matmul(a, b)
     a64, b64 = a.astype(np.int64), b.astype(np.int64)
+    out = a64 @ b64  # integer matmul: exact, and not BLAS, whose idle threads would spin on the other core
     top = np.abs(a64).max(axis=0, initial=0)
     bound = top[0::2, None] * np.abs(b64[0::2]) + top[1::2, None] * np.abs(b64[1::2])  # [K/2, M]
     for j in np.flatnonzero((bound > INT16_MAX).any(axis=1)):

