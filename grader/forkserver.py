@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import resource
 import select
 import shutil
@@ -37,10 +38,28 @@ def apply_limits(memory: int, cpu: int, files: int) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def _wipe(folder: str, keep: Path) -> None:
-    """Empty ``folder``, except ``keep`` (the grader's bind-mounted work folder) and what holds it."""
+def mounts_under(folder: str, mountinfo: str) -> list[Path]:
+    """The mount points strictly under ``folder``, from ``/proc/self/mountinfo`` text (its fifth field; the kernel
+    writes a space, tab, newline or backslash in it as an octal escape such as ``\\040``)."""
+    points = []
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if len(fields) > 4:
+            point = Path(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]))
+            if Path(folder) in point.parents:
+                points.append(point)
+    return points
+
+
+def _wipe(folder: str, keep: list[Path]) -> None:
+    """Empty ``folder``, except each path in ``keep`` (and the folders on the way to it): the grader's bind-mounted
+    work folder, and the read-only binds of the project and its packages when they live under /tmp (a checkout
+    there): deleting those is refused file by file, 0.2 s after every run for a virtualenv."""
     for entry in Path(folder).iterdir():
-        if entry == keep or entry in keep.parents:
+        if entry in keep:
+            continue
+        if any(entry in k.parents for k in keep):
+            _wipe(str(entry), keep)  # it holds a kept folder: the rest of it goes
             continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)
@@ -64,6 +83,7 @@ def serve() -> None:
     except (OSError, AttributeError):
         pass
     base = Path.cwd()
+    keep = [base, *mounts_under("/tmp", Path("/proc/self/mountinfo").read_text())]
     out = sys.stdout
     out.write(json.dumps({"ready": True}) + "\n")
     out.flush()
@@ -114,7 +134,7 @@ def serve() -> None:
                     break
             except ChildProcessError:
                 break
-        _wipe("/tmp", base)  # the sandbox's private /tmp: nothing one student leaves is seen by the next
+        _wipe("/tmp", keep)  # the sandbox's private /tmp: nothing one student leaves is seen by the next
         out.write(json.dumps({"code": os.waitstatus_to_exitcode(status) if not timed_out else None,
                               "timed_out": timed_out, "seconds": time.monotonic() - start}) + "\n")
         out.flush()

@@ -272,3 +272,23 @@ def test_site_packages_on_the_import_path_are_bound_back_under_tmp_and_nothing_e
     cmd = sandbox.bwrap_prefix(tmp_path / "scratch")
     bound = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--ro-bind"]
     assert str(libraries) in bound and str(hand_ins) not in bound
+
+
+def test_the_fork_servers_wipe_spares_its_work_folder_and_every_bind_under_tmp(tmp_path):
+    """After each run the server empties its private /tmp, except its own work folder and the read-only binds of
+    the project and its packages when they live under /tmp (a checkout there): trying to delete those failed file
+    by file, about 0.2 s after every run. Everything else a run leaves goes, beside a bind too."""
+    from grader.forkserver import _wipe, mounts_under
+
+    for rel in ("work/run/scratch/x", "tmp.ab/c/.venv/lib/site.py", "tmp.ab/left.txt", "student/junk.bin", "top.txt"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x")
+    mountinfo = (f"36 25 0:32 / {tmp_path} rw - tmpfs tmpfs rw\n"
+                 f"37 36 8:1 /x {tmp_path}/tmp.ab/c ro - ext4 /dev/sda1 ro\n"
+                 "39 25 8:1 / /usr ro - ext4 /dev/sda1 ro\n")
+    binds = mounts_under(str(tmp_path), mountinfo)
+    assert binds == [tmp_path / "tmp.ab" / "c"]
+    _wipe(str(tmp_path), [tmp_path / "work", *binds])
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert left == ["tmp.ab/c/.venv/lib/site.py", "work/run/scratch/x"]
+    assert mounts_under("/tmp", "38 36 8:1 /y /tmp/a\\040b ro - ext4 /dev/sda1 ro") == [Path("/tmp/a b")]
