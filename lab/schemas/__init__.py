@@ -141,16 +141,12 @@ def format_checkers_blocked():
                 del sys.modules[name]
 
 
-def _jsonschema():
-    with format_checkers_blocked():
-        import jsonschema  # deferred: 0.1 s, paid only by a validation (a lesson's report, the grader's intake)
-    return jsonschema
-
-
 @lru_cache(maxsize=None)
 def _validator(name: str):
     """One validator per schema: building one resolves the schema's references again (a third of a small validation)."""
-    return _jsonschema().Draft202012Validator(load(name))
+    with format_checkers_blocked():
+        import jsonschema  # deferred: 0.1 s, paid only by a validation (a lesson's report, the grader's intake)
+    return jsonschema.Draft202012Validator(load(name))
 
 
 def validate(name: str, obj: object, source: str = "") -> object:
