@@ -144,3 +144,15 @@ def test_empty_and_all_graded_batches_still_report(tmp_path):
     text = write_report(tmp_path / "full").read_text()
     assert "No check was lost" in text and "Every submission was graded" in text
     assert (tmp_path / "full" / "report.png").is_file()
+
+
+def test_loading_the_drawing_ahead_never_stops_a_batch():
+    """The batch imports the report's matplotlib while its workers grade; without matplotlib that is silent, and the
+    report itself then says why it is missing (after the grades are written)."""
+    code = ("import sys\nsys.modules['matplotlib'] = None\nfrom grader.report import load_drawing\nload_drawing()\n"
+            "print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+    code = "import sys\nfrom grader.report import load_drawing\nload_drawing()\nprint('matplotlib.figure' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "True", out.stderr
