@@ -150,9 +150,32 @@ def int_matmul(a: np.ndarray, b: np.ndarray, a_zero: np.ndarray, b_zero: np.ndar
     a, b = np.asarray(a), np.asarray(b)
     za, zb = np.asarray(a_zero, np.int64), np.asarray(b_zero, np.int64).reshape(1, -1)
     n, k = a.shape
-    raw = _saturated_pairs_matmul(a, b) if saturate_pairs else a.astype(np.int64) @ b.astype(np.int64)
+    raw = _saturated_pairs_matmul(a, b) if saturate_pairs else exact_matmul(a.astype(np.int64), b.astype(np.int64))
     return (raw - za * b.sum(axis=0, keepdims=True, dtype=np.int64)
             - a.sum(axis=1, keepdims=True, dtype=np.int64) * zb + k * za * zb)
+
+
+FLOAT32_EXACT = 1 << 24  # every integer up to this magnitude is a float32, and so is every sum that stays below it
+
+
+def exact_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b for int64 a [N, K] and b [K, M], exactly, as int64.
+
+    Summed in float32 by numpy's einsum loops, about three times faster than numpy's integer matmul, in blocks
+    of K short enough that no partial sum can pass 2**24, below which float32 counts exactly. Not BLAS, whose
+    idle threads would spin on the other core after each product. Operands whose single products pass 2**24
+    are multiplied as integers.
+    """
+    bound = int(np.abs(a).max(initial=0)) * int(np.abs(b).max(initial=0))
+    if bound >= FLOAT32_EXACT:
+        return a @ b
+    step = FLOAT32_EXACT // max(bound, 1)
+    a32, bt32 = a.astype(np.float32), np.ascontiguousarray(b.T, np.float32)  # rows of b.T: each a dot product
+    out = np.zeros((a.shape[0], b.shape[1]), np.int64)
+    for start in range(0, a.shape[1], step):
+        block = np.einsum("nk,mk->nm", a32[:, start:start + step], bt32[:, start:start + step], optimize=False)
+        out += block.astype(np.int64)
+    return out
 
 
 def _saturated_pairs_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -165,7 +188,7 @@ def _saturated_pairs_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.shape[1] % 2:
         a, b = np.pad(a, ((0, 0), (0, 1))), np.pad(b, ((0, 1), (0, 0)))
     a64, b64 = a.astype(np.int64), b.astype(np.int64)
-    out = a64 @ b64  # integer matmul: exact, and not BLAS, whose idle threads would spin on the other core
+    out = exact_matmul(a64, b64)
     top = np.abs(a64).max(axis=0, initial=0)
     bound = top[0::2, None] * np.abs(b64[0::2]) + top[1::2, None] * np.abs(b64[1::2])  # [K/2, M]
     for j in np.flatnonzero((bound > INT16_MAX).any(axis=1)):
