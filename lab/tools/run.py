@@ -280,7 +280,7 @@ def run_lesson(notebook: Path, out_dir: Path, parameters: dict[str, object],
         papermill.execute_notebook(
             str(notebook), str(output), parameters=parameters, kernel_name=KERNEL_NAME, cwd=str(cwd),
             execution_timeout=timeout, start_timeout=START_TIMEOUT,
-            log_output=False, progress_bar=False, engine_name=ENGINE,
+            log_output=False, progress_bar=False, engine_name=ENGINE, coalesce_streams=True,  # one text per stream
             kernel_manager_class=kernel_manager_logging_to(out_dir / KERNEL_LOG))
     except Exception as exc:  # every failure becomes a value naming the cell
         failure = describe_failure(exc, output)
