@@ -7,8 +7,8 @@ with the colours and the two layout helpers from here.
 Figures are drawn cheaply. The lessons show each one with ``shown``: drawn once, at its own size (the inline
 backend's ``bbox_inches="tight"`` measures a figure in a first draw, then draws it again), so every figure must fit
 its canvas, which the tests check. A layout engine would lay a figure out in every draw, and a log axis with minor
-ticks and math-text labels ("$10^{2}$") is slow to measure. ``fixed_margins`` places the axes by margins in inches instead, and
-``plain_log_scale`` labels a log axis's decades as plain numbers without minor ticks. Titles are set with
+ticks and math-text labels ("$10^{2}$") is slow to measure. ``fixed_margins`` places the axes by margins in inches
+instead, and ``plain_log_scale`` labels a log axis's decades as plain numbers without minor ticks. Titles are set with
 ``y=1.0``, their usual place: without it matplotlib measures every axis's tick labels again, three times per
 axes in each draw, to see whether the title must move up (it must only for ticks on top).
 """

@@ -153,6 +153,7 @@ def test_loading_the_drawing_ahead_never_stops_a_batch():
             "print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
-    code = "import sys\nfrom grader.report import load_drawing\nload_drawing()\nprint('matplotlib.figure' in sys.modules)"
+    code = ("import sys\nfrom grader.report import load_drawing\nload_drawing()\n"
+            "print('matplotlib.figure' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "True", out.stderr

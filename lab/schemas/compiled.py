@@ -16,6 +16,7 @@ answers on every document a hand-in carries, and on thousands of broken copies.
 from __future__ import annotations
 
 import numbers
+import operator
 import re
 from typing import Callable
 
@@ -51,6 +52,18 @@ def is_integer(x) -> bool:
 
 TYPES = {"object": is_object, "array": is_array, "string": is_string, "number": is_number, "integer": is_integer,
          "boolean": lambda x: isinstance(x, bool), "null": lambda x: x is None}
+
+
+def _itself(x):
+    return x
+
+
+# keyword -> (the instances it applies to, what of them it bounds, how that must compare with the keyword's value)
+BOUNDS = {"minimum": (is_number, _itself, operator.ge), "maximum": (is_number, _itself, operator.le),
+          "exclusiveMinimum": (is_number, _itself, operator.gt), "exclusiveMaximum": (is_number, _itself, operator.lt),
+          "minLength": (is_string, len, operator.ge), "maxLength": (is_string, len, operator.le),
+          "minItems": (is_array, len, operator.ge), "maxItems": (is_array, len, operator.le),
+          "minProperties": (is_object, len, operator.ge), "maxProperties": (is_object, len, operator.le)}
 
 
 def compile_schema(root: dict) -> Check:
@@ -149,13 +162,7 @@ def _keyword(key: str, value, schema: dict, build, ref) -> Check:  # noqa: C901 
     if key == "propertyNames":
         sub = build(value)
         return lambda x: not isinstance(x, dict) or all(sub(k) for k in x)
-    bounds = {"minimum": (is_number, lambda x: x >= value), "maximum": (is_number, lambda x: x <= value),
-              "exclusiveMinimum": (is_number, lambda x: x > value), "exclusiveMaximum": (is_number, lambda x: x < value),
-              "minLength": (is_string, lambda x: len(x) >= value), "maxLength": (is_string, lambda x: len(x) <= value),
-              "minItems": (is_array, lambda x: len(x) >= value), "maxItems": (is_array, lambda x: len(x) <= value),
-              "minProperties": (is_object, lambda x: len(x) >= value),
-              "maxProperties": (is_object, lambda x: len(x) <= value)}
-    if key in bounds:
-        applies, holds = bounds[key]
-        return lambda x: not applies(x) or holds(x)
+    if key in BOUNDS:
+        applies, measure, holds = BOUNDS[key]
+        return lambda x: not applies(x) or holds(measure(x), value)
     raise Unsupported(f"keyword {key!r} is not compiled")
