@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--no-secret", action="store_true",
                        help="grade (or bundle) without an instructor secret: the hidden summarize() lists are then "
                             "the public ones (default: refuse to start without GRADER_SECRET or GRADER_SECRET_FILE)")
-    rp = sub.add_parser("report", help="write OUT/report.html and OUT/report.png for a batch's OUT folder")
+    rp = sub.add_parser("report", help="write OUT/report.html and OUT/report.svg for a batch's OUT folder")
     rp.add_argument("out")
     args = parser.parse_args(argv)
     if args.command == "grade" and not args.unsafe_no_sandbox:

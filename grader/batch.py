@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from grader import sandbox
 from grader.core import grade, possible_points
-from grader.report import load_drawing, write_report
+from grader.report import write_report
 from grader.results import GradeResult
 from grader.reuse import reuse
 from grader.rubric import rubric
@@ -299,7 +299,6 @@ def _grade(out: Path, todo: list[Path], students: list[str], rows: dict[str, dic
             try:
                 futures = {pool.submit(job, str(p), limits, unsafe_no_sandbox): p for p in pending_paths}
                 pending_paths = []
-                load_drawing()  # while the workers grade (they are started by now): the report's imports
                 not_done = set(futures)
                 while not_done:
                     done, not_done = wait(not_done, return_when=FIRST_COMPLETED)

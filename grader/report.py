@@ -1,31 +1,31 @@
-"""The class report: ``OUT/report.html`` and ``OUT/report.png`` from a batch's ``OUT`` folder.
+"""The class report: ``OUT/report.html`` and ``OUT/report.svg`` from a batch's ``OUT`` folder.
 
 ``write_report(out)`` reads what a batch wrote (``gradebook.csv``, ``results/*.json``) and shows what an
 instructor looks at first: the score distribution, the checks most students lost (each with one example
 feedback line), the submissions that were not graded (invalid, timeout, error) with their reasons, and the
-grading time. The figure is drawn with matplotlib (no pyplot, no display) into ``report.png``, and the same
-PNG is embedded in the page as base64, so ``report.html`` opens from disk, alone, with no server.
+grading time. The figure is SVG drawn by ``grader.chart`` into ``report.svg``, and the same SVG is inline in the
+page, so ``report.html`` opens from disk, alone, with no server.
 Every text from a hand-in (student ids, reasons, messages) is escaped before it reaches the page.
 """
 from __future__ import annotations
 
-import base64
 import csv
 import html
-import io
 import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader import chart
 from grader.results import STATUSES, _part_title
 from lab.workspace import atomic_write_text
 
 TOP_CHECKS = 10
 LINE_LIMIT = 240
-# The figure's three panels (left, bottom, width, height, as fractions of 15 x 4.6 inches): scores, the most-lost
-# checks (their titles, at most 48 characters, fill the space on its left) and the grading time
-PANELS = ((0.045, 0.12, 0.2, 0.8), (0.445, 0.12, 0.27, 0.8), (0.765, 0.12, 0.225, 0.8))
+# The figure's three panels (left, bottom, width, height, as fractions of the figure): scores, the most-lost checks
+# (their titles, at most 48 characters, fill the space on its left) and the grading time; below each, room for the
+# tick numbers, the axis label and a legend
+PANELS = ((0.045, 0.2, 0.2, 0.72), (0.445, 0.2, 0.27, 0.72), (0.765, 0.2, 0.225, 0.72))
 
 
 @dataclass
@@ -112,66 +112,26 @@ def summarize(out: str | Path) -> ClassSummary:
     return ClassSummary(rows, results, ranked, not_graded, seconds)
 
 
-def load_drawing() -> None:
-    """Import what ``plot`` draws with (about 0.4 s) ahead of it; a failure is left for ``plot`` to report.
-
-    A batch calls this once its workers are grading: its own process only waits for them then, and the report
-    after the last result no longer starts by importing matplotlib. Workers forked earlier do not inherit it.
-    """
-    try:
-        # deferred: as in plot, matplotlib is paid only by a process that draws a report
-        from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
-        from matplotlib.figure import Figure  # noqa: F401
-    except Exception:  # noqa: BLE001 - report_after says why the page is missing, after the grades are written
-        pass
-
-
-def plot(summary: ClassSummary, path: Path) -> bytes:
-    """Score distribution, the most-lost checks and the grading time, side by side; the PNG's bytes."""
-    # deferred: matplotlib costs 1-2 s at import, paid only when a batch draws its report
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(15, 4.6), dpi=100)
-    FigureCanvasAgg(fig)
-    # fixed places, not layout="constrained": that engine measured every label (about 0.7 s of a batch's tail);
-    # the middle panel keeps room on its left for check titles of up to 48 characters (_short)
-    ax_score, ax_lost, ax_time = (fig.add_axes(rect) for rect in PANELS)
+def figure(summary: ClassSummary) -> str:
+    """Score distribution, the most-lost checks and the grading time, side by side, as SVG text (``grader.chart``)."""
     colors = {"graded": "#4c72b0", "invalid": "#dd8452", "timeout": "#c44e52", "error": "#8172b3"}
     top = max((m for _, m in summary.scores), default=0) or 1
-    bins = [i * top / 20 for i in range(21)]
-    stacks = [[s for (s, _), r in zip(summary.scores, summary.rows) if r["status"] == st] for st in colors]
-    ax_score.hist(stacks, bins=bins, stacked=True, color=list(colors.values()),
-                  label=[f"{st} ({len(v)})" for st, v in zip(colors, stacks)])
-    ax_score.set(title=f"Scores of {len(summary.rows)} submission(s)", xlabel=f"score (out of {top:g})",
-                 ylabel="submissions")
-    ax_score.legend(fontsize=8)
-    shown = summary.lost[:TOP_CHECKS][::-1]
-    if shown:
-        ax_lost.barh(range(len(shown)), [len(e.students) for e in shown], color="#c44e52")
-        ax_lost.set_yticks(range(len(shown)), [_short(e.title) for e in shown], fontsize=8)
-    else:
-        ax_lost.text(0.5, 0.5, "no check lost", ha="center", va="center", transform=ax_lost.transAxes)
-    ax_lost.set(title="Checks most students lost", xlabel="students who lost points")
+    stacks = [(st, color, [s for (s, _), r in zip(summary.scores, summary.rows) if r["status"] == st])
+              for st, color in colors.items()]
+    scores = chart.stacked_histogram(PANELS[0], f"Scores of {len(summary.rows)} submission(s)",
+                                     f"score (out of {top:g})", top, stacks)
+    lost = chart.horizontal_bars(PANELS[1], "Checks most students lost", "students who lost points",
+                                 [(_short(e.title), len(e.students)) for e in summary.lost[:TOP_CHECKS]], "#c44e52",
+                                 "no check lost")
     times = list(summary.seconds.values())
-    ax_time.hist(times or [0], bins=20, color="#55a868")
-    ax_time.set(title=f"Grading time: {sum(times):.1f} s in all", xlabel="seconds per submission",
-                ylabel="submissions")
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    data = buf.getvalue()
-    _atomic_bytes(path, data)
-    return data
+    slowest = max(times, default=0) or 1
+    timing = chart.stacked_histogram(PANELS[2], f"Grading time: {sum(times):.1f} s in all", "seconds per submission",
+                                     slowest, [("results", "#55a868", times)])
+    return chart.svg([scores, lost, timing], "score distribution, checks most students lost, grading time")
 
 
 def _short(text: str, width: int = 48) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
-
-
-def _atomic_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".part")
-    tmp.write_bytes(data)
-    tmp.replace(path)
 
 
 def _table(header: list[str], rows: list[list[str]], table_id: str) -> str:
@@ -187,7 +147,7 @@ vertical-align:top}th{background:#f3f3f3}td.n{text-align:right}img{max-width:100
 code{background:#f5f5f5;padding:0 .2em}"""
 
 
-def render(summary: ClassSummary, png: bytes) -> str:
+def render(summary: ClassSummary, svg: str) -> str:
     e = html.escape
     n = len(summary.rows)
     graded = [s for (s, _), r in zip(summary.scores, summary.rows) if r["status"] == "graded"]
@@ -197,9 +157,8 @@ def render(summary: ClassSummary, png: bytes) -> str:
              f'<p id="statuses">{e(counts) or "no submissions"}.'
              + (f" Graded: median score {statistics.median(graded):g} / {top:g}, mean {statistics.mean(graded):.2f},"
                 f" lowest {min(graded):g}, highest {max(graded):g}." if graded else "") + "</p>",
-             f'<img id="figure" src="data:image/png;base64,{base64.b64encode(png).decode()}" '
-             f'alt="score distribution, checks most students lost, grading time">',
-             '<p class="muted">The same figure is <a href="report.png">report.png</a>, beside this page.</p>']
+             svg,
+             '<p class="muted">The same figure is <a href="report.svg">report.svg</a>, beside this page.</p>']
     parts.append("<h2>Checks most students lost</h2>")
     if summary.lost:
         first = summary.lost[0]
@@ -245,11 +204,11 @@ def render(summary: ClassSummary, png: bytes) -> str:
 
 
 def write_report(out_dir: str | Path) -> Path:
-    """Write ``out_dir/report.html`` and ``out_dir/report.png`` for a finished (or partial) batch; the HTML path."""
+    """Write ``out_dir/report.html`` and ``out_dir/report.svg`` for a finished (or partial) batch; the HTML path."""
     out = Path(out_dir)
     summary = summarize(out)
-    png = plot(summary, out / "report.png")
-
+    svg = figure(summary)
+    atomic_write_text(out / "report.svg", svg + "\n")
     target = out / "report.html"
-    atomic_write_text(target, render(summary, png))
+    atomic_write_text(target, render(summary, svg))
     return target

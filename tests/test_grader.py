@@ -338,7 +338,7 @@ def test_a_grading_process_runs_blas_on_one_thread():
 
 
 def test_the_grading_stack_imports_no_plotting_library():
-    """matplotlib takes half a second to import and grading draws no figure (the class report imports it itself):
+    """matplotlib takes half a second to import and grading draws no figure (the class report is SVG, drawn by hand):
     every grading process, and each single ``grader grade``, would pay it."""
     import subprocess
     import sys
