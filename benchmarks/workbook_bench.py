@@ -3,7 +3,9 @@
 The floor is the same number of trivial notebooks (same names, same parameters cell) that only
 import ``lab`` and the libraries the lessons use, run by the same command, engine and kernel. So
 the ratio is what the lessons' own work costs on top of starting kernels and importing libraries.
-The floor is measured before and after the lessons and the faster of the two is used.
+Floor and lessons run in back-to-back pairs (``PAIRS``; ``QUICK_PAIRS`` with ``--quick``), which goes first
+alternating, and the ratio is the median of the pairs' ratios: the machine's speed drifts within a run, and a
+pair's two runs drift together. The per-lesson tables are the median pair's.
 
 Each lesson's seconds are also given as a ratio to its own floor notebook, and compared with the previous
 ``workbook.json`` in ``build/bench/`` (if any): run it before and after a change to see what the change
@@ -15,6 +17,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -30,6 +33,7 @@ from lab.tools import run
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "build" / "bench"
 TARGET_RATIO = 1.5
+PAIRS, QUICK_PAIRS = 3, 2
 FLOOR_IMPORTS = ("import lab\nimport matplotlib\nimport matplotlib.pyplot as plt\nimport numpy as np\n"
                  "import onnx\nimport onnxruntime as ort\n"
                  "print(lab.__version__, np.__version__, onnx.__version__, ort.__version__)")
@@ -174,17 +178,26 @@ def main() -> int:
     floor_dir = write_floor(names, OUT / "floor-notebooks")
     print(f"timing {len(names)} lessons against {len(names)} trivial notebooks (papermill, kernel {KERNEL_NAME})",
           flush=True)
-    floors = [timed_run("floor (before)", floor_dir, OUT / "floor")]
-    lessons = timed_run("lessons", run.NOTEBOOKS, OUT / "lessons")
-    floors.append(timed_run("floor (after)", floor_dir, OUT / "floor"))
-    floor = min(floors, key=lambda t: t.seconds)
-    ratio = lessons.seconds / floor.seconds
+    pairs = []
+    for i in range(QUICK_PAIRS if os.environ.get("BENCH_QUICK") else PAIRS):
+        first_floor = i % 2 == 0  # the order alternates: floor first, then lessons first, ...
+        floor_run = timed_run(f"floor {i + 1}", floor_dir, OUT / "floor") if first_floor else None
+        lessons_run = timed_run(f"lessons {i + 1}", run.NOTEBOOKS, OUT / "lessons")
+        floor_run = floor_run or timed_run(f"floor {i + 1}", floor_dir, OUT / "floor")
+        pairs.append((floor_run, lessons_run))
+        print(f"pair {i + 1}: lessons {lessons_run.seconds:.1f} s, floor {floor_run.seconds:.1f} s "
+              f"({lessons_run.seconds / floor_run.seconds:.2f}x)", flush=True)
+    ratios = sorted(lr.seconds / fr.seconds for fr, lr in pairs)
+    ratio = statistics.median(ratios)
+    # the median pair (of two, the one nearer to their mean) gives the per-lesson tables
+    floor, lessons = min(pairs, key=lambda p: abs(p[1].seconds / p[0].seconds - ratio))
     slowest = max(lessons.lessons.items(), key=lambda kv: kv[1], default=("-", 0.0))
 
     print("\n".join(table(names, lessons, floor)))
-    print(f"floor runs: {', '.join(f'{t.seconds:.1f} s' for t in floors)} (the faster is used)")
+    print(f"ratio: the median of {len(pairs)} pairs' ratios ({', '.join(f'{r:.2f}x' for r in ratios)}); the tables are "
+          f"the median pair's")
     print(f"slowest lesson: {slowest[0]} ({slowest[1]:.1f} s)")
-    cells = slowest_cells(OUT / "lessons" / "notebooks")
+    cells = slowest_cells(OUT / "lessons" / "notebooks")  # the last run's executed copies
     print("slowest cells:")
     for c in cells:
         print(f"  {c['seconds']:6.1f} s  {c['notebook']} cell {c['cell']}: {c['source']}")
@@ -195,8 +208,9 @@ def main() -> int:
             "seconds": previous.get("lessons_seconds"), "ratio": previous.get("ratio")}}
         now = {**per_lesson, "whole run (wall)": {"seconds": lessons.seconds, "ratio": round(ratio, 3)}}
         print("\n".join(comparison(now, before, f"the previous run (commit {previous.get('commit') or 'unrecorded'})")))
-    if lessons.returncode:
-        print(f"python -m lab run failed (exit {lessons.returncode}); see {OUT / 'lessons.log'}", file=sys.stderr)
+    failed = next((lr for _, lr in pairs if lr.returncode), None)
+    if failed:
+        print(f"python -m lab run failed (exit {failed.returncode}); see {OUT / 'lessons.log'}", file=sys.stderr)
 
     report = {"benchmark": "workbook", "lessons_seconds": lessons.seconds, "floor_seconds": floor.seconds,
               "ratio": round(ratio, 3), "target_ratio": TARGET_RATIO, "met": ratio <= TARGET_RATIO,
@@ -205,8 +219,9 @@ def main() -> int:
               "previous": {"commit": previous.get("commit"), "lessons": previous_ratios(previous),
                            "lessons_seconds": previous.get("lessons_seconds"), "ratio": previous.get("ratio")}
               if previous else None,
-              "runs": [asdict(t) for t in [*floors, lessons]],
+              "pair_ratios": [round(r, 3) for r in ratios],
+              "runs": [asdict(t) for pair in pairs for t in pair],
               "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}}
     (OUT / "workbook.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     print(f"wrote {OUT / 'workbook.json'}")
-    return 1 if lessons.returncode or any(t.returncode for t in floors) else 0
+    return 1 if any(t.returncode for pair in pairs for t in pair) else 0
