@@ -211,13 +211,15 @@ def close(got, want: float, tol: float) -> bool:
     return got is not None and abs(got - want) <= tol
 
 
-def provenance(label: str, set_name: str, pixels: np.ndarray, sha256, samples) -> tuple[bool, str, list[Evidence]]:
+def provenance(label: str, set_name: str, pixels: np.ndarray, sha256, samples,
+               pixels_sha256: str | None = None) -> tuple[bool, str, list[Evidence]]:
     """A reported calibration hash and sample count against the set the lesson names.
 
     ``(ok, problem, evidence)``; ``problem`` names the set the hash and count belong to when the
     reported ones are another set's (the evaluation split, say) and is empty when both agree.
+    ``pixels_sha256``: ``data.data_sha256(pixels)`` when the caller has it already.
     """
-    want_sha, want_n = data.data_sha256(pixels), int(len(pixels))
+    want_sha, want_n = pixels_sha256 or data.data_sha256(pixels), int(len(pixels))
     ok_sha = isinstance(sha256, str) and sha256 == want_sha
     ok_n = isinstance(samples, int) and not isinstance(samples, bool) and samples == want_n
     ev = [Evidence(f"{label} calibration samples", samples, want_n, 0, WHY_EXACT),

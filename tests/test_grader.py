@@ -348,3 +348,28 @@ def test_the_grading_stack_imports_no_plotting_library():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_the_fixture_side_kept_per_worker_is_what_a_fresh_computation_gives():
+    """Lesson 04's streams and their hashes and lesson 07's acceptance hashes are computed once per grading worker:
+    the same values as computing them again, and a kept stream cannot be written into by a check."""
+    import numpy as np
+
+    from grader.lessons import lesson04_more_batches as g04
+    from grader.lessons import lesson07_calibrate_the_deployed_representation as g07
+    from lab import data
+    from lab.lessons import lesson04_more_batches as lab04
+    from lab.lessons.lesson07_calibrate_the_deployed_representation import recipe
+
+    for n, bs in ((512, 8), (24, 1), (g04.STREAM_KEPT + 8, 1)):  # kept, a prefix, past what is kept
+        fresh = lab04.narrow_batches(n, bs, seed=3)
+        assert g04.stream_sha256(n, bs, 3) == data.data_sha256(fresh) == g04.stream_sha256(n, bs, 3)
+        np.testing.assert_array_equal(g04.narrow_batches(n, bs, 3), fresh)
+    kept = g04.narrow_batches(16, 8, 3)
+    with pytest.raises(ValueError, match="read-only"):
+        kept[0, 0] = 1.0
+    assert g04.narrow_batches(16, 8, 3)[0, 0] == lab04.narrow_batches(16, 8, seed=3)[0, 0]
+    hashes = g07.acceptance_row_hashes("evaluation")
+    assert hashes == recipe.condition_row_hashes(data.load_split("evaluation").pixels)
+    hashes.clear()  # a caller's copy: the kept one is untouched
+    assert g07.acceptance_row_hashes("evaluation") == recipe.condition_row_hashes(data.load_split("evaluation").pixels)

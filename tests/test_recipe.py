@@ -83,6 +83,16 @@ def test_disjointness_is_checked_by_content(drafts):
         recipe.check_disjoint(np.concatenate([drafts["fixed"].pixels, flashed_acceptance]), ev.pixels)
 
 
+def test_shared_rows_from_hashes_kept_for_the_acceptance_set(drafts):
+    """The grader keeps the acceptance side's hashes (``condition_row_hashes``) and counts with ``shared_with``: the
+    same counts as ``shared_rows``, a row shared under one condition counted under that one only."""
+    ev = drafts["ev"]
+    selection = np.concatenate([drafts["fixed"].pixels, scenarios.dim(ev.pixels[:3]), ev.pixels[5:7]])
+    kept = recipe.condition_row_hashes(ev.pixels)
+    assert recipe.shared_with(selection, kept) == recipe.shared_rows(selection, ev.pixels)
+    assert {k: v for k, v in recipe.shared_with(selection, kept).items() if v} == {"daylight": 2, "dim": 3}
+
+
 def test_the_table_marks_scenarios_fp32_itself_fails_and_judges_int8_against_fp32():
     labels = np.arange(10) % 10
     right = np.eye(10)[labels] * 0.9 + 0.01

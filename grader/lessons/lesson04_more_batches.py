@@ -23,7 +23,14 @@ STREAM_KEPT = lesson04_more_batches.MAX_BATCHES * lesson04_more_batches.BATCH_SI
 
 @lru_cache(maxsize=32)
 def _kept_stream(n_batches: int, batch_size: int, seed: int) -> np.ndarray:
-    return lesson04_more_batches.narrow_batches(n_batches, batch_size, seed=seed)
+    stream = lesson04_more_batches.narrow_batches(n_batches, batch_size, seed=seed)
+    stream.flags.writeable = False  # shared by every hand-in the worker grades
+    return stream
+
+
+@lru_cache(maxsize=32)
+def _kept_sha256(n_batches: int, batch_size: int, seed: int) -> str:
+    return data_sha256(_kept_stream(n_batches, batch_size, seed))
 
 
 def narrow_batches(n_batches: int, batch_size: int, seed: int) -> np.ndarray:
@@ -31,11 +38,20 @@ def narrow_batches(n_batches: int, batch_size: int, seed: int) -> np.ndarray:
 
     A stream depends only on the calibration split and these three numbers, and a hand-in's checks ask for
     about 30 prefixes of its one stream (every model's ruler, the picks' hashes, the rows): the same ten or
-    eleven streams for every hand-in of the class. Each caller gets its own copy.
+    eleven streams for every hand-in of the class. A kept stream is read-only: a check that wrote into it would
+    raise, never change the next hand-in's stream.
     """
     if n_batches * batch_size > STREAM_KEPT:
         return lesson04_more_batches.narrow_batches(n_batches, batch_size, seed=seed)
-    return _kept_stream(n_batches, batch_size, seed).copy()
+    return _kept_stream(n_batches, batch_size, seed)
+
+
+def stream_sha256(n_batches: int, batch_size: int, seed: int) -> str:
+    """``data_sha256(narrow_batches(n_batches, batch_size, seed))``, once per worker for a kept stream (a hand-in's
+    checks hash about 20 prefixes of its stream, up to 1 ms each)."""
+    if n_batches * batch_size > STREAM_KEPT:
+        return data_sha256(narrow_batches(n_batches, batch_size, seed))
+    return _kept_sha256(n_batches, batch_size, seed)
 
 
 def _kind_and_count(name: str) -> tuple[str, str]:
@@ -160,9 +176,11 @@ def _rows_and_verdict(ctx: Context, doc: dict, models: list, reported: dict, run
         row = {"kind": kind, "batches": n, "scale": r.scale, "zero_point": int(r.zero_point),
                "range_seen": r.range_seen, "max_abs_error": compare.max_abs_error(fp32_outputs(), probs),
                "accuracy": float((probs.argmax(1) == labels).mean())}
-        pixels = _row_pixels(kind, n, integer(value(rep, "batch_size")) or run_bs, seed)
+        row_bs = integer(value(rep, "batch_size")) or run_bs
+        pixels = _row_pixels(kind, n, row_bs, seed)
         if pixels is not None:
-            row.update(calibration_sha256=data_sha256(pixels), calibration_range=ruler.calibration_range(pixels))
+            sha = stream_sha256(n * row_bs, 1, int(seed)) if kind == "narrow" else data_sha256(pixels)
+            row.update(calibration_sha256=sha, calibration_range=ruler.calibration_range(pixels))
         mine.append(row)
         slack = len(near_boundary(probs)) / len(probs) + EPSILON
         tol = {"scale": SCALE_REL * r.scale, "range_seen": r.scale / 2, "max_abs_error": SOFTMAX_STEP, "accuracy": slack,
@@ -247,7 +265,8 @@ def run(ctx: Context) -> list:
             prov_ok, prov, prov_ev = provenance(f"narrow x{n}", f"the first {n} batches of the narrow stream",
                                                 narrow_batches(n * bs, 1, seed=int(seed)) if bs else stream[:0],
                                                 value(rep, "calibration_sha256"),
-                                                value(rep, "samples", "calibration_samples"))
+                                                value(rep, "samples", "calibration_samples"),
+                                                stream_sha256(n * bs, 1, int(seed)) if bs else None)
             ev += prov_ev
             good = good and prov_ok
         model_problem = wrong_model.pop(("narrow", n), "")

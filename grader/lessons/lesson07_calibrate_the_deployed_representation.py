@@ -1,6 +1,8 @@
 """Lesson 07: the release record. Hashes against the fixtures, disjoint sets, metadata, scenarios recomputed."""
 from __future__ import annotations
 
+from functools import lru_cache
+
 from grader.context import SCALE_REL, SOFTMAX_STEP, WHY_OUTPUT, Context, charged_under, check, number, value
 from grader.group import Group
 from grader.lessons import lesson02_the_calibration_reader
@@ -12,6 +14,18 @@ from lab.lessons.lesson07_calibrate_the_deployed_representation import recipe, s
 PART = "release"
 MODEL, RECIPE, SCENARIOS = "release/model.onnx", "release/recipe.json", "release/scenarios.json"
 NEEDS = (MODEL, RECIPE, SCENARIOS)
+
+
+def acceptance_row_hashes(split: str) -> dict[str, frozenset[str]]:
+    """``recipe.condition_row_hashes`` of the acceptance split, once per worker (keyed by the fixture file's size and
+    mtime): the lab's split under every condition, the same for every hand-in (about 4 ms each)."""
+    st = data.fixture_path(f"{split}.npz").stat()
+    return dict(_acceptance_row_hashes(split, st.st_size, st.st_mtime_ns))
+
+
+@lru_cache(maxsize=4)
+def _acceptance_row_hashes(split: str, size: int, mtime_ns: int) -> dict[str, frozenset[str]]:
+    return recipe.condition_row_hashes(data.load_split(split).pixels)
 
 
 def _selection(doc: dict):
@@ -102,7 +116,7 @@ def run(ctx: Context) -> list:
                         "calibrated with"), ev))
     # disjoint by content
     if sel is not None:
-        shared = recipe.shared_rows(sel.pixels, acc_split.pixels)
+        shared = recipe.shared_with(sel.pixels, acceptance_row_hashes(doc["acceptance"]["split"]))
         total = sum(shared.values())
         rep = value(doc, "acceptance.shared_rows_with_calibration")
         ok = total == 0 and rep == total

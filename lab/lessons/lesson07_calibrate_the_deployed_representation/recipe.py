@@ -101,13 +101,24 @@ def select(parts: Sequence[tuple[str, Sequence[int] | slice | None]], split: str
     return Selection(split, tuple(rec), np.concatenate(chunks).astype(np.float32), tuple(idx))
 
 
+def condition_row_hashes(acceptance: np.ndarray, conditions: Mapping[str, Callable] | None = None,
+                         seed: int = 0) -> dict[str, frozenset[str]]:
+    """The acceptance set under each condition, as one content hash per row (what ``shared_rows`` compares with)."""
+    conditions = conditions or scenarios.acceptance_conditions()
+    return {name: frozenset(data.row_hashes(np.asarray(fn(acceptance, seed), np.float32)))
+            for name, fn in conditions.items()}
+
+
+def shared_with(selection: np.ndarray, hashes: Mapping[str, frozenset[str]]) -> dict[str, int]:
+    """Per condition, how many rows of ``selection`` are among ``hashes`` (``condition_row_hashes``)."""
+    mine = data.row_hashes(np.asarray(selection, np.float32))
+    return {name: len(mine & rows) for name, rows in hashes.items()}
+
+
 def shared_rows(selection: np.ndarray, acceptance: np.ndarray,
                 conditions: Mapping[str, Callable] | None = None, seed: int = 0) -> dict[str, int]:
     """Rows the calibration selection shares with the acceptance set under each condition, by content hash."""
-    conditions = conditions or scenarios.acceptance_conditions()
-    mine = data.row_hashes(np.asarray(selection, np.float32))
-    return {name: len(mine & data.row_hashes(np.asarray(fn(acceptance, seed), np.float32)))
-            for name, fn in conditions.items()}
+    return shared_with(selection, condition_row_hashes(acceptance, conditions, seed))
 
 
 def check_disjoint(selection: np.ndarray, acceptance: np.ndarray, **kwargs) -> dict[str, int]:
