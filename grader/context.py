@@ -40,8 +40,11 @@ RANGE_REL = 1e-5
 
 @lru_cache(maxsize=4)
 def evaluation() -> tuple[np.ndarray, np.ndarray]:
+    """The evaluation split's pixels and labels, read-only: every hand-in the worker grades shares them."""
     split = data.load_split("evaluation")
-    return split.pixels, split.labels
+    pixels, labels = split.pixels, split.labels.copy()
+    pixels.flags.writeable = labels.flags.writeable = False
+    return pixels, labels
 
 
 @lru_cache(maxsize=1)
