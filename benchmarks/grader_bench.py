@@ -1,7 +1,7 @@
 """Grader benchmark: a class of 100 submissions, graded with ``grader batch -j 2``, against a floor.
 
-The class: copies of the reference run, about 20 % broken in different ways (from the bad
-corpus, minus the cases built to hit the time limit). The floor: one process per submission that starts
+The class: copies of the reference run with lesson 08 run into it (every lesson handed in, full marks), about
+20 % broken in different ways (from the bad corpus, minus the cases built to hit the time limit). The floor: one process per submission that starts
 Python, imports onnxruntime and evaluates the handed-in models once, two at a time. Floor and batch run
 in ``PAIRS`` back-to-back pairs (the order alternating), and the ratio is the median of the pairs'
 ratios: the machine's speed drifts within a run, a pair's two runs drift together. Also reported: a
@@ -93,7 +93,7 @@ def make_class(folder: Path, n: int = N_STUDENTS, broken: float = BROKEN_FRACTIO
     sys.path.insert(0, str(REPO / "tests"))
     from bad_submissions import corpus  # deferred: the corpus lives in tests/, put on the path just above
 
-    work = reference.build(folder.parent / "reference-workspace")
+    work = with_lesson_08(reference.build(folder.parent / "reference-workspace"))
     good = submit("reference", work, folder.parent)
     files = corpus.read_zip(good)
     good_bytes = good.read_bytes()
@@ -110,6 +110,17 @@ def make_class(folder: Path, n: int = N_STUDENTS, broken: float = BROKEN_FRACTIO
             (folder / f"{student}.zip").write_bytes(good_bytes)
             kinds[student] = "good"
     return kinds
+
+
+def with_lesson_08(work: Path) -> Path:
+    """``work`` with lesson 08 run into it by ``python -m lab run --only 08``: ``reference.build`` leaves lesson 08 out
+    (its docstring says why), and a student's hand-in has its ``toolbox.json`` and ``choice.onnx``, which the grader
+    checks and the floor runs."""
+    proc = subprocess.run([sys.executable, "-m", "lab", "run", "--only", "08", "--work-dir", str(work), "--out",
+                           str(work.parent / "lesson-08-run")], cwd=REPO, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"lesson 08 did not run into the reference workspace: {proc.stderr[-1000:]}")
+    return work
 
 
 def reference_zip(tmp: Path) -> Path:
