@@ -23,11 +23,12 @@ def nice_ticks(top: float, most: int = 6) -> list[float]:
 
 
 def histogram(values: list[float], top: float, bins: int = 20) -> list[int]:
-    """Counts of ``values`` in ``bins`` equal bins over [0, top]; the last bin holds ``top`` itself, and values
-    outside the range go to the nearest end bin."""
+    """Counts of ``values`` in ``bins`` equal bins over [0, top]; the last bin holds ``top`` itself, values outside
+    the range go to the nearest end bin, and a value that is not a finite number is left out."""
     counts = [0] * bins
     for v in values:
-        counts[min(max(int(v / top * bins), 0), bins - 1) if top > 0 else 0] += 1
+        if math.isfinite(v):
+            counts[min(max(int(v / top * bins), 0), bins - 1) if top > 0 else 0] += 1
     return counts
 
 

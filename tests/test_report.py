@@ -168,7 +168,7 @@ def test_chart_ticks_bins_and_bars():
     assert chart.nice_ticks(59) == [0, 10, 20, 30, 40, 50, 60]
     assert chart.nice_ticks(1.31) == [0, 0.25, 0.5, 0.75, 1, 1.25, 1.5]
     assert chart.nice_ticks(0) == [0, 0.2, 0.4, 0.6, 0.8, 1]
-    assert chart.histogram([0, 0.5, 59, 58.99, 30, -1, 70], 59, 20) == [3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
+    assert chart.histogram([0, 0.5, 59, 58.99, 30, -1, 70, float("nan"), float("inf")], 59, 20) == [3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
                                                                          0, 0, 0, 0, 0, 0, 0, 0, 3]
     panel = chart.stacked_histogram((0.1, 0.2, 0.3, 0.7), "t", "x", 10, [("a", "red", [1, 1, 9]),
                                                                          ("b", "blue", [1])])
