@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import alternating_pairs, median_pair
 from grader import reference, sandbox
 from grader.batch import write_gradebook
 from lab import data
@@ -342,15 +343,11 @@ def main(argv: list[str] | None = None) -> int:
             folder.mkdir()
             kinds = make_class(folder, args.n)
             broken = sum(k != "good" for k in kinds.values())
-            pairs = []
-            for i in range(PAIRS):  # the order alternates: floor first, then batch first, ...
-                floor_s = time_floor(folder) if i % 2 == 0 else None
-                batch_s, summary = time_batch(folder, tmp / f"out-{i}")
-                pairs.append({"floor": floor_s if floor_s is not None else time_floor(folder), "batch": batch_s})
-            for pair in pairs:
-                pair["ratio"] = round(pair["batch"] / pair["floor"], 3)
-            middle = sorted(pairs, key=lambda p: p["ratio"])[len(pairs) // 2]  # the median pair
-            floor, batch_s, ratio = middle["floor"], middle["batch"], middle["ratio"]
+            runs = alternating_pairs(PAIRS, lambda i: time_floor(folder), lambda i: time_batch(folder, tmp / f"out-{i}"))
+            summary = runs[-1][1][1]  # the batch's own last line (the same class every time)
+            ratio, (floor, batch_s) = median_pair([(f, b) for f, (b, _) in runs], float)
+            ratio = round(ratio, 3)
+            pairs = [{"floor": f, "batch": b, "ratio": round(b / f, 3)} for f, (b, _) in runs]
             mem = worker_memory(folder)
             fresh = child_cost(folder, True if sandbox.bwrap_available() else False)
             forked = child_cost(folder, None)

@@ -17,7 +17,6 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
+from benchmarks import alternating_pairs, median_pair
 from lab.environment import KERNEL_NAME
 from lab.tools import run
 
@@ -178,19 +178,15 @@ def main() -> int:
     floor_dir = write_floor(names, OUT / "floor-notebooks")
     print(f"timing {len(names)} lessons against {len(names)} trivial notebooks (papermill, kernel {KERNEL_NAME})",
           flush=True)
-    pairs = []
-    for i in range(QUICK_PAIRS if os.environ.get("BENCH_QUICK") else PAIRS):
-        first_floor = i % 2 == 0  # the order alternates: floor first, then lessons first, ...
-        floor_run = timed_run(f"floor {i + 1}", floor_dir, OUT / "floor") if first_floor else None
-        lessons_run = timed_run(f"lessons {i + 1}", run.NOTEBOOKS, OUT / "lessons")
-        floor_run = floor_run or timed_run(f"floor {i + 1}", floor_dir, OUT / "floor")
-        pairs.append((floor_run, lessons_run))
-        print(f"pair {i + 1}: lessons {lessons_run.seconds:.1f} s, floor {floor_run.seconds:.1f} s "
+    pairs = alternating_pairs(QUICK_PAIRS if os.environ.get("BENCH_QUICK") else PAIRS,
+                              lambda i: timed_run(f"floor {i + 1}", floor_dir, OUT / "floor"),
+                              lambda i: timed_run(f"lessons {i + 1}", run.NOTEBOOKS, OUT / "lessons"))
+    for i, (floor_run, lessons_run) in enumerate(pairs, 1):
+        print(f"pair {i}: lessons {lessons_run.seconds:.1f} s, floor {floor_run.seconds:.1f} s "
               f"({lessons_run.seconds / floor_run.seconds:.2f}x)", flush=True)
     ratios = sorted(lr.seconds / fr.seconds for fr, lr in pairs)
-    ratio = statistics.median(ratios)
     # the median pair (of two, the one nearer to their mean) gives the per-lesson tables
-    floor, lessons = min(pairs, key=lambda p: abs(p[1].seconds / p[0].seconds - ratio))
+    ratio, (floor, lessons) = median_pair(pairs, lambda t: t.seconds)
     slowest = max(lessons.lessons.items(), key=lambda kv: kv[1], default=("-", 0.0))
 
     print("\n".join(table(names, lessons, floor)))
