@@ -194,10 +194,14 @@ def save_and_read(page, root: Path, name: str) -> dict:
     page.locator(f"{PANEL} .jp-Notebook").click(position={"x": 5, "y": 5})
     page.keyboard.press("Control+s")
     deadline = time.monotonic() + 30
-    while path.stat().st_mtime_ns == before and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
+        if path.stat().st_mtime_ns != before:
+            try:
+                return json.loads(path.read_text(encoding="utf-8"))
+            except ValueError:  # the server truncates the file, then writes it: read again once it is whole
+                pass
         time.sleep(0.25)
-    assert path.stat().st_mtime_ns != before, f"{name} was not saved within 30 s of Ctrl+S"
-    return json.loads(path.read_text(encoding="utf-8"))
+    raise AssertionError(f"{name} was not saved (as whole JSON) within 30 s of Ctrl+S")
 
 
 def output_problems(page, notebook: dict, name: str) -> list[str]:
