@@ -143,7 +143,7 @@ def _table(header: list[str], rows: list[list[str]], table_id: str) -> str:
 
 CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1500px;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left;
-vertical-align:top}th{background:#f3f3f3}td.n{text-align:right}img{max-width:100%}.muted{color:#666}
+vertical-align:top}th{background:#f3f3f3}td.n{text-align:right}.muted{color:#666}
 code{background:#f5f5f5;padding:0 .2em}"""
 
 
