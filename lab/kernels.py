@@ -21,6 +21,8 @@ import contextvars
 import functools
 import math
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -316,13 +318,178 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return (e / e.sum(axis=axis, keepdims=True)).astype(np.float32)
 
 
-# --- the graph walker ----------------------------------------------------------------------------
+# --- the graph walker: a table from op type to handler (as ORT's quantization registry.py keeps one) ---
 
 def _attr(node, name, default):
     for a in node.attribute:
         if a.name == name:
             return helper.get_attribute_value(a)
     return default
+
+
+@dataclass
+class _Run:
+    """One emulated run: the tensors computed so far, who produces and consumes each, and the family."""
+
+    values: dict
+    producer: dict
+    consumers: dict
+    family: str
+    label: str
+
+    def dq_source(self, name: str):
+        """The (q, scale, zero point) behind a DequantizeLinear output, or None."""
+        node = self.producer.get(name)
+        if node is None or node.op_type != "DequantizeLinear":
+            return None
+        zp = self.values[node.input[2]] if len(node.input) > 2 else np.zeros((), np.uint8)
+        return self.values[node.input[0]], self.values[node.input[1]], zp
+
+    def fused_producer(self, node):
+        """The op a QuantizeLinear closes into one integer kernel (``DequantizeLinear -> op -> QuantizeLinear``),
+        or None: its producer must be in FUSED, feed only it, and read every input through a DequantizeLinear."""
+        op = self.producer.get(node.input[0])
+        if op is None or op.op_type not in FUSED or len(self.consumers[op.output[0]]) != 1:
+            return None
+        return op if all(self.dq_source(i) is not None for i in op.input) else None
+
+
+Handler = Callable[[_Run, onnx.NodeProto, list], list]
+
+
+def _fused_matmul(run, op, srcs, y_scale, y_zero):
+    """The QDQ MatMul runs as QLinearMatMul."""
+    (a, sa, za), (b, sb, zb) = srcs
+    return qlinear_matmul(a, sa, za, b, sb, zb, y_scale, y_zero, run.family, shift_s8_activations=True)
+
+
+def _fused_gemm(run, op, srcs, y_scale, y_zero):
+    """The QDQ Gemm runs as QGemm, its bias added in int32."""
+    (a, sa, za), (b, sb, zb) = srcs[:2]
+    c = srcs[2][0] if len(srcs) > 2 else None
+    return qgemm(a, sa, za, b, sb, zb, c, y_scale, y_zero, run.family, _attr(op, "alpha", 1.0),
+                 _attr(op, "transA", 0), _attr(op, "transB", 0), shift_s8_activations=True)
+
+
+def _fused_softmax(run, op, srcs, y_scale, y_zero):
+    """``DequantizeLinear -> Softmax -> QuantizeLinear`` runs as QLinearSoftmax."""
+    (a, sa, za), = srcs
+    return qlinear_softmax(a, sa, za, y_scale, y_zero)
+
+
+# op between a DequantizeLinear and a QuantizeLinear -> the integer kernel ORT's QDQ fusion runs instead
+FUSED: dict[str, Callable] = {"MatMul": _fused_matmul, "Gemm": _fused_gemm, "Softmax": _fused_softmax}
+
+
+def _quantize(run, node, ins):
+    op = run.fused_producer(node)
+    if op is not None:
+        return [FUSED[op.op_type](run, op, [run.dq_source(i) for i in op.input], ins[1], ins[2])]
+    return [quantize_linear(ins[0], ins[1], ins[2])]
+
+
+def _dequantize(run, node, ins):
+    return [dequantize_linear(ins[0], ins[1], ins[2] if len(ins) > 2 else None, _attr(node, "axis", 1))]
+
+
+def _matmul(run, node, ins):
+    srcs = [run.dq_source(i) for i in node.input]
+    if all(s is not None for s in srcs) and np.asarray(srcs[1][0]).dtype == np.int8:
+        # DequantizeLinear -> MatMul with a float output runs as MatMulIntegerToFloat
+        (a, sa, za), (b, sb, zb) = srcs
+        a_u8, za_u8 = (a.astype(np.int64) + 128, np.int64(za) + 128) if a.dtype == np.int8 else (a, za)
+        acc = int_matmul(a_u8, b, za_u8, zb, run.family == SATURATING)
+        return [(acc.astype(np.float32) * (np.float32(sa) * np.asarray(sb, np.float32).reshape(1, -1)))
+                .astype(np.float32)]
+    return [(ins[0] @ ins[1]).astype(np.float32)]
+
+
+def _qlinear_matmul(run, node, ins):
+    return [qlinear_matmul(*ins, family=run.family)]
+
+
+def _qgemm(run, node, ins):
+    a, sa, za, b, sb, zb = ins[:6]
+    c = ins[6] if len(ins) > 6 else None
+    ys = ins[7] if len(ins) > 7 else None
+    yz = ins[8] if len(ins) > 8 else (np.zeros((), np.uint8) if ys is not None else None)
+    return [qgemm(a, sa, za, b, sb, zb, c, ys, yz, run.family, _attr(node, "alpha", 1.0),
+                  _attr(node, "transA", 0), _attr(node, "transB", 0))]
+
+
+def _gemm(run, node, ins):
+    a, b = ins[0], ins[1]
+    a = a.T if _attr(node, "transA", 0) else a
+    b = b.T if _attr(node, "transB", 0) else b
+    y = np.float32(_attr(node, "alpha", 1.0)) * (a @ b)
+    if len(ins) > 2 and ins[2] is not None:
+        y = y + np.float32(_attr(node, "beta", 1.0)) * ins[2]
+    return [y.astype(np.float32)]
+
+
+def _reshape(run, node, ins):
+    shape = [int(d) for d in ins[1]]
+    shape = [ins[0].shape[i] if d == 0 and not _attr(node, "allowzero", 0) else d for i, d in enumerate(shape)]
+    return [ins[0].reshape(shape)]
+
+
+def _qlinear_add(run, node, ins):
+    return [qlinear_add(*ins)]
+
+
+def _qlinear_softmax(run, node, ins):
+    if _attr(node, "axis", -1) not in (-1, 1):
+        raise EmulationError(f"{run.label}: QLinearSoftmax '{node.name}' on axis {_attr(node, 'axis', -1)}; "
+                             "the emulation covers the last axis only")
+    return [qlinear_softmax(*ins)]
+
+
+def _matmul_integer(run, node, ins):
+    a, b = ins[0], ins[1]
+    za = ins[2] if len(ins) > 2 and ins[2] is not None else np.zeros((), a.dtype)
+    zb = ins[3] if len(ins) > 3 and ins[3] is not None else np.zeros((), b.dtype)
+    saturate = run.family == SATURATING and a.dtype == np.uint8 and b.dtype == np.int8
+    return [int_matmul(a, b, za, zb, saturate).astype(np.int32)]
+
+
+def _dynamic_quantize(run, node, ins):
+    return list(dynamic_quantize_linear(ins[0]))
+
+
+def _cast(run, node, ins):
+    return [ins[0].astype(helper.tensor_dtype_to_np_dtype(_attr(node, "to", TensorProto.FLOAT)))]
+
+
+def _add(run, node, ins):
+    a, b = (np.asarray(v) for v in ins)
+    return [(a + b).astype(np.result_type(a.dtype, b.dtype))]
+
+
+def _mul(run, node, ins):
+    a, b = (np.asarray(v) for v in ins)
+    return [(a * b).astype(np.result_type(a.dtype, b.dtype))]
+
+
+def _relu(run, node, ins):
+    return [np.maximum(ins[0], 0).astype(ins[0].dtype)]
+
+
+def _softmax(run, node, ins):
+    return [softmax(ins[0], _attr(node, "axis", -1))]
+
+
+HANDLERS: dict[str, Handler] = {
+    "QuantizeLinear": _quantize, "DequantizeLinear": _dequantize, "DynamicQuantizeLinear": _dynamic_quantize,
+    "MatMul": _matmul, "QLinearMatMul": _qlinear_matmul, "MatMulInteger": _matmul_integer,
+    "Gemm": _gemm, "QGemm": _qgemm, "QLinearAdd": _qlinear_add, "QLinearSoftmax": _qlinear_softmax,
+    "Reshape": _reshape, "Cast": _cast, "Add": _add, "Mul": _mul, "Relu": _relu, "Softmax": _softmax,
+}
+
+
+def uncovered(model) -> list[str]:
+    """The op types of ``model`` the emulation does not cover, in graph order (empty: it can run it)."""
+    m = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model))
+    return list(dict.fromkeys(n.op_type for n in m.graph.node if n.op_type not in HANDLERS))
 
 
 def emulate(model, x: np.ndarray, family: str, input_name: str = "pixels") -> np.ndarray:
@@ -332,103 +499,16 @@ def emulate(model, x: np.ndarray, family: str, input_name: str = "pixels") -> np
     label = "the model" if isinstance(model, onnx.ModelProto) else Path(model).name
     values = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
     values[input_name] = np.asarray(x, np.float32)
-    producer = {o: n for n in m.graph.node for o in n.output}
     consumers: dict[str, list] = {}
     for n in m.graph.node:
         for i in n.input:
             consumers.setdefault(i, []).append(n)
-
-    def dq_source(name):
-        """The (q, scale, zero point) behind a DequantizeLinear output, or None."""
-        node = producer.get(name)
-        if node is None or node.op_type != "DequantizeLinear":
-            return None
-        zp = values[node.input[2]] if len(node.input) > 2 else np.zeros((), np.uint8)
-        return values[node.input[0]], values[node.input[1]], zp
-
+    run = _Run(values, {o: n for n in m.graph.node for o in n.output}, consumers, family, label)
     for node in m.graph.node:
-        ins = [values.get(i) if i else None for i in node.input]
-        op = node.op_type
-        if op == "QuantizeLinear":
-            mm = producer.get(node.input[0])
-            if mm is not None and mm.op_type in ("MatMul", "Gemm", "Softmax") \
-                    and len(consumers[mm.output[0]]) == 1 and all(dq_source(i) is not None for i in mm.input):
-                srcs = [dq_source(i) for i in mm.input]
-                if mm.op_type == "MatMul":  # the QDQ MatMul runs as QLinearMatMul
-                    (a, sa, za), (b, sb, zb) = srcs
-                    out = qlinear_matmul(a, sa, za, b, sb, zb, ins[1], ins[2], family, shift_s8_activations=True)
-                elif mm.op_type == "Gemm":  # the QDQ Gemm runs as QGemm, its bias added in int32
-                    (a, sa, za), (b, sb, zb) = srcs[:2]
-                    c = srcs[2][0] if len(srcs) > 2 else None
-                    out = qgemm(a, sa, za, b, sb, zb, c, ins[1], ins[2], family, _attr(mm, "alpha", 1.0),
-                                _attr(mm, "transA", 0), _attr(mm, "transB", 0), shift_s8_activations=True)
-                else:  # DequantizeLinear -> Softmax -> QuantizeLinear runs as QLinearSoftmax
-                    (a, sa, za), = srcs
-                    out = qlinear_softmax(a, sa, za, ins[1], ins[2])
-            else:
-                out = quantize_linear(ins[0], ins[1], ins[2])
-            outs = [out]
-        elif op == "DequantizeLinear":
-            outs = [dequantize_linear(ins[0], ins[1], ins[2] if len(ins) > 2 else None, _attr(node, "axis", 1))]
-        elif op == "MatMul":
-            srcs = [dq_source(i) for i in node.input]
-            if all(s is not None for s in srcs) and np.asarray(srcs[1][0]).dtype == np.int8:
-                # DequantizeLinear -> MatMul with a float output runs as MatMulIntegerToFloat
-                (a, sa, za), (b, sb, zb) = srcs
-                a_u8, za_u8 = (a.astype(np.int64) + 128, np.int64(za) + 128) if a.dtype == np.int8 else (a, za)
-                acc = int_matmul(a_u8, b, za_u8, zb, family == SATURATING)
-                outs = [(acc.astype(np.float32) * (np.float32(sa) * np.asarray(sb, np.float32).reshape(1, -1)))
-                        .astype(np.float32)]
-            else:
-                outs = [(ins[0] @ ins[1]).astype(np.float32)]
-        elif op == "QLinearMatMul":
-            outs = [qlinear_matmul(*ins, family=family)]
-        elif op == "QGemm":
-            a, sa, za, b, sb, zb = ins[:6]
-            c = ins[6] if len(ins) > 6 else None
-            ys = ins[7] if len(ins) > 7 else None
-            yz = ins[8] if len(ins) > 8 else (np.zeros((), np.uint8) if ys is not None else None)
-            outs = [qgemm(a, sa, za, b, sb, zb, c, ys, yz, family, _attr(node, "alpha", 1.0),
-                          _attr(node, "transA", 0), _attr(node, "transB", 0))]
-        elif op == "Gemm":
-            a, b = ins[0], ins[1]
-            a = a.T if _attr(node, "transA", 0) else a
-            b = b.T if _attr(node, "transB", 0) else b
-            y = np.float32(_attr(node, "alpha", 1.0)) * (a @ b)
-            if len(ins) > 2 and ins[2] is not None:
-                y = y + np.float32(_attr(node, "beta", 1.0)) * ins[2]
-            outs = [y.astype(np.float32)]
-        elif op == "Reshape":
-            shape = [int(d) for d in ins[1]]
-            shape = [ins[0].shape[i] if d == 0 and not _attr(node, "allowzero", 0) else d
-                     for i, d in enumerate(shape)]
-            outs = [ins[0].reshape(shape)]
-        elif op == "QLinearAdd":
-            outs = [qlinear_add(*ins)]
-        elif op == "QLinearSoftmax":
-            if _attr(node, "axis", -1) not in (-1, 1):
-                raise EmulationError(f"{label}: QLinearSoftmax '{node.name}' on axis {_attr(node, 'axis', -1)}; "
-                                     "the emulation covers the last axis only")
-            outs = [qlinear_softmax(*ins)]
-        elif op == "MatMulInteger":
-            a, b = ins[0], ins[1]
-            za = ins[2] if len(ins) > 2 and ins[2] is not None else np.zeros((), a.dtype)
-            zb = ins[3] if len(ins) > 3 and ins[3] is not None else np.zeros((), b.dtype)
-            saturate = family == SATURATING and a.dtype == np.uint8 and b.dtype == np.int8
-            outs = [int_matmul(a, b, za, zb, saturate).astype(np.int32)]
-        elif op == "DynamicQuantizeLinear":
-            outs = list(dynamic_quantize_linear(ins[0]))
-        elif op == "Cast":
-            outs = [ins[0].astype(helper.tensor_dtype_to_np_dtype(_attr(node, "to", TensorProto.FLOAT)))]
-        elif op in ("Add", "Mul"):
-            a, b = (np.asarray(v) for v in ins)
-            outs = [(a + b if op == "Add" else a * b).astype(np.result_type(a.dtype, b.dtype))]
-        elif op == "Relu":
-            outs = [np.maximum(ins[0], 0).astype(ins[0].dtype)]
-        elif op == "Softmax":
-            outs = [softmax(ins[0], _attr(node, "axis", -1))]
-        else:
-            raise EmulationError(f"{label}: op {op} ('{node.name}') is not covered by the kernel-family "
+        handler = HANDLERS.get(node.op_type)
+        if handler is None:
+            raise EmulationError(f"{label}: op {node.op_type} ('{node.name}') is not covered by the kernel-family "
                                  "emulation; run this model on a CPU of that family instead")
-        values.update(zip(node.output, outs))
+        ins = [values.get(i) if i else None for i in node.input]
+        values.update(zip(node.output, handler(run, node, ins)))
     return np.asarray(values[m.graph.output[0].name], np.float32)
