@@ -6,7 +6,8 @@ the start, at most every ``GRADEBOOK_EVERY_S`` seconds, and at the end (also on 
 bookkeeping per result does not grow with the class and no finished grade is lost. ``--resume``
 skips submissions already graded by this grader version with the same input hash (read from the
 journal, or from ``results/ID.json`` for a result the journal missed). A job that dies is an
-``error`` row, never a stopped batch.
+``error`` row, never a stopped batch; a submission not graded yet is a ``pending`` row (the gradebook written
+while a batch runs, or left by one that was stopped).
 
 The executor is a local process pool (``jobs`` workers), any executor passed in, or a Dask
 cluster (``dask="tcp://scheduler:8786"`` or ``"local:N"``, the CLI's ``--dask``; needs the
@@ -34,7 +35,7 @@ from tqdm import tqdm
 from grader import sandbox
 from grader.core import grade, possible_points
 from grader.report import write_report
-from grader.results import GradeResult
+from grader.results import PENDING, GradeResult
 from grader.reuse import reuse
 from grader.rubric import rubric
 from grader.sandbox import Limits
@@ -129,23 +130,31 @@ def gradebook_row(d: dict) -> dict:
             "grader_version": d["grader_version"], "isolation": d.get("isolation", "")}
 
 
+def pending_row(student: str) -> dict:
+    """The row of a submission the batch has not graded yet: ``pending``, no score (``--resume`` grades it)."""
+    return {"student": student, "status": PENDING, "score": "", "max": "", "grader_version": __version__}
+
+
 def error_row(student: str) -> dict:
-    """The row of a submission without a result (not graded yet, or its result is unreadable)."""
+    """The row of a submission whose result file exists but cannot be read: the grader's failure."""
     return {"student": student, "status": "error", "score": 0, "max": "", "grader_version": __version__}
 
 
 def _read_result_row(out: Path, student: str) -> dict | None:
-    try:
-        return gradebook_row(json.loads((out / "results" / f"{student}.json").read_text()))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    path = out / "results" / f"{student}.json"
+    if not path.exists():
         return None
+    try:
+        return gradebook_row(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return error_row(student)
 
 
 def write_gradebook(out: Path, students: list[str], rows: dict[str, dict] | None = None) -> Path:
-    """One row per submission, always: a missing result is an ``error`` row.
+    """One row per submission, always: a submission with no result yet is a ``pending`` row.
 
     With ``rows`` (student -> row, kept in memory by the batch) nothing is read from disk;
-    without, each row is read from ``results/ID.json``.
+    without, each row is read from ``results/ID.json`` (one that cannot be read is an ``error`` row).
     """
     buf = io.StringIO()
     names = columns()
@@ -153,7 +162,7 @@ def write_gradebook(out: Path, students: list[str], rows: dict[str, dict] | None
     w.writerow(names)
     for student in students:
         row = rows.get(student) if rows is not None else _read_result_row(out, student)
-        row = row or error_row(student)
+        row = row or pending_row(student)
         w.writerow([row.get(n, "") for n in names])
     target = out / "gradebook.csv"
     _atomic(target, buf.getvalue())
@@ -343,4 +352,4 @@ def _grade(out: Path, todo: list[Path], students: list[str], rows: dict[str, dic
         print(f"graded {len(todo)} in {seconds:.2f} s ({len(todo) / seconds:.2f} hand-ins/s); bookkeeping "
               f"{bookkeeping / len(todo) * 1000:.3f} ms per hand-in", file=sys.stderr)
     cols = columns()
-    return [{n: str((rows.get(s) or error_row(s)).get(n, "")) for n in cols} for s in students]
+    return [{n: str((rows.get(s) or pending_row(s)).get(n, "")) for n in cols} for s in students]

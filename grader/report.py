@@ -2,7 +2,8 @@
 
 ``write_report(out)`` reads what a batch wrote (``gradebook.csv``, ``results/*.json``) and shows what an
 instructor looks at first: the score distribution, the checks most students lost (each with one example
-feedback line), the submissions that were not graded (invalid, timeout, error) with their reasons, and the
+feedback line), the submissions that were not graded (invalid, timeout, error, or pending: a batch still running
+or stopped) with their reasons, and the
 grading time. The figure is SVG drawn by ``grader.chart`` into ``report.svg``, and the same SVG is inline in the
 page, so ``report.html`` opens from disk, alone, with no server.
 Every text from a hand-in (student ids, reasons, messages) is escaped before it reaches the page.
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader import chart
-from grader.results import STATUSES, _part_title
+from grader.results import GRADEBOOK_STATUSES, PENDING, _part_title
 from lab.workspace import atomic_write_text
 
 TOP_CHECKS = 10
@@ -52,7 +53,7 @@ class ClassSummary:
 
     @property
     def statuses(self) -> dict[str, int]:
-        counts = {s: 0 for s in STATUSES}
+        counts = {s: 0 for s in GRADEBOOK_STATUSES}
         for r in self.rows:
             counts[r["status"]] = counts.get(r["status"], 0) + 1
         return counts
@@ -106,7 +107,9 @@ def summarize(out: str | Path) -> ClassSummary:
     not_graded = []
     for row in rows:
         if row["status"] != "graded":
-            reason = results.get(row["student"], {}).get("reason") or "no result file was written for it"
+            reason = results.get(row["student"], {}).get("reason") or (
+                "not graded yet: the batch has not reached it (`--resume` grades it)" if row["status"] == PENDING
+                else "no result file was written for it")
             not_graded.append((row["student"], row["status"], _first_line(reason)))
     seconds = {s: _number(d.get("seconds")) for s, d in results.items()}
     return ClassSummary(rows, results, ranked, not_graded, seconds)
@@ -114,7 +117,7 @@ def summarize(out: str | Path) -> ClassSummary:
 
 def figure(summary: ClassSummary) -> str:
     """Score distribution, the most-lost checks and the grading time, side by side, as SVG text (``grader.chart``)."""
-    colors = {"graded": "#4c72b0", "invalid": "#dd8452", "timeout": "#c44e52", "error": "#8172b3"}
+    colors = {"graded": "#4c72b0", "invalid": "#dd8452", "timeout": "#c44e52", "error": "#8172b3", PENDING: "#bbbbbb"}
     top = max((m for _, m in summary.scores), default=0) or 1
     stacks = [(st, color, [s for (s, _), r in zip(summary.scores, summary.rows) if r["status"] == st])
               for st, color in colors.items()]

@@ -14,6 +14,10 @@ from grader.rubric import HIDDEN, part_title, rubric, title
 from lab import __version__ as lab_version
 
 STATUSES = ("graded", "invalid", "timeout", "error")
+# A gradebook row's status is one of a result's, or ``pending``: written by a batch that has not graded that
+# hand-in yet (never a result's status; ``--resume`` grades it)
+PENDING = "pending"
+GRADEBOOK_STATUSES = (*STATUSES, PENDING)
 
 # Text from a hand-in (file names, JSON keys and strings, exception messages, a child's output) reaches the
 # results JSON, the Markdown feedback, the gradebook and Gradescope. Each is bounded and made printable here.
