@@ -47,6 +47,14 @@ def main(argv: list[str] | None = None) -> int:
                             "the public ones (default: refuse to start without GRADER_SECRET or GRADER_SECRET_FILE)")
     rp = sub.add_parser("report", help="write OUT/report.html and OUT/report.svg for a batch's OUT folder")
     rp.add_argument("out")
+    ex = sub.add_parser("export", help="write a batch's gradebook as Canvas and Moodle import it (OUT/lms/)")
+    ex.add_argument("out")
+    ex.add_argument("--roster", required=True, help="CSV: student (the hand-in's id) and the LMS's identifiers "
+                    "(Canvas: name, canvas_id, sis_user_id, sis_login_id, section; Moodle: idnumber, email)")
+    ex.add_argument("--format", choices=("canvas", "moodle", "both"), default="both")
+    ex.add_argument("--assignment", default="Calibration Lab", help="the Canvas assignment's or Moodle grade "
+                    "item's column name (Canvas matches an existing assignment by 'Name (ID)')")
+    ex.add_argument("--dest", help="folder for canvas.csv and moodle.csv (default OUT/lms)")
     args = parser.parse_args(argv)
     if args.command == "grade" and not args.unsafe_no_sandbox:
         # the sandbox's fork server preloads numpy and ONNX Runtime (about 0.4 s) on the other core while this
@@ -62,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
             print(preflight.secret_note(), file=sys.stderr)
     if args.command in ("gradescope", "report"):
         return _tool(args)
+    if args.command == "export":
+        return _export(args)
     limits = Limits(wall=args.timeout, cpu=max(1, int(args.timeout)), memory=args.memory_mib << 20)
     unsafe = True if args.unsafe_no_sandbox else None
     if args.command == "grade":
@@ -116,6 +126,24 @@ def _tool(args) -> int:
               file=sys.stderr)
         return 2
     print(write_report(args.out))
+    return 0
+
+
+def _export(args) -> int:
+    """``export`` (grader.export): no student code runs; a bad roster is exit code 2, naming file, row and field."""
+    from grader.export import RosterError, export
+
+    if not (Path(args.out) / "gradebook.csv").is_file():
+        print(f"export: {args.out} has no gradebook.csv; run `python -m grader batch DIR --out {args.out}` first",
+              file=sys.stderr)
+        return 2
+    formats = ("canvas", "moodle") if args.format == "both" else (args.format,)
+    try:
+        done = export(args.out, args.roster, formats, args.assignment, args.dest)
+    except RosterError as e:
+        print(f"export: {e}", file=sys.stderr)
+        return 2
+    print(done.summary())
     return 0
 
 
