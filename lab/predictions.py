@@ -1,14 +1,24 @@
 """Predict, then measure: judgements a student writes down before the lab measures them.
 
-Every prediction goes into one workspace file, ``predictions.json`` (schema ``predictions/1``): question ->
-the lesson that asks it and the answer. The lesson module that asks a question defines it (``PREDICTION``, a
-``Question``: what it asks and the answer's form) and its judge (``judge_<question>``, through ``verdict`` here),
-which sets the answer against what was measured and says what was predicted, what was measured and why;
-``record`` saves an answer as soon as the student writes it. The notebook judges against its own measurement; the
-grader against the lesson's truth, which it recomputes from the fixtures (never from the student's models: a wrong
-model is charged once, in its own lesson). The answers are judgements (which set clips, which file is smaller,
-where the error enters) or numbers worked out by hand from a set's range, never this CPU's numbers, so one answer
-is right on every INT8 kernel family.
+Every prediction goes into one workspace file, ``predictions.json`` (schema ``predictions/2``): question ->
+the lesson that asks it, the answer, and any later answers. The lesson module that asks a question defines it
+(``PREDICTION``, a ``Question``: what it asks and the answer's form) and its judge (``judge_<question>``, through
+``verdict`` here), which sets the answer against what was measured and says what was predicted, what was measured
+and why. The answers are judgements (which set clips, which file is smaller, where the error enters) or numbers
+worked out by hand from a set's range, never this CPU's numbers, so one answer is right on every INT8 kernel family.
+
+The convention every prediction cell follows: the student's variable is ``PREDICTION``; the cell's first line is a
+comment stating the answer's shape (``# PREDICTION: one of "narrow", "right", "wide"``); the cell calls
+``record(work, <lesson module>.PREDICTION, PREDICTION)`` before anything measured is printed; and the lesson's
+judge judges ``kept(work, <lesson module>.PREDICTION)``, the answer that counts.
+
+The FIRST answer a workspace gets for a question is the one that counts, in the notebook and in the grader. A
+later, different answer (a re-run after the measurement printed) is recorded beside it, in ``later``, in the order
+given, and the message says the first stays: an answer written after the result is not a prediction, and the file
+cannot tell the two apart. Re-running the same answer (a whole lesson re-run) changes nothing. An answer in the
+wrong form is refused, naming the field and the expected form, before anything is saved. The grader judges the
+first answer against the lesson's truth, which it recomputes from the fixtures (never from the student's models: a
+wrong model is charged once, in its own lesson).
 """
 from __future__ import annotations
 
@@ -21,7 +31,8 @@ from lab import contract, schemas, workspace
 from lab.errors import LabError
 
 FILE = contract.path_of_schema("predictions")
-SCHEMA = "predictions/1"
+SCHEMA = "predictions/2"  # /2 added "later"; a predictions/1 file reads the same
+MAX_LATER = 100  # later answers kept per question (the schema's maxItems): the most recent ones
 
 
 class PredictionError(LabError):
@@ -97,19 +108,51 @@ def _entries(work: str | Path) -> dict:
 
 
 def load(work: str | Path) -> dict:
-    """The predictions saved in ``work`` so far: question -> answer (empty if none)."""
+    """The predictions saved in ``work`` so far: question -> its first answer, the one judged (empty if none)."""
     return {q: entry["answer"] for q, entry in _entries(work).items()}
 
 
+def kept(work: str | Path, question: Question):
+    """The answer to ``question`` that counts: the first one recorded in ``work``. Raises ``PredictionError`` if
+    the lesson's prediction cell has not recorded one yet."""
+    saved = load(work)
+    if question.name not in saved:
+        raise PredictionError(f"{FILE} has no prediction {question.name!r} (lesson {question.lesson}) yet: run the "
+                              f"lesson's prediction cell first, with PREDICTION set to {question.example}")
+    return saved[question.name]
+
+
+def _same(a, b) -> bool:
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
 def record(work: str | Path, question: Question, answer) -> str:
-    """Save one prediction, the answer to a lesson's ``question``, into ``work/predictions.json`` (the others stay)
-    and say what was saved."""
+    """Save the answer to a lesson's ``question`` into ``work/predictions.json`` (the other questions stay) and say
+    what was saved. The first answer stays the one judged; a later, different one is kept beside it in ``later``.
+    An answer in the wrong form raises ``PredictionError`` before anything is written."""
     answer = question.normalise(answer)
-    saved = {**_entries(work), question.name: {"lesson": question.lesson, "answer": answer}}
+    entries = _entries(work)
+    entry = entries.get(question.name)
+    shown = json.dumps(answer)
+    if entry is None:
+        entry, message = {"lesson": question.lesson, "answer": answer}, \
+            f"prediction saved in {FILE}: {question.name} = {shown}"
+    elif _same(entry["answer"], answer):
+        return f"prediction already saved in {FILE}: {question.name} = {shown} (the same answer; nothing changed)"
+    else:
+        later = list(entry.get("later", []))
+        if not any(_same(a, answer) for a in later):
+            later.append(answer)
+        entry = {**entry, "later": later[-MAX_LATER:]}
+        message = (f"prediction {question.name}: your first answer stays, {json.dumps(entry['answer'])}; this one, "
+                   f"{shown}, is recorded beside it in {FILE} (\"later\") and is not judged. A prediction counts "
+                   "only if it was written before the measurement, and an answer changed after the result printed "
+                   "cannot be told from one changed before it, so the lesson and the grader judge the first.")
+    saved = {**entries, question.name: entry}
     doc = {"schema": SCHEMA, "predictions": dict(sorted(saved.items(), key=lambda qe: qe[1]["lesson"]))}
     schemas.validate("predictions", doc, FILE)
     workspace.atomic_write_text(Path(work) / FILE, json.dumps(doc, indent=2) + "\n")
-    return f"prediction saved in {FILE}: {question.name} = {json.dumps(answer)}"
+    return message
 
 
 # ----- judging: the answer against a measurement (each lesson's judge_<question> calls this) -------------

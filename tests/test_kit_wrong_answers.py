@@ -61,7 +61,7 @@ class Wrong:
 
 CASES = {
     "01 prediction: wide clips, narrow squashes": Wrong(
-        "01_the_ruler", "cell-09b", lambda s: 'PREDICTED = {"clips": "wide", "squashes": "narrow"}', "cell-11a",
+        "01_the_ruler", "cell-09b", lambda s: 'PREDICTION = {"clips": "wide", "squashes": "narrow"}', "cell-11a",
         ("prediction wrong: you said wide clips", "narrow is clipping", "reach past its end"), fails=False),
     "03 reader bug in __init__": Wrong(
         "03_narrow_right_wide", "l03-03", lambda s: s, "l03-03",
@@ -188,6 +188,7 @@ def test_a_wrong_answer_gets_a_message_that_names_the_mistake(name, kit, workspa
     case = CASES[name]
     monkeypatch.setenv("PYTHONPATH", str(kit))  # the kernel imports the kit's lab, as a student's does
     work = shutil.copytree(workspace, tmp_path / "workspace")
+    (work / "predictions.json").unlink()  # the first answer counts: the lesson's cell must be the first to answer
     if case.reader:
         (work / "calibration_reader.py").write_text(case.reader)
     lesson = tmp_path / f"{case.lesson}.ipynb"
@@ -204,4 +205,4 @@ def test_a_wrong_answer_gets_a_message_that_names_the_mistake(name, kit, workspa
         assert len(shown.splitlines()) <= 12, f"one message, not a traceback wall:\n{shown}"
     if not case.fails:
         saved = json.loads((work / "predictions.json").read_text())
-        assert saved["schema"] == "predictions/1"
+        assert saved["schema"] == "predictions/2"

@@ -69,7 +69,9 @@ WRONG = {
 def test_a_wrong_prediction_loses_its_points_and_says_why(work, tmp_path, question):
     answer, words = WRONG[question]
     copy = shutil.copytree(work, tmp_path / "workspace")
-    predictions.record(copy, check.QUESTIONS[question], answer)
+    (copy / predictions.FILE).unlink()  # the first answer counts: this one must be the first
+    for q in check.QUESTIONS.values():
+        predictions.record(copy, q, answer if q.name == question else predictions.load(work)[q.name])
     got = _graded(copy, tmp_path)
     points, message = got[question]
     assert points < 1.0 and message.startswith("prediction wrong"), message
@@ -155,12 +157,12 @@ def test_the_reference_answers_are_the_notebooks_solutions(tmp_path):
     assert reference.run_solution(*asked["clip_or_squash"][1:]) == {"clips": "narrow", "squashes": "wide"}
     name = asked["clip_or_squash"][1]
     text = (reference.NOTEBOOKS / name).read_text(encoding="utf-8")
-    edited = text.replace('PREDICTED = {\\"clips\\": \\"narrow\\"', 'PREDICTED = {\\"clips\\": \\"wide\\"')
+    edited = text.replace('PREDICTION = {\\"clips\\": \\"narrow\\"', 'PREDICTION = {\\"clips\\": \\"wide\\"')
     assert edited != text
     (tmp_path / name).write_text(edited, encoding="utf-8")
-    assert 'PREDICTED = {"clips": "wide"' in reference.solution(name, "PREDICTED", notebooks=tmp_path)
+    assert 'PREDICTION = {"clips": "wide"' in reference.solution(name, "PREDICTION", notebooks=tmp_path)
     doubled = json.loads(text)
-    doubled["cells"].append(next(c for c in doubled["cells"] if "PREDICTED = " in "".join(c["source"])))
+    doubled["cells"].append(next(c for c in doubled["cells"] if "PREDICTION = " in "".join(c["source"])))
     (tmp_path / name).write_text(json.dumps(doubled), encoding="utf-8")
-    with pytest.raises(LookupError, match=f"{name}: 2 solution blocks bind 'PREDICTED'"):
-        reference.solution(name, "PREDICTED", notebooks=tmp_path)
+    with pytest.raises(LookupError, match=f"{name}: 2 solution blocks bind 'PREDICTION'"):
+        reference.solution(name, "PREDICTION", notebooks=tmp_path)
