@@ -72,17 +72,27 @@ def weight_dtypes(model) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+# The weight-scale input of each quantized operator that carries its own weights (ONNX and com.microsoft):
+# QLinearMatMul and QGemm (inputs A, a_scale, a_zp, B, b_scale, ...), QLinearConv (x, x_scale, x_zp, w, w_scale, ...).
+WEIGHT_SCALE_INPUT = {"QLinearMatMul": 4, "QGemm": 4, "QLinearConv": 4}
+
+
 def per_channel(model) -> bool:
-    """Does the model carry per-channel weight scales (more than one scale per weight), in QDQ or QOperator?"""
+    """Does the model carry per-channel weight scales (more than one scale per weight), in QDQ or QOperator?
+
+    QDQ: a DequantizeLinear of a constant (an initializer) with more than one scale. QOperator: the weight-scale
+    input of a fused operator (``WEIGHT_SCALE_INPUT``: QLinearMatMul, QGemm after pre-processing, QLinearConv).
+    """
     m = load(model)
     inits = {i.name: i for i in m.graph.initializer}
     for node in m.graph.node:
-        if node.op_type == "DequantizeLinear" and node.input[0].endswith("weight_quantized"):
-            scale = inits.get(node.input[1])  # QDQ: the weight's DequantizeLinear
-        elif node.op_type == "QLinearMatMul":
-            scale = inits.get(node.input[4])  # QOperator: the weight's scale input
+        if node.op_type == "DequantizeLinear" and node.input[0] in inits:
+            index = 1
+        elif node.op_type in WEIGHT_SCALE_INPUT:
+            index = WEIGHT_SCALE_INPUT[node.op_type]
         else:
             continue
+        scale = inits.get(node.input[index]) if len(node.input) > index else None
         if scale is not None and numpy_helper.to_array(scale).size > 1:
             return True
     return False
