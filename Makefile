@@ -6,19 +6,43 @@ STAMP  := $(VENV)/.installed
 KERNEL := calibration-lab
 PORT   ?= 8888
 
-.PHONY: setup lab test jupyter bench fixtures kit clean
+.PHONY: setup system lab test jupyter bench fixtures kit clean
 
-setup: $(STAMP)
+setup: system $(STAMP)
+
+# What pip cannot install: bubblewrap (the sandbox `make lab`'s grade runs student code in) and the test-only system
+# packages (chromium for the browser test, its fonts, qemu-user-static for the real kernels of both families).
+# As root on Debian or Ubuntu, apt-get installs the missing ones; otherwise set-up stops with the one command to run.
+# `make setup SYSTEM_PACKAGES=bubblewrap` installs only what `make lab` needs; `SYSTEM_PACKAGES=` none.
+SYSTEM_PACKAGES ?= bubblewrap chromium fonts-dejavu-core qemu-user-static
+system:
+	@missing="$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
+	  | grep -q ' installed$$' || echo $$p; done | tr '\n' ' ' | sed 's/ $$//')"; \
+	if [ -z "$(strip $(SYSTEM_PACKAGES))" ] || [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(uname -s)" != Linux ]; then \
+	  echo "setup: no bubblewrap on $$(uname -s) (Linux only): the grade of make lab runs no student code"; exit 0; fi; \
+	if ! command -v apt-get >/dev/null; then \
+	  echo "setup: install $$missing with this system's package manager, or run make setup SYSTEM_PACKAGES="; exit 1; \
+	elif [ "$$(id -u)" != 0 ]; then \
+	  echo "setup: these system packages are missing; install them, then run make setup again:"; \
+	  echo "  sudo apt-get install -y --no-install-recommends $$missing"; exit 1; fi; \
+	echo "setup: apt-get install $$missing"; \
+	apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing
 
 $(STAMP): requirements.txt pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
-	$(PY) -m pip install --quiet -e '.[dask]'  # the grader's optional Dask extra, for its tests
-	$(PY) -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Calibration Lab" >/dev/null
-	touch $(STAMP)
+	$(PYTHON) -m lab.tools.setup --venv $(VENV) --requirements requirements.txt \
+	  --also '-e .[dask]'  # the grader's optional Dask extra, for its tests
+
+# One line before the grade where the sandbox cannot run (the grade then runs no student code).
+ISOLATION_NOTICE := import os, sys; from grader import sandbox as s; \
+  sys.exit(0) if s.isolation() != "refused" else print("make lab: " + ( \
+  "GRADER_NO_BWRAP is set" if os.environ.get(s.NO_BWRAP_ENV) else \
+  "bubblewrap (/usr/bin/bwrap) is not installed (as root, make setup installs it)" if not os.path.exists(s.BWRAP) \
+  else "bubblewrap is installed but cannot run here (no unprivileged user namespaces)") + \
+  ", so the grade below runs no student code and those checks score 0", file=sys.stderr)
 
 lab: setup
+	@$(PY) -c '$(ISOLATION_NOTICE)'
 	$(PY) -m instructor workbook
 
 test: setup

@@ -7,7 +7,8 @@ metadata go. The same sources always give byte-identical files.
 
 The kit gets its own ``Makefile`` (``setup``, ``jupyter`` on the kit folder, ``lab`` that runs the lessons without
 grading, ``submit STUDENT=ID``, ``clean``), a ``notebooks/Makefile`` that runs those from ``notebooks/`` (where a
-JupyterLab terminal may start), a ``README.md`` made of a student pitch, the kit's commands and the project's
+JupyterLab terminal may start), a ``README.md`` made of a student pitch, the kit's commands, the systems it supports
+and the commands without make (these three files are ``instructor/kit_files/``), the project's
 "For students" section, and ``requirements.txt`` without the test stack: it has no tests/ or grader/. Markdown
 paragraphs between ``<!-- instructor-only -->`` lines stay out, and the builder refuses a kit whose Markdown
 still names an instructor tool (``INSTRUCTOR_WORDS``).
@@ -67,86 +68,16 @@ MARKER_FILE = ".calibration-lab-kit"  # marks a folder this builder wrote, so th
 
 Transform = Callable[[nbformat.NotebookNode, str], nbformat.NotebookNode]
 
-# The kit has no tests/, grader/ or benchmarks/, so its Makefile has only what a student runs.
-STUDENT_MAKEFILE = """\
-# Calibration Lab, student kit. Start with `make jupyter`; hand in with `make submit STUDENT=YOUR_ID`.
-PYTHON  ?= python3
-VENV    := .venv
-PY      := $(VENV)/bin/python
-STAMP   := $(VENV)/.installed
-KERNEL  := calibration-lab
-PORT    ?= 8888
-STUDENT ?=
-
-.PHONY: help setup jupyter lab submit student-id clean
-
-help:
-\t@echo "make setup                   .venv with the pinned stack and the Calibration Lab kernel (once; jupyter, lab and submit do it too)"
-\t@echo "make jupyter                 JupyterLab on this folder (notebooks/, docs/, workspace/); open the link with the token it prints"
-\t@echo "make lab                     run every lesson top to bottom, headless, into build/ (your workspace/ is not touched)"
-\t@echo "make submit STUDENT=YOUR_ID  pack workspace/ into YOUR_ID.zip: the file you hand in"
-\t@echo "make clean                   delete build/ (never workspace/ or your notebooks)"
-
-setup: $(STAMP)
-
-$(STAMP): requirements.txt pyproject.toml
-\ttest -x $(PY) || $(PYTHON) -m venv $(VENV)
-\t$(PY) -m pip install --quiet --upgrade pip
-\t$(PY) -m pip install --quiet -r requirements.txt
-\t$(PY) -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Calibration Lab" >/dev/null
-\ttouch $(STAMP)
-
-jupyter: setup
-\t$(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(PORT) --no-browser $(if $(filter 0,$(shell id -u)),--allow-root) \\
-\t  --ServerApp.root_dir=. --MultiKernelManager.default_kernel_name=$(KERNEL)
-
-lab: setup
-\t$(PY) -m lab run
-
-submit: student-id setup
-\t$(PY) -m lab submit --student "$(STUDENT)"
-
-student-id:
-\t@test -n "$(STUDENT)" || { echo "usage: make submit STUDENT=YOUR_ID"; exit 2; }
-
-clean:
-\trm -rf build
-"""
-
-STUDENT_COMMANDS = """\
-## In this kit
-
-On a machine with Python 3.11 and `make`:
-
-| command | what it does |
-|---|---|
-| `make jupyter` | sets up `.venv` on first use (a few minutes), then opens JupyterLab on this folder: the lessons in `notebooks/`, `docs/`, and your `workspace/` once lesson 00 has made it; open the link with the token it prints |
-| `make lab` | runs every lesson top to bottom without you, into `build/`: it stops at the first exercise you have not done yet and names it. Your `workspace/` is not touched |
-| `make submit STUDENT=YOUR_ID` | packs `workspace/` into `YOUR_ID.zip` in this folder, the file you hand in (the same as `.venv/bin/python -m lab submit --student YOUR_ID`). It works from `notebooks/` too, where a JupyterLab terminal may start |
-| `make setup` | only the `.venv` (pinned onnx, onnxruntime and numpy: they decide the bytes of every model) and the **Calibration Lab** kernel |
-| `make clean` | deletes `build/`; never `workspace/` or your notebooks |
-
-"""
-
-
-# notebooks/Makefile in the kit: a JupyterLab terminal may start in notebooks/, and hand-in must work there too.
-NOTEBOOKS_MAKEFILE = """\
-# Calibration Lab, student kit: the kit's own targets, run from the kit folder above (`make submit STUDENT=YOUR_ID`).
-.PHONY: help setup jupyter lab submit clean
-
-help setup jupyter lab submit clean:
-\t@$(MAKE) --no-print-directory -C .. $@
-"""
-
+# The kit's own files, written for students (the kit has no tests/, grader/ or benchmarks/): its Makefile, the
+# notebooks/ Makefile (a JupyterLab terminal may start in notebooks/, and hand-in must work there too) and its
+# README, into which the project README's "For students" section goes at FOR_STUDENTS.
+KIT_FILES = Path(__file__).resolve().with_name("kit_files")
+STUDENT_MAKEFILE = (KIT_FILES / "Makefile").read_text(encoding="utf-8")
+NOTEBOOKS_MAKEFILE = (KIT_FILES / "notebooks" / "Makefile").read_text(encoding="utf-8")
+STUDENT_README = (KIT_FILES / "README.md").read_text(encoding="utf-8")
+FOR_STUDENTS = "<!-- The project README's \"For students\" section follows here. -->\n"
 # The kit README's opening: the pitch, for students (the project README's opening also speaks to instructors).
-STUDENT_INTRO = """\
-# Calibration Lab
-
-A hands-on workbook about one hard idea: **in static quantization, the calibration data builds the ruler.**
-You quantize a small digit reader to INT8 with ONNX Runtime, watch a narrow calibration set clip and a wide one
-squash, and learn to accept or reject a quantized model on evidence. When you hand in, the grader recomputes
-every number you report from your own model files and modules.
-"""
+STUDENT_INTRO = STUDENT_README.split("\n## ", 1)[0] + "\n"
 
 # Paragraphs of the project's Markdown files that only instructors need sit between these lines; the kit drops them.
 INSTRUCTOR_BEGIN, INSTRUCTOR_END = "<!-- instructor-only -->", "<!-- end instructor-only -->"
@@ -307,9 +238,13 @@ def strip_instructor(text: str, where: str = "README.md") -> str:
 
 
 def student_readme(readme: str) -> str:
-    """The kit's README: the student pitch, the kit's commands, and the README's 'For students' section
-    (its instructor-only paragraphs left out)."""
-    return STUDENT_INTRO + "\n" + STUDENT_COMMANDS + strip_instructor(_section(readme, "## For students"))
+    """The kit's README (``kit_files/README.md``: the pitch, the kit's commands, the systems, the commands without
+    make) with the project README's 'For students' section at ``FOR_STUDENTS`` (its instructor-only paragraphs left
+    out)."""
+    if STUDENT_README.count(FOR_STUDENTS) != 1:
+        raise KitError(f"{KIT_FILES / 'README.md'} must hold the line {FOR_STUDENTS.strip()!r} once: "
+                       "the 'For students' section goes there")
+    return STUDENT_README.replace(FOR_STUDENTS, strip_instructor(_section(readme, "## For students")))
 
 
 def student_requirements(requirements: str) -> str:
