@@ -57,7 +57,10 @@ def test_exhausted_reader_is_named():
 
 def test_second_pass_is_reported_in_plain_words():
     report = check_reader(Custom([{"pixels": X}]))
-    assert report.ok and report.second_pass.startswith("yields nothing")
+    assert report.ok and report.second_pass.startswith("ends at once (correct")
+    used_up = Custom([{"pixels": X}])
+    used_up.get_next()
+    assert check_reader(used_up).second_pass.startswith("yields nothing either: this reader is used up")
 
 
 @pytest.mark.parametrize("item, needle", [

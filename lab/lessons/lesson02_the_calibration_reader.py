@@ -166,6 +166,16 @@ def _first_call_problem(ending: str) -> str:
     return f"get_next() raised {error} on its first call, before serving any batch: {where}"
 
 
+def _second_pass(again: int, first: int) -> str:
+    """The second pass in words: a reader that served its data once and then ends at once is right."""
+    if again:
+        return f"yields data again ({again} batch seen) without rewind(): it starts over by itself"
+    if first:
+        return ("ends at once (correct: a reader is a one-pass stream); the next conversion needs a fresh "
+                "reader or rewind()")
+    return "yields nothing either: this reader is used up (mistake (b)); make a fresh one or call rewind()"
+
+
 def check_reader(reader, input_name: str = INPUT_NAME, n_features: int = N_FEATURES,
                  expected_samples: int | None = None, max_batches: int = 100_000) -> ReaderReport:
     """Drive ``reader`` the way ONNX Runtime's calibrator does, and report in plain words.
@@ -200,9 +210,7 @@ def check_reader(reader, input_name: str = INPUT_NAME, n_features: int = N_FEATU
         report.second_pass = "not tried: the first pass did not end with None"
         return report
     again, _, _ = _one_pass(reader, None, input_name, n_features, max_batches=1)
-    report.second_pass = (f"yields data again ({again} batch seen)" if again else
-                          "yields nothing: reusing this object without rewind() ends in "
-                          "'No data is collected'; make a fresh reader or call rewind()")
+    report.second_pass = _second_pass(again, report.batches)
     if callable(getattr(reader, "rewind", None)):
         try:
             reader.rewind()
