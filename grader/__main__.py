@@ -31,7 +31,15 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--no-progress", action="store_true")
     b.add_argument("--dask", metavar="SCHEDULER", help="grade on a Dask cluster: a scheduler address "
                    "(tcp://host:8786) or local:N for a local cluster of N workers; needs the [dask] extra")
-    for p in (g, b):
+    rg = sub.add_parser("regrade", help="grade a graded OUT folder again (after a grader, rubric or secret change) "
+                        "and write OUT/regrades/N/: who moved, by how much, each check that changed and why")
+    rg.add_argument("folder")
+    rg.add_argument("--out", required=True)
+    rg.add_argument("-j", "--jobs", type=int, default=2)
+    rg.add_argument("--no-progress", action="store_true")
+    rg.add_argument("--never-lower", action="store_true", help="publish the higher of the new score and the grade "
+                    "published before (the gradebook's 'published' column, which `grader export` reads)")
+    for p in (g, b, rg):
         p.add_argument("--unsafe-no-sandbox", action="store_true",
                        help="where bubblewrap does not work, run student code anyway, with rlimits alone: it can "
                             "then read and write whatever you can and reach the network (default: refuse to "
@@ -41,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     gs = sub.add_parser("gradescope", help="build Gradescope's autograder zip (the secret from GRADER_SECRET or "
                         "GRADER_SECRET_FILE, never the repository)")
     gs.add_argument("--out", default="autograder.zip")
-    for p in (g, b, gs):
+    for p in (g, b, rg, gs):
         p.add_argument("--no-secret", action="store_true",
                        help="grade (or bundle) without an instructor secret: the hidden summarize() lists are then "
                             "the public ones (default: refuse to start without GRADER_SECRET or GRADER_SECRET_FILE)")
@@ -60,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         # the sandbox's fork server preloads numpy and ONNX Runtime (about 0.4 s) on the other core while this
         # process checks its set-up and imports the grading stack; the reader's run used to wait for it
         sandbox.warm_up()
-    if args.command in ("grade", "batch", "gradescope"):
+    if args.command in ("grade", "batch", "regrade", "gradescope"):
         try:
             preflight.require(args.command, no_secret=args.no_secret)
         except preflight.PreflightError as e:
@@ -94,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{result.student}: {result.status}, score {result.score:g} / {result.max_score:g}"
               + (f"; {isolation}" if isolation.startswith("refused") else ""), file=sys.stderr)
         return 0 if result.status == "graded" else 1
+    if args.command == "regrade":
+        return _regrade(args, limits, unsafe)
     from grader.batch import batch  # deferred: as grade_one above
 
     if not Path(args.folder).is_dir():
@@ -126,6 +136,23 @@ def _tool(args) -> int:
               file=sys.stderr)
         return 2
     print(write_report(args.out))
+    return 0
+
+
+def _regrade(args, limits: Limits, unsafe: bool | None) -> int:
+    """``regrade`` (grader.regrade): the batch again, then the change report and both versions in the gradebook."""
+    from grader.regrade import regrade  # deferred: the grading stack, as in `batch`
+
+    if not Path(args.folder).is_dir() or not (Path(args.out) / "gradebook.csv").is_file():
+        print(f"regrade: needs a folder of submissions ({args.folder}) and a graded OUT folder with a gradebook.csv "
+              f"({args.out}); run `python -m grader batch` first", file=sys.stderr)
+        return 2
+    here, changes = regrade(args.folder, args.out, args.never_lower, jobs=args.jobs, limits=limits,
+                            progress=not args.no_progress, unsafe_no_sandbox=unsafe)
+    moved = [c for c in changes if c.moved]
+    print(f"{len(changes)} hand-in(s) regraded, {len(moved)} changed"
+          + (f", {sum(c.held for c in changes)} published grade(s) kept (never lower)" if args.never_lower else "")
+          + f"; change report: {here / 'changes.md'}")
     return 0
 
 

@@ -107,9 +107,12 @@ def read_gradebook(out: Path) -> dict[str, dict]:
 
 
 def grade_of(row: dict | None) -> str:
-    """The grade an LMS gets for a gradebook row: its score, 0 for a refused hand-in, blank for no grade yet."""
+    """The grade an LMS gets for a gradebook row: its ``published`` grade after a regrade, else its score; 0 for a
+    refused hand-in; blank for no grade yet."""
     if row is None or row.get("status") not in EXPORTED:
         return ""
+    if row.get("published") not in (None, ""):  # a regrade's grade to publish (``--never-lower`` kept it)
+        return f"{float(row['published']):g}"
     if row["status"] == "invalid":
         return "0"
     return f"{float(row['score']):g}"

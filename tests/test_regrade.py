@@ -1,0 +1,118 @@
+"""``grader regrade``: a class graded, the rubric changed, the class graded again, and what moved written down.
+
+The rubric change is real (a copy of rubric.toml with two prices changed, read by the grader in this process): the
+reader's contract costs 1 point instead of 4 and lesson 03's max abs error 4 instead of 3, so a hand-in that
+passed both falls by 2, and the one that hard-coded a number moves on both. The change report
+names each student's old and new score and each changed check with why; with ``--never-lower`` no published grade
+falls, and the gradebook holds the previous score and the published one beside the new.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from bad_submissions import corpus
+from grader import rubric as rubric_mod
+from grader.batch import batch
+from grader.export import export
+from grader.regrade import regrade
+from lab.tools.submit import submit
+
+CASES = [c for c in corpus.CASES if c.name in ("numbers_hard_coded", "onnx_empty")]
+
+
+@pytest.fixture(scope="module")
+def good_zip(tmp_path_factory, reference_workspace) -> Path:
+    work = reference_workspace(tmp_path_factory.mktemp("reference") / "workspace")
+    return submit("reference", work, tmp_path_factory.mktemp("handed-in"))
+
+
+@pytest.fixture
+def graded(good_zip, tmp_path) -> tuple[Path, Path]:
+    folder, out = tmp_path / "class", tmp_path / "out"
+    corpus.build(good_zip, folder, CASES)
+    for s in ("g1", "g2"):
+        (folder / f"{s}.zip").write_bytes(good_zip.read_bytes())
+    with ThreadPoolExecutor(1) as ex:
+        batch(folder, out, executor=ex, progress=False)
+    return folder, out
+
+
+@pytest.fixture
+def changed_rubric(tmp_path, monkeypatch):
+    text = rubric_mod.RUBRIC_PATH.read_text()
+    assert "\ncontract = 4 " in text and "\nmax_abs_error = 3 " in text
+    path = tmp_path / "rubric.toml"
+    path.write_text(text.replace("\ncontract = 4 ", "\ncontract = 1 ").replace("\nmax_abs_error = 3 ",
+                                                                              "\nmax_abs_error = 4 "))
+    monkeypatch.setattr(rubric_mod, "RUBRIC_PATH", path)
+    rubric_mod._rubric_file.cache_clear()
+    yield
+    rubric_mod._rubric_file.cache_clear()
+
+
+def book(out: Path) -> dict[str, dict]:
+    with open(out / "gradebook.csv", newline="") as f:
+        return {r["student"]: r for r in csv.DictReader(f)}
+
+
+def regraded(folder: Path, out: Path, never_lower: bool):
+    with ThreadPoolExecutor(1) as ex:
+        return regrade(folder, out, never_lower, executor=ex, progress=False)
+
+
+def test_a_regrade_after_a_rubric_change_writes_the_change_report(graded, changed_rubric):
+    folder, out = graded
+    before = book(out)
+    here, changes = regraded(folder, out, never_lower=False)
+    by = {c.student: c for c in changes}
+    assert sorted(by) == sorted(before)
+    g1 = by["g1"]
+    assert g1.score_before == float(before["g1"]["score"]) and g1.score_after == g1.score_before - 2
+    contract = next(k for k in g1.checks if (k.part, k.name) == ("reader", "contract"))
+    assert (contract.before, contract.max_before, contract.after, contract.max_after) == (4, 4, 1, 1)
+    assert "the rubric prices it at 1 (was 4); the same share earned" in contract.why
+    assert sorted(k.name for k in g1.checks) == ["contract", "max_abs_error"]  # nothing else moved
+    hard = by["numbers_hard_coded"]
+    assert {k.name for k in hard.checks} == {"contract", "max_abs_error"}
+    assert by["onnx_empty"].checks == [] and not by["onnx_empty"].moved  # refused: 0 before and after
+    # the files: the class summary, one report per student who moved, the results before, both versions
+    summary = (here / "changes.md").read_text()
+    assert "4 hand-in(s) graded again: 3 changed, 0 up, 3 down" in summary and "| g1 |" in summary
+    assert "the rubric prices it at 1 (was 4)" in (here / "changes" / "g1.md").read_text()
+    assert not (here / "changes" / "onnx_empty.md").exists()
+    assert json.loads((here / "before" / "results" / "g1.json").read_text())["score"] == g1.score_before
+    assert json.loads((here / "changes.json").read_text())["students"][0]["checks"] is not None
+    after = book(out)
+    assert float(after["g1"]["previous_score"]) == float(before["g1"]["score"])
+    assert float(after["g1"]["score"]) == g1.score_after
+    assert float(after["g1"]["published"]) == float(after["g1"]["score"])  # without never-lower the new grade is published
+
+
+def test_never_lower_keeps_every_published_grade(graded, changed_rubric, tmp_path):
+    folder, out = graded
+    before = book(out)
+    here, changes = regraded(folder, out, never_lower=True)
+    after = book(out)
+    fell = [c for c in changes if c.score_after is not None and c.score_before is not None
+            and c.score_after < c.score_before]
+    assert {c.student for c in fell} >= {"g1", "g2"}, "the rubric change must lower someone for this test to bite"
+    for s, row in before.items():
+        assert float(after[s]["published"]) >= float(row["score"]), s
+        assert float(after[s]["previous_score"]) == float(row["score"])
+    assert all(c.held for c in fell) and "never lower: " in (here / "changes.md").read_text()
+    assert "never lower" in (here / "changes" / "g1.md").read_text()
+    # the LMS gets the published grade, not the lowered score
+    roster = tmp_path / "roster.csv"
+    roster.write_text("student,idnumber\n" + "".join(f"{s},{s}\n" for s in before))
+    export(out, roster, ("moodle",))
+    lines = dict(line.split(",")[::2] for line in (out / "lms" / "moodle.csv").read_text().splitlines()[1:])
+    assert float(lines["g1"]) == float(before["g1"]["score"]) > float(after["g1"]["score"])
+    # a second regrade keeps the grade published first (the gradebook's published column), not the lowered score
+    _, again = regraded(folder, out, never_lower=True)
+    assert {c.student: c.published for c in again}["g1"] == float(before["g1"]["score"])
+    assert (out / "regrades" / "2" / "changes.md").is_file()
