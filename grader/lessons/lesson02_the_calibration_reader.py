@@ -67,6 +67,7 @@ DRIVES = (
 RULE_KEYS: dict[str, str] = {}  # rule -> short key, for ctx.charged ("reader:sizes")
 RULE_COST = 1.0       # each broken rule of the contract costs one point of `contract`
 SUBCLASS_COST = 0.5   # not subclassing CalibrationDataReader: half a point (ORT only calls get_next)
+SIZES_RULE = "batches of batch_size, the last one partial, every image once"
 
 
 def _where(drive: dict) -> str:
@@ -202,7 +203,7 @@ def findings(data: dict, arrays: dict, pixels: np.ndarray) -> list[tuple[str, st
                        ("each batch is {input_name: array}, under the name it was given", key),
                        ("batches are float32, whatever dtype the pixels came in", dtype),
                        ("batches have shape [batch, 64]", shape),
-                       ("batches of batch_size, the last one partial, every image once", sizes),
+                       (SIZES_RULE, sizes),
                        ("the images are served unchanged and in order", images),
                        ("after None, get_next() keeps returning None", none_again),
                        ("rewind() and a new reader serve the same batches again", restart)):
@@ -283,8 +284,8 @@ def _range_check(ctx: Context, first: np.ndarray | None, pixels: np.ndarray):
         return check(PART, "range_from_reader", 0,
                      f"right.onnx is missing; lesson {contract.lesson_of('right.onnx')} writes it with this reader")
     lo, hi = calibrator_range(first)
-    scale, zp = ruler.scale_zero_point(lo, hi, "int8")
     got = graph.input_ruler(model)
+    scale, zp = ruler.scale_zero_point(lo, hi, got.dtype)  # a uint8 ruler is charged under lesson 03's quantized
     rel = abs(got.scale - float(scale)) / float(scale)
     ok = rel <= SCALE_REL and got.zero_point == zp
     source = "the 'right' set" if instead else "your reader's batches"
@@ -312,6 +313,14 @@ def _other_data(ctx: Context, got, pixels: np.ndarray) -> bool:
         return False
     want, zp = ruler.scale_zero_point(float(pixels.min()), float(pixels.max()), got.dtype)
     return abs(got.scale - float(want)) > RANGE_REL * float(want) or got.zero_point != zp
+
+
+def reader_batches_charged(ctx: Context) -> str:
+    """'' unless the reader's batch sizes were charged under ``contract``; then how a later check names a batch
+    count that follows from them (a report honestly records the batches the reader served), without a charge."""
+    if f"reader:{RULE_KEYS.get(SIZES_RULE, 'sizes')}" not in ctx.charged:
+        return ""
+    return f"because of the reader's batch sizes above ({charged_under(PART, 'contract')})"
 
 
 def _reader_request(ctx: Context, pixels: np.ndarray, drives=DRIVES) -> sandbox.Request:

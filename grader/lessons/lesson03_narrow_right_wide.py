@@ -9,11 +9,12 @@ from grader.context import (RANGE_REL, SCALE_REL, SOFTMAX_STEP, WHY_OUTPUT, WHY_
                             check, close, common_claims, entry, evaluation, fp32_outputs, near_boundary, number,
                             provenance, value)
 from grader.group import Group
+from grader.lessons.lesson02_the_calibration_reader import reader_batches_charged
 from grader.models import ModelRefused
 from grader.results import Evidence
 from lab import compare, contract, data, graph, ruler
 from lab.data import EPSILON, KINDS
-from lab.lessons.lesson03_narrow_right_wide import HIDDEN
+from lab.lessons.lesson03_narrow_right_wide import HIDDEN, SETTING_WORDS, SETTINGS
 
 PART = "calibration"
 EXPECTED_DIAGNOSIS = {"narrow": "clipping", "wide": "squashing"}
@@ -59,11 +60,14 @@ def run(ctx: Context) -> list:
         pc_ok = pc_rep is None or pc_rep is pc or "per_channel" in charged  # one setting: charged once
         if not pc_ok:
             charged.add("per_channel")
-        per["quantized"].append((fmt == "QDQ" and same_file and pc_ok,
+        settings = [(k, m) for k, m in forbidden_settings(ctx.sub.path(rel), r, results_doc) if k not in charged]
+        charged.update(k for k, _ in settings)
+        per["quantized"].append((fmt == "QDQ" and same_file and pc_ok and not settings,
                                  f"{kind}: {fmt} model with a {r.dtype} ruler on 'pixels'"
                                  + ("" if same_file else f"; results.json's model_sha256 is not the hash of {rel}")
                                  + ("" if pc_ok else f"; settings/per_channel is {pc_rep}, but {rel} has "
-                                                     f"{'per-channel' if pc else 'per-tensor'} weights"),
+                                                     f"{'per-channel' if pc else 'per-tensor'} weights")
+                                 + "".join(f"; {m}" for _, m in settings),
                                  []))
         # reported ruler
         s_rep, z_rep = number(value(rep, "scale", "input_scale")), value(rep, "zero_point", "input_zero_point")
@@ -100,7 +104,10 @@ def run(ctx: Context) -> list:
         size = value(results_doc, "settings.batch_size")
         if "calibration_batches" in rep and isinstance(size, int) and size > 0:
             want_b = -(-len(calib) // size)
-            if rep["calibration_batches"] != want_b:
+            if rep["calibration_batches"] != want_b and reader_batches_charged(ctx):
+                ctx.notes.append(f"lesson 03: sets/{kind}/calibration_batches is {rep['calibration_batches']} where "
+                                 f"batches of {size} give {want_b}, {reader_batches_charged(ctx)}")
+            elif rep["calibration_batches"] != want_b:
                 extra.append(f"sets/{kind}/calibration_batches is {rep['calibration_batches']}; {len(calib)} "
                              f"images in batches of settings/batch_size {size} are {want_b}")
         if extra:
@@ -148,6 +155,25 @@ def run(ctx: Context) -> list:
     out.append(_diagnosis(ctx, results_doc, found, other_data))
     out.append(_dynamic(ctx, results_doc))
     return out
+
+
+def forbidden_settings(path, r, doc: dict, lesson: str = "03", wanted=SETTINGS) -> list[tuple[str, str]]:
+    """(setting, message) for each setting the lesson's prose fixes (``wanted``: lesson 03's SETTINGS) that the
+    model's graph or the report's ``settings`` breaks: per-channel weight scales, an input ruler or weights that
+    are not int8, another format or calibration method reported. One entry per setting: it is charged once."""
+    found = {}
+    if graph.per_channel(path):
+        found["per_channel"] = f"{path.name} has per-channel weight scales"
+    if r.dtype != "int8":
+        found["activation_type"] = f"{path.name}'s input ruler is {r.dtype} (zero point {r.zero_point})"
+    if "UINT8" in graph.weight_dtypes(path):
+        found["weight_type"] = f"{path.name} stores its weights as uint8"
+    for key, want in wanted.items():
+        rep = value(doc, f"settings.{key}")
+        if key not in found and rep is not None and rep != want:
+            found[key] = f"settings/{key} is {rep!r}"
+    return [(k, f"{m}: lesson {lesson} asks {k}={wanted[k]!r} ({SETTING_WORDS[k]}); convert with {k}={wanted[k]!r}")
+            for k, m in found.items()]
 
 
 @lru_cache(maxsize=1)

@@ -118,35 +118,54 @@ def _record_problems(doc: dict, rows: list[dict], stream) -> list[str]:
 
 
 def _model_problem(ctx: Context, rel: str, kind: str, n: int, bs: int | None, seed, rep: dict,
-                   shas: dict) -> str:
+                   shas: dict) -> tuple[str, bool]:
     """Does ``rel`` hold the model its name says: the ruler of the first n batches of its stream, and its reported hash?
 
     A model swapped for another of the hand-in keeps a valid graph, but its ruler belongs to another batch count.
+    Returns (what is wrong or '', whether the model was calibrated on the other kind's data: a right series grown
+    from the narrow stream, a mistake of the grow call, named with what to change).
     """
     if bs is None or bs < 1 or n * bs > 1 << 16:
-        return ""  # the record itself is wrong: charged once, as a record problem
-    if kind == "narrow":
-        try:
-            pixels = narrow_batches(n * bs, 1, seed=int(seed))  # prefix-stable: the first n x bs samples
-        except (TypeError, ValueError):
-            return ""
-        named = f"the first {n} batch(es) of {bs} of the narrow stream"
-    else:
-        pixels = data.calibration_set("right")[:n * bs]
-        named = f"the first {n} batch(es) of {bs} of the right set"
+        return "", False  # the record itself is wrong: charged once, as a record problem
+    sources = {other: _row_pixels(other, n, bs, seed) for other in OTHER_KIND}
+    if sources[kind] is None:
+        return "", False
     got = graph.input_ruler(ctx.model(rel))
-    scale, zp = ruler.scale_zero_point(float(pixels.min()), float(pixels.max()), got.dtype)
+    scale, zp = _ruler_of(sources[kind], got.dtype)
     problems = []
     if abs(got.scale - float(scale)) > SCALE_REL * float(scale) or got.zero_point != zp:
-        problems.append(f"its input ruler (scale {got.scale:.6g}, zero point {got.zero_point}) is not what {named} "
-                        f"give (scale {float(scale):.6g}, zero point {zp})")
+        other = OTHER_KIND[kind]
+        o_scale, o_zp = _ruler_of(sources[other], got.dtype) if sources[other] is not None else (0.0, None)
+        if abs(got.scale - o_scale) <= SCALE_REL * o_scale and got.zero_point == o_zp:
+            return (f"{rel} was calibrated on {_named(other, n, bs)}, not the {KIND_DATA[kind]}: its input ruler "
+                    f"(scale {got.scale:.6g}) is that data's. {ADVICE[kind]}"), True
+        problems.append(f"its input ruler (scale {got.scale:.6g}, zero point {got.zero_point}) is not what "
+                        f"{_named(kind, n, bs)} give (scale {float(scale):.6g}, zero point {zp})")
     mine = ctx.sub.files.get(rel)
     if rep and value(rep, "model_sha256") != mine:
         problems.append("its SHA-256 is not the model_sha256 growth.json reports for it")
     twin = next((other for other, sha in sorted(shas.items()) if other != rel and sha == mine), None)
     if problems and twin:  # the copy is named where it is wrong, never where it is the original
         problems.append(f"its bytes are those of {twin}")
-    return f"{rel}: " + "; ".join(problems) if problems else ""
+    return (f"{rel}: " + "; ".join(problems) if problems else ""), False
+
+
+OTHER_KIND = {"narrow": "right", "right": "narrow"}
+FROM_DATA = ("calibration_sha256", "calibration_range")  # a row's fields recomputed from its data, not its model
+KIND_DATA = {"narrow": "narrow stream", "right": "right set"}
+ADVICE = {"right": "Grow the right series from `right` (lab.data.calibration_set('right')), the data deployment "
+                   "looks like, and write growth.json again",
+          "narrow": "Grow the narrow series from `stream` (lesson.narrow_batches), and write growth.json again"}
+
+
+def _named(kind: str, n: int, bs: int) -> str:
+    return f"the first {n} batch(es) of {bs} of the {KIND_DATA[kind]}"
+
+
+def _ruler_of(pixels: np.ndarray, dtype: str) -> tuple[float, int]:
+    """The input ruler MinMax gives on ``pixels``: (scale, zero point)."""
+    scale, zp = ruler.scale_zero_point(float(pixels.min()), float(pixels.max()), dtype)
+    return float(scale), int(zp)
 
 
 def _row_pixels(kind: str, n: int, bs, seed):
@@ -161,7 +180,7 @@ def _row_pixels(kind: str, n: int, bs, seed):
 
 
 def _rows_and_verdict(ctx: Context, doc: dict, models: list, reported: dict, run_bs, seed,
-                      picks: list[int] = ()) -> list[str]:
+                      picks: list[int] = (), other_data: set = frozenset()) -> list[str]:
     """Every row of growth.json, its verdict, right_data and settings/per_channel, recomputed from the growth/
     models and the stream with the lab calls lesson 04 makes (graph.input_ruler, ruler.calibration_range, data_sha256,
     compare.max_abs_error, lesson04_more_batches.verdict): one message per wrong field, reported vs recomputed.
@@ -187,12 +206,14 @@ def _rows_and_verdict(ctx: Context, doc: dict, models: list, reported: dict, run
                "calibration_range": 1e-6}
         for key, want in row.items():
             if key in ("kind", "batches") or key not in rep or (
-                    kind == "narrow" and n in picks and key in ("calibration_sha256", "range_seen", "max_abs_error")):
+                    kind == "narrow" and n in picks and key in ("calibration_sha256", "range_seen", "max_abs_error")
+            ) or ((kind, n) in other_data and key in FROM_DATA):  # the row is honest: its model is charged
                 continue
             got = rep[key]
             ok = close(got, want, tol[key]) if key in tol else (got == want and type(got) is type(want))
             if not ok:
-                problems.append(f"growth.json rows ({kind} x {n}) {key} is {short(got)}, recomputed from {rel} "
+                source = _named(kind, n, row_bs) if key in FROM_DATA else rel
+                problems.append(f"growth.json rows ({kind} x {n}) {key} is {short(got)}, recomputed from {source} "
                                 f"{short(want)}")
     reported_verdict = value(doc, "verdict")
     if isinstance(reported_verdict, dict) and any(r["kind"] == "narrow" for r in mine) \
@@ -241,14 +262,16 @@ def run(ctx: Context) -> list:
     seed = value(doc, "narrow_stream.seed")
     shas = {series_file(k, n): ctx.sub.files[series_file(k, n)] for k, n in models}
     # every model of the series holds the ruler its batch count implies (cheap: no inference)
-    wrong_model = {}
+    wrong_model, other_data = {}, set()
     for kind, n in models:
         rel = series_file(kind, n)
         rep = reported.get((kind, n), {})
         bs = integer(value(rep, "batch_size")) or run_bs
-        problem = _model_problem(ctx, rel, kind, n, bs, seed, rep, shas)
+        problem, elsewhere = _model_problem(ctx, rel, kind, n, bs, seed, rep, shas)
         if problem:
             wrong_model[(kind, n)] = problem
+        if elsewhere:
+            other_data.add((kind, n))
     for n in picks:
         rel = series_file("narrow", n)
         r = graph.input_ruler(ctx.model(rel))
@@ -276,27 +299,46 @@ def run(ctx: Context) -> list:
                     ("" if good or prov or model_problem else f" (reported {rep_range}, {rep_err}: not what {rel} gives)")
                     + (f" ({prov})" if prov else "") + (f" ({model_problem})" if model_problem else ""))
     # one more point for what the picks do not show: a swapped model elsewhere in the series, a wrong record
+    elsewhere = [wrong_model.pop(k) for k in sorted(other_data) if k in wrong_model]
     rest = (list(wrong_model.values()) + _record_problems(doc, rows, stream)
-            + _rows_and_verdict(ctx, doc, models, reported, run_bs, seed, picks))
-    if rest:
-        msgs.append("the rest of the series: " + "; ".join(rest[:4]) + (" ..." if len(rest) > 4 else "")
-                    + ". Re-run lesson 04 from the top, so growth.json and every growth/ model come from one run")
-    out = [check("growth", "series", max(0, ok_count - bool(rest)) / len(picks),
+            + _rows_and_verdict(ctx, doc, models, reported, run_bs, seed, picks, other_data))
+    msgs += _rest_messages(elsewhere, rest)
+    out = [check("growth", "series", max(0, ok_count - bool(rest or elsewhere)) / len(picks),
                  "recomputed first, middle and last narrow counts, and every model's ruler from its batch count: "
                  + "; ".join(msgs), ev)]
+    return out + [_lesson_point(ctx, models, narrow, other_data)]
+
+
+def _rest_messages(elsewhere: list[str], rest: list[str], shown: int = 4) -> list[str]:
+    """What the three recomputed counts do not show, each problem whole: models grown from the other kind's data
+    (each says what to change), then a swapped model or a record of another run (re-run the lesson)."""
+    out = [m for m in elsewhere[:1]] + ([f"{len(elsewhere) - 1} more model(s) of that series likewise"]
+                                       if len(elsewhere) > 1 else [])
+    if rest:
+        more = f" (and {len(rest) - shown} more)" if len(rest) > shown else ""
+        out.append("the rest of the series: " + "; ".join(rest[:shown]) + more
+                   + ". Re-run lesson 04 from the top, so growth.json and every growth/ model come from one run")
+    return out
+
+
+def _lesson_point(ctx: Context, models: list, narrow: list[int], other_data: set):
+    """The most narrow batches against the fewest right ones; not judged when the right models were grown from
+    other data (charged under series: there is no right model to compare with)."""
     rights = sorted(n for k, n in models if k == "right")
+    if rights and any(k == "right" for k, _ in other_data):
+        return check("growth", "lesson_point", 1.0, "not judged: the right-NNN models were not calibrated on the "
+                     "right set, so nothing here compares the right data with the narrow (charged once, above, "
+                     "under series)")
     if rights:
         last = compare.max_abs_error(fp32_outputs(), ctx.outputs(series_file("narrow", narrow[-1])))
         right = compare.max_abs_error(fp32_outputs(), ctx.outputs(series_file("right", rights[0])))
         ok = last > right
-        out.append(check("growth", "lesson_point", float(ok),
-                         f"{narrow[-1]} narrow batches: error {last:.4f}; {rights[0]} right batch(es): {right:.4f}"
-                         + ("" if ok else ". Expected the right data to win: are the right-NNN models calibrated "
-                            "on lab.data.calibration_set('right')?")))
-    else:
-        out.append(check("growth", "lesson_point", 0, "no growth/right-NNN.onnx: lesson 04 compares with "
-                                                      "one or two batches of the right data"))
-    return out
+        return check("growth", "lesson_point", float(ok),
+                     f"{narrow[-1]} narrow batches: error {last:.4f}; {rights[0]} right batch(es): {right:.4f}"
+                     + ("" if ok else ". Expected the right data to win: are the right-NNN models calibrated "
+                        "on lab.data.calibration_set('right')?"))
+    return check("growth", "lesson_point", 0, "no growth/right-NNN.onnx: lesson 04 compares with one or two "
+                                              "batches of the right data")
 
 
 GROUPS = (Group("04", "growth", ("series", "lesson_point"), run, needs=("growth.json",)),)

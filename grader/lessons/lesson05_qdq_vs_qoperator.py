@@ -7,6 +7,8 @@ from onnx import numpy_helper
 from grader.context import (SCALE_REL, SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, check, close, common_claims,
                             evaluation, fp32_outputs, integer, near_boundary, number, provenance, short, value)
 from grader.group import Group
+from grader.lessons.lesson02_the_calibration_reader import reader_batches_charged
+from grader.lessons.lesson03_narrow_right_wide import forbidden_settings
 from grader.results import Evidence
 from lab import compare, contract, data, graph, ruler
 from lab.lessons import lesson05_qdq_vs_qoperator
@@ -83,6 +85,12 @@ def _formats_reported(ctx: Context, doc: dict, rels: dict, formats: dict) -> lis
             if got != want or isinstance(got, bool):
                 shown, has = (f"{got}"[:20], want[:20]) if field == "sha256" else (got, want)
                 wrong.append(f"formats/{name}/{field} is {shown!r}, {rel} has {has!r}")
+    forbidden: dict[str, str] = {}  # each setting the prose fixes, named once for both models
+    for name, rel in rels.items():
+        for key, msg in forbidden_settings(ctx.sub.path(rel), graph.input_ruler(ctx.model(rel)), doc, "05",
+                                           lesson05_qdq_vs_qoperator.FORMAT_SETTINGS):
+            forbidden.setdefault(key, msg)
+    wrong += list(forbidden.values())
     reported_pc = value(doc, "settings.per_channel")
     graph_pc = {name: graph.per_channel(ctx.sub.path(rel)) for name, rel in rels.items()}
     for name, pc in graph_pc.items():
@@ -189,7 +197,11 @@ def run(ctx: Context) -> list:
         extra.append(f"same_input_ruler is {doc['same_input_ruler']}, but the two models' input rulers are "
                      + ("the same" if same_ruler(rq, ro) else "not the same"))
     size, n_right = value(doc, "settings.batch_size"), len(data.calibration_set("right"))
-    if "batches" in cal and integer(size) and size > 0 and cal["batches"] != -(-n_right // size):
+    if "batches" in cal and integer(size) and size > 0 and cal["batches"] != -(-n_right // size) \
+            and reader_batches_charged(ctx):
+        ctx.notes.append(f"lesson 05: calibration/batches is {short(cal['batches'])} where batches of {size} give "
+                         f"{-(-n_right // size)}, {reader_batches_charged(ctx)}")
+    elif "batches" in cal and integer(size) and size > 0 and cal["batches"] != -(-n_right // size):
         extra.append(f"calibration/batches is {short(cal['batches'])}; {n_right} images in batches of "
                      f"settings/batch_size {size} are {-(-n_right // size)}")
     if extra:

@@ -26,12 +26,53 @@ HIDDEN = "relu1.out"  # the first hidden activation: continuous values, so a coa
 BAD_CALIBRATION = "bad-calibration.onnx"  # the fixture calibrated on all-zero images
 
 
+# what each setting means in the lessons' prose, for a message that names a setting the exercise changed
+SETTING_WORDS = {"quant_format": "the format whose graph says where values are rounded",
+                 "activation_type": "signed 8-bit activations, zero point -128 on the pixels",
+                 "weight_type": "signed 8-bit weights",
+                 "per_channel": "one ruler per tensor",
+                 "calibrate_method": "the lowest and highest value the data holds",
+                 "reduce_range": "the full 8-bit grid", "nodes_to_exclude": "every node quantized",
+                 "extra_options": "ORT's defaults"}
+# lab.convert.quantize's other recorded settings, left at their defaults by every conversion of lessons 03-05
+OTHER_DEFAULTS = {"reduce_range": False, "nodes_to_exclude": [], "extra_options": {}}
+
+
 class ExerciseCheckFailed(LabError):
     """A lesson's exercise did not produce what the lesson asked for; the message names the file and the rule."""
 
 
-def check_three_conversions(work: str | Path, records: dict, kinds=KINDS) -> str:
-    """Lesson 03's exercise: one QDQ model per calibration set, each calibrated on exactly its own set."""
+def settings_problem(model: str, used: Mapping, wanted: Mapping = SETTINGS, lesson: str = "03",
+                     only: str = "the calibration data") -> str:
+    """The first setting of a conversion's record (``used``) that is not the one the lesson's prose fixes
+    (``wanted``, and ORT's defaults for the rest), as a message naming it; '' when every setting is as asked."""
+    for key, want in {**wanted, **OTHER_DEFAULTS}.items():
+        got = used.get(key, OTHER_DEFAULTS.get(key))
+        if isinstance(got, str):
+            got = got.rsplit(".", 1)[-1]  # an ORT enum recorded by name: CalibrationMethod.MinMax -> MinMax
+        if got != want:
+            return (f"{model} was converted with {key}={got!r}; lesson {lesson} asks {key}={want!r} "
+                    f"({SETTING_WORDS[key]}), so that {only} is the only thing that differs: "
+                    f"pass {key}={want!r}")
+    return ""
+
+
+def graph_settings_problem(path: Path, lesson: str = "03", per_channel: bool = False, dtype: str = "int8") -> str:
+    """What the graph itself shows of the two settings the prose fixes and a record may not reveal (a model written
+    by another call): weight scales per tensor, and the input ruler's type; '' when both are as asked."""
+    if graph.per_channel(path) != per_channel:
+        return (f"{path.name} has per-channel weight scales; lesson {lesson} asks per_channel=False "
+                f"({SETTING_WORDS['per_channel']})")
+    r = graph.input_ruler(path)
+    if r.dtype != dtype:
+        return (f"{path.name}'s input ruler is {r.dtype} (zero point {r.zero_point}); lesson {lesson} asks "
+                f"activation_type='QInt8' ({SETTING_WORDS['activation_type']})")
+    return ""
+
+
+def check_three_conversions(work: str | Path, records: dict, kinds=KINDS, batch_size: int = BATCH_SIZE) -> str:
+    """Lesson 03's exercise: one QDQ model per calibration set, each with the settings the lesson fixes
+    (``SETTINGS``), calibrated on exactly its own set in batches of ``batch_size``."""
     for kind in kinds:
         path = Path(work) / f"{kind}.onnx"
         if kind not in records or not path.exists():
@@ -40,10 +81,18 @@ def check_three_conversions(work: str | Path, records: dict, kinds=KINDS) -> str
         fmt = graph.quant_format(path)
         if fmt != "QDQ":
             raise ExerciseCheckFailed(f"{path.name} is a {fmt} model: use quant_format='QDQ'")
+        wrong = (settings_problem(path.name, records[kind].settings) or graph_settings_problem(path))
+        if wrong:
+            raise ExerciseCheckFailed(wrong)
         if records[kind].calibration_sha256 != data_sha256(data.calibration_set(kind)):
             raise ExerciseCheckFailed(f"{path.name} was not calibrated on exactly lab.data.calibration_set({kind!r}): "
                                       f"its reader served {records[kind].calibration_samples} images that hash "
                                       "differently; give each conversion a fresh DigitReader over its own set")
+        n = len(data.calibration_set(kind))
+        if records[kind].calibration_batches != -(-n // batch_size):
+            raise ExerciseCheckFailed(f"{path.name}: the reader served its {n} images in "
+                                      f"{records[kind].calibration_batches} batches; lesson 03 asks "
+                                      f"batch_size=BATCH_SIZE ({batch_size}), {-(-n // batch_size)} batches")
     return "three QDQ models, each calibrated on its own set"
 
 

@@ -16,7 +16,8 @@ import numpy as np
 
 from lab import compare, convert, data, graph, predictions, tables
 from lab.data import BATCH_SIZE, Split, file_sha256
-from lab.lessons.lesson03_narrow_right_wide import SETTINGS, ExerciseCheckFailed, evaluation_entry
+from lab.lessons.lesson03_narrow_right_wide import (SETTINGS, ExerciseCheckFailed, evaluation_entry,
+                                                   graph_settings_problem, settings_problem)
 
 # the settings lesson 03 used, except the format: both formats come from one calibration, so they differ only there
 FORMAT_SETTINGS = {k: v for k, v in SETTINGS.items() if k != "quant_format"}
@@ -163,8 +164,9 @@ def format_difference(report: dict) -> str:
     ])
 
 
-def check_both_formats(qdq: Path, qop: Path, cache: Path, records: dict) -> str:
-    """Lesson 05's exercise: a QDQ and a QOperator model from one calibration cache of the 'right' set."""
+def check_both_formats(qdq: Path, qop: Path, cache: Path, records: dict, batch_size: int = BATCH_SIZE) -> str:
+    """Lesson 05's exercise: a QDQ and a QOperator model from one calibration cache of the 'right' set, with the
+    settings the lesson fixes (``FORMAT_SETTINGS``), in batches of ``batch_size``."""
     for path in (qdq, qop, cache):
         if not Path(path).exists():
             raise ExerciseCheckFailed(f"{Path(path).name} is missing: quantize_both_formats(SOURCE, FORMATS, reader, "
@@ -174,9 +176,19 @@ def check_both_formats(qdq: Path, qop: Path, cache: Path, records: dict) -> str:
         if got != wanted:
             raise ExerciseCheckFailed(f"{Path(path).name} is a {got} model; expected {wanted}: let "
                                       "quantize_both_formats pick the formats")
+    for name, path in (("QDQ", qdq), ("QOperator", qop)):
+        wrong = (settings_problem(Path(path).name, records[name].settings, FORMAT_SETTINGS, "05", "the format")
+                 or graph_settings_problem(Path(path), "05"))
+        if wrong:
+            raise ExerciseCheckFailed(wrong)
     if records["QDQ"].calibration_sha256 != data.data_sha256(data.calibration_set("right")):
         raise ExerciseCheckFailed(f"the calibration served {records['QDQ'].calibration_samples} images that are not "
                                   "lab.data.calibration_set('right'): calibrate on exactly that set")
+    n = len(data.calibration_set("right"))
+    if records["QDQ"].calibration_batches != -(-n // batch_size):
+        raise ExerciseCheckFailed(f"the reader served its {n} images in {records['QDQ'].calibration_batches} "
+                                  f"batches; lesson 05 asks batch_size=BATCH_SIZE ({batch_size}), "
+                                  f"{-(-n // batch_size)} batches")
     return f"{Path(qdq).name} and {Path(qop).name}, both from {Path(cache).name}"
 
 
