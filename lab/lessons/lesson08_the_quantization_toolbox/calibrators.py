@@ -17,13 +17,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import onnx
+from onnx import numpy_helper
 from onnxruntime.quantization import CalibrationMethod
 from onnxruntime.quantization.calibrate import (CalibrationCacheEncoder, HistogramCollector, TensorsData,
                                                 create_calibrator)
 from onnxruntime.quantization.calibrate import entropy as ort_entropy
 from onnxruntime.quantization.quant_utils import smooth_distribution
 
-from lab import data
+from lab import data, graph
 from lab.data import BATCH_SIZE, file_sha256
 from lab.measure import Evaluation, input_interval, measure
 from lab.convert import QuantRecord, quantize
@@ -436,6 +438,42 @@ def outlier_table(source: str | Path, out_dir: str | Path, ev: Evaluation, n_hot
     quantize_calibrated(source, model, calib, "Entropy", {"num_bins": entropy_bins}, batch_size)
     rows.append(method_row(model, ev, label, "Entropy", {"num_bins": entropy_bins}))
     return rows
+
+
+MOVING_AVERAGE_BATCHES = (10, 36, 120, 360)
+
+
+def moving_average_rows(source: str | Path, out_dir: str | Path, ev: Evaluation, calibration: np.ndarray,
+                        batch_sizes: tuple[int, ...] = MOVING_AVERAGE_BATCHES) -> list[dict]:
+    """MinMax with ``CalibMovingAverage`` (``extra_options``, passed to the calibrator as ``moving_average``)
+    against plain MinMax, at several batch sizes of the same images.
+
+    ORT's ``MinMaxCalibrater.compute_data`` then takes the mean of the batches' minima and maxima
+    (``np.nanmean``) instead of the extremes (``np.nanmin`` / ``np.nanmax``), so the batch size changes the
+    ruler; one batch of every image gives MinMax's. Writes ``moving-average/*.onnx``.
+    """
+    out = Path(out_dir) / "moving-average"
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for moving, size in [(False, BATCH_SIZE)] + [(True, b) for b in batch_sizes]:
+        model = out / (f"moving-average-b{size}.onnx" if moving else f"minmax-b{size}.onnx")
+        quantize(source, model, calibration, batch_size=size,
+                 extra_options={"CalibMovingAverage": True} if moving else None)
+        rows.append({"method": "MinMax", "moving_average": moving, "batch_size": size,
+                     "batches": -(-len(calibration) // size), "input_range": input_interval(model),
+                     **{f"{t}_range": tensor_interval(model, t) for t in ("relu1.out", "fc3.out")},
+                     **measure(model, ev)})
+    return rows
+
+
+def tensor_interval(model: str | Path, tensor: str) -> list[float]:
+    """The real interval of ``tensor``'s ruler in a QDQ graph, from its ``<tensor>_scale`` and ``_zero_point``."""
+    inits = {i.name: i for i in graph.load(model).graph.initializer}
+    scale = float(numpy_helper.to_array(inits[f"{tensor}_scale"]).reshape(()))
+    zp_init = inits[f"{tensor}_zero_point"]
+    lo, hi = (-128, 127) if zp_init.data_type == onnx.TensorProto.INT8 else (0, 255)
+    zp = int(numpy_helper.to_array(zp_init).reshape(()))
+    return [round((lo - zp) * scale, 3), round((hi - zp) * scale, 3)]
 
 
 def entropy_finding(source: str | Path, calibration: np.ndarray, batch_size: int = BATCH_SIZE) -> dict:

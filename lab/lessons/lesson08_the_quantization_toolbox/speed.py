@@ -99,11 +99,12 @@ def speedups(rows: list[Timing], baseline: str = "FP32") -> dict[tuple[str, int]
 def format_timings(rows: list[Timing], baseline: str = "FP32") -> str:
     """A fixed-width table: model, batch, median ms, p90 ms, samples/s, speed-up against the baseline."""
     ratio = speedups(rows, baseline) if any(r.model == baseline for r in rows) else {}
-    head = f"{'model':<12} {'batch':>6} {'median ms':>10} {'p90 ms':>9} {'samples/s':>11} {'vs ' + baseline:>9}"
+    w = max([12, *(len(r.model) for r in rows)])
+    head = f"{'model':<{w}} {'batch':>6} {'median ms':>10} {'p90 ms':>9} {'samples/s':>11} {'vs ' + baseline:>9}"
     lines = [head, "-" * len(head)]
     for r in rows:
         x = ratio.get((r.model, r.batch))
-        lines.append(f"{r.model:<12} {r.batch:>6} {r.median_ms:>10.3f} {r.p90_ms:>9.3f} {r.throughput:>11.0f} "
+        lines.append(f"{r.model:<{w}} {r.batch:>6} {r.median_ms:>10.3f} {r.p90_ms:>9.3f} {r.throughput:>11.0f} "
                      f"{(f'{x:.2f}x' if x else '-'):>9}")
     return "\n".join(lines)
 

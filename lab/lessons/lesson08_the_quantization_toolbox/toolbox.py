@@ -12,11 +12,13 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import logging
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from onnx import numpy_helper
 from onnxruntime.quantization import (CalibrationMethod, QuantFormat, QuantType, StaticQuantConfig, quant_pre_process,
                                       qdq_loss_debug as dbg, quantize as ort_quantize)
 
@@ -25,7 +27,8 @@ from lab.tables import number
 from lab.convert import QuantRecord, quantize, quantize_dynamic_model, versions
 from lab.data import BATCH_SIZE, EPSILON, data_sha256, file_sha256
 from lab.errors import LabError
-from lab.measure import Evaluation, evaluation, family, input_interval, measure
+from lab.compare import max_abs_error
+from lab.measure import Evaluation, evaluation, family, input_interval, measure, predict
 from lab.readers import ArrayReader
 from lab.schemas import validate
 from lab.lessons.lesson08_the_quantization_toolbox import calibrators
@@ -193,6 +196,56 @@ def family_table(source: str | Path, out_dir: str | Path, ev: Evaluation, calibr
                 rows.append({"name": name, "settings": settings, "family": f, "emulated": kernels.emulated(f),
                              **measured(model, ev)})
     return rows
+
+
+def max_abs_weight(model: str | Path) -> int:
+    """The largest |w| among a QDQ or QOperator model's 8-bit weights (``*weight_quantized`` initializers).
+
+    ORT's reduced INT8 range (``quant_utils.ONNX_INT_TYPE_REDUCED_RANGE``, what ``reduce_range`` uses) is -64..64,
+    so a ``reduce_range`` model reaches 64; a full-range one 127.
+    """
+    weights = [numpy_helper.to_array(i).astype(np.int64) for i in graph.load(model).graph.initializer
+               if i.name.endswith("weight_quantized")]
+    return int(max(np.abs(w).max() for w in weights))
+
+
+def dynamic_batches(model: str | Path, ev: Evaluation, batch_sizes: tuple[int, ...] = (400, 1),
+                    families: tuple[str, ...] = kernels.FAMILIES) -> list[dict]:
+    """A dynamic model on the evaluation images served in batches of each size, on each family.
+
+    ``DynamicQuantizeLinear`` computes one range per tensor per run: a batch of all 400 images fits every
+    activation's ruler to the evaluation set itself; a batch of one (a camera's frame) gets its own ruler.
+    """
+    rows = []
+    for size in batch_sizes:
+        for f in families:
+            with kernels.computing_as(f):
+                out = np.concatenate([predict(model, ev.pixels[i:i + size]) for i in range(0, len(ev.pixels), size)])
+            rows.append({"batch_size": size, "family": f, "max_abs_error": round(max_abs_error(ev.reference, out), 4),
+                         "accuracy": round(float((out.argmax(1) == ev.labels).mean()), 4)})
+    return rows
+
+
+def conversion_warnings(convert) -> list[str]:
+    """Run ``convert()`` and return the warnings ONNX Runtime's converter logged (the lab keeps its root logger at
+    ERROR, so they are not printed otherwise), each once, in order."""
+    records: list[str] = []
+
+    class _Keep(logging.Handler):
+        def emit(self, record):
+            if record.getMessage() not in records:
+                records.append(record.getMessage())
+
+    root = logging.getLogger()
+    level, handlers = root.level, root.handlers[:]
+    root.handlers[:] = [_Keep(logging.WARNING)]  # only kept, not also printed by the handlers already there
+    root.setLevel(logging.WARNING)
+    try:
+        convert()
+    finally:
+        root.setLevel(level)
+        root.handlers[:] = handlers
+    return records
 
 
 def describe(settings: dict) -> dict:
