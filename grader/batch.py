@@ -34,6 +34,7 @@ from tqdm import tqdm
 
 from grader import sandbox
 from grader.core import grade, possible_points
+from grader.items import handin_record
 from grader.report import write_report
 from grader.results import PENDING, GradeResult
 from grader.reuse import reuse
@@ -65,7 +66,10 @@ def job(path: str, limits: Limits | None = None, unsafe_no_sandbox: bool | None 
     with _ONE_JOB_AT_A_TIME:
         if unsafe_no_sandbox is not None:
             sandbox.allow_unsafe(unsafe_no_sandbox)
-        return package(*grade_one(path, limits))
+        d = package(*grade_one(path, limits))
+        if d["checks"]:  # past intake: the class report's answers and code fingerprints (grader.items)
+            d["handin"] = handin_record(path)
+        return d
 
 
 def grade_one(path: str | Path, limits: Limits | None = None) -> tuple[GradeResult, str]:

@@ -38,13 +38,15 @@ def _text(x: float, y: float, text: str, size: int = 12, anchor: str = "middle",
 
 
 class Panel:
-    """One chart in the figure: a plot area at fractions (left, bottom, width, height) of the figure, an x scale
-    [0, x_top] and a y scale [0, y_top], drawn into ``parts``."""
+    """One chart in the figure: a plot area at fractions (left, bottom, width, height) of the figure (``size``
+    pixels, the report's first figure by default), an x scale [0, x_top] and a y scale [0, y_top], drawn into
+    ``parts``."""
 
-    def __init__(self, rect: tuple[float, float, float, float], x_top: float, y_top: float):
+    def __init__(self, rect: tuple[float, float, float, float], x_top: float, y_top: float,
+                 size: tuple[float, float] = (WIDTH, HEIGHT)):
         left, bottom, width, height = rect
-        self.x0, self.y0 = left * WIDTH, (1 - bottom) * HEIGHT
-        self.w, self.h = width * WIDTH, height * HEIGHT
+        self.x0, self.y0 = left * size[0], (1 - bottom) * size[1]
+        self.w, self.h = width * size[0], height * size[1]
         self.x_top, self.y_top = x_top or 1.0, y_top or 1.0
         self.parts: list[str] = []
 
@@ -82,21 +84,22 @@ class Panel:
 
 
 def stacked_histogram(rect, title: str, xlabel: str, top: float, stacks: list[tuple[str, str, list[float]]],
-                      bins: int = 20) -> Panel:
+                      bins: int = 20, size: tuple[float, float] = (WIDTH, HEIGHT), legend: bool = True) -> Panel:
     """Counts of each stack's values in ``bins`` bins over [0, top], stacked; a legend names each stack and its
     count. ``stacks``: (label, color, values)."""
     counts = [histogram(values, top, bins) for _, _, values in stacks]
     y_ticks = nice_ticks(max((sum(c[i] for c in counts) for i in range(bins)), default=0))
-    panel = Panel(rect, top, y_ticks[-1])
+    panel = Panel(rect, top, y_ticks[-1], size)
     for i in range(bins):
         lo, hi, base = i * top / bins, (i + 1) * top / bins, 0
         for (label, color, _), c in zip(stacks, counts):
             if c[i]:
                 panel.bar(panel.x(lo), panel.x(hi), panel.y(base), panel.y(base + c[i]), color, label, c[i])
                 base += c[i]
-    panel.axes(title, xlabel, "submissions", nice_ticks(top), y_ticks)
+    x_ticks = [t for t in nice_ticks(top) if t <= top * (1 + 1e-9)] or [0]  # none past the frame's end
+    panel.axes(title, xlabel, "submissions", x_ticks, y_ticks)
     x = panel.x0
-    for label, color, values in stacks:  # the legend, one row under the axis label: no bar is ever hidden by it
+    for label, color, values in stacks if legend else ():  # the legend, one row under the axis label: no bar is ever hidden by it
         text = f"{label} ({len(values)})"
         panel.parts.append(f'<rect x="{x:.1f}" y="{panel.y0 + 50:.1f}" width="12" height="12" fill="{color}"/>')
         panel.parts.append(_text(x + 16, panel.y0 + 60, text, 11, "start"))
@@ -104,14 +107,17 @@ def stacked_histogram(rect, title: str, xlabel: str, top: float, stacks: list[tu
     return panel
 
 
-def horizontal_bars(rect, title: str, xlabel: str, rows: list[tuple[str, int]], color: str, empty: str) -> Panel:
+def horizontal_bars(rect, title: str, xlabel: str, rows: list[tuple[str, int]], color: str | list[str], empty: str,
+                    size: tuple[float, float] = (WIDTH, HEIGHT), x_top: float | None = None) -> Panel:
     """One bar per (label, count), the first row at the top, each label left of its bar; ``empty`` is written in
-    the middle when there is no row."""
-    x_ticks = nice_ticks(max((n for _, n in rows), default=0))
-    panel = Panel(rect, x_ticks[-1], max(len(rows), 1))
+    the middle when there is no row. ``color``: one for every bar, or one per row; ``x_top``: the scale's end
+    (default: a round number at or above the longest bar)."""
+    x_ticks = nice_ticks(max((n for _, n in rows), default=0) if x_top is None else x_top)
+    panel = Panel(rect, x_ticks[-1], max(len(rows), 1), size)
+    colors = color if isinstance(color, list) else [color] * len(rows)
     for k, (label, n) in enumerate(rows):
         top = panel.y(len(rows) - k - 0.1)
-        panel.bar(panel.x(0), panel.x(n), top, top + 0.8 * panel.h / panel.y_top, color, label, n)
+        panel.bar(panel.x(0), panel.x(n), top, top + 0.8 * panel.h / panel.y_top, colors[k], label, n)
         panel.parts.append(_text(panel.x0 - 6, top + 0.4 * panel.h / panel.y_top + 4, label, 11, "end"))
     if not rows:
         panel.parts.append(_text(panel.x0 + panel.w / 2, panel.y0 - panel.h / 2, empty))
@@ -119,9 +125,10 @@ def horizontal_bars(rect, title: str, xlabel: str, rows: list[tuple[str, int]], 
     return panel
 
 
-def svg(panels: list[Panel], label: str) -> str:
-    """The figure: every panel in one ``<svg>`` that scales to its container's width."""
+def svg(panels: list[Panel], label: str, svg_id: str = "figure", size: tuple[float, float] = (WIDTH, HEIGHT)) -> str:
+    """A figure: every panel in one ``<svg>`` of ``size`` pixels that scales to its container's width."""
     body = "\n".join(part for panel in panels for part in panel.parts)
-    return (f'<svg id="figure" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" width="100%" '
-            f'role="img" aria-label="{html.escape(label)}">\n<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>\n'
-            f"{body}\n</svg>")
+    w, h = size
+    return (f'<svg id="{html.escape(svg_id)}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w:g} {h:g}" '
+            f'width="100%" role="img" aria-label="{html.escape(label)}">\n<rect width="{w:g}" height="{h:g}" '
+            f'fill="white"/>\n{body}\n</svg>')

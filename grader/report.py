@@ -2,10 +2,11 @@
 
 ``write_report(out)`` reads what a batch wrote (``gradebook.csv``, ``results/*.json``) and shows what an
 instructor looks at first: the score distribution, the checks most students lost (each with one example
-feedback line), the submissions that were not graded (invalid, timeout, error, or pending: a batch still running
-or stopped) with their reasons, and the
-grading time. The figure is SVG drawn by ``grader.chart`` into ``report.svg``, and the same SVG is inline in the
-page, so ``report.html`` opens from disk, alone, with no server.
+feedback line), then the item analysis (``grader.report_items``: every check's pass rate, what the class
+predicted, every lesson's scores, similar code), the submissions that were not graded (invalid, timeout, error,
+or pending: a batch still running or stopped) with their reasons, and the grading time. The first figure is SVG
+drawn by ``grader.chart`` into ``report.svg``; it and the item analysis's figures are inline in the page, so
+``report.html`` opens from disk, alone, with no server.
 Every text from a hand-in (student ids, reasons, messages) is escaped before it reaches the page.
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader import chart
+from grader import chart, report_items
 from grader.results import GRADEBOOK_STATUSES, PENDING, _part_title
 from lab.workspace import atomic_write_text
 
@@ -176,6 +177,7 @@ def render(summary: ClassSummary, svg: str) -> str:
                             "lost-checks"))
     else:
         parts.append('<p id="top-lost">No check was lost.</p>')
+    parts.append(report_items.sections(summary.results, summary.rows))
     parts.append("<h2>Not graded</h2>")
     if summary.not_graded:
         parts.append(_table(["student", "status", "reason"],

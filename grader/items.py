@@ -1,0 +1,173 @@
+"""Item analysis for the class report: what each hand-in answered and wrote, and what the class did with it.
+
+``handin_record(path)`` runs in the grading worker, after a hand-in passed intake (its zip is then known to be
+well formed, its files listed with their hashes): the first answer to each prediction (``predictions.json``) and
+the fingerprint of each student module (``grader.similar``). The batch keeps it in the result as ``handin``.
+``analyse(results)`` turns a class's results into every check's pass rate, each prediction's answers with the
+grader's verdict on each (an answer the grader gave the check's full points is the truth it computed), every
+lesson's score distribution and the similar-code groups. Nothing here changes a score.
+"""
+from __future__ import annotations
+
+import json
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grader import similar
+from grader.results import safe_value
+from grader.rubric import HIDDEN, rubric, title
+
+PREDICTIONS = "predictions.json"
+READ_LIMIT = 1 << 20  # a module or predictions.json larger than this is left out of the record
+OTHER_ANSWERS = 8     # a prediction's most common answers shown one by one; the rest are one row
+
+
+def _member(names: list[str], rel: str) -> str | None:
+    """The zip entry for ``rel``: itself, or inside the one folder a hand-zipped workspace sits in."""
+    if rel in names:
+        return rel
+    nested = [n for n in names if n.endswith("/" + rel) and n.count("/") == 1]
+    return nested[0] if len(nested) == 1 else None
+
+
+def _read_files(path: Path, rels: tuple[str, ...]) -> dict[str, bytes]:
+    out: dict[str, bytes] = {}
+    if path.is_dir():
+        for rel in rels:
+            f = path / rel
+            if f.is_file() and not f.is_symlink() and f.stat().st_size <= READ_LIMIT:
+                out[rel] = f.read_bytes()
+        return out
+    with zipfile.ZipFile(path) as zf:
+        infos = {i.filename: i for i in zf.infolist()}
+        for rel in rels:
+            name = _member(list(infos), rel)
+            if name is not None and infos[name].file_size <= READ_LIMIT:
+                out[rel] = zf.read(name)
+    return out
+
+
+def handin_record(path: str | Path) -> dict | None:
+    """The first answer to each prediction and each student module's fingerprint; None if it cannot be read.
+    Never raises: the record is for the report, and a grade is never lost to it."""
+    try:
+        return _record(Path(path))
+    except Exception:  # noqa: BLE001 - a hand-in past intake that still cannot be read here gets no record
+        return None
+
+
+def _record(path: Path) -> dict | None:
+    try:
+        files = _read_files(path, (PREDICTIONS, *similar.MODULES))
+    except (OSError, zipfile.BadZipFile, ValueError, RuntimeError, NotImplementedError):
+        return None
+    answers = {}
+    try:
+        doc = json.loads(files.get(PREDICTIONS, b"{}"))
+        for q, entry in (doc.get("predictions") or {}).items():
+            if isinstance(entry, dict) and "answer" in entry:
+                answers[q] = safe_value(entry["answer"])
+    except (ValueError, AttributeError, TypeError):
+        answers = {}
+    code = {m: (similar.fingerprint(files[m]) if m in files else None) for m in similar.MODULES}
+    return {"predictions": answers, "code": code}
+
+
+@dataclass
+class CheckRate:
+    part: str
+    name: str
+    title: str
+    passed: int
+    graded: int
+
+    @property
+    def rate(self) -> float:
+        return self.passed / self.graded if self.graded else 0.0
+
+
+@dataclass
+class Answer:
+    text: str        # the answer as JSON, keys sorted
+    count: int
+    right: int       # how many of those answers the grader gave full points (an answer is right or wrong for all)
+
+
+@dataclass
+class Prediction:
+    name: str
+    title: str
+    answers: list[Answer] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(a.count for a in self.answers)
+
+
+@dataclass
+class Items:
+    checks: list[CheckRate]
+    predictions: list[Prediction]
+    parts: dict[str, tuple[float, list[float]]]  # part -> (its points on offer, each graded hand-in's points)
+    similar: list[list[str]]
+
+
+def _order() -> list[tuple[str, str]]:
+    """Every rubric check, in the rubric's order, the hidden ones last."""
+    r = rubric()
+    parts = [p for p in r if p != HIDDEN] + ([HIDDEN] if HIDDEN in r else [])
+    return [(p, n) for p in parts for n, v in r[p].items() if n != "title" and isinstance(v, (int, float))]
+
+
+def check_rates(results: dict[str, dict]) -> list[CheckRate]:
+    """Every check's pass rate among the hand-ins whose checks ran."""
+    counts: dict[tuple[str, str], list[int]] = {}
+    for d in results.values():
+        for c in d.get("checks", []):
+            k = counts.setdefault((c["part"], c["name"]), [0, 0])
+            k[0] += bool(c.get("passed"))
+            k[1] += 1
+    order = [k for k in _order() if k in counts] + sorted(k for k in counts if k not in _order())
+    return [CheckRate(p, n, title(p, n), *counts[(p, n)]) for p, n in order]
+
+
+def prediction_answers(results: dict[str, dict]) -> list[Prediction]:
+    """Each prediction's answers in the class, most common first, with how many the grader judged right."""
+    tally: dict[str, dict[str, list[int]]] = {}
+    for d in results.values():
+        answers = (d.get("handin") or {}).get("predictions") or {}
+        verdicts = {c["name"]: bool(c.get("passed")) for c in d.get("checks", []) if c["part"] == "predictions"}
+        for q, answer in answers.items():
+            text = json.dumps(answer, sort_keys=True)
+            a = tally.setdefault(q, {}).setdefault(text, [0, 0])
+            a[0] += 1
+            a[1] += verdicts.get(q, False)
+    out = []
+    for q in [n for n in rubric().get("predictions", {}) if n in tally] + sorted(set(tally) - set(rubric().get(
+            "predictions", {}))):
+        ranked = sorted(tally[q].items(), key=lambda kv: (-kv[1][0], kv[0]))
+        answers = [Answer(t, n, r) for t, (n, r) in ranked[:OTHER_ANSWERS]]
+        rest = ranked[OTHER_ANSWERS:]
+        if rest:
+            answers.append(Answer(f"{len(rest)} other answer(s)", sum(n for _, (n, _) in rest),
+                                  sum(r for _, (_, r) in rest)))
+        out.append(Prediction(q, title("predictions", q), answers))
+    return out
+
+
+def part_scores(results: dict[str, dict]) -> dict[str, tuple[float, list[float]]]:
+    """Rubric part -> (points on offer, the points of each hand-in whose checks ran)."""
+    out: dict[str, tuple[float, list[float]]] = {}
+    for p in dict.fromkeys(p for p, _ in _order()):
+        top = sum(float(v) for n, v in rubric()[p].items() if n != "title" and isinstance(v, (int, float)))
+        got = [float(d["parts"][p]["points"]) for d in results.values() if p in (d.get("parts") or {})]
+        if got:
+            out[p] = (top, got)
+    return out
+
+
+def analyse(results: dict[str, dict]) -> Items:
+    graded = {s: d for s, d in results.items() if d.get("checks")}
+    code = {s: (d.get("handin") or {}).get("code") or {} for s, d in graded.items()}
+    return Items(check_rates(graded), prediction_answers(graded), part_scores(graded), similar.groups(code))

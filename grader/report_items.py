@@ -1,0 +1,151 @@
+"""The class report's item analysis (``grader.items``), as HTML sections with inline SVG (``grader.chart``).
+
+Four sections: every check's pass rate, what the class predicted (each question's answers, the ones the grader
+judged right marked), every lesson's score distribution, and the similar-code groups (a list to look at; no
+score depends on it). Every text from a hand-in is escaped here or by ``grader.chart``.
+"""
+from __future__ import annotations
+
+import html
+import json
+import math
+import re
+import statistics
+
+from grader import chart
+from grader.items import Items, Prediction, analyse
+from grader.results import _part_title
+
+RIGHT, WRONG, MIXED = "#55a868", "#c44e52", "#999999"
+ROW_PX, LABEL_CHARS = 22, 84
+GRID_COLUMNS, CELL = 3, (500, 230)
+
+
+def _part_short(part: str) -> str:
+    """A part's lesson number ("02"), or its id for a part with none ("predictions", "hidden")."""
+    number = re.match(r"(\d\d) ", _part_title(part))
+    return number.group(1) if number else part
+
+
+def _short(text: str, width: int = LABEL_CHARS) -> str:
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def _bars_figure(svg_id: str, title: str, xlabel: str, rows: list[tuple[str, int]], colors: list[str],
+                 x_top: float | None = None) -> str:
+    """Horizontal bars, one row each, in a figure as tall as its rows need (labels on the left third)."""
+    height = 90 + ROW_PX * max(len(rows), 1)
+    size = (chart.WIDTH, height)
+    rect = (0.36, 60 / height, 0.6, ROW_PX * max(len(rows), 1) / height)
+    panel = chart.horizontal_bars(rect, title, xlabel, rows, colors, "none", size=size, x_top=x_top)
+    return chart.svg([panel], title, svg_id, size)
+
+
+def pass_rates(items: Items) -> str:
+    e = html.escape
+    if not items.checks:
+        return '<h2>Every check\'s pass rate</h2><p id="pass-rates">No hand-in had its checks run.</p>'
+    rows = [(_short(f"{_part_short(c.part)}: {c.title}"), round(100 * c.rate)) for c in items.checks]
+    colors = [RIGHT if c.rate >= 0.8 else MIXED if c.rate >= 0.5 else WRONG for c in items.checks]
+    figure = _bars_figure("pass-rate-figure", "Pass rate of every check", "% of graded hand-ins that passed",
+                          rows, colors, 100)
+    table = "".join(f"<tr><td>{e(_part_title(c.part))}</td><td>{e(c.title)}</td><td class='n'>{c.passed}</td>"
+                    f"<td class='n'>{c.graded}</td><td class='n'>{100 * c.rate:.0f} %</td></tr>" for c in items.checks)
+    return ("<h2>Every check's pass rate</h2>"
+            "<p>Among the hand-ins whose checks ran; a check passes at full points.</p>" + figure
+            + '<table id="pass-rates"><thead><tr><th>lesson</th><th>check</th><th>passed</th><th>of</th>'
+              f"<th>rate</th></tr></thead><tbody>{table}</tbody></table>")
+
+
+def _answer_text(text: str) -> str:
+    """A JSON answer as a line: objects as key=value pairs (nested in braces), strings bare, the rest as JSON."""
+    try:
+        return _value_text(json.loads(text))
+    except ValueError:
+        return text  # "N other answer(s)"
+
+
+def _value_text(value) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_nested(v)}" for k, v in value.items())
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _nested(value) -> str:
+    return "{" + _value_text(value) + "}" if isinstance(value, dict) else _value_text(value)
+
+
+def _prediction(p: Prediction) -> str:
+    e = html.escape
+    verdict = [("right" if a.right == a.count else "wrong" if a.right == 0 else "mixed") for a in p.answers]
+    rows = [(("\u2713 " if v == "right" else "") + _short(_answer_text(a.text)), a.count)
+            for a, v in zip(p.answers, verdict)]
+    colors = [{"right": RIGHT, "wrong": WRONG, "mixed": MIXED}[v] for v in verdict]
+    figure = _bars_figure(f"prediction-{p.name}", f"{p.title}: {p.total} answer(s)", "hand-ins", rows, colors)
+    body = "".join(f"<tr class='{v}'><td><code>{e(_answer_text(a.text))}</code></td><td class='n'>{a.count}</td>"
+                   f"<td>{'&#10003; right' if v == 'right' else 'wrong' if v == 'wrong' else f'{a.right} judged right'}"
+                   "</td></tr>" for a, v in zip(p.answers, verdict))
+    return (f"<h3>{e(p.title)} <span class='muted'>({e(p.name)})</span></h3>" + figure
+            + f'<table id="answers-{e(p.name)}" class="answers"><thead><tr><th>answer</th><th>hand-ins</th>'
+              f"<th>the grader's verdict</th></tr></thead><tbody>{body}</tbody></table>")
+
+
+def predictions(items: Items) -> str:
+    head = ("<h2>What the class predicted</h2><p>Each prediction's first answer (predictions.json), the most common "
+            "first. Marked &#10003; (green): answers the grader judged right against the lesson's truth, which it "
+            "recomputes from the fixtures; red: judged wrong.</p>")
+    if not items.predictions:
+        return head + '<p id="no-predictions">No hand-in\'s answers were recorded.</p>'
+    return head + "".join(_prediction(p) for p in items.predictions)
+
+
+def lesson_scores(items: Items) -> str:
+    e = html.escape
+    if not items.parts:
+        return "<h2>Scores by lesson</h2><p id=\"lesson-scores\">No hand-in had its checks run.</p>"
+    parts = list(items.parts.items())
+    rows = math.ceil(len(parts) / GRID_COLUMNS)
+    size = (CELL[0] * GRID_COLUMNS, CELL[1] * rows)
+    panels = []
+    for k, (part, (top, got)) in enumerate(parts):
+        col, row = k % GRID_COLUMNS, k // GRID_COLUMNS
+        rect = ((col * CELL[0] + 60) / size[0], 1 - ((row + 1) * CELL[1] - 50) / size[1],
+                (CELL[0] - 90) / size[0], (CELL[1] - 90) / size[1])
+        bins = max(1, min(20, int(round(top * 2))))  # half a point per bin up to 10 points
+        panels.append(chart.stacked_histogram(rect, f"{_short(_part_title(part), 36)} (out of {top:g})", "points",
+                                              top, [(part, "#4c72b0", got)], bins, size, legend=False))
+    figure = chart.svg(panels, "score distribution of every lesson", "lesson-score-figure", size)
+    table = "".join(f"<tr><td>{e(_part_title(p))}</td><td class='n'>{top:g}</td><td class='n'>{len(got)}</td>"
+                    f"<td class='n'>{statistics.median(got):g}</td><td class='n'>{statistics.mean(got):.2f}</td>"
+                    f"<td class='n'>{sum(g >= top for g in got)}</td></tr>" for p, (top, got) in parts)
+    return ("<h2>Scores by lesson</h2>" + figure + '<table id="lesson-scores"><thead><tr><th>lesson</th>'
+            "<th>points</th><th>hand-ins</th><th>median</th><th>mean</th><th>full marks</th></tr></thead>"
+            f"<tbody>{table}</tbody></table>")
+
+
+def similar_code(items: Items, scores: dict[str, str]) -> str:
+    e = html.escape
+    head = ("<h2>Similar code</h2><p>Hand-ins whose calibration_reader.py and metrics.py are the same once names, "
+            "comments, docstrings, strings and layout are normalised. A list to look at, not a verdict: no score "
+            "depends on it, and honest students who kept the lesson's own code can meet here too.</p>")
+    if not items.similar:
+        return head + '<p id="similar-code">No two hand-ins share both modules.</p>'
+    body = "".join(f"<tr><td class='n'>{k}</td><td class='n'>{len(g)}</td><td>{e(', '.join(g))}</td>"
+                   f"<td>{e(', '.join(scores.get(s, '') for s in g))}</td></tr>"
+                   for k, g in enumerate(items.similar, 1))
+    return (head + '<table id="similar-code"><thead><tr><th>group</th><th>hand-ins</th><th>students</th>'
+            f"<th>their scores</th></tr></thead><tbody>{body}</tbody></table>")
+
+
+def _score(v) -> str:
+    try:
+        return f"{float(v):g}"
+    except (TypeError, ValueError):
+        return ""
+
+
+def sections(results: dict[str, dict], rows: list[dict]) -> str:
+    """The four sections' HTML for a class's results (``OUT/results/*.json``) and gradebook rows."""
+    items = analyse(results)
+    scores = {r["student"]: _score(r.get("score")) for r in rows}
+    return "\n".join([pass_rates(items), predictions(items), lesson_scores(items), similar_code(items, scores)])
