@@ -101,20 +101,25 @@ CASES = {
     "05 prediction in the wrong form": Wrong(
         "05_qdq_vs_qoperator", "l05-04b", lambda s: 'PREDICTED_FORMATS = {"smaller": "qop", "same_input_ruler": True}',
         "l05-04b", ("PredictionError", "smaller: expected one of 'QDQ', 'QOperator', got 'qop'")),
-    "07 prediction: the error enters at relu1.out": Wrong(
-        "07_calibrate_the_deployed_representation", "l07-14b", lambda s: 'PREDICTED_ENTRY = "relu1.out"', "l07-17",
-        ("prediction wrong: you said the error enters at relu1.out; measured, it enters at pixels",), fails=False),
+    "07 prediction: dim and noisy fail too": Wrong(
+        "07_calibrate_the_deployed_representation", "l07-11b", lambda s: 'PREDICTION = {"dim", "noisy", "flash"}',
+        "l07-12", ("prediction wrong: you said dim, flash, noisy need(s) work; measured: flash (dim passes; noisy "
+                   "passes)", "stay inside that range"), fails=False),
     "07 wrong ENTRY_TENSOR": Wrong(
         "07_calibrate_the_deployed_representation", "l07-15", lambda s: s + '\nENTRY_TENSOR = "fc3.out"', "l07-17",
         ("EntryCheckFailed", "ENTRY_TENSOR is 'fc3.out', but the first tensor in graph order", "'pixels'")),
     "07 selection from the held-out split": Wrong(
         "07_calibrate_the_deployed_representation", "l07-23",
-        lambda s: s.replace('slice(0, None, 6))])', 'slice(0, None, 6))], split="heldout")'), "l07-24",
+        lambda s: s.replace('slice(0, None, 2))])', 'slice(0, None, 2))], split="heldout")'), "l07-24",
         ("ReleaseError", "there is no 'heldout' split here", "calibration split only")),
     "07 selection without flash": Wrong(
         "07_calibrate_the_deployed_representation", "l07-23",
         lambda s: 'fixed_selection = recipe.select([("daylight", None)])', "l07-24",
         ("SelectionCheckFailed", "holds only daylight", "add flash images")),
+    "07 selection with the flash images only": Wrong(
+        "07_calibrate_the_deployed_representation", "l07-23",
+        lambda s: 'fixed_selection = recipe.select([("flash", slice(0, None, 2))])', "l07-24",
+        ("SelectionCheckFailed", "lacks 300 of the 300 daylight images of the calibration pool", "('daylight', None)")),
 }
 
 

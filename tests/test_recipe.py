@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 import pytest
 
-from lab import data, schemas
+from lab import data, kernels, schemas
 from lab.lessons.lesson07_calibrate_the_deployed_representation import recipe
 from lab.lessons.lesson07_calibrate_the_deployed_representation import scenario_checks
 from lab.lessons.lesson07_calibrate_the_deployed_representation import scenarios
@@ -25,12 +25,13 @@ def drafts(tmp_path_factory):
     source = work / "source.onnx"
     shutil.copyfile(data.fixture_path("fp32.onnx"), source)
     daylight = recipe.select([("daylight", None)])
-    fixed = recipe.select([("daylight", None), ("flash", slice(0, None, 6))])
+    fixed = recipe.select([("daylight", None), ("flash", slice(0, None, 2))])
     rec_d = quantize(source, work / "daylight.onnx", daylight.pixels, per_channel=True, batch_size=36)
     rec_f = quantize(source, work / "fixed.onnx", fixed.pixels, per_channel=True, batch_size=36)
     ev = data.load_split("evaluation")
-    before = scenario_checks.compare_scenarios(source, work / "daylight.onnx", ev.pixels, ev.labels)
-    after = scenario_checks.compare_scenarios(source, work / "fixed.onnx", ev.pixels, ev.labels)
+    with kernels.computing_as(kernels.EXACT):  # where the calibration alone decides (per-channel U8S8 saturates)
+        before = scenario_checks.compare_scenarios(source, work / "daylight.onnx", ev.pixels, ev.labels)
+        after = scenario_checks.compare_scenarios(source, work / "fixed.onnx", ev.pixels, ev.labels)
     return {"work": work, "source": source, "fixed": fixed, "settings": rec_f.settings, "ev": ev,
             "before": {r.name: r for r in before}, "after": {r.name: r for r in after},
             "daylight_settings": rec_d.settings}
@@ -40,12 +41,12 @@ def test_judge_separates_confident_changes_from_accepted_differences():
     labels = np.array([0, 1])
     fp32 = np.array([[0.9, 0.1] + [0.0] * 8, [0.45, 0.55] + [0.0] * 8])
     int8 = np.array([[0.2, 0.8] + [0.0] * 8, [0.55, 0.45] + [0.0] * 8])  # both answers change
-    r = scenario_checks.judge("x", fp32, int8, labels)
+    r = scenario_checks.judge("x", fp32, int8, labels, margin=0.25)
     assert (r.changed, r.defects, r.accepted_differences) == (2, 1, 1)
     assert r.verdict == "needs work"
-    r = scenario_checks.judge("y", fp32[1:], int8[1:], labels[1:])
+    r = scenario_checks.judge("y", fp32[1:], int8[1:], labels[1:], margin=0.25)
     assert r.defects == 0 and r.loss == 1.0 and r.verdict == "needs work"  # a loss over the limit fails too
-    same = scenario_checks.judge("z", fp32, fp32, labels)
+    same = scenario_checks.judge("z", fp32, fp32, labels, margin=0.25)
     assert same.passed and same.changed == 0
 
 
@@ -59,18 +60,18 @@ def test_daylight_passes_and_flash_needs_work_with_daylight_calibration(drafts):
 def test_the_fixed_selection_passes_every_scenario(drafts):
     after = drafts["after"]
     assert set(after) == set(scenarios.acceptance_conditions())
-    assert all(r.passed for r in after.values()), {k: r.note for k, r in after.items() if not r.passed}
+    assert not any(r.needs_work for r in after.values()), {k: r.note for k, r in after.items() if r.needs_work}
     assert after["flash"].max_abs_error < drafts["before"]["flash"].max_abs_error / 3
 
 
 def test_selection_records_samples_and_hash(drafts):
     sel = drafts["fixed"]
     d = sel.to_dict()
-    assert d["count"] == 360 + 60 and sel.conditions == ["daylight", "flash"]
+    assert d["count"] == recipe.POOL_SIZE + recipe.POOL_SIZE // 2 and sel.conditions == ["daylight", "flash"]
     assert d["sha256"] == data.data_sha256(sel.pixels)
     cal = data.load_split("calibration")
-    assert d["parts"][1]["dataset_index"] == [int(i) for i in cal.index[::6]]
-    np.testing.assert_array_equal(sel.pixels[360:], scenarios.flash(cal.pixels[::6]))
+    assert d["parts"][1]["dataset_index"] == [int(i) for i in cal.index[:recipe.POOL_SIZE:2]]
+    np.testing.assert_array_equal(sel.pixels[recipe.POOL_SIZE:], scenarios.flash(cal.pixels[:recipe.POOL_SIZE:2]))
     with pytest.raises(ValueError, match="unknown condition"):
         recipe.select([("sunset", None)])
 
@@ -97,13 +98,13 @@ def test_the_table_marks_scenarios_fp32_itself_fails_and_judges_int8_against_fp3
     labels = np.arange(10) % 10
     right = np.eye(10)[labels] * 0.9 + 0.01
     wrong = np.eye(10)[(labels + 1) % 10] * 0.9 + 0.01
-    weak = scenario_checks.judge("weak", wrong, wrong, labels)  # FP32 reads none of them; INT8 agrees with FP32
-    fine = scenario_checks.judge("fine", right, right, labels)
-    assert weak.passed and weak.fp32_accuracy == 0.0 and "model limit" in weak.note
+    weak = scenario_checks.judge("weak", wrong, wrong, labels, 0.25)  # FP32 reads none; INT8 agrees with FP32
+    fine = scenario_checks.judge("fine", right, right, labels, 0.25)
+    assert weak.verdict == "not judged" and not weak.passed and weak.fp32_accuracy == 0.0 and "model limit" in weak.note
     table = scenario_checks.format_scenarios([fine, weak]).splitlines()
-    assert "0.000*" in table[3] and "*" not in table[2]
+    assert "0.000*" in table[3] and "*" not in table[2] and table[3].rstrip().endswith("not judged")
     assert table[-2].startswith("* FP32 itself reads fewer than 95% of these images (weak 0%)")
-    assert "INT8 with FP32 only" in table[-1]
+    assert "not judged" in table[-1]
     assert "*" not in scenario_checks.format_scenarios([fine])  # no footnote when FP32 reads every scenario
     side = scenario_checks.format_before_after([fine, weak], [fine, weak]).splitlines()
     assert "0.000*" in side[3] and side[-2].startswith("* FP32 itself")
@@ -134,7 +135,7 @@ def release(drafts):
 def test_release_files_match_their_schemas_and_the_model_carries_the_recipe(release):
     doc = schemas.read("recipe", release["recipe"])
     rec = schemas.read("scenarios", release["scenarios"])
-    assert doc["release_id"] == rec["release_id"] == RELEASE_ID and rec["all_pass"] is True
+    assert doc["release_id"] == rec["release_id"] == RELEASE_ID and rec["judged_pass"] is True
     assert doc["source_model"]["sha256"] == data.manifest()["fp32.onnx"]
     assert doc["acceptance"]["shared_rows_with_calibration"] == 0
     assert rec["model_sha256"] == data.file_sha256(release["model"])

@@ -97,6 +97,12 @@ def run(ctx: Context) -> list:
         sel, sel_ok = None, False
         ev.append(Evidence("calibration selection", "parts", f"cannot rebuild: {e}", None, ""))
     items.append(("calibration hash matches the selection its parts describe", sel_ok))
+    if sel is not None:  # what the lesson's prose asks of the selection: every daylight image of the pool, and flash
+        try:
+            scenario_checks.selection_check(sel)
+            items.append(("the selection keeps every daylight image of the pool and adds flash", True))
+        except scenario_checks.SelectionCheckFailed as e:
+            items.append((f"the selection keeps every daylight image of the pool and adds flash ({e})", False))
     if sel is not None:  # the recipe's image count: the selection's, and what the student's reader served of it
         items += _served(ctx, doc, sel, ev)
     r = graph.input_ruler(model)
@@ -165,12 +171,12 @@ def run(ctx: Context) -> list:
 
 
 def _record_problems(ctx: Context, record: dict, doc: dict, mine: dict) -> list[str]:
-    """scenarios.json's own fields: the lab's limit and margin, the model and recipe it describes, all_pass.
+    """scenarios.json's own fields: the lab's limit and margin factor, the model and recipe it describes, the verdicts.
 
     The limit decides every verdict: a record that raised it to pass a scenario is not the lab's release.
     """
     wrong = []
-    for field, want in (("limit", recipe.LIMIT), ("boundary_margin", recipe.BOUNDARY_MARGIN)):
+    for field, want in (("limit", recipe.LIMIT), ("margin_factor", recipe.MARGIN_FACTOR)):
         got = number(record.get(field))
         if got is None or abs(got - want) > 1e-12:
             wrong.append(f"{field} is {record.get(field)}; the lab's "
@@ -200,10 +206,24 @@ def _record_problems(ctx: Context, record: dict, doc: dict, mine: dict) -> list[
         if "note" in rep and _note_claims(rep["note"]) != _note_claims(want["note"]):
             wrong.append(f"results/{name}/note is {rep['note']!r}; the recomputed scenario "
                          + (f"notes {want['note']!r}" if want["note"] else "has nothing to note"))
-    passed = all(s.verdict == "pass" for s in mine.values())
-    if record.get("all_pass") is not passed:
-        wrong.append(f"all_pass is {record.get('all_pass')}, but the recomputed verdicts say {passed}")
+    wrong += _margin_problems("scenarios.json", record, list(mine.values()))
+    passed = not any(s.needs_work for s in mine.values())
+    if record.get("judged_pass") is not passed:
+        wrong.append(f"judged_pass is {record.get('judged_pass')}, but the recomputed verdicts say {passed}")
+    unjudged = [s.name for s in mine.values() if not s.judged]
+    if record.get("not_judged") != unjudged:
+        wrong.append(f"not_judged is {record.get('not_judged')}, but FP32 itself reads below the floor on {unjudged}")
     return wrong
+
+
+def _margin_problems(where: str, rec: dict, results: list) -> list[str]:
+    """The recorded confident margin (the record's and each row's) against the recomputed one: twice daylight's
+    largest change, so within two Softmax output steps (each largest change may move one step on another CPU)."""
+    want = results[0].margin if results else 0.0
+    rows = [("margin", rec.get("margin"))] + [(f"results/{r.get('name')}/margin", r.get("margin"))
+                                             for r in rec.get("results", []) if isinstance(r, dict)]
+    return [f"{where} {field} is {got!r}; recomputed {want:.4f} (twice INT8's largest change on daylight)"
+            for field, got in rows if number(got) is None or abs(number(got) - want) > 2 * SOFTMAX_STEP]
 
 
 def _note_claims(note) -> tuple:
@@ -228,14 +248,19 @@ def _families(doc: dict, model, acc_split) -> tuple[float, list[str], list]:
     wrong, ev = [], []
     for family, results in mine.items():
         rows = {row.get("name"): row for row in recorded[family].get("results", []) if isinstance(row, dict)}
+        wrong += [f"{family}: {w}" for w in _margin_problems("recipe.json kernel_families", recorded[family], results)]
+        for key, want in (("judged_pass", not any(r.needs_work for r in results)),
+                          ("not_judged", [r.name for r in results if not r.judged])):
+            if recorded[family].get(key) != want:
+                wrong.append(f"{family}/{key} reported {recorded[family].get(key)}, recomputed {want}")
         for r in results:
             rep = rows.get(r.name, {}).get("verdict")
             ev.append(Evidence(f"{family}: {r.name} verdict", rep, r.verdict, None, "recomputed as that family computes"))
             if rep != r.verdict:
                 wrong.append(f"{family}/{r.name} reported {rep}, recomputed {r.verdict}")
-    failing = [f"{f}/{r.name}" for f, results in mine.items() for r in results if not r.passed]
+    failing = [f"{f}/{r.name}" for f, results in mine.items() for r in results if r.needs_work]
     ok = not wrong and not failing
-    msg = ("every target kernel family recomputed: all pass" if ok else
+    msg = ("every target kernel family recomputed: no judged scenario needs work" if ok else
            "kernel families: " + "; ".join(wrong + [f"{n} needs work" for n in failing]))
     return float(ok), [msg], ev
 

@@ -4,7 +4,7 @@ A prediction asks about the lesson's setup (the sets it names, the fixture model
 reported nor the student's models decide it: a model calibrated on the wrong set is charged once, in its lesson
 (03's range_seen), and a prediction that was right keeps its point. The input rulers and the clip/squash diagnosis
 follow from each named set's min and max (``lab.ruler``, pure numpy). The growth errors, the two formats' sizes
-and the flash SQNR trace need conversions of the FP32 fixture with the lesson's settings: each is done once per
+and lesson 07's daylight draft need conversions of the FP32 fixture with the lesson's settings: each is done once per
 grader worker and cached (the errors per kernel family, as the hand-in's family computes them), in a temporary
 folder, so fixtures/ is never written. ``lab.predictions`` judges with the same words the notebook used.
 """
@@ -23,13 +23,13 @@ from lab.errors import LabError
 from lab.lessons import lesson01_the_ruler, lesson03_narrow_right_wide, lesson04_more_batches, lesson05_qdq_vs_qoperator
 from lab.lessons.lesson03_narrow_right_wide import SETTINGS
 from lab.lessons.lesson05_qdq_vs_qoperator import FORMAT_SETTINGS, quantize_both_formats
-from lab.lessons.lesson07_calibrate_the_deployed_representation import debugging, recipe, scenarios
+from lab.lessons.lesson07_calibrate_the_deployed_representation import recipe, scenario_checks
 
 PART = "predictions"
 # the questions, each defined by the lesson that asks it, in lesson order
 QUESTIONS = {q.name: q for q in (lesson01_the_ruler.PREDICTION, lesson03_narrow_right_wide.PREDICTION,
                                  lesson04_more_batches.PREDICTION, lesson05_qdq_vs_qoperator.PREDICTION,
-                                 debugging.PREDICTION)}
+                                 scenario_checks.PREDICTION)}
 NAMES = tuple(QUESTIONS)
 NEEDS = ("predictions.json",)
 WHERE = " (measured on the lesson's sets and the fixture, not on your files)"  # what every verdict was judged on
@@ -100,22 +100,18 @@ def lesson_formats() -> tuple[dict, bool]:
 
 
 @lru_cache(maxsize=1)
-def lesson_entry() -> tuple[object, list[str]]:
-    """Lesson 07: where the flash error enters the daylight draft (the row, or None), and the graph order.
-
-    The draft as the lesson builds it: per-channel QDQ, calibrated on all daylight calibration images; the
-    trace compares it with FP32 on the evaluation images and on their flash. The debug copies compute with
-    exact int32 sums on every CPU, so one trace serves every kernel family."""
-    x = evaluation()[0]
+def lesson_draft_verdicts() -> list:
+    """Lesson 07: the daylight draft's verdicts on the tuning images, with exact int32 arithmetic (the question's own
+    terms, so one answer is right on every kernel family). The draft as the lesson builds it: per-channel QDQ,
+    calibrated on every daylight image of the calibration pool."""
+    tuning = recipe.tuning_set()
     with tempfile.TemporaryDirectory(prefix="grader-lesson07-") as tmp:
         source = _source(tmp)
         draft = Path(tmp) / "daylight.onnx"
-        daylight_pixels = recipe.select([("daylight", None)]).pixels
-        convert.quantize(source, draft, daylight_pixels, batch_size=BATCH_SIZE, per_channel=True)
-        daylight = debugging.layer_sqnr(source, draft, x, tmp)
-        flash = debugging.layer_sqnr(source, draft, scenarios.flash(x, 0), tmp)
-        order = debugging.tensor_order(source)
-    return debugging.entry_point(flash, daylight), order
+        convert.quantize(source, draft, recipe.select([("daylight", None)]).pixels, batch_size=BATCH_SIZE,
+                         per_channel=True)
+        with kernels.computing_as(kernels.EXACT):
+            return scenario_checks.compare_scenarios(source, draft, tuning.pixels, tuning.labels)
 
 
 # ----- the judges ------------------------------------------------------------------------------------------
@@ -144,14 +140,14 @@ def _formats(answer):
     return lesson05_qdq_vs_qoperator.judge_formats(answer, *lesson_formats())
 
 
-def _entry_tensor(answer):
+def _failing_scenarios(answer):
 
-    debugging.PREDICTION.normalise(answer)
-    return debugging.judge_entry_tensor(answer, *lesson_entry())
+    scenario_checks.PREDICTION.normalise(answer)
+    return scenario_checks.judge_failing_scenarios(answer, lesson_draft_verdicts())
 
 
 JUDGES = {"clip_or_squash": _clip_or_squash, "input_rulers": _input_rulers, "more_batches": _more_batches,
-          "formats": _formats, "entry_tensor": _entry_tensor}
+          "formats": _formats, "failing_scenarios": _failing_scenarios}
 
 
 def run(ctx: Context) -> list:

@@ -4,8 +4,7 @@ SQNR (signal to quantization noise ratio) is ``20 log10(|reference| / |reference
 in dB: 40 dB means the error is 1 % of the signal, 20 dB means 10 %. Two numbers per tensor:
 ``own`` compares the tensor just before and just after its QuantizeLinear/DequantizeLinear pair in
 the INT8 model (what that one ruler does), ``vs_fp32`` compares the INT8 model's tensor with the
-FP32 model's (everything accumulated so far). Lesson 07's prediction (``PREDICTION``: the tensor where the
-flash error enters) and its judge live here, beside the measurement that settles it.
+FP32 model's (everything accumulated so far).
 """
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ from typing import Mapping, Sequence
 import numpy as np
 from onnxruntime.quantization import qdq_loss_debug as qd
 
-from lab import compare, kernels, predictions
+from lab import compare, kernels
 from lab.errors import LabError
 from lab.graph import load, output_scale
 from lab.lessons.lesson07_calibrate_the_deployed_representation.scenario_checks import computed_on
@@ -208,26 +207,3 @@ def debug_copy_check(debug_output, deployed_model: str | Path, x: np.ndarray,
     step = output_scale(deployed_model) or 1 / 255
     return DebugCopyCheck(family, computed_on(family), diff, round(diff / step, 3),
                           int((debug.argmax(1) != deployed.argmax(1)).sum()))
-
-
-def _entry_tensor(q: predictions.Question, answer) -> str:
-    if not isinstance(answer, str) or not answer:
-        raise q.fail("the answer", "a tensor name from the graph order, as a string", answer)
-    return answer
-
-
-PREDICTION = predictions.Question("entry_tensor", "07", "the tensor where the flash error enters",
-                                  "a tensor name from `order`, as a string", _entry_tensor)
-
-
-def judge_entry_tensor(answer, entry: object, order: list[str]) -> predictions.Verdict:
-    """``entry``: the ``debugging.LayerSQNR`` row where the flash run first falls 10 dB below daylight (or None)."""
-    answer = PREDICTION.normalise(answer)
-    measured = getattr(entry, "tensor", None)
-    known = "" if answer in order else f" ({answer!r} is not a tensor of this graph: {', '.join(order)})"
-    parts = [(answer == measured, f"you said the error enters at {answer}{known}; measured, it enters at {measured}")]
-    return predictions.verdict("entry_tensor", parts,
-                    "a flash pushes stroke pixels past 1.0, and a ruler calibrated on daylight ends at 1.0, so the "
-                    "very first QuantizeLinear, on the input pixels, clips them; every later tensor inherits that "
-                    "damage. Read the SQNR table top down and take the first tensor that falls 10 dB below "
-                    "daylight's")

@@ -23,20 +23,24 @@ from lab.graph import check_io, input_ruler, load, per_channel, quant_format, we
 from lab.kernels import check_family, target_family
 from lab.lessons.lesson06_accept_or_reject.acceptance import LIMIT
 from lab.lessons.lesson07_calibrate_the_deployed_representation import scenarios
-from lab.lessons.lesson07_calibrate_the_deployed_representation.scenario_checks import (BOUNDARY_MARGIN, ScenarioResult,
+from lab.lessons.lesson07_calibrate_the_deployed_representation.scenario_checks import (MARGIN_FACTOR, ScenarioResult,
                                                                                      computed_on)
 from lab.workspace import atomic_write_text
 
 RELEASE_ID = "digits-int8-r1"  # the release lesson 07 writes: the model, its recipe and its scenario record
-# How the release is converted: per-channel weights, in QOperator with QInt8 activations, whose S8S8 kernel does not
-# saturate on the saturating kernel family (lesson 06), so both families compute it exactly
-RELEASE_SETTINGS = {"quant_format": "QOperator", "activation_type": "QInt8", "per_channel": True}
+POOL_SIZE = 300  # positions 0..299 of the calibration split: the pool a calibration selection draws from
+TUNING = slice(POOL_SIZE, 360)  # positions 300..359, held aside: they choose the fix and the recipe, never calibrate
+# The reference hand-in's release (grader.reference): per-channel QDQ with 7-bit weights, one of the recipes that hold
+# on both kernel families. The lesson releases the fastest of those on the machine that runs it (release.choose).
+RELEASE_SETTINGS = {"quant_format": "QDQ", "activation_type": "QInt8", "weight_type": "QInt8", "per_channel": True,
+                    "reduce_range": True}
 # What the release's calibration does not represent, recorded in its recipe
-NOT_COVERED = ("digits shifted in the frame and low-contrast (fog) scenes: FP32 itself misreads them, so no "
-               "calibration can help; dim and noisy scenes fall inside the calibrated ranges but are not sampled; "
+NOT_COVERED = ("digits shifted in the frame, low-contrast (fog) and noisy scenes: FP32 itself reads fewer than 95 % of "
+               "them, so they are not judged and no calibration can help; dim scenes fall inside the calibrated ranges "
+               "but are not sampled; "
                "any camera other than the deployed one (raw 0..16 divided by 16, no clipping)")
 
-RECIPE_SCHEMA, SCENARIOS_SCHEMA = "recipe/1", "scenarios/1"
+RECIPE_SCHEMA, SCENARIOS_SCHEMA = "recipe/2", "scenarios/2"
 META_RELEASE, META_SHA, META_RECIPE = "calibration_lab.release_id", "calibration_lab.recipe_sha256", "calibration_lab.recipe"
 ACTIVATION_DTYPES = {"QInt8": "int8", "QUInt8": "uint8"}
 WEIGHT_DTYPES = {"QInt8": "INT8", "QUInt8": "UINT8"}
@@ -74,12 +78,24 @@ class Selection:
                           for (c, p), d in zip(self.parts, self.dataset_index)]}
 
 
+def pool_positions() -> range:
+    """The positions of the calibration split a selection may use: all but the ``TUNING`` images held aside."""
+    return range(POOL_SIZE)
+
+
+def tuning_set(split: str = "calibration") -> data.Split:
+    """The calibration split's ``TUNING`` images, held aside: they choose the fix, the acceptance set judges it."""
+    s = data.load_split(split)
+    return data.Split(f"{split}[{TUNING.start}:{TUNING.stop}]", s.raw[TUNING], s.labels[TUNING], s.index[TUNING])
+
+
 def select(parts: Sequence[tuple[str, Sequence[int] | slice | None]], split: str = "calibration",
            seed: int = 0) -> Selection:
-    """Build a calibration selection from ``(condition, positions)`` pairs over one fixture split.
+    """Build a calibration selection from ``(condition, positions)`` pairs over the calibration pool.
 
-    ``positions`` index the split (None or a slice for many); the condition is applied to those
-    images' deployed pixels. Example: ``select([("daylight", None), ("flash", slice(0, None, 6))])``.
+    ``positions`` index the pool (``pool_positions()``, the split's first ``POOL_SIZE`` images; None or a slice
+    for many); the condition is applied to those images' deployed pixels. The ``TUNING`` images are never
+    selected. Example: ``select([("daylight", None), ("flash", slice(0, None, 2))])``.
     """
     try:
         s = data.load_split(split)
@@ -91,10 +107,14 @@ def select(parts: Sequence[tuple[str, Sequence[int] | slice | None]], split: str
     for condition, positions in parts:
         if condition not in conditions:
             raise ValueError(f"unknown condition {condition!r}; expected one of {sorted(conditions)}")
-        pos = np.arange(len(s))[positions if positions is not None else slice(None)]
-        pos = np.asarray(pos, dtype=np.int64).ravel()
-        if pos.size == 0 or pos.min() < 0 or pos.max() >= len(s):
-            raise ValueError(f"positions for {condition!r} must be 0..{len(s) - 1} and not empty")
+        pool = min(POOL_SIZE, len(s))
+        if isinstance(positions, slice) or positions is None:
+            pos = np.arange(pool)[positions if positions is not None else slice(None)]
+        else:
+            pos = np.asarray(positions, dtype=np.int64).ravel()
+        if pos.size == 0 or pos.min() < 0 or pos.max() >= pool:
+            raise ValueError(f"positions for {condition!r} must be 0..{pool - 1} (the calibration pool; positions "
+                             f"{TUNING.start}..{TUNING.stop - 1} are held aside for tuning) and not empty")
         chunks.append(conditions[condition](s.pixels[pos], seed))
         rec.append((condition, tuple(int(p) for p in pos)))
         idx.append(tuple(int(i) for i in s.index[pos]))
@@ -142,9 +162,16 @@ def preprocessing() -> dict:
 
 def kernel_families(by_family: Mapping[str, Sequence[ScenarioResult]]) -> dict:
     """The recipe's record of the target kernel families: where each was computed, its verdicts."""
-    return {family: {"computed_on": computed_on(family), "all_pass": all(r.passed for r in results),
+    return {family: {"computed_on": computed_on(family), **verdicts(results),
                      "results": [r.to_dict() for r in results]}
             for family, results in by_family.items()}
+
+
+def verdicts(results: Sequence[ScenarioResult]) -> dict:
+    """The record of one family's run: its confident margin, whether every judged scenario passes, the unjudged."""
+    return {"margin": results[0].margin if results else 0.0,
+            "judged_pass": not any(r.needs_work for r in results),
+            "not_judged": [r.name for r in results if not r.judged]}
 
 
 def check_families(by_family: Mapping[str, Sequence[ScenarioResult]], targets: Sequence[str]) -> None:
@@ -153,7 +180,7 @@ def check_families(by_family: Mapping[str, Sequence[ScenarioResult]], targets: S
     if missing:
         raise ReleaseError(f"the release was never evaluated under its target kernel family {', '.join(missing)}; "
                            "use scenario_checks.compare_families(..., families=TARGET_FAMILIES)")
-    failing = {f: [r for r in by_family[f] if not r.passed] for f in targets}
+    failing = {f: [r for r in by_family[f] if r.needs_work] for f in targets}
     failing = {f: rows for f, rows in failing.items() if rows}
     if failing:
         raise ReleaseError("the release does not pass under every target kernel family: " + "; ".join(
@@ -186,11 +213,11 @@ def recipe(release_id: str, source_model: str | Path, selection: Selection, sett
         "versions": versions(),
         "acceptance": {"split": acceptance.name, "count": len(acceptance), "sha256": data.data_sha256(acceptance.pixels),
                        "shared_rows_with_calibration": sum(shared_rows(selection.pixels, acceptance.pixels).values())},
-        "scenarios": {"limit": LIMIT, "boundary_margin": BOUNDARY_MARGIN,
+        "scenarios": {"limit": LIMIT, "margin_factor": MARGIN_FACTOR,
                       "results": [r.to_dict() for r in results],
-                      "accepted": [f"{r.name}: {r.accepted_differences} changed answer(s) where FP32's margin was under "
-                                   f"{BOUNDARY_MARGIN}" + (f"; {r.note}" if r.note else "")
-                                   for r in results if r.passed and (r.accepted_differences or r.note)]},
+                      "accepted": [f"{r.name}: {r.accepted_differences} changed answer(s) where FP32's top-two gap "
+                                   f"was under {r.margin:.3f}" for r in results if r.passed and r.accepted_differences]
+                      + [f"{r.name}: not judged; {r.note}" for r in results if not r.judged]},
         "kernel_families": kernel_families(by_family),
     }
     return schemas.validate("recipe", doc)
@@ -202,10 +229,9 @@ def scenarios_record(release_id: str, model: str | Path, recipe_path: str | Path
     doc = {"schema": SCENARIOS_SCHEMA, "release_id": release_id,
            "model_sha256": data.file_sha256(model), "recipe_sha256": data.file_sha256(recipe_path),
            "acceptance": {"split": acceptance.name, "count": len(acceptance), "sha256": data.data_sha256(acceptance.pixels)},
-           "limit": LIMIT, "boundary_margin": BOUNDARY_MARGIN,
-           "kernel_family": target_family(),
-           "results": [r.to_dict() for r in results],
-           "all_pass": all(r.passed for r in results)}
+           "limit": LIMIT, "margin_factor": MARGIN_FACTOR,
+           "kernel_family": target_family(), **verdicts(results),
+           "results": [r.to_dict() for r in results]}
     return schemas.validate("scenarios", doc)
 
 
@@ -229,7 +255,7 @@ def write_release(release_dir: str | Path, draft_model: str | Path, recipe_doc: 
     """
     out = Path(release_dir)
     schemas.validate("recipe", recipe_doc, "recipe.json")
-    failing = [f for f, rec in recipe_doc["kernel_families"].items() if not rec["all_pass"]]
+    failing = [f for f, rec in recipe_doc["kernel_families"].items() if not rec["judged_pass"]]
     if failing:
         raise ReleaseError(f"not released: under kernel family {', '.join(failing)} some scenarios need work "
                            f"(recipe kernel_families); fix the model before releasing it")
