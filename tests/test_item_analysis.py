@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import re
 import subprocess
 import sys
@@ -21,11 +20,11 @@ from pathlib import Path
 import pytest
 
 from bad_submissions import corpus
-from browser_support import chromium_path, launched_chromium
 from grader import similar
 from grader.items import analyse
 from grader.rubric import rubric, title
 from lab.tools.submit import submit
+from test_report import browser  # noqa: F401 - the class report's Chromium fixture (skips, or fails in CI)
 
 REPO = Path(__file__).resolve().parent.parent
 ARTIFACTS = REPO / "artifacts" / "browser"
@@ -44,12 +43,6 @@ def disguised(source: str) -> str:
         "{self.input_name: batch}", "{self.input_name: chunk}").replace("must be at least 1", "too small")
     text = text.replace("    def get_next(self):", "    # hand the next chunk\n\n    def get_next(  self ):")
     return text.replace("    ", "  ")  # two-space indents
-
-
-def skip_unless_ci(reason: str) -> None:
-    if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
-        pytest.fail(f"CI=true but the item analysis browser test cannot run: {reason}", pytrace=False)
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="module")
@@ -78,13 +71,6 @@ def graded(tmp_path_factory, reference_workspace) -> Path:
 
 def results(out: Path) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in (out / "results").glob("*.json")}
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if chromium_path() is None:
-        skip_unless_ci("Chromium is not installed at /usr/bin/chromium (Debian: apt-get install chromium)")
-    yield from launched_chromium(skip_unless_ci)
 
 
 @pytest.mark.browser
