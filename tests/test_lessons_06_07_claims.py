@@ -115,3 +115,29 @@ def test_the_grader_charges_a_flash_only_release_under_recipe_and_names_it(tmp_p
             if c.points < c.max_points and c.part != "toolbox" and k != "hidden.choice_heldout"}
     assert list(lost) == ["release.recipe"], lost
     assert "lacks 300 of the 300 daylight images of the calibration pool" in checks["release.recipe"].message
+
+
+def test_summarize_in_percent_is_charged_once_and_regression_json_is_named_as_its_consequence(tmp_path):
+    """The honest mistake: accuracy as a percentage. Lesson 06 then cannot write regression.json (its schema takes a
+    ratio), so the hand-in has none: summarize_code pays, the three regression.json checks say why and what to do."""
+    from grader import core, reference, sandbox
+    from lab.tools.submit import submit
+
+    if not sandbox.bwrap_available():
+        pytest.skip("student code runs only under bubblewrap")
+    work = reference.build(tmp_path / "workspace")
+    metrics = (work / "metrics.py").read_text()
+    assert '"accuracy": correct / len(labels)' in metrics
+    (work / "metrics.py").write_text(metrics.replace('"accuracy": correct / len(labels)',
+                                                     '"accuracy": 100 * correct / len(labels)'))
+    (work / "regression.json").unlink()
+    result = core.grade(submit("percent", work, tmp_path / "zip"))
+    checks = {f"{c.part}.{c.name}": c for c in result.checks}
+    lost = {k: c.max_points - c.points for k, c in checks.items()
+            if c.points < c.max_points and c.part != "toolbox" and k != "hidden.choice_heldout"}
+    assert list(lost) == ["acceptance.summarize_code"], lost
+    assert "(a 0-1 ratio)" in checks["acceptance.summarize_code"].message
+    for name in ("summaries", "probabilities", "decisions"):
+        message = checks[f"acceptance.{name}"].message
+        assert "because of the mistake above" in message and "Return correct / count in metrics.py" in message
+        assert "not charged here: charged once, under 06 acceptance" in message

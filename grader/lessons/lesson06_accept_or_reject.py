@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 
 import numpy as np
 
@@ -68,8 +69,27 @@ def run_gate(ctx: Context) -> list:
                   f"FP32 accuracy {acc:.4f} on {len(labels)} evaluation images (gate {FLOOR})")]
 
 
+PERCENT = "summarize:percentage"  # ctx.charged: summarize() returned the accuracy as a percentage (charged there)
+REGRESSION = "regression.json"
+
+
+def _without_regression(ctx: Context) -> list:
+    """regression.json is missing. When summarize() returned a percentage (charged under summarize_code), lesson 06
+    could not write it (its schema takes a 0-1 ratio): the consequence is named, not charged again."""
+    if PERCENT in ctx.charged:
+        why = (f"{REGRESSION} is not in the submission because of the mistake above: summarize() returns the "
+               "accuracy as a percentage, and lesson 06 cannot write a percentage into regression.json (a 0-1 ratio). "
+               "Return correct / count in metrics.py, re-run lesson 06, then hand in again; "
+               + charged_under(PART, "summarize_code"))
+        return [check(PART, name, 1, why) for name in ("summaries", "probabilities", "decisions")]
+    why = f"{REGRESSION} is not in the submission: lesson 06 writes it into the workspace; run that lesson, then hand in again"
+    return [check(PART, name, 0, why) for name in ("summaries", "probabilities", "decisions")]
+
+
 def run(ctx: Context) -> list:
-    doc = ctx.doc("regression.json")
+    if not ctx.has(REGRESSION):
+        return _without_regression(ctx)
+    doc = ctx.doc(REGRESSION)
     _, labels = evaluation()
     probs = {name: _probs(ctx, name) for name in NAMES}
     mine = {name: _summary(p, labels) for name, p in probs.items()}
@@ -448,6 +468,8 @@ def run_summarize(ctx: Context) -> list:
         msgs.append(f"{', '.join(names)}: {problem}")
         if "transposed" in key:
             ctx.charged.add("transposed")
+        if "(a 0-1 ratio)" in key and _as_percentage(key):
+            ctx.charged.add(PERCENT)
     full = check(PART, "summarize_code", 1, "").max_points
     main = check(PART, "summarize_code", max(0.0, full - cost) / full,
                  "summarize() passes the lesson's example, the transposition trap, the error cases (mismatched "
@@ -461,6 +483,12 @@ def run_summarize(ctx: Context) -> list:
         hidden = check(HIDDEN, "secret_summarize", 0.0 if secret_msg else 1.0,
                        f"summarize() on the instructor's lists: {secret_msg or 'correct'}", hidden=True)
     return [main, hidden]
+
+
+def _as_percentage(problem: str) -> bool:
+    """Whether ``_same``'s accuracy problem reports 100 x the expected ratio."""
+    got = re.search(r"accuracy is ([-0-9.e+]+), expected ([0-9.]+)", problem)
+    return bool(got) and abs(float(got.group(1)) - 100 * float(got.group(2))) <= 0.01 + 1e-9
 
 
 def run_heldout(ctx: Context) -> list:
@@ -484,7 +512,7 @@ def run_heldout(ctx: Context) -> list:
 GROUPS = (
     Group("06", PART, ("summarize_code",), run_summarize, needs=("metrics.py",), hidden=("secret_summarize",)),
     Group("06", PART, ("fp32_gate",), run_gate),
-    Group("06", PART, ("summaries", "probabilities", "decisions"), run, needs=("regression.json", "candidate.onnx")),
+    Group("06", PART, ("summaries", "probabilities", "decisions"), run, needs=("candidate.onnx",)),
     Group("06", PART, ("candidate",), run_candidate, needs=("candidate.onnx",)),
     Group("06", PART, (), run_heldout, needs=("candidate.onnx",), hidden=("heldout",)),
 )
