@@ -8,6 +8,7 @@ import ast
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -268,3 +269,22 @@ def test_lab_the_fixtures_and_the_lessons_use_nothing_posix_only():
     found = [f for where, source in kit_python().items() for f in posix_only(source, where)]
     assert len(kit_python()) > 50
     assert not found, "POSIX-only (a student on Windows would fail here):\n  " + "\n  ".join(found)
+
+
+# --- make lab's one line where the sandbox cannot run ---------------------------------------------------------------
+
+@pytest.mark.skipif(not shutil.which("make"), reason="make is not installed")
+def test_make_lab_says_in_one_line_that_the_sandbox_cannot_run_and_nothing_when_it_can():
+    notice = subprocess.run(["make", "-s", "--eval", "notice: ; @: $(info $(ISOLATION_NOTICE))", "notice"], cwd=REPO,
+                            capture_output=True, text=True, check=True).stdout.strip()
+    env = {k: v for k, v in os.environ.items() if k not in ("GRADER_NO_BWRAP", "GRADER_UNSAFE_NO_SANDBOX")}
+    refused = subprocess.run([sys.executable, "-c", notice], cwd=REPO, capture_output=True, text=True,
+                             env={**env, "GRADER_NO_BWRAP": "1"})
+    assert refused.returncode == 0 and refused.stdout == ""
+    assert refused.stderr.startswith("make lab: GRADER_NO_BWRAP is set, so the grade below runs no student code")
+    assert len(refused.stderr.splitlines()) == 1
+    from grader import sandbox
+
+    quiet = subprocess.run([sys.executable, "-c", notice], cwd=REPO, capture_output=True, text=True, env=env)
+    assert quiet.returncode == 0 and quiet.stdout == ""
+    assert (quiet.stderr == "") == sandbox.bwrap_available(), quiet.stderr
