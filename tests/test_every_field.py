@@ -57,6 +57,8 @@ ALLOW = {
                                                  "regression.json's evidence",
     ("toolbox.json", "choice/justification"): "the student's free-text note",
     ("toolbox.json", "speed/*"): "timings and threads of the student's own CPU: not reproducible elsewhere",
+    ("toolbox.json", "candidates/*/time_ratio"): "a candidate's time on the student's own CPU: not reproducible "
+                                                 "elsewhere (the choice's is judged against the limit)",
     # MinMax ranges do not depend on how samples are batched, and nothing in a model records the batch size; the
     # reader contract is checked at other batch sizes, and growth.json's batch size is checked against its stream
     ("results.json", "settings/batch_size"): "decides nothing recorded in the models (MinMax is batch-free)",

@@ -276,16 +276,19 @@ def _toolbox_files(files: corpus.Files, settings: dict, extra: dict | None = Non
         source, choice = work / "source.onnx", work / "choice.onnx"
         tb.build(source, choice, data.calibration_set("right"), settings, scratch_dir=work / "scratch")
         ev = measure.evaluation(source)
-        check = tb.check_choice(choice, source, "evaluation")
+        check = tb.check_choice(choice, source, "evaluation", time_ratio=1.0)  # a time this CPU could measure
         m = measure.measure(choice, ev)
         full = {**tb.BASELINE, **settings}
         row = {"name": tb.settings_name(full), "settings": full, **tb.describe(full), **m,
-               "accuracy_loss": check["accuracy_loss"], "size_ratio": check["size_ratio"], "meets": check["meets"]}
+               "by_family": check["by_family"], "accuracy_loss": check["worst_accuracy_loss"],
+               "worst_max_abs_error": max(v["max_abs_error"] for v in check["by_family"].values()),
+               "size_ratio": check["size_ratio"], "time_ratio": 1.0}
         doc = tb.document(
             ev=ev, speed={"threads": 1, "timings": [], "sweep": [], "crossover_width": None}, candidates_=[row],
             choice={"file": "choice.onnx", "sha256": data.file_sha256(choice), "settings": full,
                     "max_abs_error": check["max_abs_error"], "accuracy": check["accuracy"], "bytes": check["bytes"],
-                    "accuracy_loss": check["accuracy_loss"], "size_ratio": check["size_ratio"],
+                    "by_family": check["by_family"], "accuracy_loss": check["worst_accuracy_loss"],
+                    "size_ratio": check["size_ratio"], "time_ratio": 1.0,
                     "justification": f"the candidate I picked: {row['name']}, measured on the evaluation split"})
         doc.update(extra or {})
         return {**files, "choice.onnx": choice.read_bytes(), "toolbox.json": json.dumps(doc, indent=1).encode()}
@@ -355,7 +358,8 @@ MISTAKES = [
                                      "images, but your DigitReader serves 396", "not charged here: charged once, "
                                      "under 02 the calibration reader")),
     # lesson 08: the choice picked by the lowest error instead of the smallest file; size is charged once
-    Mistake("toolbox_choice_misses_the_size", lambda f: _with_toolbox(f, {}), {"toolbox.choice_meets": 1},
+    # (one of choice_meets' five parts: static, accuracy on each of the two families, size, latency)
+    Mistake("toolbox_choice_misses_the_size", lambda f: _with_toolbox(f, {}), {"toolbox.choice_meets": 0.5},
             ("size ratio", "NO", "misses the requirement on size only", "not charged here: charged once, under 08 "
                                                                         "the quantization toolbox"),
             base="toolbox"),

@@ -480,7 +480,19 @@ KIT_CASES = {
         "08_the_quantization_toolbox", "CHOICE = best",
         lambda s: s.replace('CHOICE = best["settings"]', 'CHOICE = next(r for r in cands if r["accuracy_loss"] == 0 '
                                                           'and r["size_ratio"] > toolbox.MAX_SIZE_RATIO)["settings"]'),
-        "toolbox.check_choice_input(", False, ("meets the requirement on the evaluation images", "not met: size")),
+        "toolbox.check_choice_input(", True, ("ChoiceError", "misses the requirement on size: ")),
+    "08 CHOICE on the S8S8 QOperator path": (
+        "08_the_quantization_toolbox", "CHOICE = best",
+        lambda s: s.replace('CHOICE = best["settings"]', 'CHOICE = next(r for r in cands if r["format"] == "QOperator" '
+                                                          'and r["activations"] == "QInt8" and r["accuracy_loss"] == 0)'
+                                                          '["settings"]'),
+        "toolbox.check_choice_input(", True, ("ChoiceError", "misses the requirement on latency: ")),
+    "08 CHOICE that holds on one family only": (
+        "08_the_quantization_toolbox", "CHOICE = best",
+        lambda s: s.replace('CHOICE = best["settings"]', 'CHOICE = next(r for r in cands if r["by_family"]["exact"]'
+                                                          '["accuracy_loss"] == 0 and r["accuracy_loss"] > '
+                                                          'toolbox.MAX_ACCURACY_LOSS)["settings"]'),
+        "toolbox.check_choice_input(", True, ("ChoiceError", "accuracy (saturating family): loss 0.0100")),
 }
 
 

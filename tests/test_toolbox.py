@@ -220,27 +220,45 @@ def test_preprocess_report_names_the_fusion(source, work):
     assert pre["value_info_after"] > pre["value_info_before"]
 
 
-@pytest.mark.parametrize("loss, ratio, static, expected", [
-    (0.0, 0.35, True, True), (tb.MAX_ACCURACY_LOSS, tb.MAX_SIZE_RATIO, True, True),
-    (0.0075, 0.35, True, False), (0.0, 0.36, True, False), (0.0, 0.30, False, False),
+@pytest.mark.parametrize("losses, ratio, static, time, expected", [
+    ({"exact": 0.0, "saturating": 0.0}, 0.35, True, 1.0, True),
+    ({"exact": tb.MAX_ACCURACY_LOSS, "saturating": tb.MAX_ACCURACY_LOSS}, tb.MAX_SIZE_RATIO, True, tb.MAX_TIME_RATIO,
+     True),
+    ({"exact": 0.0, "saturating": 0.0075}, 0.35, True, 1.0, False),  # one family is enough to miss it
+    ({"exact": 0.0, "saturating": 0.0}, 0.41, True, 1.0, False), ({"exact": 0.0}, 0.30, False, 1.0, False),
+    ({"exact": 0.0}, 0.30, True, 4.5, False), ({"exact": 0.0}, 0.30, True, None, False),
 ])
-def test_meets(loss, ratio, static, expected):
-    assert tb.meets(loss, ratio, static) is expected
+def test_meets(losses, ratio, static, time, expected):
+    assert tb.meets(losses, ratio, static, time) is expected
 
 
-def test_check_choice_on_heldout(source, work, right):
+def test_check_choice_on_heldout_measures_both_families(source, work, right):
     good = work / "good.onnx"
     tb.build(source, good, right, {"quant_format": "QOperator", "activation_type": "QUInt8", "preprocess": True},
              scratch_dir=work / "scratch")
-    result = tb.check_choice(good, source, "heldout")
-    assert result["static"] and result["meets"], result
+    result = tb.check_choice(good, source, "heldout", time_ratio=1.1)
+    assert result["static"] and not result["unmet"], result
+    assert set(result["by_family"]) == set(kernels.FAMILIES)
     assert result["size_ratio"] == pytest.approx(good.stat().st_size / source.stat().st_size, abs=1e-4)
-    fp32 = tb.check_choice(source, source, "heldout")
-    assert fp32["accuracy_loss"] == 0 and not fp32["static"] and not fp32["meets"]
+    assert tb.check_choice(good, source, "heldout")["unmet"] == [
+        f"latency: not timed FP32's time for a batch of {tb.LATENCY_BATCH} on this CPU; the limit is 2x"]
+    fp32 = tb.check_choice(source, source, "heldout", time_ratio=1.0)
+    assert fp32["accuracy_loss"] == 0 and not fp32["static"] and fp32["unmet"][0].startswith("static")
     narrow = work / "narrow-choice.onnx"
     tb.build(source, narrow, data.calibration_set("narrow"), {"quant_format": "QOperator", "preprocess": True},
              scratch_dir=work / "scratch")
-    assert not tb.check_choice(narrow, source, "heldout")["meets"]  # small, but it loses accuracy
+    assert any(p.startswith("accuracy") for p in tb.check_choice(narrow, source, "heldout", 1.0)["unmet"])
+
+
+def test_per_channel_u8s8_misses_only_on_the_saturating_family(source, work, right):
+    """The requirement on both families: per-channel QDQ keeps the accuracy on exact CPUs, not on saturating ones."""
+    model = work / "pc.onnx"
+    tb.build(source, model, right, {"per_channel": True}, scratch_dir=work / "scratch")
+    result = tb.check_choice(model, source, "evaluation", time_ratio=1.0)
+    assert result["by_family"]["exact"]["accuracy_loss"] <= tb.MAX_ACCURACY_LOSS
+    assert [p.split(":")[0] for p in result["unmet"]] == ["accuracy (saturating family)", "size"]
+    with pytest.raises(tb.ChoiceError, match=r"accuracy \(saturating family\).*size"):
+        tb.refuse_unmet(result)
 
 
 # --- sensitivity ----------------------------------------------------------------------------------
@@ -265,11 +283,15 @@ def test_excluding_a_node_keeps_its_weights_in_float(source, work, ev, right):
 def _doc(source, ev, baseline):
     m = measure.measure(baseline, ev)
     settings = {**tb.BASELINE}
-    cand = {"name": "baseline", "settings": settings, **m, "accuracy_loss": 0.0, "size_ratio": 0.44, "meets": False}
+    fam = {f: {"max_abs_error": m["max_abs_error"], "accuracy": m["accuracy"], "accuracy_loss": 0.0}
+           for f in ("exact", "saturating")}
+    cand = {"name": "baseline", "settings": settings, **m, "by_family": fam, "accuracy_loss": 0.0,
+            "worst_max_abs_error": m["max_abs_error"], "size_ratio": 0.44, "time_ratio": 1.4}
     return dict(ev=ev, speed={"threads": 1, "timings": [], "sweep": [], "crossover_width": None},
                 candidates_=[cand],
                 choice={"file": "choice.onnx", "sha256": data.file_sha256(baseline), "settings": dict(settings), **m,
-                        "accuracy_loss": 0.0, "size_ratio": 0.44, "justification": "the baseline, for the test only"})
+                        "by_family": fam, "accuracy_loss": 0.0, "size_ratio": 0.44, "time_ratio": 1.4,
+                        "justification": "the baseline, for the test only"})
 
 
 def _tables(ev, baseline):
@@ -289,7 +311,7 @@ def _tables(ev, baseline):
 def test_document_validates_and_the_schema_names_a_wrong_field(source, ev, baseline):
     kwargs = _doc(source, ev, baseline)
     doc = tb.document(**kwargs)
-    assert doc["schema"] == "toolbox/1" and doc["requirement"]["max_accuracy_loss"] == tb.MAX_ACCURACY_LOSS
+    assert doc["schema"] == "toolbox/2" and doc["requirement"]["max_accuracy_loss"] == tb.MAX_ACCURACY_LOSS
     from lab import kernels
 
     assert doc["evaluation"]["kernel_family"] == kernels.target_family()
@@ -380,16 +402,17 @@ def test_check_choice_says_which_family_it_measured(source, work, right, family)
     tb.build(source, good, right, {"quant_format": "QOperator", "activation_type": "QUInt8", "preprocess": True},
              scratch_dir=work / "scratch")
     with kernels.computing_as(family):
-        result = tb.check_choice(good, source, "evaluation")
-    assert result["kernel_family"] == family and result["meets"], result
+        result = tb.check_choice(good, source, "evaluation", time_ratio=1.0)
+    assert result["kernel_family"] == family and not result["unmet"], result
 
 
-def test_unmet_names_each_limit_the_choice_misses():
-    assert tb.unmet(0.0, 0.30, True) == [] and tb.meets(0.0, 0.30, True)
-    problems = tb.unmet(0.01, 0.50, False)
-    assert len(problems) == 3 and not tb.meets(0.01, 0.50, False)
-    assert any(f"{tb.MAX_ACCURACY_LOSS}" in p for p in problems) and any("35.5%" in p for p in problems)
-    assert tb.unmet(0.0, 0.50, True) == [f"size 50.0% of FP32 is over the limit {tb.MAX_SIZE_RATIO:.1%}"]
+def test_unmet_names_each_part_the_choice_misses():
+    assert tb.unmet({"exact": 0.0}, 0.30, True, 1.0) == [] and tb.meets({"exact": 0.0}, 0.30, True, 1.0)
+    problems = tb.unmet({"exact": 0.01, "saturating": 0.02}, 0.50, False, 4.0)
+    assert [p.split(":")[0] for p in problems] == ["static", "accuracy (exact family)", "accuracy (saturating family)",
+                                                   "size", "latency"]
+    assert any(f"{tb.MAX_ACCURACY_LOSS}" in p for p in problems) and any("40%" in p for p in problems)
+    assert tb.unmet({"exact": 0.0}, 0.50, True, 1.0) == [f"size: 50.0% of FP32 is over the limit {tb.MAX_SIZE_RATIO:.0%}"]
 
 
 # --- more of the guide: the config object, op types, MinimumRealRange, sample counts --------------
