@@ -33,13 +33,13 @@ from pathlib import Path
 from tqdm import tqdm
 
 from grader import sandbox
+from grader import state as grader_state
 from grader.core import grade, possible_points
 from grader.items import handin_record
 from grader.report import write_report
 from grader.results import PENDING, GradeResult
-from grader.reuse import reuse
 from grader.rubric import rubric
-from grader.sandbox import Limits
+from grader.sandbox import Limits, Policy
 from grader.submission import sha256_of_input, student_from_path
 from grader.version import __version__
 from lab.workspace import atomic_write_text
@@ -64,21 +64,22 @@ def job(path: str, limits: Limits | None = None, unsafe_no_sandbox: bool | None 
     a worker with several threads (a Dask worker started without ``--nthreads 1``) grades in turn.
     """
     with _ONE_JOB_AT_A_TIME:
-        if unsafe_no_sandbox is not None:
-            sandbox.allow_unsafe(unsafe_no_sandbox)
-        d = package(*grade_one(path, limits))
+        state = grader_state.for_policy(Policy(limits or Limits(), unsafe_no_sandbox))  # this worker's, kept
+        d = package(*grade_one(path, state=state))
         if d["checks"]:  # past intake: the class report's answers and code fingerprints (grader.items)
             d["handin"] = handin_record(path)
         return d
 
 
-def grade_one(path: str | Path, limits: Limits | None = None) -> tuple[GradeResult, str]:
-    """``grader.core.grade``, plus how its student code ran (``isolation_label``) and a note if it was refused."""
-    sandbox.take_runs()
-    sandbox.warm_up()  # the fork server preloads while intake and the model checks run
-    with reuse():  # one session per model; the fixtures' data and predictions once per worker
-        result = grade(path, limits)
-    runs = sandbox.take_runs()
+def grade_one(path: str | Path, limits: Limits | None = None,
+              state: grader_state.GraderState | None = None) -> tuple[GradeResult, str]:
+    """``grader.core.grade`` with ``state`` (default ``grader.state.current()``), plus how its student code ran
+    (``isolation_label``) and a note if it was refused."""
+    state = state or grader_state.current()
+    state.runs.take()
+    state.runs.warm_up()  # the fork server preloads while intake and the model checks run
+    result = grade(path, limits, state)  # one session per model; the fixtures' data and predictions once per worker
+    runs = state.runs.take()
     if "refused" in runs:
         result.notes.append(sandbox.REFUSED_NOTE)
     return result, isolation_label(runs)

@@ -9,14 +9,14 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 import numpy as np
 
 from grader.models import load_checked
 from grader.results import Check, Evidence
+from grader.reuse import per_worker
 from grader.rubric import HIDDEN, charged_under, points, rubric  # noqa: F401 - what every check reads
-from grader.sandbox import Limits
+from grader.sandbox.policy import Limits
 from grader.submission import Submission
 from lab import compare, data
 from lab.errors import LabError
@@ -38,7 +38,7 @@ MARGIN = 2 * SOFTMAX_STEP
 RANGE_REL = 1e-5
 
 
-@lru_cache(maxsize=4)
+@per_worker
 def evaluation() -> tuple[np.ndarray, np.ndarray]:
     """The evaluation split's pixels and labels, read-only: every hand-in the worker grades shares them."""
     split = data.load_split("evaluation")
@@ -47,7 +47,7 @@ def evaluation() -> tuple[np.ndarray, np.ndarray]:
     return pixels, labels
 
 
-@lru_cache(maxsize=1)
+@per_worker
 def fp32_outputs() -> np.ndarray:
     return compare.predict(data.fixture_path("fp32.onnx"), evaluation()[0])
 
@@ -68,6 +68,12 @@ class Context:
 
     def has(self, rel: str) -> bool:
         return self.sub.has(rel)
+
+    def check_models(self) -> None:
+        """Intake: every ONNX file of the submission passes the model checks (``ModelRefused``) before any is run."""
+        for rel in sorted(self.sub.files):
+            if rel.endswith(".onnx"):
+                self._models[rel] = load_checked(self.sub.path(rel), rel)
 
     def model(self, rel: str):
         """The checked ``onnx.ModelProto`` of a submitted file (raises ``ModelRefused`` or ``Missing``)."""
@@ -111,8 +117,8 @@ class StudentFileError(LabError):
 
 
 # ONNX Runtime's errors that a model itself causes: bad shapes or types, a graph it cannot build or run
-_RUNTIME_ERRORS = {"Fail", "InvalidArgument", "InvalidGraph", "InvalidProtobuf", "NotImplemented",
-                   "RuntimeException"}
+_RUNTIME_ERRORS = frozenset({"Fail", "InvalidArgument", "InvalidGraph", "InvalidProtobuf", "NotImplemented",
+                             "RuntimeException"})
 
 
 def is_runtime_error(e: BaseException) -> bool:
@@ -252,7 +258,7 @@ def _known_set(sha256) -> str | None:
     return None
 
 
-@lru_cache(maxsize=1)
+@per_worker
 def _common_truth() -> dict:
     x, _ = evaluation()
     return {"source_sha256": data.file_sha256(data.fixture_path("fp32.onnx")), "evaluation/count": int(len(x)),

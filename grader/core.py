@@ -1,7 +1,9 @@
 """Grade one submission: intake, then each lesson group's checks; a crash in a check is a failed check.
 
 ``grade(path)`` is a pure function of the submission (and the fixtures, the rubric and the
-instructor's secret): path in, ``GradeResult`` out. It never raises for a bad submission.
+instructor's secret): path in, ``GradeResult`` out. It never raises for a bad submission. What the
+grader keeps between hand-ins (caches, the fork server, the isolation policy) is the ``GraderState``
+it is given (``grader.state``): the caller's own when none is.
 """
 from __future__ import annotations
 
@@ -10,17 +12,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from grader import sandbox
+from grader import state as grader_state
 from grader.context import Context, Missing, StudentFileError, is_runtime_error, runtime_problem
 from grader.group import Group
 from grader.lessons import (lesson02_the_calibration_reader, lesson03_narrow_right_wide, lesson04_more_batches,
                             lesson05_qdq_vs_qoperator, lesson06_accept_or_reject,
                             lesson07_calibrate_the_deployed_representation, lesson08_the_quantization_toolbox,
                             predictions)
-from grader.models import ModelRefused, load_checked
+from grader.models import ModelRefused
 from grader.results import GradeResult, safe_text
 from grader.rubric import points, rubric
-from grader.sandbox import Limits
+from grader.sandbox.policy import Limits
 from grader.submission import SubmissionInvalid, open_submission, sha256_of_input, student_from_path
 from grader.version import __version__
 from lab import kernels
@@ -40,10 +42,8 @@ def possible_points() -> float:
 
 
 def intake_models(ctx: Context) -> None:
-    """Every ONNX file in the submission passes the model checks before any is run."""
-    for rel in sorted(ctx.sub.files):
-        if rel.endswith(".onnx"):
-            ctx._models[rel] = load_checked(ctx.sub.path(rel), rel)
+    """Every ONNX file in the submission passes the model checks before any is run (``Context.check_models``)."""
+    ctx.check_models()
 
 
 def planned_runs(ctx: Context) -> list:
@@ -137,10 +137,16 @@ def kernel_family_note(recorded: str | None) -> tuple[str, str]:
     return text, family
 
 
-def grade(path: str | Path, limits: Limits | None = None) -> GradeResult:
-    """Grade one submission (a zip or a folder). Never raises for anything the submission holds."""
+def grade(path: str | Path, limits: Limits | None = None, state: grader_state.GraderState | None = None) -> GradeResult:
+    """Grade one submission (a zip or a folder) with ``state`` (default ``grader.state.current()``); ``limits``
+    (default the state's policy's) bound each student-code run. Never raises for anything the submission holds."""
+    state = state or grader_state.current()
+    with state.active(), state.reuse.hand_in():
+        return _grade(Path(path), limits or state.policy.limits, state)
+
+
+def _grade(path: Path, limits: Limits, state: grader_state.GraderState) -> GradeResult:
     start = time.monotonic()
-    path = Path(path)
     student = student_from_path(path)
     rubric()  # a broken rubric is the instructor's error: raise it, do not blame the student
     scratch = Path(tempfile.mkdtemp(prefix="grader-sub-"))
@@ -149,12 +155,12 @@ def grade(path: str | Path, limits: Limits | None = None) -> GradeResult:
         common["submission_sha256"] = sha256_of_input(path) if path.exists() else ""
         try:
             sub = open_submission(path, scratch / "submission")
-            ctx = Context(sub, limits or Limits())
+            ctx = Context(sub, limits)
             intake_models(ctx)
         except (SubmissionInvalid, ModelRefused) as e:
             return GradeResult.without_results(student, "invalid", str(e), seconds=time.monotonic() - start,
                                                **common)
-        sandbox.plan(planned_runs(ctx))  # a hand-in past intake: its code runs in the sandbox while lessons are checked
+        state.runs.plan(planned_runs(ctx))  # a hand-in past intake: its code runs in the sandbox while lessons are checked
         family_note, family = kernel_family_note(sub.kernel_family)
         with kernels.computing_as(family):
             checks = run_groups(ctx)
@@ -169,5 +175,5 @@ def grade(path: str | Path, limits: Limits | None = None) -> GradeResult:
         return GradeResult.without_results(student, "error", f"the grader failed: {type(e).__name__}: {e}",
                                            seconds=time.monotonic() - start, **common)
     finally:
-        sandbox.end_plan()
+        state.runs.end_plan()
         shutil.rmtree(scratch, ignore_errors=True)

@@ -13,7 +13,7 @@ from lab import graph
 from lab.errors import LabError
 
 MAX_MODEL_BYTES = 16 << 20
-ALLOWED_DOMAINS = {"", "ai.onnx", "com.microsoft"}
+ALLOWED_DOMAINS = frozenset({"", "ai.onnx", "com.microsoft"})
 
 
 class ModelRefused(LabError):

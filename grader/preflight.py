@@ -23,6 +23,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Mapping
 
+from grader.sandbox.secret import SECRET_ENV, SECRET_FILE_ENV
 from lab.data import FixturesNotFound, file_sha256, fixtures_dir
 
 # What the checks open: the FP32 model and the bad-calibration model (lessons 03-08), the three splits
@@ -30,7 +31,6 @@ from lab.data import FixturesNotFound, file_sha256, fixtures_dir
 REQUIRED_FIXTURES = ("fp32.onnx", "bad-calibration.onnx", "calibration.npz", "evaluation.npz", "heldout.npz")
 MANIFEST = "manifest.json"
 RUBRIC = "rubric.toml"
-SECRET_ENV, SECRET_FILE_ENV = "GRADER_SECRET", "GRADER_SECRET_FILE"  # as grader.sandbox reads them
 NO_SECRET_ENV = "GRADER_NO_SECRET"
 EXIT_REFUSED = 3  # the grader did not start; 1 is a hand-in not graded, 2 a wrong command line
 
@@ -112,7 +112,7 @@ def rubric_problems(path: Path | None = None) -> list[Problem]:
 
 
 def secret_problems(env: Mapping[str, str] = os.environ, no_secret: bool = False) -> list[Problem]:
-    """The instructor secret as ``grader.sandbox.secret`` finds it; none only when asked for."""
+    """The instructor secret as ``grader.sandbox.secret.secret`` finds it; none only when asked for."""
     if env.get(SECRET_ENV):
         return []
     named = env.get(SECRET_FILE_ENV)

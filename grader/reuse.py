@@ -1,62 +1,70 @@
 """What grading repeats, done once: sessions, the fixtures' data and predictions, schema validations.
 
-``reuse()`` is the block around one grade (``grader.batch.grade_one``). Inside it, the lab's module
-attributes below are replaced for the block's length and restored after:
+A ``Reuse`` is the ``lab.cache`` of one grading worker (``grader.state.GraderState.reuse``): inside ``hand_in()``
+(the block around one grade) the lab's cached functions ask it, whatever name their caller imported them under:
 
 - ``lab.compare.predict`` builds one ONNX Runtime session per model *content* and computes a model's
   outputs on the same pixels, as the same kernel family, once. The checks run one model on the evaluation
   set, the held-out split and each lesson-07 condition, and a lesson's call may name a model by its path
   where another check holds it loaded (lesson 05's ``describe``; ``right.onnx`` and lesson 05's QDQ model are
   often the same bytes): each used to build its own session.
-- What depends only on the fixtures is computed once per worker process and kept for its life: the fixtures'
+- What depends only on the fixtures is computed once per worker and kept for its life: the fixtures'
   sessions and outputs (the FP32 model on every condition, the bad-calibration model), the splits
-  (``lab.data.load_split``, which read the ``.npz`` again on each of about 40 calls per hand-in) and the three
-  calibration sets. Each caller gets its own copy of the arrays, so nothing a check does to one reaches the
-  next hand-in; keys hold the fixture file's size and mtime.
+  (``lab.data.load_split``, which read the ``.npz`` again on each of about 40 calls per hand-in), the three
+  calibration sets and what ``kept``/``per_worker`` hold (the evaluation split's read-only pixels, the FP32
+  outputs). Each caller gets its own copy of the arrays, so nothing a check does to one reaches the next
+  hand-in; keys hold the fixture file's size and mtime.
 - A prediction is keyed by its model (a path is looked up among the fixtures once per hand-in) and its pixels'
-  digest; the evaluation split's pixels (``grader.context.evaluation``, read-only) are hashed once per worker.
+  digest; a read-only array that owns its data (the evaluation split's pixels) is hashed once per worker.
 - ``lab.schemas.validate`` checks one document against one schema once per hand-in: intake validates every
   JSON file, and lesson 07's ``recipe.verify`` reads and validates ``release/recipe.json`` again (the largest
   document, about a tenth of a hand-in's JSON time).
 
 A hand-in's own sessions, outputs and validations are dropped when the block ends, so one hand-in can never
 change another's grade, and a class of identical hand-ins costs what a class of different ones does.
+``hits`` counts the answers given from a store, by function name.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
-from lab import compare, data, kernels, schemas
-from lab.data import INPUT_NAME
+from lab import cache, data, kernels
 
-_FIXTURE_SESSIONS: dict = {}  # (fixture path, size, mtime) -> session; kept for the worker's life
-_FIXTURE_OUTPUTS: dict = {}  # (fixture key, family, input name, pixels digest) -> probabilities
-_SPLITS: dict = {}  # (split name, file key) -> lab.data.Split
-_SETS: dict = {}  # (kind, calibration file key) -> float32 pixels
-_READ_ONLY_KEYS: dict = {}  # id(read-only array) -> (the array, its _pixels_key); kept for the worker's life
-
-
-def _pixels_key(x) -> tuple:
-    """(shape, digest) of ``x`` as float32. A read-only array that owns its data (the evaluation split's pixels, which
-    about 23 of a hand-in's 25 predictions are given) is hashed once per worker and remembered by identity."""
-    if isinstance(x, np.ndarray) and not x.flags.writeable and x.base is None:
-        if id(x) not in _READ_ONLY_KEYS:
-            if len(_READ_ONLY_KEYS) >= 16:
-                _READ_ONLY_KEYS.clear()
-            _READ_ONLY_KEYS[id(x)] = (x, _digest(x))  # the array is kept, so its id stays its own
-        return _READ_ONLY_KEYS[id(x)][1]
-    return _digest(x)
+READ_ONLY_KEPT = 16  # read-only arrays whose digest a worker remembers (the evaluation split's pixels among them)
 
 
 def _digest(x) -> tuple:
     x = np.ascontiguousarray(x, np.float32)
     return x.shape, hashlib.blake2b(x.data, digest_size=16).hexdigest()
+
+
+class PixelKeys:
+    """(shape, digest) of pixels as float32. A read-only array that owns its data (the evaluation split's pixels,
+    which about 23 of a hand-in's 25 predictions are given) is hashed once and remembered by identity."""
+
+    def __init__(self, digest: Callable[[Any], tuple] = _digest):
+        self.digest = digest
+        self._read_only: dict[int, tuple] = {}  # id(array) -> (the array, its key): kept, so its id stays its own
+
+    def __call__(self, x) -> tuple:
+        if isinstance(x, np.ndarray) and not x.flags.writeable and x.base is None:
+            if id(x) not in self._read_only:
+                if len(self._read_only) >= READ_ONLY_KEPT:
+                    self._read_only.clear()
+                self._read_only[id(x)] = (x, self.digest(x))
+            return self._read_only[id(x)][1]
+        return self.digest(x)
 
 
 def _file_key(path: Path) -> tuple:
@@ -87,87 +95,137 @@ def _split_copy(split: data.Split) -> data.Split:
     return replace(split, raw=split.raw.copy(), labels=split.labels.copy(), index=split.index.copy())
 
 
-@contextlib.contextmanager
-def reuse():
-    """Within the block (one grade): one session and one output per model content and input, the fixtures'
-    data and predictions once per worker, each document validated once. See the module docstring."""
-    fixtures = data.fixtures_dir().resolve()
-    own_sessions: dict = {}  # content digest -> session
-    own_outputs: dict = {}
-    digests: dict = {}  # id(loaded model) -> (model, digest): the model is kept so its id stays its own
-    validated: set = set()  # (schema, document as canonical JSON) that passed in this hand-in
-    fixture_keys: dict = {}  # str(model path) -> _fixture_key (None: not a fixture); the files do not change mid-grade
-    originals = {(compare, "session"): compare.session, (compare, "predict"): compare.predict,
-                 (data, "load_split"): data.load_split, (data, "calibration_set"): data.calibration_set,
-                 (data, "fixtures_dir"): data.fixtures_dir, (schemas, "validate"): schemas.validate}
-    make_session, predict = compare.session, compare.predict
-    load_split, calibration_set, validate = data.load_split, data.calibration_set, schemas.validate
-    fixtures_dir = data.fixtures_dir
+class _HandIn:
+    """One hand-in's own stores, dropped when its grade ends."""
 
-    def model_key(model) -> tuple:
+    def __init__(self, folder: Path):
+        self.folder, self.fixtures = folder, folder.resolve()  # as lab.data finds it, and resolved for comparisons
+        self.sessions: dict = {}  # content digest -> session
+        self.outputs: dict = {}
+        self.digests: dict = {}  # id(loaded model) -> (model, digest): the model is kept so its id stays its own
+        self.validated: set = set()  # (schema, document as canonical JSON) that passed in this hand-in
+        self.fixture_keys: dict = {}  # str(model path) -> _fixture_key (None: not a fixture)
+
+
+class Reuse:
+    """One worker's caches (see the module docstring): ``call`` answers the lab's cached functions (``lab.cache``)."""
+
+    def __init__(self) -> None:
+        self.fixture_sessions: dict = {}  # (fixture path, size, mtime) -> session
+        self.fixture_outputs: dict = {}  # (fixture key, family, input name, pixels digest) -> probabilities
+        self.splits: dict = {}  # (split name, file key) -> lab.data.Split
+        self.sets: dict = {}  # (kind, calibration file key) -> float32 pixels
+        self.values: dict = {}  # kept(): what depends only on the fixtures, by key
+        self.pixel_keys = PixelKeys()
+        self.hits: Counter = Counter()  # function name -> answers from a store
+        self._hand_in: _HandIn | None = None
+
+    @contextlib.contextmanager
+    def hand_in(self) -> Iterator[Reuse]:
+        """The block of one grade: the lab's cached functions ask this worker's stores; the hand-in's own go after."""
+        outer = self._hand_in
+        self._hand_in = _HandIn(data.fixtures_dir())
+        try:
+            with cache.using(self):
+                yield self
+        finally:
+            self._hand_in = outer
+
+    def call(self, name: str, compute: Callable[..., Any], args: tuple) -> Any:
+        """``lab.cache.Cache``: answer ``compute(*args)`` for the lab function ``name``."""
+        if self._hand_in is None:
+            return compute(*args)
+        return getattr(self, _METHODS[name])(compute, *args)
+
+    def kept(self, key: tuple, compute: Callable[[], Any]) -> Any:
+        """``compute()`` once per worker, under ``key``: only for what depends on the fixtures alone."""
+        if key in self.values:
+            self.hits["kept"] += 1
+        else:
+            self.values[key] = compute()
+        return self.values[key]
+
+    def _model_key(self, model) -> tuple:
+        own = self._hand_in
         fixture = None
         if isinstance(model, (str, Path)):
-            if str(model) not in fixture_keys:
-                fixture_keys[str(model)] = _fixture_key(model, fixtures)
-            fixture = fixture_keys[str(model)]
+            if str(model) not in own.fixture_keys:
+                own.fixture_keys[str(model)] = _fixture_key(model, own.fixtures)
+            fixture = own.fixture_keys[str(model)]
         if fixture is not None:
             return ("fixture",) + fixture
         if isinstance(model, (str, Path, bytes, bytearray)):
             return ("sha256", hashlib.sha256(_content(model)).hexdigest())
-        if id(model) not in digests:
-            digests[id(model)] = (model, hashlib.sha256(_content(model)).hexdigest())
-        return ("sha256", digests[id(model)][1])
+        if id(model) not in own.digests:
+            own.digests[id(model)] = (model, hashlib.sha256(_content(model)).hexdigest())
+        return ("sha256", own.digests[id(model)][1])
 
-    def session(model, threads: int = 1, *args, **kwargs):
-        if args or kwargs or threads != 1:
-            return make_session(model, threads, *args, **kwargs)
-        key = model_key(model)
-        store = _FIXTURE_SESSIONS if key[0] == "fixture" else own_sessions
-        if key not in store:
-            store[key] = make_session(model, threads)
+    def _stored(self, name: str, store: dict, key, compute: Callable[[], Any]) -> Any:
+        if key in store:
+            self.hits[name] += 1
+        else:
+            store[key] = compute()
         return store[key]
 
-    def cached_predict(model, x, input_name: str = INPUT_NAME, threads: int = 1, family: str | None = None):
+    def _session(self, compute, model, threads: int):
         if threads != 1:
-            return predict(model, x, input_name, threads, family)
-        key = model_key(model)
-        out_key = (key, family or kernels.target_family(), input_name, _pixels_key(x))
-        store = _FIXTURE_OUTPUTS if key[0] == "fixture" else own_outputs
-        if out_key not in store:
-            store[out_key] = predict(model, x, input_name, threads, family)
-        return store[out_key].copy()
+            return compute(model, threads)
+        key = self._model_key(model)
+        store = self.fixture_sessions if key[0] == "fixture" else self._hand_in.sessions
+        return self._stored(cache.SESSION, store, key, lambda: compute(model, threads))
 
-    def cached_split(name: str) -> data.Split:
+    def _predict(self, compute, model, x, input_name: str, threads: int, family: str | None):
+        if threads != 1:
+            return compute(model, x, input_name, threads, family)
+        key = self._model_key(model)
+        out_key = (key, family or kernels.target_family(), input_name, self.pixel_keys(x))
+        store = self.fixture_outputs if key[0] == "fixture" else self._hand_in.outputs
+        return self._stored(cache.PREDICT, store, out_key, lambda: compute(model, x, input_name, threads,
+                                                                             family)).copy()
+
+    def _load_split(self, compute, name: str) -> data.Split:
         key = (name, _file_key(data.fixture_path(f"{name}.npz")))
-        if key not in _SPLITS:
-            _SPLITS[key] = load_split(name)
-        return _split_copy(_SPLITS[key])
+        return _split_copy(self._stored(cache.LOAD_SPLIT, self.splits, key, lambda: compute(name)))
 
-    def cached_set(kind: str, raw: np.ndarray | None = None) -> np.ndarray:
+    def _calibration_set(self, compute, kind: str, raw) -> np.ndarray:
         if raw is not None or kind not in data.CALIBRATION_SETS:
-            return calibration_set(kind, raw)
+            return compute(kind, raw)
         key = (kind, _file_key(data.fixture_path("calibration.npz")))
-        if key not in _SETS:
-            _SETS[key] = calibration_set(kind)
-        return _SETS[key].copy()
+        return self._stored(cache.CALIBRATION_SET, self.sets, key, lambda: compute(kind, None)).copy()
 
-    def validate_once(name: str, obj: object, source: str = "") -> object:
+    def _fixtures_dir(self, compute) -> Path:
+        self.hits[cache.FIXTURES_DIR] += 1
+        return self._hand_in.folder  # looked up by every lab.data.fixture_path call (about 60 per hand-in)
+
+    def _validate(self, compute, name: str, obj: object, source: str) -> object:
         try:
             key = (name, json.dumps(obj, sort_keys=True, allow_nan=True))
         except (TypeError, ValueError):  # not plain JSON: validate it as it is
-            return validate(name, obj, source)
-        if key not in validated:
-            validate(name, obj, source)
-            validated.add(key)  # only a document that passed: a failure is raised again, with its own source
+            return compute(name, obj, source)
+        if key in self._hand_in.validated:
+            self.hits[cache.VALIDATE] += 1
+        else:
+            compute(name, obj, source)
+            self._hand_in.validated.add(key)  # only a document that passed: a failure is raised again, with its source
         return obj
 
-    folder = fixtures_dir()
-    compare.session, compare.predict = session, cached_predict
-    data.load_split, data.calibration_set = cached_split, cached_set
-    data.fixtures_dir = lambda: folder  # looked up by every lab.data.fixture_path call (about 60 per hand-in)
-    schemas.validate = validate_once
-    try:
-        yield
-    finally:
-        for (module, name), original in originals.items():
-            setattr(module, name, original)
+
+# lab.cache name -> the Reuse method that answers it
+_METHODS = MappingProxyType({cache.PREDICT: "_predict", cache.SESSION: "_session", cache.LOAD_SPLIT: "_load_split",
+                             cache.CALIBRATION_SET: "_calibration_set", cache.FIXTURES_DIR: "_fixtures_dir",
+                             cache.VALIDATE: "_validate"})
+
+
+def per_worker(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` (of the fixtures alone, hashable arguments) computed once per worker while a grade runs (``kept``);
+    outside one, computed at each call. What ``functools.lru_cache`` on a module function did, without the
+    module-level store: two graders in one process keep their own."""
+
+    @functools.wraps(fn)
+    def once(*args):
+        reuse = cache.current()
+        if not isinstance(reuse, Reuse):
+            return fn(*args)
+        return reuse.kept((fn.__module__, fn.__qualname__, args), lambda: fn(*args))
+
+    return once

@@ -32,10 +32,10 @@ MAX_ARCHIVE_BYTES = 64 << 20      # the zip as handed in
 MAX_UNPACKED_BYTES = 128 << 20    # everything inside, unpacked
 MAX_FILES = 200
 MAX_DEPTH = 4
-ALLOWED_SUFFIXES = {".py", ".json", ".onnx", ".md", ".txt"}
+ALLOWED_SUFFIXES = frozenset({".py", ".json", ".onnx", ".md", ".txt"})
 # What an operating system or an editor adds when a student re-zips by hand: never unpacked, never graded.
-JUNK_FOLDERS = {"__MACOSX", ".ipynb_checkpoints", "__pycache__"}
-JUNK_FILES = {".DS_Store", "Thumbs.db", "desktop.ini"}
+JUNK_FOLDERS = frozenset({"__MACOSX", ".ipynb_checkpoints", "__pycache__"})
+JUNK_FILES = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})
 
 
 def is_junk(name: str) -> bool:
@@ -193,7 +193,7 @@ def _unzip(archive: Path, dest: Path) -> list[str]:
 UNZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, lzma.LZMAError, EOFError, ValueError,
                 NotImplementedError, RuntimeError, struct.error)
 # OSErrors an archive's names or streams cause (a bz2 stream's error has no errno); any other is the grader's disk
-ARCHIVE_ERRNOS = {None, errno.ENOTDIR, errno.EEXIST, errno.EISDIR, errno.ENAMETOOLONG, errno.EILSEQ}
+ARCHIVE_ERRNOS = frozenset({None, errno.ENOTDIR, errno.EEXIST, errno.EISDIR, errno.ENAMETOOLONG, errno.EILSEQ})
 
 
 def _why(e: BaseException) -> str:

@@ -5,10 +5,15 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from lab import kernels
+from lab import cache, graph, kernels
 from lab.data import INPUT_NAME
-from lab.graph import quant_format, session
+from lab.graph import quant_format
 from lab.ruler import InputRuler
+
+
+def session(model, threads: int = 1):
+    """``lab.graph.session`` for ``predict``, through the current ``lab.cache`` (the grader's keeps one per model)."""
+    return cache.through(cache.SESSION, graph.session, model, threads)
 
 
 def predict(model, x: np.ndarray, input_name: str = INPUT_NAME, threads: int = 1,
@@ -17,8 +22,13 @@ def predict(model, x: np.ndarray, input_name: str = INPUT_NAME, threads: int = 1
 
     A quantized model runs as CPUs of ``family`` compute it (default ``kernels.target_family()``,
     normally this machine's): on this machine's kernels when they are that family, else in
-    ``lab.kernels``' emulation. A float model is the same on every family.
+    ``lab.kernels``' emulation. A float model is the same on every family. Asked through the current
+    ``lab.cache``.
     """
+    return cache.through(cache.PREDICT, _predict, model, x, input_name, threads, family)
+
+
+def _predict(model, x: np.ndarray, input_name: str, threads: int, family: str | None) -> np.ndarray:
     x = np.asarray(x, np.float32)
     family = family or kernels.target_family()
     if kernels.emulated(family) and quant_format(model) != "float":

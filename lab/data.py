@@ -13,19 +13,25 @@ from pathlib import Path
 
 import numpy as np
 
+from lab import cache
+
 
 class FixturesNotFound(FileNotFoundError):
     """The ``fixtures`` package (its files are package data) cannot be found or is not a folder on disk."""
 
 
 def fixtures_dir() -> Path:
-    """The folder of the ``fixtures`` package, wherever the lab is installed.
+    """The folder of the ``fixtures`` package, wherever the lab is installed (asked through the current ``lab.cache``).
 
     Found through ``importlib.resources``, not from this file's location: a non-editable install puts
     ``lab`` and ``fixtures`` side by side in site-packages, an editable one leaves them in the source tree,
     the Gradescope bundle puts them on ``PYTHONPATH``. ONNX Runtime and numpy open files by path, so the
     package must be a real folder (not inside a zip).
     """
+    return cache.through(cache.FIXTURES_DIR, _fixtures_dir)
+
+
+def _fixtures_dir() -> Path:
     try:
         root = resources.files("fixtures")
     except ModuleNotFoundError:
@@ -89,7 +95,11 @@ def fixture_path(name: str) -> Path:
 
 
 def load_split(name: str) -> Split:
-    """Load ``calibration``, ``evaluation`` or ``heldout`` from the fixtures."""
+    """Load ``calibration``, ``evaluation`` or ``heldout`` from the fixtures (through the current ``lab.cache``)."""
+    return cache.through(cache.LOAD_SPLIT, _load_split, name)
+
+
+def _load_split(name: str) -> Split:
     with np.load(fixture_path(f"{name}.npz")) as f:
         return Split(name, f["raw"], f["labels"], f["index"])
 
@@ -124,7 +134,12 @@ CALIBRATION_SET_NOTES = {
 
 
 def calibration_set(kind: str, raw: np.ndarray | None = None) -> np.ndarray:
-    """The ``right``, ``narrow`` or ``wide`` calibration set, float32 [N, 64], built from the same images."""
+    """The ``right``, ``narrow`` or ``wide`` calibration set, float32 [N, 64], built from the same images (through
+    the current ``lab.cache``)."""
+    return cache.through(cache.CALIBRATION_SET, _calibration_set, kind, raw)
+
+
+def _calibration_set(kind: str, raw: np.ndarray | None) -> np.ndarray:
     if kind not in CALIBRATION_SETS:
         raise ValueError(f"unknown calibration set {kind!r}; expected one of {sorted(CALIBRATION_SETS)}")
     if raw is None:

@@ -375,7 +375,7 @@ def test_the_fixture_side_kept_per_worker_is_what_a_fresh_computation_gives():
     assert g07.acceptance_row_hashes("evaluation") == recipe.condition_row_hashes(data.load_split("evaluation").pixels)
 
 
-def test_prediction_keys_remember_only_arrays_nothing_can_change(monkeypatch):
+def test_prediction_keys_remember_only_arrays_nothing_can_change():
     """grader.reuse keys a prediction by its pixels' digest. The evaluation split's read-only pixels are hashed once
     per worker; a writable array, or a read-only view of one, is hashed at every call, so an edit shows."""
     import numpy as np
@@ -385,17 +385,16 @@ def test_prediction_keys_remember_only_arrays_nothing_can_change(monkeypatch):
 
     hashed = []
     digest = reuse._digest
-    monkeypatch.setattr(reuse, "_digest", lambda x: hashed.append(1) or digest(x))
-    monkeypatch.setattr(reuse, "_READ_ONLY_KEYS", {})
+    pixels_key = reuse.PixelKeys(lambda x: hashed.append(1) or digest(x))  # one worker's (grader.state)
     pixels = evaluation()[0]
     assert not pixels.flags.writeable and not evaluation()[1].flags.writeable
-    assert reuse._pixels_key(pixels) == reuse._pixels_key(pixels) == digest(pixels) and len(hashed) == 1
+    assert pixels_key(pixels) == pixels_key(pixels) == digest(pixels) and len(hashed) == 1
     mine = pixels.copy()
-    first = reuse._pixels_key(mine)
+    first = pixels_key(mine)
     mine[0, 0] += 1
-    assert reuse._pixels_key(mine) != first
+    assert pixels_key(mine) != first
     view = mine[:10]
     view.flags.writeable = False
-    before = reuse._pixels_key(view)
+    before = pixels_key(view)
     mine[0, 0] += 1
-    assert reuse._pixels_key(view) != before and len(hashed) == 5
+    assert pixels_key(view) != before and len(hashed) == 5

@@ -185,11 +185,11 @@ def test_grade_command_refuses_without_bubblewrap(escape_class, markers):
 
 
 def test_sandbox_run_refuses_in_process(good_zip, tmp_path, monkeypatch):
-    """``bwrap_available`` patched to False: ``sandbox.run`` starts nothing unless unsafe is allowed."""
+    """Without bubblewrap (``GRADER_NO_BWRAP``): ``sandbox.run`` starts nothing unless unsafe is allowed."""
     from grader.submission import open_submission
 
     monkeypatch.delenv(sandbox.UNSAFE_ENV, raising=False)
-    monkeypatch.setattr(sandbox, "bwrap_available", lambda: False)
+    monkeypatch.setenv(sandbox.NO_BWRAP_ENV, "1")  # as if bubblewrap were not installed
     sub = open_submission(good_zip, tmp_path / "sub")
     marker = tmp_path / "ran.txt"
     (sub.root / "metrics.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n"

@@ -13,6 +13,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+from lab import cache
 from lab.errors import LabError
 from lab.schemas.compiled import Unsupported, compile_schema
 
@@ -172,8 +173,12 @@ def validate(name: str, obj: object, source: str = "") -> object:
     """Check ``obj`` against schema ``name``; raise ``SchemaError`` that names the field.
 
     A document the compiled check accepts is valid (about a tenth of jsonschema's time); any other is
-    checked by jsonschema, which decides and names the field.
+    checked by jsonschema, which decides and names the field. Asked through the current ``lab.cache``.
     """
+    return cache.through(cache.VALIDATE, _validate, name, obj, source)
+
+
+def _validate(name: str, obj: object, source: str) -> object:
     where = f"{source}: " if source else ""
     _check_finite(obj, where)
     if _matches_quickly(name, obj):
