@@ -288,3 +288,19 @@ def test_make_lab_says_in_one_line_that_the_sandbox_cannot_run_and_nothing_when_
     quiet = subprocess.run([sys.executable, "-c", notice], cwd=REPO, capture_output=True, text=True, env=env)
     assert quiet.returncode == 0 and quiet.stdout == ""
     assert (quiet.stderr == "") == sandbox.bwrap_available(), quiet.stderr
+
+
+AS_A_USER = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]  # nobody, from root
+
+
+@pytest.mark.skipif(not (shutil.which("make") and shutil.which("dpkg-query") and shutil.which("setpriv")
+                         and getattr(os, "geteuid", lambda: 1)() == 0), reason="needs make, dpkg-query, root")
+def test_make_setup_as_a_user_stops_with_the_one_command_for_the_missing_system_packages():
+    proc = subprocess.run([*AS_A_USER, "make", "-s", "system", "SYSTEM_PACKAGES=bubblewrap no-such-package-x"],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert proc.stdout.splitlines() == ["setup: these system packages are missing; install them, then run make setup "
+                                        "again:", "  sudo apt-get install -y --no-install-recommends no-such-package-x"]
+    installed = subprocess.run([*AS_A_USER, "make", "-s", "system", "SYSTEM_PACKAGES=bubblewrap"], cwd=REPO,
+                               capture_output=True, text=True, timeout=60)
+    assert (installed.returncode, installed.stdout) == (0, "")  # nothing to install: silent
