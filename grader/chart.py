@@ -99,7 +99,8 @@ def stacked_histogram(rect, title: str, xlabel: str, top: float, stacks: list[tu
     x_ticks = [t for t in nice_ticks(top) if t <= top * (1 + 1e-9)] or [0]  # none past the frame's end
     panel.axes(title, xlabel, "submissions", x_ticks, y_ticks)
     x = panel.x0
-    for label, color, values in stacks if legend else ():  # the legend, one row under the axis label: no bar is ever hidden by it
+    # the legend, one row under the axis label: no bar is ever hidden by it
+    for label, color, values in stacks if legend else ():
         text = f"{label} ({len(values)})"
         panel.parts.append(f'<rect x="{x:.1f}" y="{panel.y0 + 50:.1f}" width="12" height="12" fill="{color}"/>')
         panel.parts.append(_text(x + 16, panel.y0 + 60, text, 11, "start"))

@@ -90,7 +90,7 @@ def test_a_regrade_after_a_rubric_change_writes_the_change_report(graded, change
     after = book(out)
     assert float(after["g1"]["previous_score"]) == float(before["g1"]["score"])
     assert float(after["g1"]["score"]) == g1.score_after
-    assert float(after["g1"]["published"]) == float(after["g1"]["score"])  # without never-lower the new grade is published
+    assert float(after["g1"]["published"]) == float(after["g1"]["score"])  # without never-lower: the new grade
 
 
 def test_never_lower_keeps_every_published_grade(graded, changed_rubric, tmp_path):
