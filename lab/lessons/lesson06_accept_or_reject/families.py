@@ -29,6 +29,7 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "per_tensor": ("one weight scale per tensor", {"per_channel": False}),
     "qoperator_s8": ("QOperator, QInt8 activations (S8S8)", {"quant_format": "QOperator", "activation_type": "QInt8"}),
     "qoperator_u8": ("QOperator, QUInt8 activations (U8S8)", {"quant_format": "QOperator", "activation_type": "QUInt8"}),
+    "u8u8": ("QUInt8 activations and weights (U8U8)", {"activation_type": "QUInt8", "weight_type": "QUInt8"}),
 }
 
 
@@ -204,13 +205,20 @@ def cures_table(source, models: Mapping[str, Path], x: np.ndarray, labels: np.nd
                      **{f"{f}_error": compare.max_abs_error(reference, o) for f, o in outs.items()},
                      "changed": int((e.argmax(axis=1) != s.argmax(axis=1)).sum()),
                      "output_difference": compare.max_abs_error(e, s),
-                     "max_abs_weight": max(r["max_abs_weight"] for r in risk),
+                     "max_abs_weight": max((r["max_abs_weight"] for r in risk), default=None),
                      "risky_pairs": sum(r["risky_pairs"] for r in risk)})
+    base = next((r for r in rows if r["name"] == "candidate"), None)
+    for r in rows:  # what a cure costs where nothing saturates: its exact-family error against the candidate's
+        r["exact_cost"] = r[f"{kernels.EXACT}_error"] - base[f"{kernels.EXACT}_error"] if base else None
     return rows
 
 
 def kernel_kind(model) -> str:
-    """``U8S8`` or ``S8S8``: the integer GEMM the model's MatMuls run on x86 (QDQ shifts s8 activations to u8)."""
+    """``U8S8``, ``S8S8`` or ``U8U8``: the integer GEMM the model's MatMuls run on x86 (QDQ shifts s8 activations to
+    u8; unsigned weights make it U8U8)."""
+    m = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model))
+    if any(i.data_type == onnx.TensorProto.UINT8 and len(i.dims) == 2 for i in m.graph.initializer):
+        return "U8U8"  # unsigned weight matrices
     s8_activations = graph.input_ruler(model).dtype == "int8"
     return "S8S8" if graph.quant_format(model) == "QOperator" and s8_activations else "U8S8"
 
@@ -223,13 +231,16 @@ def format_cures(rows: Sequence[Mapping]) -> str:
         ("risky_pairs", "risky pairs", "d"),
         (f"{e}_accuracy", f"{e} acc", ".4f"), (f"{e}_error", f"{e} err", ".3f"),
         (f"{s}_accuracy", f"{s} acc", ".4f"), (f"{s}_error", f"{s} err", ".3f"),
-        ("changed", "predictions changed", "d"), ("output_difference", "max output diff", ".3f")])
+        ("changed", "predictions changed", "d"), ("output_difference", "max output diff", ".3f"),
+        ("exact_cost", f"{e} err vs candidate", "+.3f")])
 
 
 def why(row: Mapping) -> str:
     """Why a setting's answers do or do not change between the families, from its measured row."""
     if row["kernel"] == "S8S8":
         return "an S8S8 kernel adds s8 x s8 products in int32: there are no int16 pairs to saturate"
+    if row["kernel"] == "U8U8":
+        return "a U8U8 kernel (unsigned weights) has no u8 x s8 pairs for vpmaddubsw to add into an int16"
     if row["risky_pairs"] == 0:
         w = row["max_abs_weight"]
         return (f"its largest |w| is {w}: 255 x ({w} + {w}) = {255 * 2 * w:,} fits in int16, "

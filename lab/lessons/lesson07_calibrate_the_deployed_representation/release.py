@@ -16,7 +16,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from lab import convert, graph, kernels, tables
+from lab import kernels, tables
 from lab.errors import LabError
 from lab.lessons.lesson06_accept_or_reject import families
 from lab.lessons.lesson07_calibrate_the_deployed_representation import scenario_checks
@@ -74,8 +74,8 @@ def convert_candidates(source, out_dir, reader: Callable[[], object],
 
 
 def gemm_kind(model) -> str:
-    """The integer GEMM the model's MatMuls run on x86: ``U8U8`` when weights are unsigned, else lesson 06's kind."""
-    return "U8U8" if "UINT8" in graph.weight_dtypes(model) else families.kernel_kind(model)
+    """The integer GEMM the model's MatMuls run on x86 (lesson 06's ``families.kernel_kind``)."""
+    return families.kernel_kind(model)
 
 
 def saturation_free(model) -> tuple[bool, str]:
