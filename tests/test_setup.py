@@ -37,7 +37,7 @@ def what(**changed) -> str:
 # --- the preflight ------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("changed, words", [
-    (dict(version=(3, 10)), ["Python 3.10 is outside", "3.11 to 3.14", "make setup PYTHON=python3.12"]),
+    (dict(version=(3, 10)), ["Python 3.10 is outside", "3.11 to 3.14", "make setup PYTHON=python3.11"]),
     (dict(version=(3, 15)), ["Python 3.15 is outside", "3.11 to 3.14"]),
     (dict(system=("darwin", "x86_64"), macos="14.5"), ["Intel Mac", "no wheel", "1.23.2", "Linux container"]),
     (dict(system=("darwin", "x86_64"), translated=True, macos="14.5"), ["Rosetta", "arm64 (or universal2) Python"]),

@@ -25,9 +25,9 @@ GLIBC = (2, 28)
 MACOS = (14, 0)
 """onnxruntime 1.32.0's macOS wheels are macosx_14_0_arm64: macOS 14 (Sonoma) or later."""
 MACHINES = {"amd64": "x86_64", "x86_64": "x86_64", "x64": "x86_64", "aarch64": "arm64", "arm64": "arm64"}
-GET_PYTHON = ("install Python {first} to {last} (python.org; on Windows `py -3.12` picks one; on Debian or Ubuntu "
-              "`apt-get install python3 python3-venv`) and run set-up with it, e.g. `make setup PYTHON=python3.12` "
-              "or `python3.12 -m lab.tools.setup`")
+GET_PYTHON = ("install Python {first} to {last} (python.org, or the system's packages: Ubuntu 22.04 has "
+              "`apt-get install python3.11 python3.11-venv`; on Windows `py -3.12` picks one) and run set-up with it, "
+              "e.g. `make setup PYTHON=python3.11` or `python3.11 -m lab.tools.setup`")
 OTHER_MACHINE = ("work on a machine the kit supports ({systems}), or in a Linux container or virtual machine on this "
                  "one (Docker Desktop's python:3.12 image, for example)")
 
