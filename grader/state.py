@@ -7,13 +7,16 @@ independently (``tests/test_grader_state.py``).
 
 ``grader.core.grade(path, state=...)`` takes one; the lesson modules reach theirs through ``current()``, which
 ``active()`` sets for the length of a grade (a context variable, as ``lab.kernels.computing_as`` keeps the kernel
-family). Outside any grade, ``current()`` is the calling context's own state, made on first use: a batch worker's
-(one per process or thread), or the command line's.
+family). Outside any grade, ``current()`` is the calling thread's own state, made on first use: a batch worker's
+(``for_policy``), or the command line's. It is kept by the thread, not in a context variable: Dask runs each task
+in a copy of its event loop's context, where a state set by one job would be gone (with its fork server still
+running) by the next.
 """
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import threading
 from collections.abc import Iterator
 
 from grader.reuse import Reuse
@@ -53,24 +56,32 @@ class GraderState:
 _CURRENT: contextvars.ContextVar[GraderState | None] = contextvars.ContextVar("grader_state", default=None)
 
 
+class _ThreadsState(threading.local):
+    """Where a thread keeps its own state between grades: the one slot, per thread (see the module docstring)."""
+
+    state: GraderState | None = None
+
+
+_THREAD = _ThreadsState()
+
+
 def current() -> GraderState:
-    """The state of the grade being run, else the calling context's own (made, and kept in the context, on first
-    use)."""
+    """The state of the grade being run, else the calling thread's own (made on first use)."""
     state = _CURRENT.get()
     if state is None:
-        state = GraderState()
-        _CURRENT.set(state)
+        state = _THREAD.state
+        if state is None:
+            state = _THREAD.state = GraderState()
     return state
 
 
 def for_policy(policy: Policy) -> GraderState:
-    """The calling context's state when it has ``policy``; else a new one with it, kept in the context instead (the
-    old one's fork server stopped). A batch worker makes its state so, on its first job."""
-    state = _CURRENT.get()
+    """The calling thread's state when it has ``policy``; else a new one with it, kept by the thread instead (the
+    old one's fork server stopped). A batch worker makes its state so, on its first job, and keeps it."""
+    state = _THREAD.state
     if state is not None and state.policy == policy:
         return state
     if state is not None:
         state.close()
-    state = GraderState(policy)
-    _CURRENT.set(state)
+    state = _THREAD.state = GraderState(policy)
     return state
