@@ -468,11 +468,11 @@ KIT_CASES = {
         "acceptance.check_summarize(", True, ("the confusion matrix is transposed", "belongs in confusion[1][2]")),
     "06 PREDICTION names a setting that is not in the table": (
         "06_accept_or_reject", "PREDICTION = ", lambda s: 'PREDICTION = {"per_channel"}',
-        "families.check_prediction(", True, ("PredictionError", "PREDICTION names ['per_channel'], which are not "
-                                             "settings here")),
+        "lab.predictions.record(work, families.PREDICTION", True,
+        ("PredictionError", "a setting: expected one of 'candidate', 'reduce_range'", "got 'per_channel'")),
     "06 PREDICTION that misses a setting": (
         "06_accept_or_reject", "PREDICTION = ", lambda s: 'PREDICTION = {"reduce_range"}',
-        "families.check_prediction(", False, ("NO  reduce_range", "no pair can saturate")),
+        "families.judge_saturating_settings(", False, ("prediction wrong", "NO  reduce_range", "no pair can saturate")),
     "08 CHOICE is the whole row": (
         "08_the_quantization_toolbox", "CHOICE = best", lambda s: s.replace('CHOICE = best["settings"]', "CHOICE = best"),
         "toolbox.check_choice_input(", True, ("ChoiceError", "CHOICE is a whole row of cands")),

@@ -1,4 +1,4 @@
-"""Predictions (lessons 01, 03, 04, 05, 07): each judged against the lesson's truth, recomputed here from the fixtures.
+"""Predictions (lessons 01, 03, 04, 05, 06, 07): each judged against the lesson's truth, recomputed here from the fixtures.
 
 A prediction asks about the lesson's setup (the sets it names, the fixture model), so neither what the student
 reported nor the student's models decide it: a model calibrated on the wrong set is charged once, in its lesson
@@ -23,13 +23,15 @@ from lab.errors import LabError
 from lab.lessons import lesson01_the_ruler, lesson03_narrow_right_wide, lesson04_more_batches, lesson05_qdq_vs_qoperator
 from lab.lessons.lesson03_narrow_right_wide import SETTINGS
 from lab.lessons.lesson05_qdq_vs_qoperator import FORMAT_SETTINGS, quantize_both_formats
+from lab.lessons.lesson06_accept_or_reject import families
+from lab.lessons.lesson06_accept_or_reject.acceptance import CANDIDATE_SETTINGS
 from lab.lessons.lesson07_calibrate_the_deployed_representation import recipe, scenario_checks
 
 PART = "predictions"
 # the questions, each defined by the lesson that asks it, in lesson order
 QUESTIONS = {q.name: q for q in (lesson01_the_ruler.PREDICTION, lesson03_narrow_right_wide.PREDICTION,
                                  lesson04_more_batches.PREDICTION, lesson05_qdq_vs_qoperator.PREDICTION,
-                                 scenario_checks.PREDICTION)}
+                                 families.PREDICTION, scenario_checks.PREDICTION)}
 NAMES = tuple(QUESTIONS)
 NEEDS = ("predictions.json",)
 WHERE = " (measured on the lesson's sets and the fixture, not on your files)"  # what every verdict was judged on
@@ -100,6 +102,19 @@ def lesson_formats() -> tuple[dict, bool]:
 
 
 @lru_cache(maxsize=1)
+def lesson_cures() -> list:
+    """Lesson 06: the candidate's settings changed one at a time (``families.VARIANTS``), calibrated on the 'right'
+    set, each on the evaluation images as both kernel families compute it (``families.cures_table``): whether its
+    answers change does not depend on the CPU that grades."""
+    with tempfile.TemporaryDirectory(prefix="grader-lesson06-") as tmp:
+        source = _source(tmp)
+        paths = families.convert_variants(source, Path(tmp) / "cpu", data.calibration_set("right"),
+                                          {**CANDIDATE_SETTINGS, "batch_size": BATCH_SIZE})
+        x, labels = evaluation()
+        return families.cures_table(source, paths, x, labels)
+
+
+@lru_cache(maxsize=1)
 def lesson_draft_verdicts() -> list:
     """Lesson 07: the daylight draft's verdicts on the tuning images, with exact int32 arithmetic (the question's own
     terms, so one answer is right on every kernel family). The draft as the lesson builds it: per-channel QDQ,
@@ -140,6 +155,12 @@ def _formats(answer):
     return lesson05_qdq_vs_qoperator.judge_formats(answer, *lesson_formats())
 
 
+def _saturating_settings(answer):
+
+    families.PREDICTION.normalise(answer)
+    return families.judge_saturating_settings(answer, lesson_cures())
+
+
 def _failing_scenarios(answer):
 
     scenario_checks.PREDICTION.normalise(answer)
@@ -147,7 +168,8 @@ def _failing_scenarios(answer):
 
 
 JUDGES = {"clip_or_squash": _clip_or_squash, "input_rulers": _input_rulers, "more_batches": _more_batches,
-          "formats": _formats, "failing_scenarios": _failing_scenarios}
+          "formats": _formats, "saturating_settings": _saturating_settings,
+          "failing_scenarios": _failing_scenarios}
 
 
 def run(ctx: Context) -> list:

@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from lab import compare, graph, kernels, tables
+from lab import compare, graph, kernels, predictions, tables
 from lab import convert
 from lab.errors import LabError
 
@@ -252,6 +252,29 @@ def why(row: Mapping) -> str:
              f"outputs move by up to {row['output_difference']:.4f}, no prediction changes")
     return (f"{row['risky_pairs']} weight pairs could pass int16, but on these images saturation is rare "
             f"and does not reach the outputs: {moved}")
+
+
+def _settings(q: predictions.Question, answer) -> list[str]:
+    if isinstance(answer, str) or not isinstance(answer, (set, frozenset, list, tuple)):
+        raise q.fail("the answer", "a set of setting names, e.g. {\"candidate\"} (set() for none)", answer)
+    for name in answer:
+        q.choice("a setting", name, list(VARIANTS))
+    return sorted(set(answer), key=list(VARIANTS).index)
+
+
+PREDICTION = predictions.Question(
+    "saturating_settings", "06", "which settings change at least one answer between an exact and a saturating CPU",
+    '{"candidate"}', _settings)
+
+
+def judge_saturating_settings(answer, rows: Sequence[Mapping]) -> predictions.Verdict:
+    """The predicted set against ``cures_table``'s rows: the share of settings right, and ``check_prediction``'s
+    table (one line per setting, with the measured reason) as the message."""
+    said = PREDICTION.normalise(answer)
+    matched, report = check_prediction(set(said), rows)
+    right = sum((r["name"] in said) == (r["changed"] > 0) for r in rows)
+    return predictions.Verdict("saturating_settings", right / len(rows),
+                               ("prediction right: " if matched else "prediction wrong: ") + report)
 
 
 class PredictionError(LabError, ValueError):
