@@ -58,6 +58,7 @@ bench: setup
 
 fixtures: setup
 	$(PY) -m fixtures.build
+	$(PY) -m fixtures.build_cnn
 
 kit: setup
 	$(PY) -m instructor kit --out kit

@@ -53,9 +53,9 @@ NBVAL_MARK = "# NBVAL_CHECK_OUTPUT"
 KIT = ("lab", "fixtures", "docs", "pyproject.toml")
 # What the kit is built from: the committed versions of these paths (see ``export_committed``).
 SOURCES = KIT + ("notebooks", "README.md", "requirements.txt")
-# Instructor tools inside KIT: the fixture builder (it would rebuild the held-out split from its seed). The kit
+# Instructor tools inside KIT: the fixture builders (they would rebuild the held-out splits from their seed). The kit
 # builder itself and the run-then-grade command live in ``instructor/``, outside KIT.
-INSTRUCTOR_TOOLS = ("fixtures/build.py",)
+INSTRUCTOR_TOOLS = ("fixtures/build.py", "fixtures/build_cnn.py")
 # The data of the grader's hidden checks. Never in the kit, nor in its manifest.
 HELDOUT = tuple(f"fixtures/{name}" for name in HELDOUT_FILES)
 LEFT_OUT = INSTRUCTOR_TOOLS + HELDOUT

@@ -2,13 +2,13 @@
 import numpy as np
 import pytest
 
-from fixtures import build
+from fixtures import build, build_cnn
 from lab import compare, data, graph
 
 
 def test_every_fixture_matches_the_manifest():
     checked = data.verify_fixtures()
-    assert set(checked) == set(build.MODEL_FILES + build.DATA_FILES)
+    assert set(checked) == set(build.MODEL_FILES + build.DATA_FILES + build_cnn.FILES)
     assert all(checked.values()), f"fixtures differ from the manifest: {[k for k, v in checked.items() if not v]}"
 
 

@@ -1,0 +1,132 @@
+"""lab.camera and the CNN fixture: sensor frames, the deployed preprocessing path, the operating conditions."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_digits
+
+from fixtures import build, build_cnn
+from lab import camera, data, graph
+
+
+@pytest.fixture(scope="module")
+def evaluation() -> camera.Frames:
+    return camera.load_split("evaluation")
+
+
+# --- the deployed path -------------------------------------------------------------------------------------------
+
+def test_preprocess_gives_the_models_input():
+    frames = np.random.default_rng(0).integers(0, 256, (3, camera.FRAME, camera.FRAME), dtype=np.uint8)
+    x = camera.preprocess(frames)
+    assert x.shape == (3, 1, camera.SIZE, camera.SIZE) and x.dtype == np.float32 and x.flags.c_contiguous
+
+
+def test_a_uniform_frame_normalises_to_one_value():
+    for value in (0, 83, 255):
+        x = camera.preprocess(np.full((1, camera.FRAME, camera.FRAME), value, np.uint8))
+        np.testing.assert_allclose(x, (value / 255 - camera.MEAN) / camera.STD, rtol=0, atol=1e-5)
+
+
+def test_only_the_central_crop_reaches_the_model():
+    frames = np.full((1, camera.FRAME, camera.FRAME), 60, np.uint8)
+    border = frames.copy()
+    border[:, :camera.CROP_START] = 255
+    border[:, :, -camera.CROP_START:] = 0
+    np.testing.assert_array_equal(camera.preprocess(frames), camera.preprocess(border))
+    inside = frames.copy()
+    inside[:, camera.FRAME // 2, camera.FRAME // 2] = 255
+    assert not np.array_equal(camera.preprocess(frames), camera.preprocess(inside))
+
+
+def test_resize_matrix_keeps_a_constant_and_is_the_identity_at_equal_size():
+    m = camera.resize_matrix(camera.CROP, camera.SIZE)
+    np.testing.assert_allclose(m.sum(axis=1), 1.0, atol=1e-6)
+    np.testing.assert_array_equal(camera.resize_matrix(7, 7), np.eye(7, dtype=np.float32))
+
+
+@pytest.mark.parametrize("bad", [np.zeros((2, 32, 32), np.float32), np.zeros((2, 16, 16), np.uint8),
+                                 np.zeros((32, 32), np.uint8)])
+def test_preprocess_names_what_it_expects(bad):
+    with pytest.raises(ValueError, match=r"expected sensor frames: uint8 \[N, 32, 32\]"):
+        camera.preprocess(bad)
+
+
+# --- the operating conditions ------------------------------------------------------------------------------------
+
+def ink_centre(frames: np.ndarray) -> np.ndarray:
+    """Each frame's centre of brightness above its paper, (row, column)."""
+    f = frames.astype(np.float64)
+    ink = np.clip(f - np.median(f, axis=(1, 2), keepdims=True), 0, None)
+    rows, cols = np.indices(f.shape[1:])
+    total = ink.sum(axis=(1, 2))
+    return np.stack([(ink * rows).sum(axis=(1, 2)) / total, (ink * cols).sum(axis=(1, 2)) / total], axis=1)
+
+
+def ink_spread(frames: np.ndarray) -> np.ndarray:
+    f = frames.astype(np.float64)
+    return (f > np.median(f, axis=(1, 2), keepdims=True) + 40).sum(axis=(1, 2))
+
+
+@pytest.mark.parametrize("name", list(camera.CONDITIONS))
+def test_each_condition_gives_sensor_frames_and_is_seeded(evaluation, name):
+    frames = evaluation.frames[:20]
+    out = camera.condition(name, frames, seed=3)
+    assert out.dtype == np.uint8 and out.shape == frames.shape
+    np.testing.assert_array_equal(out, camera.condition(name, frames, seed=3))
+    assert camera.describe()[name]
+
+
+def test_the_conditions_do_what_they_say(evaluation):
+    frames = evaluation.frames[:50]
+    np.testing.assert_array_equal(camera.daylight(frames), frames)
+    assert abs(camera.dim(frames).mean() / frames.mean() - 0.5) < 0.01
+    assert (camera.flash(frames) == 255).mean() > (frames == 255).mean() + 0.05
+    np.testing.assert_allclose(ink_centre(camera.off_centre(frames)) - ink_centre(frames), 4.0, atol=0.6)
+    assert np.median(ink_spread(camera.small_distant(frames)) / ink_spread(frames)) < 0.4
+    assert 20 < (camera.noisy(frames).astype(float) - frames).std() < 26   # sigma 25, a few clipped at 0 or 255
+
+
+def test_an_unknown_condition_is_named():
+    with pytest.raises(ValueError, match="unknown operating condition 'fog'"):
+        camera.condition("fog", np.zeros((1, 32, 32), np.uint8))
+
+
+# --- the fixture -----------------------------------------------------------------------------------------------
+
+def test_the_splits_are_disjoint_frames_of_the_digits_splits():
+    splits = {name: camera.load_split(name) for name in camera.SPLITS}
+    for name, split in splits.items():
+        assert split.frames.dtype == np.uint8 and split.frames.shape[1:] == (camera.FRAME, camera.FRAME)
+        assert len(split.frames) == len(split.labels) == len(split.index)
+        np.testing.assert_array_equal(split.index, data.load_split(name).index)  # the MLP's digits, per split
+    for a in camera.SPLITS:
+        for b in camera.SPLITS:
+            if a < b:
+                assert not set(splits[a].index) & set(splits[b].index), (a, b)
+
+
+def test_the_frames_are_the_cameras_seeded_shots():
+    digits = load_digits().data.astype(np.uint8)
+    split = camera.load_split("evaluation")
+    seed = build.SEED + 1 + camera.SPLITS.index("evaluation")
+    np.testing.assert_array_equal(camera.render(digits[split.index], seed)[:25], split.frames[:25])
+
+
+def test_the_cnn_reads_its_evaluation_frames(evaluation):
+    out = graph.session(camera.model_path()).run(None, {camera.INPUT_NAME: evaluation.image})[0]
+    assert out.shape == (len(evaluation), camera.N_CLASSES)
+    assert float((out.argmax(axis=1) == evaluation.labels).mean()) >= 0.95
+
+
+def test_the_cnn_has_batchnorm_as_exported():
+    model = camera.model_path()
+    assert graph.op_counts(model) == {"BatchNormalization": 2, "Conv": 2, "Flatten": 1, "Gemm": 1,
+                                      "GlobalAveragePool": 1, "MaxPool": 2, "Relu": 2, "Softmax": 1}
+    m = graph.load(model)
+    assert [i.name for i in m.graph.input] == [camera.INPUT_NAME]
+    assert [o.name for o in m.graph.output] == [camera.OUTPUT_NAME]
+
+
+def test_the_cnn_fixture_is_small():
+    assert sum(data.fixture_path(name).stat().st_size for name in build_cnn.FILES) < 2_000_000
