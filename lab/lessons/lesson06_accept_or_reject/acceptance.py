@@ -340,25 +340,27 @@ def check_summarize(summarize) -> list[str]:
 
 # --- the guide's validation, and what to check instead ---------------------------------------------
 
-GUIDE_ATOL = 0.01  # ORT's guide: np.allclose(fp32_out, int8_out, atol=0.01)
+GUIDE_ATOL = GUIDE_RTOL = 0.01  # ORT's guide: np.allclose(original, quantized, rtol=0.01, atol=0.01)
 
 
-def allclose_rows(reference: np.ndarray, outputs: Mapping[str, np.ndarray], atol: float = GUIDE_ATOL) -> list[dict]:
-    """For each model: does the guide's ``np.allclose(reference, out, atol)`` pass, the largest difference,
-    how many of the probabilities differ by more than ``atol``, and how many answers (argmax) differ."""
+def allclose_rows(reference: np.ndarray, outputs: Mapping[str, np.ndarray], atol: float = GUIDE_ATOL,
+                  rtol: float = GUIDE_RTOL) -> list[dict]:
+    """For each model: does the guide's ``np.allclose(reference, out, rtol, atol)`` pass, the largest difference,
+    how many probabilities fall outside ``atol + rtol x |out|``, and how many answers (argmax) differ."""
     ref = np.asarray(reference)
     rows = []
     for name, out in outputs.items():
-        diff = np.abs(np.asarray(out, dtype=np.float64) - ref)
-        rows.append({"model": name, "allclose": bool(np.allclose(ref, out, atol=atol)),
-                     "max_abs_difference": float(diff.max()), "beyond_atol": int((diff > atol).sum()),
+        out = np.asarray(out, dtype=np.float64)
+        diff = np.abs(out - ref)
+        rows.append({"model": name, "allclose": bool(np.allclose(ref, out, rtol=rtol, atol=atol)),
+                     "max_abs_difference": float(diff.max()), "beyond_atol": int((diff > atol + rtol * np.abs(out)).sum()),
                      "values": int(diff.size), "answers_changed": int((out.argmax(1) != ref.argmax(1)).sum()),
                      "images": int(len(ref))})
     return rows
 
 
 def format_allclose(rows: Sequence[Mapping], atol: float = GUIDE_ATOL) -> str:
-    lines = [f"{'model':<10} {'allclose':>8}  {'max abs diff':>12}  {f'values > {atol}':>16}  answers changed"]
+    lines = [f"{'model':<10} {'allclose':>8}  {'max abs diff':>12}  {'values outside':>16}  answers changed"]
     for r in rows:
         lines.append(f"{r['model']:<10} {str(r['allclose']):>8}  {r['max_abs_difference']:>12.4f}  "
                      f"{r['beyond_atol']:>6} of {r['values']:<6}  {r['answers_changed']:>4} of {r['images']}")
