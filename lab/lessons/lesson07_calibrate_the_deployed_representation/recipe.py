@@ -1,8 +1,8 @@
 """Calibrate the deployed representation: the calibration selection, the recipe, and verify.
 
 A release is three files in ``WORK_DIR/release/``: ``model.onnx`` (its metadata carries the release id,
-the recipe's SHA-256 and the recipe itself), ``recipe.json`` (schema recipe/1) and ``scenarios.json``
-(schema scenarios/1). ``verify(model, recipe)`` says exactly what differs when they do not belong together.
+the recipe's SHA-256 and the recipe itself), ``recipe.json`` (schema recipe/2) and ``scenarios.json``
+(schema scenarios/2). ``verify(model, recipe)`` says exactly what differs when they do not belong together.
 The per-scenario verdicts the recipe records come from ``lab.lessons.lesson07_calibrate_the_deployed_representation.scenario_checks``.
 """
 from __future__ import annotations
@@ -192,7 +192,7 @@ def recipe(release_id: str, source_model: str | Path, selection: Selection, sett
            batch_size: int, acceptance: data.Split, results: Sequence[ScenarioResult], model: str | Path,
            not_covered: str, reader: str = "calibration_reader.DigitReader",
            by_family: Mapping[str, Sequence[ScenarioResult]] | None = None) -> dict:
-    """Assemble ``recipe.json`` (schema recipe/1): everything that decided the released model.
+    """Assemble ``recipe.json`` (schema recipe/2): everything that decided the released model.
 
     ``results`` are the scenarios as this machine computes them; ``by_family`` the same scenarios under
     each target kernel family (``scenario_checks.compare_families``), recorded in ``kernel_families``.
@@ -225,7 +225,7 @@ def recipe(release_id: str, source_model: str | Path, selection: Selection, sett
 
 def scenarios_record(release_id: str, model: str | Path, recipe_path: str | Path, acceptance: data.Split,
                      results: Sequence[ScenarioResult]) -> dict:
-    """Assemble ``scenarios.json`` (schema scenarios/1) for the released model, as this machine computes it."""
+    """Assemble ``scenarios.json`` (schema scenarios/2) for the released model, as this machine computes it."""
     doc = {"schema": SCENARIOS_SCHEMA, "release_id": release_id,
            "model_sha256": data.file_sha256(model), "recipe_sha256": data.file_sha256(recipe_path),
            "acceptance": {"split": acceptance.name, "count": len(acceptance), "sha256": data.data_sha256(acceptance.pixels)},
