@@ -7,6 +7,9 @@ follow from each named set's min and max (``lab.ruler``, pure numpy). The growth
 and lesson 07's daylight draft need conversions of the FP32 fixture with the lesson's settings: each is done once per
 grader worker and cached (the errors per kernel family, as the hand-in's family computes them), in a temporary
 folder, so fixtures/ is never written. ``lab.predictions`` judges with the same words the notebook used.
+
+Each question's FIRST answer is graded (``answer`` in predictions.json); the different answers a workspace got after
+it (``later``, predictions/2) are kept for the instructor and never graded, as the lesson judged only the first.
 """
 from __future__ import annotations
 
