@@ -467,11 +467,11 @@ KIT_CASES = {
         lambda s: s.replace("confusion[int(actual)][int(predicted)] += 1", "confusion[int(predicted)][int(actual)] += 1"),
         "acceptance.check_summarize(", True, ("the confusion matrix is transposed", "belongs in confusion[1][2]")),
     "06 PREDICTION names a setting that is not in the table": (
-        "06_accept_or_reject", "PREDICTION = ", lambda s: 'PREDICTION = {"per_channel"}',
+        "06_accept_or_reject", "PREDICTION = ", lambda s: 'PREDICTION = {"per_channel"}\n',
         "lab.predictions.record(work, families.PREDICTION", True,
         ("PredictionError", "a setting: expected one of 'candidate', 'reduce_range'", "got 'per_channel'")),
     "06 PREDICTION that misses a setting": (
-        "06_accept_or_reject", "PREDICTION = ", lambda s: 'PREDICTION = {"reduce_range"}',
+        "06_accept_or_reject", "PREDICTION = ", lambda s: 'PREDICTION = {"reduce_range"}\n',
         "families.judge_saturating_settings(", False, ("prediction wrong", "NO  reduce_range", "no pair can saturate")),
     "08 CHOICE is the whole row": (
         "08_the_quantization_toolbox", "CHOICE = best", lambda s: s.replace('CHOICE = best["settings"]', "CHOICE = best"),
