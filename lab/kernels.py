@@ -8,11 +8,13 @@ ONNX Runtime multiplies u8 activations by s8 weights in one of two ways:
   255 x 127 x 2 = 64,770 does not fit, so large activations times large weights clip.
 
 ``machine_family()`` asks the kernel itself (a one-MatMul probe), never the CPU's flag strings.
-``emulate(model, x, family)`` runs a lab model as either family computes it, with numpy, following
-the kernels ONNX Runtime uses on x86: a QDQ ``DequantizeLinear -> MatMul -> QuantizeLinear`` runs as
-``QLinearMatMul`` with s8 activations shifted to u8, ``DequantizeLinear -> Softmax -> QuantizeLinear``
-as ``QLinearSoftmax``, every other QDQ op as written. An op it does not know raises
-``EmulationError`` instead of guessing.
+``emulate(model, x, family)`` runs a model as either family computes it, with numpy, following the kernels
+ONNX Runtime uses on x86: a QDQ ``DequantizeLinear -> op -> QuantizeLinear`` runs as the op's integer kernel
+(``QLinearMatMul``, ``QGemm``, ``QLinearConv`` with s8 activations shifted to u8; ``QLinearSoftmax``,
+``QLinearGlobalAveragePool``), every other QDQ op as written. Convolutions pair their raw products along K in
+the order ORT's kernels read it (kernel position major, input channel minor); depthwise ones run on an exact
+kernel in both families. ``HANDLERS`` maps each op type it covers to its handler; an op it does not cover
+raises ``EmulationError`` instead of guessing, and ``uncovered(model)`` lists them beforehand.
 """
 from __future__ import annotations
 
@@ -304,6 +306,137 @@ def qlinear_add(a, a_scale, a_zero, b, b_scale, b_zero, c_scale, c_zero) -> np.n
     return np.clip(np.rint(v) + int(zp.reshape(-1)[0]), lo, hi).astype(zp.dtype)
 
 
+@dataclass(frozen=True)
+class ConvShape:
+    """A 2-D Conv's attributes, as ONNX defines them (pads: top, left, bottom, right)."""
+
+    kernel: tuple[int, int]
+    strides: tuple[int, int] = (1, 1)
+    dilations: tuple[int, int] = (1, 1)
+    pads: tuple[int, int, int, int] = (0, 0, 0, 0)
+    group: int = 1
+
+    def output_size(self, h: int, w: int) -> tuple[int, int]:
+        (kh, kw), (sh, sw), (dh, dw) = self.kernel, self.strides, self.dilations
+        return ((h + self.pads[0] + self.pads[2] - dh * (kh - 1) - 1) // sh + 1,
+                (w + self.pads[1] + self.pads[3] - dw * (kw - 1) - 1) // sw + 1)
+
+
+def im2col_nhwc(x: np.ndarray, shape: ConvShape, pad_value=0) -> np.ndarray:
+    """[N, C, H, W] -> [G, N*OH*OW, KH*KW*C/G]: each output position's window, kernel position major and the
+    group's input channels minor, as ORT's NHWC im2col lays out the integer GEMM's K (padding reads ``pad_value``,
+    the input's zero point)."""
+    n, c, h, w = x.shape
+    (kh, kw), (sh, sw), (dh, dw) = shape.kernel, shape.strides, shape.dilations
+    oh, ow = shape.output_size(h, w)
+    t, left, b, r = shape.pads
+    padded = np.pad(x, ((0, 0), (0, 0), (t, b), (left, r)), constant_values=pad_value)
+    taps = [padded[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw]
+            for i in range(kh) for j in range(kw)]
+    cols = np.stack(taps, axis=-1)                               # N, C, OH, OW, KH*KW
+    g = shape.group
+    cols = cols.reshape(n, g, c // g, oh, ow, kh * kw).transpose(1, 0, 3, 4, 5, 2)
+    return cols.reshape(g, n * oh * ow, kh * kw * (c // g))
+
+
+def conv_weights(w: np.ndarray, group: int) -> np.ndarray:
+    """[M, C/G, KH, KW] -> [G, KH*KW*C/G, M/G], K in the order of :func:`im2col_nhwc`."""
+    m, cg, kh, kw = w.shape
+    return w.reshape(group, m // group, cg, kh * kw).transpose(0, 3, 2, 1).reshape(group, kh * kw * cg, m // group)
+
+
+def int_conv(x, x_zero, w, w_zero, shape: ConvShape, saturate_pairs: bool) -> np.ndarray:
+    """sum (x - x_zero)(w - w_zero) over each window as int64 [N, M, OH, OW], from integer x [N, C, H, W] and w.
+
+    With ``saturate_pairs`` the raw products pair along K (kernel position major, input channel minor) into a
+    saturating int16, as ORT's U8S8 convolution kernels (the im2col GEMM and the symmetric indirect kernel) do
+    on AVX2 without VNNI. A depthwise convolution (one input and one output channel per group) runs on another
+    kernel that sums in int32 on every x86 family, so it is exact either way.
+    """
+    x, w = np.asarray(x), np.asarray(w)
+    n, _, h, wd = x.shape
+    oh, ow = shape.output_size(h, wd)
+    m, cg = w.shape[0], w.shape[1]
+    depthwise = cg == 1 and m == shape.group
+    cols = im2col_nhwc(x, shape, pad_value=np.asarray(x_zero).reshape(-1)[0])
+    kernels = conv_weights(w, shape.group)
+    zw = np.broadcast_to(np.asarray(w_zero, np.int64).reshape(-1), (m,)).reshape(shape.group, -1)
+    out = np.concatenate([int_matmul(cols[g], kernels[g], x_zero, zw[g], saturate_pairs and not depthwise)
+                          for g in range(shape.group)], axis=1)
+    return out.reshape(n, oh, ow, m).transpose(0, 3, 1, 2)
+
+
+def qlinear_conv(x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero, bias, shape: ConvShape, family: str,
+                 shift_s8_activations: bool = False) -> np.ndarray:
+    """QLinearConv as ``family`` computes it: integer convolution plus the int32 bias, requantized per output
+    channel to ``y_scale``; the saturating family clips pairs only for u8 activations and s8 weights."""
+    x, x_zero = np.asarray(x), np.asarray(x_zero)
+    if shift_s8_activations and x.dtype == np.int8:
+        x, x_zero = x.astype(np.int64) + 128, x_zero.astype(np.int64) + 128
+        x_is_u8 = True
+    else:
+        x_is_u8 = x.dtype == np.uint8
+    saturate = check_family(family) == SATURATING and x_is_u8 and np.asarray(w).dtype == np.int8
+    acc = int_conv(x, x_zero, w, w_zero, shape, saturate)
+    if bias is not None:
+        acc = acc + np.asarray(bias, np.int64).reshape(1, -1, 1, 1)
+    m = acc.shape[1]
+    multiplier = np.broadcast_to((np.float32(x_scale) * np.asarray(w_scale, np.float32).reshape(-1))
+                                 / np.float32(y_scale), (m,))
+    flat = acc.transpose(0, 2, 3, 1).reshape(-1, m)
+    return requantize(flat, multiplier, y_zero).reshape(acc.shape[0], *acc.shape[2:], m).transpose(0, 3, 1, 2)
+
+
+def conv_float(x: np.ndarray, w: np.ndarray, b, shape: ConvShape) -> np.ndarray:
+    """A float Conv (the model as written; float32 products summed in float64, then rounded to float32)."""
+    n, _, h, wd = x.shape
+    oh, ow = shape.output_size(h, wd)
+    cols = im2col_nhwc(np.asarray(x, np.float64), shape)
+    kernels = conv_weights(np.asarray(w, np.float64), shape.group)
+    out = np.concatenate([cols[g] @ kernels[g] for g in range(shape.group)], axis=1)
+    out = out.reshape(n, oh, ow, -1).transpose(0, 3, 1, 2)
+    if b is not None:
+        out = out + np.asarray(b, np.float64).reshape(1, -1, 1, 1)
+    return out.astype(np.float32)
+
+
+def batch_normalization(x, scale, bias, mean, var, epsilon: float) -> np.ndarray:
+    """ORT's inference BatchNormalization: x * (scale / sqrt(var + eps)) + (bias - mean * that), in float32."""
+    inv_std = (np.float32(1) / np.sqrt(np.asarray(var, np.float32) + np.float32(epsilon))).astype(np.float32)
+    new_scale = (inv_std * np.asarray(scale, np.float32)).astype(np.float32)
+    new_bias = (np.asarray(bias, np.float32) - np.asarray(mean, np.float32) * new_scale).astype(np.float32)
+    shape = (1, -1) + (1,) * (np.asarray(x).ndim - 2)
+    return (np.asarray(x, np.float32) * new_scale.reshape(shape) + new_bias.reshape(shape)).astype(np.float32)
+
+
+def max_pool(x: np.ndarray, shape: ConvShape) -> np.ndarray:
+    """MaxPool over 2-D windows (any dtype: the max commutes with a ruler, so int8 and float agree); padding never
+    wins."""
+    x = np.asarray(x)
+    n, c, h, w = x.shape
+    lowest = np.iinfo(x.dtype).min if np.issubdtype(x.dtype, np.integer) else -np.inf
+    oh, ow = shape.output_size(h, w)
+    cols = im2col_nhwc(x.reshape(n * c, 1, h, w), shape, pad_value=lowest)[0]
+    return cols.max(axis=1).reshape(n, c, oh, ow).astype(x.dtype)
+
+
+def qlinear_global_average_pool(x, x_scale, x_zero, y_scale, y_zero) -> np.ndarray:
+    """MLAS's QLinearGlobalAveragePool (NCHW): the int32 sum less the zero points, times
+    x_scale / (y_scale x count) in float32, requantized."""
+    x = np.asarray(x)
+    count = int(np.prod(x.shape[2:]))
+    scale = np.float32(x_scale) / (np.float32(y_scale) * np.float32(count))
+    acc = x.reshape(x.shape[0] * x.shape[1], -1).sum(axis=1, dtype=np.int64) - int(np.asarray(x_zero)) * count
+    out = requantize(acc.reshape(-1, 1), np.asarray([scale], np.float32), y_zero)
+    return out.reshape(x.shape[0], x.shape[1], *([1] * (x.ndim - 2)))
+
+
+def global_average_pool(x: np.ndarray) -> np.ndarray:
+    """GlobalAveragePool in float32: each channel's mean over its spatial positions."""
+    x = np.asarray(x, np.float32)
+    return x.mean(axis=tuple(range(2, x.ndim)), keepdims=True, dtype=np.float32)
+
+
 def dynamic_quantize_linear(x: np.ndarray):
     """ONNX DynamicQuantizeLinear: u8 with a range that includes 0."""
     x = np.asarray(x, np.float32)
@@ -377,8 +510,36 @@ def _fused_softmax(run, op, srcs, y_scale, y_zero):
     return qlinear_softmax(a, sa, za, y_scale, y_zero)
 
 
+def _conv_shape(run, node, kernel) -> ConvShape:
+    """A Conv's or a pool's attributes; ``EmulationError`` for what the emulation does not cover."""
+    kernel = tuple(int(k) for k in kernel)
+    auto_pad = _attr(node, "auto_pad", b"NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    if len(kernel) != 2 or auto_pad not in ("NOTSET", "VALID") or _attr(node, "ceil_mode", 0):
+        raise EmulationError(f"{run.label}: {node.op_type} '{node.name}' with a {len(kernel)}-D kernel, auto_pad "
+                             f"{auto_pad}, ceil_mode {_attr(node, 'ceil_mode', 0)}; the emulation covers 2-D "
+                             "windows with explicit pads and ceil_mode 0")
+    return ConvShape(kernel, tuple(_attr(node, "strides", [1, 1])), tuple(_attr(node, "dilations", [1, 1])),
+                     tuple(_attr(node, "pads", [0, 0, 0, 0])), int(_attr(node, "group", 1)))
+
+
+def _fused_conv(run, op, srcs, y_scale, y_zero):
+    """The QDQ Conv runs as QLinearConv, its bias added in int32."""
+    (x, sx, zx), (w, sw, zw) = srcs[:2]
+    bias = srcs[2][0] if len(srcs) > 2 else None
+    return qlinear_conv(x, sx, zx, w, sw, zw, y_scale, y_zero, bias, _conv_shape(run, op, w.shape[2:]),
+                        run.family, shift_s8_activations=True)
+
+
+def _fused_global_average_pool(run, op, srcs, y_scale, y_zero):
+    """``DequantizeLinear -> GlobalAveragePool -> QuantizeLinear`` runs as QLinearGlobalAveragePool."""
+    (x, sx, zx), = srcs
+    return qlinear_global_average_pool(x, sx, zx, y_scale, y_zero)
+
+
 # op between a DequantizeLinear and a QuantizeLinear -> the integer kernel ORT's QDQ fusion runs instead
-FUSED: dict[str, Callable] = {"MatMul": _fused_matmul, "Gemm": _fused_gemm, "Softmax": _fused_softmax}
+FUSED: dict[str, Callable] = {"MatMul": _fused_matmul, "Gemm": _fused_gemm, "Softmax": _fused_softmax,
+                              "Conv": _fused_conv, "GlobalAveragePool": _fused_global_average_pool}
 
 
 def _quantize(run, node, ins):
@@ -478,11 +639,56 @@ def _softmax(run, node, ins):
     return [softmax(ins[0], _attr(node, "axis", -1))]
 
 
+def _conv(run, node, ins):
+    return [conv_float(ins[0], ins[1], ins[2] if len(ins) > 2 else None, _conv_shape(run, node, ins[1].shape[2:]))]
+
+
+def _qlinear_conv(run, node, ins):
+    x, sx, zx, w, sw, zw, sy, zy = ins[:8]
+    bias = ins[8] if len(ins) > 8 else None
+    if _attr(node, "channels_last", 0):
+        raise EmulationError(f"{run.label}: QLinearConv '{node.name}' is channels_last; the emulation covers NCHW")
+    return [qlinear_conv(x, sx, zx, w, sw, zw, sy, zy, bias, _conv_shape(run, node, w.shape[2:]), run.family)]
+
+
+def _batch_normalization(run, node, ins):
+    if _attr(node, "training_mode", 0):
+        raise EmulationError(f"{run.label}: BatchNormalization '{node.name}' in training mode")
+    return [batch_normalization(*ins[:5], epsilon=_attr(node, "epsilon", 1e-5))]
+
+
+def _max_pool(run, node, ins):
+    if len(node.output) > 1 and node.output[1]:
+        raise EmulationError(f"{run.label}: MaxPool '{node.name}' asks for indices; the emulation gives values")
+    return [max_pool(ins[0], _conv_shape(run, node, _attr(node, "kernel_shape", [])))]
+
+
+def _global_average_pool(run, node, ins):
+    return [global_average_pool(ins[0])]
+
+
+def _qlinear_global_average_pool(run, node, ins):
+    if _attr(node, "channels_last", 0):
+        raise EmulationError(f"{run.label}: QLinearGlobalAveragePool '{node.name}' is channels_last; the emulation "
+                             "covers NCHW")
+    return [qlinear_global_average_pool(*ins[:5])]
+
+
+def _flatten(run, node, ins):
+    axis = _attr(node, "axis", 1)
+    x = ins[0]
+    axis = axis + x.ndim if axis < 0 else axis
+    return [x.reshape(int(np.prod(x.shape[:axis], dtype=np.int64)), -1)]
+
+
 HANDLERS: dict[str, Handler] = {
     "QuantizeLinear": _quantize, "DequantizeLinear": _dequantize, "DynamicQuantizeLinear": _dynamic_quantize,
     "MatMul": _matmul, "QLinearMatMul": _qlinear_matmul, "MatMulInteger": _matmul_integer,
     "Gemm": _gemm, "QGemm": _qgemm, "QLinearAdd": _qlinear_add, "QLinearSoftmax": _qlinear_softmax,
     "Reshape": _reshape, "Cast": _cast, "Add": _add, "Mul": _mul, "Relu": _relu, "Softmax": _softmax,
+    "Conv": _conv, "QLinearConv": _qlinear_conv, "BatchNormalization": _batch_normalization, "MaxPool": _max_pool,
+    "GlobalAveragePool": _global_average_pool, "QLinearGlobalAveragePool": _qlinear_global_average_pool,
+    "Flatten": _flatten,
 }
 
 

@@ -1,0 +1,338 @@
+"""lab.kernels computes Conv models as each INT8 kernel family does: checked against ORT's real kernels.
+
+The models: the CNN fixture (Conv + BatchNormalization as exported, MaxPool, GlobalAveragePool, Gemm, Softmax)
+converted in QDQ and QOperator form (QLinearConv, QLinearGlobalAveragePool, QGemm), per-tensor and per-channel
+(Conv weights on axis 0), with and without reduce_range, before and after ORT's pre-processing (which folds the
+BatchNormalization into the Conv); and PyTorch-exported Conv2d models from onnx's own test data (strides, pads,
+dilations, groups, depthwise, no bias), upgraded to opset 17 first (their opset has no ``axis`` on
+DequantizeLinear), which the lab did not write.
+
+* fast: on this machine's family the emulation equals this machine's ORT bit for bit; the field notes' probe
+  (a QDQ Conv, 16 input channels, 3x3, weights 127, input 1.0, output scale 256) gives 18,176 exact and 9,216
+  saturating; ``int_conv`` matches a brute-force loop that pairs the raw products along K as the kernels do;
+  ops and attributes the emulation does not cover are refused by name.
+* slow: the real saturating kernels (``qemu-x86_64-static -cpu Haswell``) equal the emulation bit for bit; the
+  real ARM kernels (aarch64 under qemu) are within one output step of the exact emulation.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper, version_converter
+from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+from onnxruntime.quantization.shape_inference import quant_pre_process
+
+import kernel_families as kf
+from lab import camera, graph, kernels
+from lab.kernels import EXACT, SATURATING, ConvShape, EmulationError
+
+RUN_ANY_MODELS = kf.TESTS_DIR / "run_any_models.py"
+TORCH_MODELS = Path(onnx.__file__).parent / "backend" / "test" / "data" / "pytorch-converted"
+
+# kind -> (pre-processed?, quantize_static settings)
+QDQ, QOP, U8 = QuantFormat.QDQ, QuantFormat.QOperator, QuantType.QUInt8
+CNN_KINDS = {
+    "qdq_tensor": (False, dict(quant_format=QDQ)),
+    "qdq_channel": (False, dict(quant_format=QDQ, per_channel=True)),
+    "qdq_channel_rr": (False, dict(quant_format=QDQ, per_channel=True, reduce_range=True)),
+    "qdq_u8_channel": (False, dict(quant_format=QDQ, per_channel=True, activation_type=U8)),
+    "qop_s8_channel": (False, dict(quant_format=QOP, per_channel=True)),
+    "qop_u8_channel": (False, dict(quant_format=QOP, per_channel=True, activation_type=U8)),
+    "qop_u8_tensor": (False, dict(quant_format=QOP, activation_type=U8)),
+    "qop_u8_channel_rr": (False, dict(quant_format=QOP, per_channel=True, activation_type=U8, reduce_range=True)),
+    # pre-processing folds each BatchNormalization into its Conv; QOperator then runs QLinearGlobalAveragePool
+    "pre_qdq_channel": (True, dict(quant_format=QDQ, per_channel=True)),
+    "pre_qop_u8_channel": (True, dict(quant_format=QOP, per_channel=True, activation_type=U8)),
+}
+TORCH_KINDS = {k: CNN_KINDS[k][1] for k in ("qdq_tensor", "qdq_channel", "qop_u8_channel")}
+
+
+class Batches(CalibrationDataReader):
+    def __init__(self, name: str, x: np.ndarray, size: int):
+        self.items = iter([{name: x[i:i + size]} for i in range(0, len(x), size)])
+
+    def get_next(self):
+        return next(self.items, None)
+
+
+def quantize(source: Path, out: Path, name: str, calibration: np.ndarray, size: int, options: dict) -> Path:
+    quantize_static(str(source), str(out), Batches(name, calibration, size), **options)
+    return out
+
+
+@pytest.fixture(scope="module")
+def cnn_models(tmp_path_factory) -> dict[str, Path]:
+    """Every kind in CNN_KINDS, converted from a copy of the CNN fixture (ORT writes next to its input)."""
+    folder = tmp_path_factory.mktemp("cnn")
+    source, pre = folder / "source.onnx", folder / "pre.onnx"
+    shutil.copy(camera.model_path(), source)
+    quant_pre_process(str(source), str(pre), skip_symbolic_shape=True)
+    calibration = camera.load_split("calibration").image
+    return {kind: quantize(pre if preprocessed else source, folder / f"cnn-{kind}.onnx", camera.INPUT_NAME,
+                           calibration, 36, options)
+            for kind, (preprocessed, options) in CNN_KINDS.items()}
+
+
+@pytest.fixture(scope="module")
+def cnn_inputs() -> np.ndarray:
+    return camera.load_split("evaluation").image
+
+
+def torch_model(folder: Path) -> tuple[onnx.ModelProto, np.ndarray]:
+    """One of onnx's PyTorch-exported Conv2d models, upgraded to opset 17 with a free batch size, and its input."""
+    model = version_converter.convert_version(onnx.load(folder / "model.onnx"), 17)
+    for value in (model.graph.input[0], model.graph.output[0]):
+        value.type.tensor_type.shape.dim[0].dim_param = "N"
+    x = numpy_helper.to_array(onnx.load_tensor(folder / "test_data_set_0" / "input_0.pb"))
+    return model, x
+
+
+@pytest.fixture(scope="module")
+def torch_models(tmp_path_factory) -> dict[str, tuple[Path, np.ndarray]]:
+    """name -> (quantized model, input batch): each test_Conv2d* model in each of TORCH_KINDS, calibrated on
+    seeded normal inputs of its shape."""
+    folder = tmp_path_factory.mktemp("torch")
+    rng = np.random.default_rng(20261202)
+    built = {}
+    for test in sorted(TORCH_MODELS.glob("test_Conv2d*")):
+        model, x = torch_model(test)
+        source = folder / f"{test.name}-fp32.onnx"
+        onnx.save(model, source)
+        name = model.graph.input[0].name
+        calibration = rng.normal(0, 1, (32, *x.shape[1:])).astype(np.float32)
+        inputs = rng.normal(0, 1, (16, *x.shape[1:])).astype(np.float32)
+        for kind, options in TORCH_KINDS.items():
+            out = quantize(source, folder / f"{test.name}-{kind}.onnx", name, calibration, 8, options)
+            built[out.stem] = (out, inputs)
+    return built
+
+
+def input_name(model) -> str:
+    return graph.load(model).graph.input[0].name
+
+
+def native(model, x) -> np.ndarray:
+    return graph.session(model).run(None, {input_name(model): x})[0]
+
+
+def emulate(model, x, family) -> np.ndarray:
+    return kernels.emulate(model, x, family, input_name(model))
+
+
+def output_step(model) -> float:
+    """One step of the model's output grid (the CNN's Softmax grid; a Conv model's output ruler)."""
+    m = graph.load(model)
+    scale = graph.output_scale(model, m.graph.output[0].name)
+    return scale if scale is not None else 1 / 255
+
+
+# --- fast: this machine's family, bit for bit --------------------------------------------------------------------
+
+def test_the_cnn_kinds_cover_the_integer_ops(cnn_models):
+    ops = {kind: graph.op_counts(path) for kind, path in cnn_models.items()}
+    assert ops["qop_u8_channel"]["QLinearConv"] == 2 and ops["qop_u8_channel"]["BatchNormalization"] == 2
+    assert ops["qdq_channel"]["Conv"] == 2 and ops["qdq_channel"]["BatchNormalization"] == 2
+    assert "BatchNormalization" not in ops["pre_qdq_channel"]          # folded by ORT's pre-processing
+    assert ops["pre_qop_u8_channel"]["QLinearGlobalAveragePool"] == 1
+    weights = graph.load(cnn_models["qdq_channel"])
+    inits = {i.name: i for i in weights.graph.initializer}
+    axes = {n.input[0]: next((a.i for a in n.attribute if a.name == "axis"), 1) for n in weights.graph.node
+            if n.op_type == "DequantizeLinear" and n.input[0].startswith("conv")}
+    assert axes["conv2.weight_quantized"] == 0                          # per-channel Conv weights: axis 0
+    assert list(inits["conv2.weight_scale"].dims) == [64]
+
+
+@pytest.mark.parametrize("kind", CNN_KINDS)
+def test_cnn_emulation_equals_this_machine(cnn_models, cnn_inputs, kind):
+    model = cnn_models[kind]
+    np.testing.assert_array_equal(emulate(model, cnn_inputs, kernels.machine_family()), native(model, cnn_inputs))
+
+
+def test_torch_conv_emulation_equals_this_machine(torch_models):
+    assert len(torch_models) == 11 * len(TORCH_KINDS)
+    for name, (model, x) in torch_models.items():
+        np.testing.assert_array_equal(emulate(model, x, kernels.machine_family()), native(model, x), err_msg=name)
+
+
+# --- fast: facts of the arithmetic, the same on every host -------------------------------------------------------
+
+def probe_conv() -> onnx.ModelProto:
+    """The field notes' QDQ Conv: 16 input channels of 1.0 (u8 255 at 1/255), a 3x3 kernel of weights 127 at
+    scale 1, output scale 256, no padding on a 3x3 input: one output of 144 x 127 = 18,288 -> 18,176 exact;
+    72 pairs saturating at 32,767 / 255 -> 9,216."""
+    init = [numpy_helper.from_array(np.array(1 / 255, np.float32), "x_scale"),
+            numpy_helper.from_array(np.array(0, np.uint8), "x_zero"),
+            numpy_helper.from_array(np.full((1, 16, 3, 3), 127, np.int8), "w_q"),
+            numpy_helper.from_array(np.array(1.0, np.float32), "w_scale"),
+            numpy_helper.from_array(np.array(0, np.int8), "w_zero"),
+            numpy_helper.from_array(np.array(256.0, np.float32), "y_scale"),
+            numpy_helper.from_array(np.array(0, np.uint8), "y_zero")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "x_scale", "x_zero"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "x_scale", "x_zero"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w_q", "w_scale", "w_zero"], ["wd"]),
+             helper.make_node("Conv", ["xd", "wd"], ["c"], kernel_shape=[3, 3]),
+             helper.make_node("QuantizeLinear", ["c", "y_scale", "y_zero"], ["yq"]),
+             helper.make_node("DequantizeLinear", ["yq", "y_scale", "y_zero"], ["y"])]
+    g = helper.make_graph(nodes, "conv_probe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 3, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 1, 1])], init)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_the_conv_probe_tells_the_families_apart():
+    model, x = probe_conv(), np.ones((1, 16, 3, 3), np.float32)
+    assert kernels.emulate(model, x, EXACT, "x").item() == 18176.0
+    assert kernels.emulate(model, x, SATURATING, "x").item() == 9216.0
+    real = graph.session(model).run(None, {"x": x})[0].item()
+    assert real == {EXACT: 18176.0, SATURATING: 9216.0}[kernels.machine_family()]
+
+
+def test_reduced_range_weights_never_saturate(cnn_models, cnn_inputs):
+    """|w| <= 64 (reduce_range): 255 x 64 x 2 = 32,640 fits in an int16, so both families compute the same."""
+    for kind in ("qdq_channel_rr", "qop_u8_channel_rr"):
+        model = cnn_models[kind]
+        np.testing.assert_array_equal(emulate(model, cnn_inputs, SATURATING), emulate(model, cnn_inputs, EXACT))
+
+
+def test_full_range_weights_saturate_on_the_cnn(cnn_models, cnn_inputs):
+    model = cnn_models["qdq_channel"]
+    assert (emulate(model, cnn_inputs, SATURATING) != emulate(model, cnn_inputs, EXACT)).any()
+
+
+def brute_int_conv(x, x_zero, w, w_zero, shape: ConvShape, saturate: bool) -> np.ndarray:
+    """Python ints, one output at a time: the raw products of a window in K order (kernel row, kernel column,
+    the group's input channel) pair up (2j, 2j+1) into a saturating int16; padding reads the zero point."""
+    n, c, h, wd = x.shape
+    m, cg, kh, kw = w.shape
+    oh, ow = shape.output_size(h, wd)
+    t, left = shape.pads[0], shape.pads[1]
+    zx, zw = int(x_zero), int(w_zero)
+    out = np.zeros((n, m, oh, ow), np.int64)
+    for b in range(n):
+        for o in range(m):
+            g = o // (m // shape.group)
+            for i in range(oh):
+                for j in range(ow):
+                    xs, ws = [], []
+                    for ki in range(kh):
+                        for kj in range(kw):
+                            for ci in range(cg):
+                                r = i * shape.strides[0] + ki * shape.dilations[0] - t
+                                s = j * shape.strides[1] + kj * shape.dilations[1] - left
+                                inside = 0 <= r < h and 0 <= s < wd
+                                xs.append(int(x[b, g * cg + ci, r, s]) if inside else zx)
+                                ws.append(int(w[o, ci, ki, kj]))
+                    products = [a * v for a, v in zip(xs, ws)]
+                    if saturate and not (cg == 1 and m == shape.group):
+                        raw = sum(min(max(sum(products[p:p + 2]), -32768), 32767) for p in range(0, len(xs), 2))
+                    else:
+                        raw = sum(products)
+                    out[b, o, i, j] = raw - zx * sum(ws) - zw * sum(xs) + len(xs) * zx * zw
+    return out
+
+
+@st.composite
+def conv_operands(draw):
+    group = draw(st.sampled_from([1, 1, 2, 3]))
+    cg, mg = draw(st.integers(1, 3)), draw(st.integers(1, 2))
+    kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    shape = ConvShape((kh, kw), (draw(st.integers(1, 2)), draw(st.integers(1, 2))),
+                      (draw(st.integers(1, 2)), draw(st.integers(1, 2))),
+                      tuple(draw(st.integers(0, 2)) for _ in range(4)), group)
+    h, w = draw(st.integers(3, 6)), draw(st.integers(3, 6))
+    if min(shape.output_size(h, w)) < 1:
+        h, w, shape = 6, 6, ConvShape((kh, kw), group=group)
+    u8 = st.one_of(st.integers(0, 255), st.sampled_from([0, 254, 255]))
+    s8 = st.one_of(st.integers(-128, 127), st.sampled_from([-128, 126, 127]))
+    x = np.array(draw(st.lists(u8, min_size=2 * group * cg * h * w, max_size=2 * group * cg * h * w)),
+                 np.uint8).reshape(2, group * cg, h, w)
+    wt = np.array(draw(st.lists(s8, min_size=group * mg * cg * kh * kw, max_size=group * mg * cg * kh * kw)),
+                  np.int8).reshape(group * mg, cg, kh, kw)
+    return x, np.uint8(draw(st.integers(0, 255))), wt, np.int8(draw(st.integers(-3, 3))), shape
+
+
+@settings(max_examples=60, deadline=None)
+@given(conv_operands(), st.booleans())
+def test_int_conv_matches_a_brute_force_loop(operands, saturate):
+    x, zx, w, zw, shape = operands
+    np.testing.assert_array_equal(kernels.int_conv(x, zx, w, zw, shape, saturate),
+                                  brute_int_conv(x, zx, w, zw, shape, saturate))
+
+
+def one_node_model(node: onnx.NodeProto, in_shape: list[int], out_shape: list[int], inits=()) -> onnx.ModelProto:
+    g = helper.make_graph([node], "one", [helper.make_tensor_value_info("x", TensorProto.FLOAT, in_shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)], list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_what_the_emulation_does_not_cover_is_refused_by_name():
+    w = numpy_helper.from_array(np.ones((1, 1, 3), np.float32), "w")
+    conv1d = one_node_model(helper.make_node("Conv", ["x", "w"], ["y"], name="the_1d_conv"), [1, 1, 5], [1, 1, 3],
+                            [w])
+    with pytest.raises(EmulationError, match=r"Conv 'the_1d_conv' with a 1-D kernel"):
+        kernels.emulate(conv1d, np.ones((1, 1, 5), np.float32), EXACT, "x")
+    same = one_node_model(helper.make_node("MaxPool", ["x"], ["y"], name="same_pool", kernel_shape=[2, 2],
+                                           auto_pad="SAME_UPPER"), [1, 1, 4, 4], [1, 1, 4, 4])
+    with pytest.raises(EmulationError, match=r"MaxPool 'same_pool' .* auto_pad SAME_UPPER"):
+        kernels.emulate(same, np.ones((1, 1, 4, 4), np.float32), EXACT, "x")
+    transpose = one_node_model(helper.make_node("ConvTranspose", ["x", "w4"], ["y"], name="up"), [1, 1, 2, 2],
+                               [1, 1, 4, 4], [numpy_helper.from_array(np.ones((1, 1, 3, 3), np.float32), "w4")])
+    assert kernels.uncovered(transpose) == ["ConvTranspose"]
+    with pytest.raises(EmulationError, match=r"op ConvTranspose \('up'\) is not covered"):
+        kernels.emulate(transpose, np.ones((1, 1, 2, 2), np.float32), SATURATING, "x")
+
+
+def test_both_fixtures_are_covered(cnn_models):
+    from lab import data   # deferred: the MLP fixture is only this test's
+
+    assert kernels.uncovered(data.fixture_path("fp32.onnx")) == []
+    assert all(kernels.uncovered(path) == [] for path in cnn_models.values())
+
+
+# --- slow: the real kernels of both families ---------------------------------------------------------------------
+
+def run_all(prefix: list[str], models: dict[str, tuple[Path, np.ndarray]], folder: Path) -> dict[str, np.ndarray]:
+    """Every model in ONE process under ``prefix`` (qemu's start-up costs seconds): name -> output."""
+    inputs, out = folder / "in.npz", folder / "out.npz"
+    np.savez(inputs, **{path.stem: x for path, x in models.values()})
+    kf.run(prefix, RUN_ANY_MODELS, out, inputs, *(path for path, _ in models.values()), timeout=1800)
+    with np.load(out) as saved:
+        return {name: saved[path.stem] for name, (path, _) in models.items()}
+
+
+@pytest.fixture(scope="module")
+def every_model(cnn_models, cnn_inputs, torch_models) -> dict[str, tuple[Path, np.ndarray]]:
+    return {**{f"cnn-{k}": (p, cnn_inputs) for k, p in cnn_models.items()}, **torch_models}
+
+
+@pytest.fixture(scope="module")
+def haswell_outputs(every_model, tmp_path_factory):
+    return run_all(kf.family_prefix(kf.require_haswell), every_model, tmp_path_factory.mktemp("haswell"))
+
+
+@pytest.fixture(scope="module")
+def aarch64_outputs(every_model, tmp_path_factory):
+    prefix = kf.family_prefix(kf.require_aarch64, kf.DEFAULT_AARCH64_CACHE)
+    return run_all(prefix, every_model, tmp_path_factory.mktemp("aarch64"))
+
+
+@pytest.mark.slow
+def test_real_saturating_kernels_equal_the_emulation(haswell_outputs, every_model):
+    """qemu Haswell (AVX2, no VNNI): the real saturating Conv kernels, bit for bit, on every model."""
+    for name, (model, x) in every_model.items():
+        np.testing.assert_array_equal(haswell_outputs[name], emulate(model, x, SATURATING), err_msg=name)
+
+
+@pytest.mark.slow
+def test_real_arm_kernels_are_within_one_step_of_the_exact_emulation(aarch64_outputs, every_model):
+    """aarch64 (dot product, int32 sums): within one output step of the exact emulation."""
+    for name, (model, x) in every_model.items():
+        step = output_step(model)
+        diff = float(np.abs(aarch64_outputs[name] - emulate(model, x, EXACT)).max())
+        print(f"exact (qemu aarch64) {name}: max difference {diff / step:.3g} output steps")
+        assert diff <= step * (1 + 1e-6), f"{name}: {diff / step:.3g} steps apart"
