@@ -38,7 +38,7 @@ class ArrayReader(CalibrationDataReader):
         return -(-len(self.data) // self.batch_size)
 
 
-# ONNX Runtime's own words for this are "No data is collected", four frames deep inside quantize_static
+# ONNX Runtime's own words for this are "No data is collected", raised by the calibrator inside quantize_static
 USED_UP = ("the calibration reader served no batch at all: it is used up. That is lesson 02's mistake (b): a reader "
            "that already ran to its end gives nothing the second time. Make a fresh DigitReader for each conversion "
            "(or call reader.rewind() before reusing it)")

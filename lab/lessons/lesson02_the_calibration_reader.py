@@ -195,7 +195,8 @@ def check_reader(reader, input_name: str = INPUT_NAME, n_features: int = N_FEATU
     if ending.startswith("raise") and report.batches == 0 and ending != "raise StopIteration":
         report.problems.append(_first_call_problem(ending))
     elif ending.startswith("raise"):
-        report.problems.append(f"get_next() must return None when the data runs out; it {ending.replace('raise', 'raised', 1)}. "
+        raised = ending.replace("raise", "raised", 1)
+        report.problems.append(f"get_next() must return None when the data runs out; it {raised}. "
                                "The calibrator stops on None, and any exception escapes quantize_static")
     elif ending.startswith("no end"):
         report.problems.append(f"get_next() never returned None ({ending}); calibration would never finish")
