@@ -13,6 +13,7 @@ import math
 import os
 import sys
 import traceback
+from typing import Any
 
 import numpy as np  # every task hands back numpy values through _plain, so every child needs it
 
@@ -43,6 +44,8 @@ def _plain(obj, depth: int = 0):
 def _load(module: str):
     path = os.path.join(os.getcwd(), f"{module}.py")
     spec = importlib.util.spec_from_file_location(f"student_{module}", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{module}.py cannot be loaded as a module")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -58,9 +61,10 @@ class _Recorder:
 
     def __init__(self, reader, input_name: str, keep_rows: int):
         self.reader, self.input_name, self.keep_rows = reader, input_name, keep_rows
-        self.passes = [[]]
+        self.passes: list[list[dict]] = [[]]
         if not callable(getattr(reader, "rewind", None)):
-            self.rewind = None
+            # a reader without rewind() is recorded by one without it: check_reader asks for rewind as the reader has it
+            self.rewind = None  # type: ignore[method-assign,assignment]
 
     def get_next(self):
         item = self.reader.get_next()
@@ -80,7 +84,7 @@ class _Recorder:
         value = item.get(self.input_name)
         if value is None and len(item) == 1:
             value = next(iter(item.values()))
-        event = {"keys": keys}
+        event: dict[str, object] = {"keys": keys}
         if isinstance(value, np.ndarray):
             event.update(dtype=str(value.dtype), shape=[int(d) for d in value.shape[:4]])
             kept = sum(len(e["rows"]) for e in self.passes[-1] if "rows" in e)
@@ -116,7 +120,8 @@ def _rows(events: list):
 
 
 def drive_reader(cls, pixels, drive: dict, max_batches: int, arrays: dict, fresh: bool) -> dict:
-    """One configuration lesson 02's tests use: ``lab.lessons.lesson02_the_calibration_reader.check_reader`` drives the reader, recorded."""
+    """One configuration lesson 02's tests use: ``lab.lessons.lesson02_the_calibration_reader.check_reader`` drives
+    the reader, recorded."""
     from lab.lessons.lesson02_the_calibration_reader import check_reader  # deferred: lesson 02's drive only
 
     name, n = drive["name"], int(drive["n"])
@@ -154,7 +159,8 @@ def run_reader(task: dict) -> dict:
     from onnxruntime.quantization import CalibrationDataReader
 
     subclass = isinstance(cls, type) and issubclass(cls, CalibrationDataReader)
-    arrays, drives = {}, []
+    arrays: dict[str, Any] = {}
+    drives = []
     # deferred: like lesson 02's check_reader in drive_reader, which imports lab.data anyway; the lesson's batch size
     from lab.data import BATCH_SIZE
 

@@ -160,7 +160,8 @@ def check(part: str, name: str, fraction: float, message: str, evidence: list[Ev
 # ----- reading reported values, whatever shape the lesson's document took -----
 
 def entry(doc, key: str, *containers: str) -> dict | None:
-    """The record for ``key`` (e.g. ``"right"``): ``doc[c][key]``, or the row of ``doc[c]`` whose kind/name is ``key``."""
+    """The record for ``key`` (e.g. ``"right"``): ``doc[c][key]``, or the row of ``doc[c]`` whose kind/name is
+    ``key``."""
     for c in containers or ("models",):
         node = doc.get(c) if isinstance(doc, dict) else None
         if isinstance(node, dict) and isinstance(node.get(key), dict):
@@ -271,7 +272,7 @@ def common_claims(doc: dict, rel: str) -> list[str]:
     a schema that needs a field requires it)."""
     wrong = []
     for field_, want in _common_truth().items():
-        node = doc
+        node: object = doc
         for key in field_.split("/"):
             node = node.get(key) if isinstance(node, dict) else None
         if node is not None and (node != want or type(node) is not type(want)):

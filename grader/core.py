@@ -11,14 +11,21 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from grader import state as grader_state
 from grader.context import Context, Missing, StudentFileError, is_runtime_error, runtime_problem
 from grader.group import Group
-from grader.lessons import (lesson02_the_calibration_reader, lesson03_narrow_right_wide, lesson04_more_batches,
-                            lesson05_qdq_vs_qoperator, lesson06_accept_or_reject,
-                            lesson07_calibrate_the_deployed_representation, lesson08_the_quantization_toolbox,
-                            predictions)
+from grader.lessons import (
+    lesson02_the_calibration_reader,
+    lesson03_narrow_right_wide,
+    lesson04_more_batches,
+    lesson05_qdq_vs_qoperator,
+    lesson06_accept_or_reject,
+    lesson07_calibrate_the_deployed_representation,
+    lesson08_the_quantization_toolbox,
+    predictions,
+)
 from grader.models import ModelRefused
 from grader.results import GradeResult, safe_text
 from grader.rubric import points, rubric
@@ -137,7 +144,8 @@ def kernel_family_note(recorded: str | None) -> tuple[str, str]:
     return text, family
 
 
-def grade(path: str | Path, limits: Limits | None = None, state: grader_state.GraderState | None = None) -> GradeResult:
+def grade(path: str | Path, limits: Limits | None = None,
+          state: grader_state.GraderState | None = None) -> GradeResult:
     """Grade one submission (a zip or a folder) with ``state`` (default ``grader.state.current()``); ``limits``
     (default the state's policy's) bound each student-code run. Never raises for anything the submission holds."""
     state = state or grader_state.current()
@@ -150,7 +158,7 @@ def _grade(path: Path, limits: Limits, state: grader_state.GraderState) -> Grade
     student = student_from_path(path)
     rubric()  # a broken rubric is the instructor's error: raise it, do not blame the student
     scratch = Path(tempfile.mkdtemp(prefix="grader-sub-"))
-    common = {"grader_version": __version__, "possible": possible_points()}
+    common: dict[str, Any] = {"grader_version": __version__, "possible": possible_points()}
     try:
         common["submission_sha256"] = sha256_of_input(path) if path.exists() else ""
         try:
@@ -160,7 +168,7 @@ def _grade(path: Path, limits: Limits, state: grader_state.GraderState) -> Grade
         except (SubmissionInvalid, ModelRefused) as e:
             return GradeResult.without_results(student, "invalid", str(e), seconds=time.monotonic() - start,
                                                **common)
-        state.runs.plan(planned_runs(ctx))  # a hand-in past intake: its code runs in the sandbox while lessons are checked
+        state.runs.plan(planned_runs(ctx))  # past intake: its code runs in the sandbox while lessons are checked
         family_note, family = kernel_family_note(sub.kernel_family)
         with kernels.computing_as(family):
             checks = run_groups(ctx)

@@ -73,8 +73,9 @@ def serve() -> None:
     # deferred: the server's preload (numpy, onnxruntime and its quantization package, about 0.3 s, the reason the
     # server exists): it runs in the sandboxed server once sys.path names this project, never in the grader
     import numpy  # noqa: F401 - preloaded for the children
-    import onnxruntime  # noqa: F401
-    import onnxruntime.quantization  # noqa: F401
+    import onnxruntime  # noqa: F401 - preloaded for the children
+    import onnxruntime.quantization  # noqa: F401 - preloaded for the children
+
     import grader.child as child
     import lab.lessons.lesson02_the_calibration_reader  # noqa: F401 - check_reader, preloaded for the children
 
@@ -154,6 +155,8 @@ class ForkServer:
         cmd = sandbox + ["--", sys.executable, "-I", str(HERE), "serve"]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      env=env, text=True, bufsize=1)
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # both are pipes (PIPE above)
+        self.requests, self.answers = self.proc.stdin, self.proc.stdout
         if wait:
             self.wait_ready()
 
@@ -169,7 +172,7 @@ class ForkServer:
 
     def ready_now(self) -> bool:
         """Is the preload done (its hello read, or readable now)? Never waits; False if the server died."""
-        if not self.ready and self.alive() and select.select([self.proc.stdout], [], [], 0)[0]:
+        if not self.ready and self.alive() and select.select([self.answers], [], [], 0)[0]:
             try:
                 self.wait_ready()
             except RuntimeError:
@@ -177,10 +180,10 @@ class ForkServer:
         return self.ready and self.alive()
 
     def _read(self, timeout: float) -> dict | None:
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        ready, _, _ = select.select([self.answers], [], [], timeout)
         if not ready:
             return None
-        line = self.proc.stdout.readline()
+        line = self.answers.readline()
         return json.loads(line) if line else None
 
     def alive(self) -> bool:
@@ -200,14 +203,14 @@ class ForkServer:
         req = {"scratch": str(scratch), "task": str(task), "stderr": str(stderr), "wall": limits.wall,
                "cpu": limits.cpu, "memory": limits.memory, "files": limits.files}
         try:
-            self.proc.stdin.write(json.dumps(req) + "\n")
-            self.proc.stdin.flush()
+            self.requests.write(json.dumps(req) + "\n")
+            self.requests.flush()
         except (BrokenPipeError, OSError):
             raise RuntimeError("the fork server is gone") from None
 
     def done(self) -> bool:
         """Has the task submitted last answered (``answer`` would not wait)?"""
-        return bool(select.select([self.proc.stdout], [], [], 0)[0])
+        return bool(select.select([self.answers], [], [], 0)[0])
 
     def answer(self, scratch: Path, limits) -> tuple[int | None, bool, float]:
         """The submitted task's (exit code, timed out, seconds from its fork to its end, as the server timed it).

@@ -82,7 +82,7 @@ def load_checked(path: str | Path, rel: str | None = None, check_io: bool = True
         raise ModelRefused(f"{rel}: defines local functions; models from the lessons have none")
     try:
         onnx.checker.check_model(model)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 - the checker raises several types; any failure is a refusal
         raise ModelRefused(f"{rel}: fails the ONNX checker: {str(e).splitlines()[0][:200]}") from None
     if check_io:
         try:

@@ -6,7 +6,8 @@ and the grader keeps reference solutions. A ``calibration_reader.py`` that is
 ``from lab.readers import ArrayReader as DigitReader`` would pass every behavioural check, so the
 grader reads the module's source first, with ``ast`` (nothing is run), and refuses it.
 
-Found, in any form: ``import lab``, ``import lab.readers as r``, ``from lab.lessons.lesson06_accept_or_reject.acceptance import x``,
+Found, in any form: ``import lab``, ``import lab.readers as r``,
+``from lab.lessons.lesson06_accept_or_reject.acceptance import x``,
 ``importlib.import_module("lab...")``, ``__import__("lab...")``, ``sys.modules["lab..."]``, and an
 import whose module name is computed at run time (the grader cannot tell it is not the lab's; a
 graded module never needs one). Relative imports are not found: a graded module is loaded alone,
@@ -83,17 +84,17 @@ def delegations(tree: ast.AST) -> list[Delegation]:
             arg = _first_arg(node)
             if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
                 if _ours(arg.value):
-                    found.append(Delegation(node.lineno, arg.value))
+                    found.append(Delegation(node.lineno, str(arg.value)))
             elif arg is not None:
                 found.append(Delegation(node.lineno, DYNAMIC))
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
                 and _is_sys_modules(node.func.value):
             arg = _first_arg(node)
             if isinstance(arg, ast.Constant) and _ours(arg.value):
-                found.append(Delegation(node.lineno, arg.value))
+                found.append(Delegation(node.lineno, str(arg.value)))
         elif isinstance(node, ast.Subscript) and _is_sys_modules(node.value):
             if isinstance(node.slice, ast.Constant) and _ours(node.slice.value):
-                found.append(Delegation(node.lineno, node.slice.value))
+                found.append(Delegation(node.lineno, str(node.slice.value)))
     return sorted(set(found), key=lambda d: (d.line, d.what))
 
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 import json
 import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Mapping
 
 from grader.sandbox.secret import SECRET_ENV, SECRET_FILE_ENV
 from lab.data import FixturesNotFound, file_sha256, fixtures_dir

@@ -131,6 +131,12 @@ class Reuse:
         finally:
             self._hand_in = outer
 
+    @property
+    def _own(self) -> _HandIn:
+        """The stores of the hand-in being graded (only asked for inside ``hand_in``, where ``call`` answers)."""
+        assert self._hand_in is not None
+        return self._hand_in
+
     def call(self, name: str, compute: Callable[..., Any], args: tuple) -> Any:
         """``lab.cache.Cache``: answer ``compute(*args)`` for the lab function ``name``."""
         if self._hand_in is None:
@@ -146,7 +152,7 @@ class Reuse:
         return self.values[key]
 
     def _model_key(self, model) -> tuple:
-        own = self._hand_in
+        own = self._own
         fixture = None
         if isinstance(model, (str, Path)):
             if str(model) not in own.fixture_keys:
@@ -171,7 +177,7 @@ class Reuse:
         if threads != 1:
             return compute(model, threads)
         key = self._model_key(model)
-        store = self.fixture_sessions if key[0] == "fixture" else self._hand_in.sessions
+        store = self.fixture_sessions if key[0] == "fixture" else self._own.sessions
         return self._stored(cache.SESSION, store, key, lambda: compute(model, threads))
 
     def _predict(self, compute, model, x, input_name: str, threads: int, family: str | None):
@@ -179,7 +185,7 @@ class Reuse:
             return compute(model, x, input_name, threads, family)
         key = self._model_key(model)
         out_key = (key, family or kernels.target_family(), input_name, self.pixel_keys(x))
-        store = self.fixture_outputs if key[0] == "fixture" else self._hand_in.outputs
+        store = self.fixture_outputs if key[0] == "fixture" else self._own.outputs
         return self._stored(cache.PREDICT, store, out_key, lambda: compute(model, x, input_name, threads,
                                                                              family)).copy()
 
@@ -195,18 +201,18 @@ class Reuse:
 
     def _fixtures_dir(self, compute) -> Path:
         self.hits[cache.FIXTURES_DIR] += 1
-        return self._hand_in.folder  # looked up by every lab.data.fixture_path call (about 60 per hand-in)
+        return self._own.folder  # looked up by every lab.data.fixture_path call (about 60 per hand-in)
 
     def _validate(self, compute, name: str, obj: object, source: str) -> object:
         try:
             key = (name, json.dumps(obj, sort_keys=True, allow_nan=True))
         except (TypeError, ValueError):  # not plain JSON: validate it as it is
             return compute(name, obj, source)
-        if key in self._hand_in.validated:
+        if key in self._own.validated:
             self.hits[cache.VALIDATE] += 1
         else:
             compute(name, obj, source)
-            self._hand_in.validated.add(key)  # only a document that passed: a failure is raised again, with its source
+            self._own.validated.add(key)  # only a document that passed: a failure is raised again, with its source
         return obj
 
 

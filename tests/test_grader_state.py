@@ -2,8 +2,8 @@
 the cached functions themselves (``lab.cache``): no grader module keeps mutable state at module level, two graders
 in one process grade independently, and a function imported by name (lesson 07's ``predict``) is cached."""
 from __future__ import annotations
-
 import __future__
+
 import contextvars
 import dataclasses
 import enum

@@ -34,8 +34,9 @@ def bwrap_prefix(writable: Path) -> list[str]:
     """
     cmd = [BWRAP, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     libraries = [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages")]
-    code = {Path(p).resolve() for p in (PROJECT_ROOT, sys.prefix, sys.base_prefix, Path(sys.executable).resolve().parent,
-                                         *libraries)}
+    roots: list[str | Path] = [PROJECT_ROOT, sys.prefix, sys.base_prefix, Path(sys.executable).resolve().parent,
+                               *libraries]
+    code = {Path(p).resolve() for p in roots}
     for path in sorted(code):
         if path.is_relative_to("/tmp") and path.exists():
             cmd += ["--ro-bind", str(path), str(path)]

@@ -162,8 +162,8 @@ def spawn(prepared: Prepared, isolate: bool) -> tuple[int | None, bool]:
         proc = subprocess.Popen(command(prepared.scratch, prepared.task_file, isolate), cwd=prepared.scratch,
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                 env=scrubbed_env(str(prepared.scratch)), preexec_fn=_limit(limits),
-                                start_new_session=True,
-                                **({} if user is None else {"user": user[0], "group": user[1], "extra_groups": []}))
+                                start_new_session=True, user=None if user is None else user[0],
+                                group=None if user is None else user[1], extra_groups=None if user is None else [])
         try:
             return proc.wait(timeout=limits.wall), False
         except subprocess.TimeoutExpired:

@@ -6,12 +6,13 @@ One file per document: ``<name>.schema.json``. ``validate(name, obj)`` raises
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import sys
-from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from lab import cache
 from lab.errors import LabError
@@ -24,7 +25,7 @@ class SchemaError(LabError):
     """A JSON document does not match its schema."""
 
 
-@lru_cache(maxsize=None)
+@functools.cache
 def load(name: str) -> dict:
     """The schema called ``name`` (e.g. ``"results"``)."""
     path = HERE / f"{name}.schema.json"
@@ -143,7 +144,7 @@ def format_checkers_blocked():
                 del sys.modules[name]
 
 
-@lru_cache(maxsize=None)
+@functools.cache
 def _validator(name: str):
     """One validator per schema: building one resolves the schema's references again (a third of a small validation)."""
     with format_checkers_blocked():
@@ -151,7 +152,7 @@ def _validator(name: str):
     return jsonschema.Draft202012Validator(load(name))
 
 
-@lru_cache(maxsize=None)
+@functools.cache
 def _compiled(name: str):
     """The schema's quick check (``lab.schemas.compiled``), or None where jsonschema alone checks it."""
     try:
@@ -204,8 +205,9 @@ def _check_finite(obj: object, where: str, path: str = "") -> None:
             _check_finite(v, where, f"{path}/{i}" if path else str(i))
 
 
-def read(name: str, path: str | Path) -> object:
-    """Read a JSON file and validate it against schema ``name``; errors name the file and field."""
+def read(name: str, path: str | Path) -> Any:
+    """Read a JSON file and validate it against schema ``name`` (the document, as the schema shapes it); errors name
+    the file and field."""
     path = Path(path)
     try:
         obj = loads(path.read_text(encoding="utf-8"))
