@@ -237,6 +237,14 @@ def requantize(acc: np.ndarray, multiplier: np.ndarray, zero_point) -> np.ndarra
     return (np.rint(v).astype(np.int64) + z).astype(zp.dtype)
 
 
+def _u8_activations(a, a_zero, shift_s8_activations: bool):
+    """(a, its zero point, is it u8?): ORT's QDQ path on x86 moves s8 activations to u8 (+128) first."""
+    a, a_zero = np.asarray(a), np.asarray(a_zero)
+    if shift_s8_activations and a.dtype == np.int8:
+        return a.astype(np.int64) + 128, a_zero.astype(np.int64) + 128, True
+    return a, a_zero, a.dtype == np.uint8
+
+
 def qlinear_matmul(a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero, family: str,
                    shift_s8_activations: bool = False) -> np.ndarray:
     """QLinearMatMul as ``family`` computes it.
@@ -245,12 +253,7 @@ def qlinear_matmul(a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero, fami
     U8S8 GEMM; the sum is the same, but the saturating kernel sees the shifted values.
     The saturating family clips pairs only in that U8S8 kernel (u8 activations, s8 weights).
     """
-    a, a_zero = np.asarray(a), np.asarray(a_zero)
-    if shift_s8_activations and a.dtype == np.int8:
-        a, a_zero = a.astype(np.int64) + 128, a_zero.astype(np.int64) + 128
-        a_is_u8 = True
-    else:
-        a_is_u8 = a.dtype == np.uint8
+    a, a_zero, a_is_u8 = _u8_activations(a, a_zero, shift_s8_activations)
     saturate = check_family(family) == SATURATING and a_is_u8 and np.asarray(b).dtype == np.int8
     acc = int_matmul(a, b, a_zero, b_zero, saturate)
     multiplier = (np.float32(a_scale) * np.asarray(b_scale, np.float32).reshape(-1)) / np.float32(y_scale)
@@ -263,12 +266,7 @@ def qgemm(a, a_scale, a_zero, b, b_scale, b_zero, c=None, y_scale=None, y_zero=N
     a, b = np.asarray(a), np.asarray(b)
     a = a.T if trans_a else a
     b = b.T if trans_b else b
-    a_zero = np.asarray(a_zero)
-    if shift_s8_activations and a.dtype == np.int8:
-        a, a_zero = a.astype(np.int64) + 128, a_zero.astype(np.int64) + 128
-        a_is_u8 = True
-    else:
-        a_is_u8 = a.dtype == np.uint8
+    a, a_zero, a_is_u8 = _u8_activations(a, a_zero, shift_s8_activations)
     saturate = check_family(family) == SATURATING and a_is_u8 and b.dtype == np.int8
     acc = int_matmul(a, b, a_zero, b_zero, saturate)
     if c is not None:
@@ -370,12 +368,7 @@ def qlinear_conv(x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero, bias, 
                  shift_s8_activations: bool = False) -> np.ndarray:
     """QLinearConv as ``family`` computes it: integer convolution plus the int32 bias, requantized per output
     channel to ``y_scale``; the saturating family clips pairs only for u8 activations and s8 weights."""
-    x, x_zero = np.asarray(x), np.asarray(x_zero)
-    if shift_s8_activations and x.dtype == np.int8:
-        x, x_zero = x.astype(np.int64) + 128, x_zero.astype(np.int64) + 128
-        x_is_u8 = True
-    else:
-        x_is_u8 = x.dtype == np.uint8
+    x, x_zero, x_is_u8 = _u8_activations(x, x_zero, shift_s8_activations)
     saturate = check_family(family) == SATURATING and x_is_u8 and np.asarray(w).dtype == np.int8
     acc = int_conv(x, x_zero, w, w_zero, shape, saturate)
     if bias is not None:

@@ -29,7 +29,7 @@ from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantTy
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
 import kernel_families as kf
-from lab import camera, graph, kernels
+from lab import camera, data, graph, kernels
 from lab.kernels import EXACT, SATURATING, ConvShape, EmulationError
 
 RUN_ANY_MODELS = kf.TESTS_DIR / "run_any_models.py"
@@ -288,8 +288,6 @@ def test_what_the_emulation_does_not_cover_is_refused_by_name():
 
 
 def test_both_fixtures_are_covered(cnn_models):
-    from lab import data   # deferred: the MLP fixture is only this test's
-
     assert kernels.uncovered(data.fixture_path("fp32.onnx")) == []
     assert all(kernels.uncovered(path) == [] for path in cnn_models.values())
 
