@@ -146,18 +146,19 @@ def test_hidden_rulers_show_a_small_right_calibration_ends_sooner_than_the_whole
 
 
 def test_check_series_names_the_missing_series_and_the_folder(tmp_path):
-    rows = [{"kind": "narrow", "batches": n, "model": growth.model_name("narrow", n)} for n in (1, 2)]
+    rows = [{"kind": kind, "batches": n, "model": growth.model_name(kind, n)}
+            for kind, counts in (("narrow", (1, 2, 4)), ("right", (1,))) for n in counts]
     for r in rows:
         (tmp_path / r["model"]).write_bytes(b"")
-    with pytest.raises(growth.GrowthCheckFailed, match=r"right models for batch counts \[\]; expected one per count "
-                                                       r"in RIGHT_BATCHES, \[1\]"):
-        growth.check_series(rows, [1, 2], [1], tmp_path)
-    with pytest.raises(growth.GrowthCheckFailed, match=r"narrow models for batch counts \[1, 2\]; expected .*\[1, 2, 4\]"):
-        growth.check_series(rows, [1, 2, 4], [], tmp_path)
-    assert growth.check_series(rows, [1, 2], [], tmp_path) == "2 models in " + tmp_path.name + "/"
+    with pytest.raises(growth.GrowthCheckFailed, match=r"rows hold no right models: call lesson.grow\(..., kind='right'\)"):
+        growth.check_series(rows[:3], [1, 2, 4], [1], tmp_path)
+    with pytest.raises(growth.GrowthCheckFailed, match=r"the narrow series has batch counts \[1, 2, 4\]: .* up to "
+                                                       r"MAX_BATCHES \(8\)"):
+        growth.check_series(rows, [1, 2, 4, 8], [1], tmp_path)
+    assert growth.check_series(rows, [1, 2, 4], [1], tmp_path).startswith("4 models in " + tmp_path.name + "/")
     (tmp_path / rows[0]["model"]).unlink()
     with pytest.raises(growth.GrowthCheckFailed, match="narrow-001.onnx is not in"):
-        growth.check_series(rows, [1, 2], [], tmp_path)
+        growth.check_series(rows, [1, 2, 4], [1], tmp_path)
 
 
 def test_narrow_stream_is_seeded_prefix_stable_and_narrow():

@@ -71,6 +71,9 @@ CASES = {
         "03_narrow_right_wide", "l03-07", lambda s: s.replace("calibration_set(kind)", 'calibration_set("right")'),
         "l03-08", ("ExerciseCheckFailed", "narrow.onnx was not calibrated on exactly "
                    "lab.data.calibration_set('narrow')", "fresh DigitReader over its own set")),
+    "03 per-channel weights": Wrong(
+        "03_narrow_right_wide", "l03-07", lambda s: s.replace("per_channel=False", "per_channel=True"), "l03-08",
+        ("ExerciseCheckFailed", "per_channel=True; lesson 03 asks per_channel=False (one ruler per tensor)")),
     "03 prediction: zero point 0": Wrong(
         "03_narrow_right_wide", "l03-05b",
         lambda s: s.replace('"zero_point": round(-128 - low / scale)', '"zero_point": 0'), "l03-10a",
@@ -84,22 +87,42 @@ CASES = {
         ("ReaderContractError", "it is used up. That is lesson 02's mistake (b)", "fresh DigitReader")),
     "04 prediction: more narrow batches catch up": Wrong(
         "04_more_batches", "l04-04b",
-        lambda s: 'PREDICTED_GROWTH = {"narrow_reaches_right": True, "largest_narrow_range": 1.0}', "l04-14a",
+        lambda s: 'PREDICTION = {"narrow_reaches_right": True, "largest_narrow_range": 1.0}', "l04-14a",
         ("prediction wrong: you said more narrow batches do reach", "you said the largest narrow calibration sees "
          "a range of 1", "MinMax keeps the largest value"), fails=False, parameters={"MAX_BATCHES": 8}),
     "04 only the narrow series": Wrong(
-        "04_more_batches", "l04-08", lambda s: s.split("rows += ")[0], "l04-09",
-        ("GrowthCheckFailed", "rows hold right models for batch counts []; expected one per count in RIGHT_BATCHES",),
+        "04_more_batches", "l04-08", lambda s: s.split("rows += ")[0] + '\nREAD = "range_seen"', "l04-09",
+        ("GrowthCheckFailed", "rows hold no right models: call lesson.grow(..., kind='right')",),
         parameters={"MAX_BATCHES": 8}),
+    "04 the two series nested": Wrong(
+        "04_more_batches", "l04-08",
+        lambda s: s.replace("rows = lesson.grow(", "narrow_rows = lesson.grow(")
+                   .replace("rows += lesson.grow(", "right_rows = lesson.grow(") + "\nrows = [narrow_rows, right_rows]",
+        "l04-09", ("GrowthCheckFailed", "rows = [narrow_rows, right_rows] nests the two series",
+                   "rows = narrow_rows + right_rows"), parameters={"MAX_BATCHES": 8}),
+    "04 the right series grown from the narrow stream": Wrong(
+        "04_more_batches", "l04-08", lambda s: s.replace("make_reader, right,", "make_reader, stream,"), "l04-09",
+        ("GrowthCheckFailed", "right x 1 was calibrated on `stream` (lesson.narrow_batches), not on `right`",),
+        parameters={"MAX_BATCHES": 8}),
+    "04 the narrow series stops short": Wrong(
+        "04_more_batches", "l04-08", lambda s: s.replace("GROWTH, counts,", "GROWTH, counts[:3],"), "l04-09",
+        ("GrowthCheckFailed", "the narrow series has batch counts [1, 2, 4]", "up to MAX_BATCHES (8)"),
+        parameters={"MAX_BATCHES": 8}),
+    "04 reads accuracy": Wrong(
+        "04_more_batches", "l04-08", lambda s: s.replace('READ = "range_seen"', 'READ = "accuracy"'), "l04-09",
+        ("GrowthCheckFailed", "READ is 'accuracy': accuracy wanders"), parameters={"MAX_BATCHES": 8}),
+    "05 QUInt8 activations": Wrong(
+        "05_qdq_vs_qoperator", "l05-06", lambda s: s.replace('activation_type="QInt8"', 'activation_type="QUInt8"'),
+        "l05-07", ("ExerciseCheckFailed", "activation_type='QUInt8'; lesson 05 asks activation_type='QInt8'")),
     "05 calibrated on the narrow set": Wrong(
         "05_qdq_vs_qoperator", "l05-06", lambda s: s.replace('calibration_set("right")', 'calibration_set("narrow")'),
         "l05-07", ("ExerciseCheckFailed", "images that are not lab.data.calibration_set('right')")),
     "05 prediction: QDQ is smaller, rulers differ": Wrong(
-        "05_qdq_vs_qoperator", "l05-04b", lambda s: 'PREDICTED_FORMATS = {"smaller": "QDQ", "same_input_ruler": False}',
+        "05_qdq_vs_qoperator", "l05-04b", lambda s: 'PREDICTION = {"smaller": "QDQ", "same_input_ruler": False}',
         "l05-12a", ("prediction wrong: you said QDQ is smaller", "they are the same", "one calibration cache"),
         fails=False),
     "05 prediction in the wrong form": Wrong(
-        "05_qdq_vs_qoperator", "l05-04b", lambda s: 'PREDICTED_FORMATS = {"smaller": "qop", "same_input_ruler": True}',
+        "05_qdq_vs_qoperator", "l05-04b", lambda s: 'PREDICTION = {"smaller": "qop", "same_input_ruler": True}',
         "l05-04b", ("PredictionError", "smaller: expected one of 'QDQ', 'QOperator', got 'qop'")),
     "07 prediction: dim and noisy fail too": Wrong(
         "07_calibrate_the_deployed_representation", "l07-11b", lambda s: 'PREDICTION = {"dim", "noisy", "flash"}',

@@ -14,7 +14,7 @@ from typing import Mapping
 
 import numpy as np
 
-from lab import compare, convert, data, graph, predictions, ruler, tables
+from lab import compare, convert, data, graph, kernels, predictions, ruler, tables
 from lab.data import BATCH_SIZE, KINDS, data_sha256, file_sha256
 from lab.errors import LabError
 
@@ -94,6 +94,34 @@ def check_three_conversions(work: str | Path, records: dict, kinds=KINDS, batch_
                                       f"{records[kind].calibration_batches} batches; lesson 03 asks "
                                       f"batch_size=BATCH_SIZE ({batch_size}), {-(-n // batch_size)} batches")
     return "three QDQ models, each calibrated on its own set"
+
+
+def one_image_at_a_time(model: str | Path, x: np.ndarray) -> np.ndarray:
+    """The model's outputs with every image run alone (batch 1, as a camera sends them), as ``compare.predict``
+    computes them on the target kernel family: one session, one run per image."""
+    x = np.asarray(x, np.float32)
+    if kernels.emulated() and graph.quant_format(model) != "float":
+        return np.concatenate([kernels.emulate(model, x[i:i + 1], kernels.target_family()) for i in range(len(x))])
+    run = graph.session(model).run
+    return np.concatenate([run(None, {data.INPUT_NAME: x[i:i + 1]})[0] for i in range(len(x))])
+
+
+def batch_dependence(model: str | Path, x: np.ndarray, reference: np.ndarray, labels: np.ndarray) -> dict:
+    """``model`` on ``x`` as one batch against one image at a time: each run's max abs error and accuracy, and the
+    largest change in any probability between the two (0 for a model whose rulers are all fixed in the file)."""
+    whole, alone = compare.predict(model, x), one_image_at_a_time(model, x)
+    return {"one_batch": {"max_abs_error": compare.max_abs_error(reference, whole),
+                          "accuracy": float(np.mean(whole.argmax(axis=1) == labels))},
+            "batch_1": {"max_abs_error": compare.max_abs_error(reference, alone),
+                        "accuracy": float(np.mean(alone.argmax(axis=1) == labels))},
+            "largest_change": compare.max_abs_error(whole, alone)}
+
+
+def rounded_activations(model: str | Path) -> int:
+    """How many activations the model rounds to 8 bits at run time: its QuantizeLinear nodes (static QDQ) or
+    DynamicQuantizeLinear nodes (dynamic)."""
+    ops = graph.op_counts(model)
+    return ops.get("QuantizeLinear", 0) + ops.get("DynamicQuantizeLinear", 0)
 
 
 def evaluation_entry(evaluation: data.Split) -> dict:

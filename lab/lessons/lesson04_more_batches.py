@@ -110,6 +110,15 @@ def grow(source: str | Path, out_dir: str | Path, counts: Iterable[int],
     return rows
 
 
+def range_kept(source: str | Path, reader, moving_average: bool) -> float:
+    """The input range (scale x 255) ORT's MinMax calibrator keeps from ``reader``'s batches: the extremes of all
+    batches by default, the mean of each batch's lowest and highest with ``CalibMovingAverage`` (``moving_average``
+    in ``create_calibrator``'s options). The calibrator runs on a copy of ``source``; no model is written."""
+    lo, hi = convert.calibrated_ranges(source, reader, extra_options={"moving_average": bool(moving_average)})[
+        data.INPUT_NAME]
+    return ruler.ruler_for(lo, hi).range_seen
+
+
 def verdict(rows: list[Row], wrong: str = "narrow", right: str = "right") -> dict:
     """Does the most-grown ``wrong`` set still lose to every ``right`` model? The numbers behind the answer."""
     wrong_rows = [r for r in rows if r["kind"] == wrong]
@@ -182,11 +191,12 @@ def format_hidden_rulers(rows: list[dict]) -> str:
 
 def growth_report(source: str | Path, rows: list[Row], stream: np.ndarray, evaluation: Split, *,
                   max_batches: int, seed: int, batch_size: int = BATCH_SIZE,
-                  right_batches: Iterable[int] = RIGHT_BATCHES, settings: dict = SETTINGS,
+                  right_batches: Iterable[int] | None = None, settings: dict = SETTINGS,
                   folder: str = FOLDER) -> dict:
     """Lesson 04's ``growth.json``, from what the lesson produced: the ``rows`` of its two ``grow`` calls, the
     narrow ``stream`` they drew from (``narrow_batches(max_batches, batch_size, seed)``) and the settings
-    they converted with. The verdict is recomputed from the rows."""
+    they converted with. ``right_batches`` defaults to the right rows' batch counts. The verdict is recomputed
+    from the rows."""
     return {
         "schema": "growth/1",
         "lesson": "04_more_batches",
@@ -197,26 +207,81 @@ def growth_report(source: str | Path, rows: list[Row], stream: np.ndarray, evalu
         "folder": folder,
         "narrow_stream": {"max_batches": int(max_batches), "batch_size": int(batch_size), "seed": int(seed),
                           "sha256": data_sha256(stream)},
-        "right_data": {"batches": [int(n) for n in right_batches]},
+        "right_data": {"batches": [int(n) for n in (right_batches if right_batches is not None else
+                                                     (r["batches"] for r in rows if r["kind"] == "right"))]},
         "rows": rows,
         "verdict": verdict(rows),
     }
 
 
-def check_series(rows: list[Row], counts: list[int], right_batches: list[int], folder: Path) -> str:
-    """Lesson 04's exercise: one narrow model per count in ``counts``, then one right model per count in
-    ``right_batches``, each written into ``folder``. Raises ``GrowthCheckFailed`` naming what is missing."""
-    got = {kind: [r.get("batches") for r in rows if isinstance(r, dict) and r.get("kind") == kind]
-           for kind in ("narrow", "right")}
-    for kind, wanted, name in (("narrow", counts, "counts"), ("right", right_batches, "RIGHT_BATCHES")):
-        if got[kind] != list(wanted):
-            raise GrowthCheckFailed(f"rows hold {kind} models for batch counts {got[kind]}; expected one per count in "
-                                    f"{name}, {list(wanted)}: call lab.lessons.lesson04_more_batches.grow(..., kind={kind!r}) with {name} "
-                                    "and put its rows in `rows`")
+# The columns of the table a student may read to say why more narrow batches never catch up, and why each other
+# one does not answer it (lesson 04's exercise asks for one: READ)
+COLUMNS = {
+    "range_seen": "",
+    "max_abs_error": "max_abs_error shows that every narrow model stays bad, not why: read the column that you can "
+                     "set beside what deployment feeds the model (pixels up to 1.0)",
+    "accuracy": "accuracy wanders by a point or two from one count to the next and says nothing about why: read the "
+                "column that you can set beside what deployment feeds the model (pixels up to 1.0)",
+    "samples": "samples is how much you grew, not what MinMax saw: read the column that you can set beside what "
+               "deployment feeds the model (pixels up to 1.0)",
+    "calibration_range": "calibration_range is the data's own range, read before any conversion: read what the "
+                         "model's ruler became (it is the ruler that clips)",
+}
+
+
+SOURCES = {"narrow": "`stream` (lesson.narrow_batches)", "right": "`right` (lab.data.calibration_set('right'))"}
+OTHER = {"narrow": "right", "right": "narrow"}
+
+
+def _series_from(rows: list[Row], kind: str, pixels: np.ndarray) -> str:
+    """'' when every ``kind`` row was calibrated on a prefix of ``pixels``, else what it was drawn from."""
+    for r in rows:
+        if r["kind"] == kind and r.get("calibration_sha256") != data_sha256(pixels[:r["samples"]]):
+            return f"{kind} x {r['batches']}"
+    return ""
+
+
+def check_series(rows, counts: list[int], right_batches: list[int], folder: Path, *, stream: np.ndarray | None = None,
+                 right: np.ndarray | None = None, read: str = "range_seen", max_batches: int | None = None) -> str:
+    """Lesson 04's exercise: a narrow series grown from ``stream`` up to ``max_batches`` (default: the last of
+    ``counts``), a right series of one or two batches (``right_batches``) from ``right``, every row in one flat
+    list, each model in ``folder``, and ``read``, the column that says why. Raises ``GrowthCheckFailed`` naming the
+    choice that is wrong."""
+    if not isinstance(rows, list) or any(isinstance(r, (list, tuple)) for r in rows):
+        raise GrowthCheckFailed("rows holds lists, not rows: rows = [narrow_rows, right_rows] nests the two series. "
+                                "Put the rows themselves in one list: rows = narrow_rows + right_rows")
+    rows = [r for r in rows if isinstance(r, dict)]
+    got = {kind: [r.get("batches") for r in rows if r.get("kind") == kind] for kind in ("narrow", "right")}
+    for kind, name in (("narrow", "counts"), ("right", "RIGHT_BATCHES")):
+        if not got[kind]:
+            raise GrowthCheckFailed(f"rows hold no {kind} models: call lesson.grow(..., kind={kind!r}) and put its rows "
+                                    "in `rows`")
+    top = max_batches or max(counts)
+    if max(got["narrow"]) < top or got["narrow"] != sorted(set(got["narrow"])) or len(got["narrow"]) < 3:
+        raise GrowthCheckFailed(f"the narrow series has batch counts {got['narrow']}: to show whether more narrow "
+                                f"batches help, grow it from a few batches up to MAX_BATCHES ({top}), at least three "
+                                "counts in increasing order (`counts` does)")
+    if max(got["right"]) > max(right_batches):
+        raise GrowthCheckFailed(f"the right series has batch counts {got['right']}: the lesson's point is that one or "
+                                f"two batches of the right data already win; grow it over RIGHT_BATCHES "
+                                f"({list(right_batches)})")
+    for kind, own, other in (("narrow", stream, right), ("right", right, stream)):
+        where = _series_from(rows, kind, own) if own is not None else ""
+        if where:
+            drawn = (SOURCES[OTHER[kind]] if other is not None and not _series_from(rows, kind, other)
+                     else "other data")
+            raise GrowthCheckFailed(f"{where} was calibrated on {drawn}, not on {SOURCES[kind]}: grow the {kind} "
+                                    f"series from {SOURCES[kind]}")
     missing = [r["model"] for r in rows if not (Path(folder) / r["model"]).exists()]
     if missing:
         raise GrowthCheckFailed(f"{missing[0]} is not in {Path(folder).name}/: pass GROWTH as grow's out_dir")
-    return f"{len(rows)} models in {Path(folder).name}/"
+    if read not in COLUMNS:
+        raise GrowthCheckFailed(f"READ is {read!r}; expected one of the table's columns: "
+                                + ", ".join(map(repr, COLUMNS)))
+    if COLUMNS[read]:
+        raise GrowthCheckFailed(f"READ is {read!r}: {COLUMNS[read]}")
+    return f"{len(rows)} models in {Path(folder).name}/: the narrow series up to {top} batches, the right one " \
+           f"over {got['right']}; read {read} against the deployed range"
 
 
 def growth_figure(rows: Sequence[Mapping], deployed_range: float = 1.0):

@@ -9,6 +9,8 @@ The module of ``notebooks/05_qdq_vs_qoperator.ipynb``.
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 from pathlib import Path
 from typing import Mapping
 
@@ -26,24 +28,62 @@ STEM = "model"  # quantize_both_formats writes model.qdq.onnx, model.qoperator.o
 FOLDER = "formats"  # the workspace folder they go in
 
 
+class BothFormats(dict):
+    """Format name -> the ``QuantRecord`` of its conversion, and ``warnings``: what ONNX Runtime's converter logged
+    as a warning for each format (format -> messages), shown by the lesson instead of silenced."""
+
+    warnings: dict[str, list[str]]
+
+
+class _Collect(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def converter_warnings():
+    """Collect the warnings ONNX Runtime's converter logs on the root logger (``lab.convert`` keeps it at ERROR, so
+    they would be dropped): yields the list the messages are appended to. The root's own handlers are set aside
+    meanwhile, so nothing reaches stderr."""
+    root, handler = logging.getLogger(), _Collect()
+    level, handlers = root.level, root.handlers[:]
+    root.handlers = [handler]
+    root.setLevel(logging.WARNING)
+    try:
+        yield handler.messages
+    finally:
+        root.setLevel(level)
+        root.handlers = handlers
+
+
 def quantize_both_formats(source: str | Path, out_dir: str | Path, calibration, *,
-                          stem: str = "model", **settings) -> dict[str, convert.QuantRecord]:
+                          stem: str = "model", **settings) -> BothFormats:
     """QDQ and QOperator models from the same calibration ranges.
 
     Calibration runs once, for the QDQ model, and writes ``<stem>.calibration.json``;
     the QOperator conversion loads those ranges from the cache and never sees the data.
+    ORT's warnings for each conversion are kept in the result's ``warnings``.
     """
     out_dir = Path(out_dir)
     cache = out_dir / f"{stem}.calibration.json"
     cache.unlink(missing_ok=True)
-    qdq = convert.quantize(source, out_dir / f"{stem}.qdq.onnx", calibration, quant_format="QDQ",
-                           calibration_cache_path=cache, **settings)
-    qop = convert.quantize(source, out_dir / f"{stem}.qoperator.onnx", None, quant_format="QOperator",
-                           calibration_cache_path=cache, **settings)
+    warned = {}
+    with converter_warnings() as warned["QDQ"]:
+        qdq = convert.quantize(source, out_dir / f"{stem}.qdq.onnx", calibration, quant_format="QDQ",
+                               calibration_cache_path=cache, **settings)
+    with converter_warnings() as warned["QOperator"]:
+        qop = convert.quantize(source, out_dir / f"{stem}.qoperator.onnx", None, quant_format="QOperator",
+                               calibration_cache_path=cache, **settings)
     qop.calibration_sha256, qop.calibration_samples = qdq.calibration_sha256, qdq.calibration_samples
     qop.calibration_batches = qdq.calibration_batches
     qop.settings["calibration_cache"] = qdq.settings["calibration_cache"] = cache.name
-    return {"QDQ": qdq, "QOperator": qop}
+    both = BothFormats(QDQ=qdq, QOperator=qop)
+    both.warnings = warned
+    return both
 
 
 def output_difference(a: np.ndarray, b: np.ndarray) -> dict:
