@@ -85,7 +85,8 @@ ENTRIES: tuple[Entry, ...] = (
           schema="regression"),
     Entry("drafts/", ("06", "07"), "never",
           "working models: lesson 06's per-CPU variants, lesson 07's `daylight.onnx`, `daylight+flash.onnx`, "
-          "the release candidate and debugging copies", pattern=r"drafts/.+"),
+          "the release's candidates (`candidates/`), the release candidate and debugging copies",
+          pattern=r"drafts/.+"),
     Entry("release/model.onnx", ("07",), "optional", "the released model, its recipe in its metadata"),
     Entry("release/recipe.json", ("07",), "optional", "the recipe, versioned with the model", schema="recipe"),
     Entry("release/scenarios.json", ("07",), "optional", "the release against every named operating condition",
@@ -97,9 +98,10 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("toolbox-tables.json", ("08",), "never",
           "the lesson's exploration tables (methods, outliers, settings, sensitivity, ...): kept for the "
           "student; they describe models the hand-in does not hold", schema="toolbox-tables"),
-    Entry("predictions.json", ("01", "03", "04", "05", "07"), "optional",
+    Entry("predictions.json", ("01", "03", "04", "05", "06", "07"), "optional",
           "what the student predicted before each measurement (which set clips and which squashes, the input "
-          "rulers, what more narrow batches do, the smaller format, where the flash error enters); the grader "
+          "rulers, what more narrow batches do, the smaller format, which settings change answers on a saturating "
+          "CPU, which scenarios the daylight draft fails); the grader "
           "judges each against the lesson's own sets and the fixture model, not the student's files (a wrong "
           "model costs its lesson's point, not a prediction's)", schema="predictions"),
 )
