@@ -60,8 +60,8 @@ WRONG = {
                      ["you said more narrow batches do reach", "MinMax keeps the largest value"]),
     "formats": ({"smaller": "QDQ", "same_input_ruler": False},
                 ["you said QDQ is smaller", "they are the same", "one calibration cache"]),
-    "entry_tensor": ("fc2.out", ["you said the error enters at fc2.out", "it enters at pixels",
-                                 "first QuantizeLinear"]),
+    "saturating_settings": ({"candidate"}, ["prediction wrong", "qoperator_u8"]),
+    "failing_scenarios": (set(), ["you said none need(s) work; measured: flash", "a flash pushes strokes"]),
 }
 
 
@@ -128,9 +128,9 @@ def test_a_missing_prediction_names_the_lesson_that_asks_it(work, tmp_path):
 
 def test_record_keeps_the_other_predictions_and_refuses_a_malformed_answer(tmp_path):
     predictions.record(tmp_path, lesson05.PREDICTION, {"smaller": "QDQ", "same_input_ruler": True})
-    predictions.record(tmp_path, check.QUESTIONS["entry_tensor"], "pixels")
+    predictions.record(tmp_path, check.QUESTIONS["failing_scenarios"], {"flash"})
     assert predictions.load(tmp_path) == {"formats": {"smaller": "QDQ", "same_input_ruler": True},
-                                          "entry_tensor": "pixels"}
+                                          "failing_scenarios": ["flash"]}
     with pytest.raises(predictions.PredictionError, match=r"'formats' \(lesson 05\), smaller: expected one of"):
         predictions.record(tmp_path, lesson05.PREDICTION, {"smaller": "qoperator", "same_input_ruler": True})
     with pytest.raises(predictions.PredictionError, match=r"narrow.zero_point: expected an integer"):
