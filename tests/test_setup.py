@@ -219,7 +219,7 @@ POSIX_PATH = re.compile(r"^/(tmp|dev|proc|usr|etc|bin|var)(/|$)")
 
 
 def posix_only(source: str, where: str) -> list[str]:
-    """Every POSIX-only thing ``source`` uses: imports, os/signal attributes, subprocess options, absolute POSIX paths."""
+    """Every POSIX-only thing ``source`` uses: imports, os and signal names, subprocess options, POSIX paths."""
     found = []
     for node in ast.walk(ast.parse(source)):
         names = ([a.name for a in node.names] if isinstance(node, ast.Import) else

@@ -71,39 +71,43 @@ def problems(version=None, system=None, bits=None, libc=None, translated=None, h
     has_venv = _has_venv() if has_venv is None else has_venv
     macos = platform.mac_ver()[0] if macos is None and system[0] == "darwin" else macos
     first, last = SYSTEMS.get(system, (None, PYTHONS))[1]
-    systems = ", ".join(name for name, _ in SYSTEMS.values())
     found = []
     if not first <= version <= last:
-        found.append(("Python {} is outside the range the pins have wheels for here, {} to {}".format(
-            _version(version), _version(first), _version(last)),
-            GET_PYTHON.format(first=_version(first), last=_version(last))))
-    if system == ("darwin", "x86_64") and translated:
-        found.append(("this is an Intel (x86-64) Python that Rosetta runs on an Apple silicon Mac, and onnxruntime "
-                      "1.32.0 has no wheel for Intel Macs",
-                      "install an arm64 (or universal2) Python, from python.org or Homebrew in /opt/homebrew, and "
-                      "run set-up with it"))
-    elif system == ("darwin", "x86_64"):
-        found.append(("this is an Intel Mac, and onnxruntime 1.32.0, which the lessons are pinned to, has no wheel "
-                      "for Intel Macs (its last one is 1.23.2)", OTHER_MACHINE.format(systems=systems)))
-    elif bits != 64 and system in SYSTEMS:
-        found.append(("this Python is a 32-bit build, and the pins have 64-bit wheels only",
-                      "install the 64-bit Python of the same version and run set-up with it"))
-    elif system not in SYSTEMS:
-        found.append(("the pins have no wheels for this system ({} on {})".format(system[0], system[1]),
-                      OTHER_MACHINE.format(systems=systems)))
-    elif system[0] == "darwin" and macos and _numbers(macos) < MACOS:
-        found.append(("this Mac runs macOS {}, and onnxruntime 1.32.0's wheels need macOS {} or later".format(
-            macos, _version(MACOS)), "update macOS, or " + OTHER_MACHINE.format(systems=systems)))
-    elif system[0] == "linux" and libc and libc[0]:  # ("", "") when Python cannot tell: pip will
-        name, release = libc
-        if name != "glibc" or _numbers(release) < GLIBC:
-            found.append(("this Linux's C library is {} {}, and onnxruntime's wheels need glibc {} or later".format(
-                name, release, _version(GLIBC)), OTHER_MACHINE.format(systems=systems)))
+        found.append((f"Python {_version(version)} is outside the range the pins have wheels for here, "
+                      f"{_version(first)} to {_version(last)}",
+                      GET_PYTHON.format(first=_version(first), last=_version(last))))
+    found += _system_problems(system, bits, libc, translated, macos)
     if not has_venv and not found:
         found.append(("this Python has no `venv` with pip (`ensurepip` is missing)",
                       "on Debian or Ubuntu `apt-get install python3-venv` (as root, or with sudo); elsewhere install "
                       "Python from python.org"))
     return found
+
+
+def _system_problems(system, bits, libc, translated, macos):
+    """What keeps this system (not its Python's version) from the pins' wheels: a list of (found, what to do)."""
+    elsewhere = OTHER_MACHINE.format(systems=", ".join(name for name, _ in SYSTEMS.values()))
+    if system == ("darwin", "x86_64") and translated:
+        return [("this is an Intel (x86-64) Python that Rosetta runs on an Apple silicon Mac, and onnxruntime 1.32.0 "
+                 "has no wheel for Intel Macs", "install an arm64 (or universal2) Python, from python.org or "
+                 "Homebrew in /opt/homebrew, and run set-up with it")]
+    if system == ("darwin", "x86_64"):
+        return [("this is an Intel Mac, and onnxruntime 1.32.0, which the lessons are pinned to, has no wheel for "
+                 "Intel Macs (its last one is 1.23.2)", elsewhere)]
+    if system not in SYSTEMS:
+        return [(f"the pins have no wheels for this system ({system[0]} on {system[1]})", elsewhere)]
+    if bits != 64:
+        return [("this Python is a 32-bit build, and the pins have 64-bit wheels only",
+                 "install the 64-bit Python of the same version and run set-up with it")]
+    if system[0] == "darwin" and macos and _numbers(macos) < MACOS:
+        return [(f"this Mac runs macOS {macos}, and onnxruntime 1.32.0's wheels need macOS {_version(MACOS)} or "
+                 "later", "update macOS, or " + elsewhere)]
+    if system[0] == "linux" and libc and libc[0]:  # ("", "") when Python cannot tell: then pip decides
+        name, release = libc
+        if name != "glibc" or _numbers(release) < GLIBC:
+            return [(f"this Linux's C library is {name} {release}, and onnxruntime's wheels need glibc "
+                     f"{_version(GLIBC)} or later", elsewhere)]
+    return []
 
 
 def _has_venv():
@@ -114,18 +118,18 @@ def _has_venv():
 def describe():
     """One line: this Python's version and system, as the checks see them."""
     name = SYSTEMS.get(found_system(), ("{} {}".format(*found_system()),))[0]
-    return "Python {} ({}) on {}".format(platform.python_version(), sys.executable, name)
+    return f"Python {platform.python_version()} ({sys.executable}) on {name}"
 
 
 def main(argv=None):
     """Print what was found; 0 when the pins can install here, 1 (with what to do) when they cannot."""
     found = problems()
     if not found:
-        print("preflight: {}: the pinned stack has wheels here".format(describe()))
+        print(f"preflight: {describe()}: the pinned stack has wheels here")
         return 0
-    print("preflight: {}: set-up stops here, before pip.".format(describe()), file=sys.stderr)
+    print(f"preflight: {describe()}: set-up stops here, before pip.", file=sys.stderr)
     for what, todo in found:
-        print("  - {}.\n    What to do: {}.".format(what[0].upper() + what[1:], todo), file=sys.stderr)
+        print(f"  - {what[0].upper() + what[1:]}.\n    What to do: {todo}.", file=sys.stderr)
     print("  (The kit's README lists the Pythons and systems it supports, and how that was measured.)",
           file=sys.stderr)
     return 1

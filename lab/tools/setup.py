@@ -36,7 +36,7 @@ def venv_python(venv):
 
 
 def step(number, total, text):
-    print("setup [{}/{}] {}".format(number, total, text), flush=True)
+    print(f"setup [{number}/{total}] {text}", flush=True)
 
 
 def run(command):
@@ -71,23 +71,23 @@ def setup(venv, requirements, also=(), folder="."):
     if preflight.main([]) != 0:
         raise SystemExit(1)
     python = venv_python(venv)
-    step(2, total, "virtual environment {}".format(venv))
+    step(2, total, f"virtual environment {venv}")
     if python.exists():
-        print("  {} exists: kept".format(python))
+        print(f"  {python} exists: kept")
     else:
         run([sys.executable, "-m", "venv", venv])
-    step(3, total, "pip install -r {} (a few minutes the first time)".format(requirements))
+    step(3, total, f"pip install -r {requirements} (a few minutes the first time)")
     run([python, "-m", "pip", "install", "--upgrade", "pip"])
     run([python, "-m", "pip", "install", "-r", requirements])
     for spec in also:
         run([python, "-m", "pip", "install", *spec.split()])
-    step(4, total, "the {} kernel".format(DISPLAY_NAME))
+    step(4, total, f"the {DISPLAY_NAME} kernel")
     run([python, "-m", "ipykernel", "install", "--sys-prefix", "--name", KERNEL, "--display-name", DISPLAY_NAME])
     step(5, total, "tidy: one kernel in JupyterLab, no build leftovers")
     for path in tidy(venv, folder):
-        print("  removed {}".format(path))
+        print(f"  removed {path}")
     (Path(venv) / STAMP).write_text("set up by python -m lab.tools.setup\n", encoding="utf-8")
-    print("setup: done. Start JupyterLab with `{} -m jupyter lab`.".format(python), flush=True)
+    print(f"setup: done. Start JupyterLab with `{python} -m jupyter lab`.", flush=True)
 
 
 def main(argv=None):
