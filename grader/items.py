@@ -99,6 +99,7 @@ class Prediction:
     name: str
     title: str
     answers: list[Answer] = field(default_factory=list)
+    wrong_feedback: str = ""  # the grader's message to one wrong answer: what it measured (the truth), in words
 
     @property
     def total(self) -> int:
@@ -135,9 +136,14 @@ def check_rates(results: dict[str, dict]) -> list[CheckRate]:
 def prediction_answers(results: dict[str, dict]) -> list[Prediction]:
     """Each prediction's answers in the class, most common first, with how many the grader judged right."""
     tally: dict[str, dict[str, list[int]]] = {}
+    feedback: dict[str, str] = {}
     for d in results.values():
         answers = (d.get("handin") or {}).get("predictions") or {}
-        verdicts = {c["name"]: bool(c.get("passed")) for c in d.get("checks", []) if c["part"] == "predictions"}
+        checks = [c for c in d.get("checks", []) if c["part"] == "predictions"]
+        verdicts = {c["name"]: bool(c.get("passed")) for c in checks}
+        for c in checks:
+            if not c.get("passed") and c["name"] in answers:
+                feedback.setdefault(c["name"], c.get("message", ""))
         for q, answer in answers.items():
             text = json.dumps(answer, sort_keys=True)
             a = tally.setdefault(q, {}).setdefault(text, [0, 0])
@@ -152,7 +158,7 @@ def prediction_answers(results: dict[str, dict]) -> list[Prediction]:
         if rest:
             answers.append(Answer(f"{len(rest)} other answer(s)", sum(n for _, (n, _) in rest),
                                   sum(r for _, (_, r) in rest)))
-        out.append(Prediction(q, title("predictions", q), answers))
+        out.append(Prediction(q, title("predictions", q), answers, feedback.get(q, "")))
     return out
 
 

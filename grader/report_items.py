@@ -85,15 +85,18 @@ def _prediction(p: Prediction) -> str:
     body = "".join(f"<tr class='{v}'><td><code>{e(_answer_text(a.text))}</code></td><td class='n'>{a.count}</td>"
                    f"<td>{'&#10003; right' if v == 'right' else 'wrong' if v == 'wrong' else f'{a.right} judged right'}"
                    "</td></tr>" for a, v in zip(p.answers, verdict))
+    said = (f'<p class="muted" id="wrong-feedback-{e(p.name)}">What the grader told one wrong answer: '
+            f"{e(p.wrong_feedback)}</p>" if p.wrong_feedback else "")
     return (f"<h3>{e(p.title)} <span class='muted'>({e(p.name)})</span></h3>" + figure
             + f'<table id="answers-{e(p.name)}" class="answers"><thead><tr><th>answer</th><th>hand-ins</th>'
-              f"<th>the grader's verdict</th></tr></thead><tbody>{body}</tbody></table>")
+              f"<th>the grader's verdict</th></tr></thead><tbody>{body}</tbody></table>" + said)
 
 
 def predictions(items: Items) -> str:
     head = ("<h2>What the class predicted</h2><p>Each prediction's first answer (predictions.json), the most common "
             "first. Marked &#10003; (green): answers the grader judged right against the lesson's truth, which it "
-            "recomputes from the fixtures; red: judged wrong.</p>")
+            "recomputes from the fixtures; red: judged wrong. Under a question with a wrong answer, the grader's "
+            "message to one of them says what it measured.</p>")
     if not items.predictions:
         return head + '<p id="no-predictions">No hand-in\'s answers were recorded.</p>'
     return head + "".join(_prediction(p) for p in items.predictions)

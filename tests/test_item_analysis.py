@@ -111,6 +111,9 @@ def test_the_report_shows_copies_pass_rates_and_predictions_in_chromium(graded, 
         assert rows[1] == ["wrong", "clips=wide, squashes=narrow", 3]
         formats = page.locator("#answers-formats tbody tr.wrong td").first.inner_text()
         assert "smaller=QDQ" in formats
+        told = next(c["message"] for c in res["wp1"]["checks"] if c["name"] == "clip_or_squash")
+        assert told.splitlines()[0][:80] in page.locator("#wrong-feedback-clip_or_squash").inner_text()
+        assert page.locator("#wrong-feedback-entry_tensor").count() == 0  # nobody was wrong there
         for q in rubric()["predictions"]:
             if q == "title":
                 continue
