@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     rg.add_argument("--out", required=True)
     rg.add_argument("-j", "--jobs", type=int, default=2)
     rg.add_argument("--no-progress", action="store_true")
+    rg.add_argument("--dask", metavar="SCHEDULER", help="as batch's --dask")
     rg.add_argument("--never-lower", action="store_true", help="publish the higher of the new score and the grade "
                     "published before (the gradebook's 'published' column, which `grader export` reads)")
     for p in (g, b, rg):
@@ -148,7 +149,7 @@ def _regrade(args, limits: Limits, unsafe: bool | None) -> int:
               f"({args.out}); run `python -m grader batch` first", file=sys.stderr)
         return 2
     here, changes = regrade(args.folder, args.out, args.never_lower, jobs=args.jobs, limits=limits,
-                            progress=not args.no_progress, unsafe_no_sandbox=unsafe)
+                            progress=not args.no_progress, unsafe_no_sandbox=unsafe, dask=args.dask)
     moved = [c for c in changes if c.moved]
     print(f"{len(changes)} hand-in(s) regraded, {len(moved)} changed"
           + (f", {sum(c.held for c in changes)} published grade(s) kept (never lower)" if args.never_lower else "")
