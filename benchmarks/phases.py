@@ -19,8 +19,9 @@ from pathlib import Path
 # phase -> the attributes that do that phase's work ("module:attr" or "module:Class.method")
 PHASES = {
     "intake and hashing": ["grader.core:sha256_of_input", "grader.core:open_submission"],
-    "model checks": ["grader.core:load_checked", "grader.context:load_checked"],
-    "student code in the sandbox": ["grader.sandbox:run", "grader.sandbox:plan", "grader.sandbox:end_plan"],
+    "model checks": ["grader.context:load_checked"],
+    "student code in the sandbox": ["grader.sandbox.plan:Runs.run", "grader.sandbox.plan:Runs.plan",
+                                    "grader.sandbox.plan:Runs.end_plan"],
     "recomputed calibrations": ["grader.lessons.lesson02_the_calibration_reader:calibrator_range", "lab.data:calibration_set",
                                 "lab.lessons.lesson04_more_batches:narrow_batches", "lab.data:data_sha256", "lab.data:load_split",
                                 "lab.compare:diagnose", "lab.ruler:scale_zero_point"],
