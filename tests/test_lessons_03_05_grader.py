@@ -69,26 +69,31 @@ def _lesson05(**settings):
     return make
 
 
-def _right_series_from_the_narrow_stream(files: corpus.Files) -> bytes:
-    """Lesson 04's second grow call given the narrow stream instead of the right set; growth.json from that run."""
-    from lab import compare, data
-    from lab.lessons import lesson04_more_batches as lesson04
+def _lesson04(right_from_the_stream: bool = False, **settings):
+    """Lesson 04's two grow calls, the second given the narrow stream instead of the right set or both with
+    ``settings`` changed; growth.json written from that run (its settings as used)."""
+    def make(files: corpus.Files) -> bytes:
+        from lab import compare, data
+        from lab.lessons import lesson04_more_batches as lesson04
 
-    with tempfile.TemporaryDirectory() as tmp:
-        work, reader_cls = _workspace(Path(tmp))
-        ev = data.load_split("evaluation")
-        stream = lesson04.narrow_batches(lesson04.MAX_BATCHES, lesson04.BATCH_SIZE, reference.SEED)
-        common = dict(make_reader=lambda p: reader_cls(p, batch_size=lesson04.BATCH_SIZE),
-                      batch_size=lesson04.BATCH_SIZE, x=ev.pixels, labels=ev.labels,
-                      reference=compare.predict(work / "source.onnx", ev.pixels), **lesson04.SETTINGS)
-        rows = lesson04.grow(work / "source.onnx", work / "growth", reference.GROWTH_COUNTS, stream=stream,
-                             kind="narrow", **common)
-        rows += lesson04.grow(work / "source.onnx", work / "growth", reference.RIGHT_COUNTS, stream=stream,
-                              kind="right", **common)
-        doc = lesson04.growth_report(work / "source.onnx", rows, stream, ev, max_batches=lesson04.MAX_BATCHES,
-                                     seed=reference.SEED)
-        models = {f"growth/{p.name}": p.read_bytes() for p in (work / "growth").glob("*.onnx")}
-    return corpus.pack({**files, **models, "growth.json": json.dumps(doc, indent=2).encode()})
+        with tempfile.TemporaryDirectory() as tmp:
+            work, reader_cls = _workspace(Path(tmp))
+            ev = data.load_split("evaluation")
+            stream = lesson04.narrow_batches(lesson04.MAX_BATCHES, lesson04.BATCH_SIZE, reference.SEED)
+            used = {**lesson04.SETTINGS, **settings}
+            common = dict(make_reader=lambda p: reader_cls(p, batch_size=lesson04.BATCH_SIZE),
+                          batch_size=lesson04.BATCH_SIZE, x=ev.pixels, labels=ev.labels,
+                          reference=compare.predict(work / "source.onnx", ev.pixels), **used)
+            rows = lesson04.grow(work / "source.onnx", work / "growth", reference.GROWTH_COUNTS, stream=stream,
+                                 kind="narrow", **common)
+            rows += lesson04.grow(work / "source.onnx", work / "growth", reference.RIGHT_COUNTS,
+                                  stream=stream if right_from_the_stream else data.calibration_set("right"),
+                                  kind="right", **common)
+            doc = lesson04.growth_report(work / "source.onnx", rows, stream, ev, max_batches=lesson04.MAX_BATCHES,
+                                         seed=reference.SEED, settings=used)
+            models = {f"growth/{p.name}": p.read_bytes() for p in (work / "growth").glob("*.onnx")}
+        return corpus.pack({**files, **models, "growth.json": json.dumps(doc, indent=2).encode()})
+    return make
 
 
 CASES = {
@@ -106,7 +111,10 @@ CASES = {
                              "sets/narrow/calibration_batches is 360 where batches of 36 give 10, because of the "
                              "reader's batch sizes above (not charged here: charged once, under 02 the calibration "
                              "reader", "lesson 05: calibration/batches is 360 where batches of 36 give 10")),
-    "04_right_from_narrow": (_right_series_from_the_narrow_stream, {"growth.series": 1},
+    "04_per_channel": (_lesson04(per_channel=True), {"growth.series": 1},
+                       ("growth/narrow-001.onnx: narrow-001.onnx has per-channel weight scales: lesson 04 asks "
+                        "per_channel=False", "grow(..., **SETTINGS)")),
+    "04_right_from_narrow": (_lesson04(right_from_the_stream=True), {"growth.series": 1},
                              ("growth/right-001.onnx was calibrated on the first 1 batch(es) of 8 of the narrow "
                               "stream, not the right set", "lab.data.calibration_set('right')",
                               "not judged: the right-NNN models were not calibrated on the right set")),

@@ -9,6 +9,7 @@ import numpy as np
 from grader.context import (SCALE_REL, SOFTMAX_STEP, WHY_OUTPUT, Context, Missing, check, close, common_claims,
                             evaluation, fp32_outputs, integer, near_boundary, number, provenance, short, value)
 from grader.group import Group
+from grader.lessons.lesson03_narrow_right_wide import forbidden_settings
 from grader.results import Evidence
 from lab import compare, contract, data, graph, ruler
 from lab.data import EPSILON, data_sha256
@@ -300,13 +301,22 @@ def run(ctx: Context) -> list:
                     + (f" ({prov})" if prov else "") + (f" ({model_problem})" if model_problem else ""))
     # one more point for what the picks do not show: a swapped model elsewhere in the series, a wrong record
     elsewhere = [wrong_model.pop(k) for k in sorted(other_data) if k in wrong_model]
+    settings = _settings(ctx, doc, models)
     rest = (list(wrong_model.values()) + _record_problems(doc, rows, stream)
             + _rows_and_verdict(ctx, doc, models, reported, run_bs, seed, picks, other_data))
-    msgs += _rest_messages(elsewhere, rest)
-    out = [check("growth", "series", max(0, ok_count - bool(rest or elsewhere)) / len(picks),
+    msgs += settings + _rest_messages(elsewhere, rest)
+    out = [check("growth", "series", max(0, ok_count - bool(rest or elsewhere or settings)) / len(picks),
                  "recomputed first, middle and last narrow counts, and every model's ruler from its batch count: "
                  + "; ".join(msgs), ev)]
     return out + [_lesson_point(ctx, models, narrow, other_data)]
+
+
+def _settings(ctx: Context, doc: dict, models: list) -> list[str]:
+    """The settings lesson 04 fixes (lesson 03's, ``**SETTINGS``) that the series' first model or growth.json's
+    settings break: one message, naming the first such setting and what to pass (charged once for the series)."""
+    rel = series_file(*models[0])
+    found = forbidden_settings(ctx.sub.path(rel), graph.input_ruler(ctx.model(rel)), doc, "04")
+    return [f"{rel}: {found[0][1]}, as every model of the series (grow(..., **SETTINGS))"] if found else []
 
 
 def _rest_messages(elsewhere: list[str], rest: list[str], shown: int = 4) -> list[str]:
