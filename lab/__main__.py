@@ -1,4 +1,4 @@
-"""``python -m lab COMMAND``: run the workbook, or hand in."""
+"""``python -m lab COMMAND``: run the workbook, hand in, or audit a model."""
 from __future__ import annotations
 
 import argparse
@@ -8,6 +8,7 @@ import sys
 COMMANDS = {
     "run": ("lab.tools.run", "run every lesson headlessly with papermill, then print a summary"),
     "submit": ("lab.tools.submit", "pack the workspace into a submission zip"),
+    "audit": ("lab.tools.audit", "rulers, clipping, where INT8 parts from FP32, both kernel families: any model"),
 }
 
 

@@ -1,0 +1,46 @@
+"""``python -m lab audit FP32 INT8 --data FILE [--labels FILE] [--json]``: the lessons' diagnostics for any model.
+
+Prints every ruler of the INT8 model (the input's and each activation's) against the FP32 values on the data, the
+error by input size, where INT8 parts from FP32, accuracy or agreement under both kernel families, and the recipe
+(see ``lab.audit``). ``--json`` prints the same as one JSON document. A model or data file it cannot take is named
+with what was expected, and the exit status is 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from tqdm import tqdm
+
+from lab import audit
+from lab.errors import LabError
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m lab audit", description=__doc__.splitlines()[0].split(": ", 1)[1])
+    p.add_argument("fp32", help="the FP32 ONNX model")
+    p.add_argument("int8", help="the quantized ONNX model (QDQ, QOperator or dynamic) made from it")
+    p.add_argument("--data", required=True, help="the model's input: .npy, or .npz with an array named after it")
+    p.add_argument("--labels", help="class labels, one per sample: .npy, or .npz with an array 'labels'")
+    p.add_argument("--json", action="store_true", help="print one JSON document instead of the text report")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+
+    def progress(items):
+        return tqdm(items, unit="batch", file=sys.stderr, disable=None, leave=False)
+
+    try:
+        doc = audit.audit(args.fp32, args.int8, args.data, args.labels, progress=progress)
+    except LabError as exc:
+        print(f"python -m lab audit: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(doc, indent=2) if args.json else audit.format_report(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
