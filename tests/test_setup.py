@@ -304,3 +304,31 @@ def test_make_setup_as_a_user_stops_with_the_one_command_for_the_missing_system_
     installed = subprocess.run([*AS_A_USER, "make", "-s", "system", "SYSTEM_PACKAGES=bubblewrap"], cwd=REPO,
                                capture_output=True, text=True, timeout=60)
     assert (installed.returncode, installed.stdout) == (0, "")  # nothing to install: silent
+
+
+def old_pythons() -> list[str]:
+    """Interpreters older than the range that run here: python3.8-3.10 on PATH, or pyenv's."""
+    found = [shutil.which(f"python3.{minor}") for minor in (8, 9, 10)]
+    pyenv = shutil.which("pyenv")
+    if pyenv:
+        root = subprocess.run([pyenv, "root"], capture_output=True, text=True).stdout.strip()
+        found += [str(p) for minor in (8, 9, 10) for p in sorted(Path(root).glob(f"versions/3.{minor}.*/bin/python"))]
+    return [p for p in found if p and subprocess.run([p, "-c", "pass"], capture_output=True).returncode == 0]
+
+
+@pytest.mark.skipif(not old_pythons(), reason="no Python 3.8-3.10 here")
+def test_an_old_python_hears_why_set_up_stops_before_any_venv(tmp_path):
+    """A real Python outside the range runs set-up in a folder holding only what set-up imports: it stops at the
+    preflight, names its version and the range, and makes no venv."""
+    for rel in ("lab/__init__.py", "lab/tools/__init__.py", "lab/tools/preflight.py", "lab/tools/setup.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes((REPO / rel).read_bytes())
+    for python in old_pythons():
+        proc = subprocess.run([python, "-m", "lab.tools.setup", "--venv", "venv", "--requirements", "none.txt"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        version = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                                 capture_output=True, text=True).stdout.strip()
+        assert proc.returncode == 1, (python, proc.stdout, proc.stderr)
+        assert f"Python {version} is outside the range the pins have wheels for here, 3.11 to 3.14" in proc.stderr
+        assert "What to do: install Python 3.11 to 3.14" in proc.stderr and "Traceback" not in proc.stderr
+        assert not (tmp_path / "venv").exists()

@@ -2,7 +2,7 @@
 
 pip, on a machine the pins have no wheel for, says only "No matching distribution found for onnxruntime==1.32.0".
 This check says which Python and system it found, the ones the pins have wheels for, and what to do instead.
-It runs on any Python 3 (the standard library only, no syntax newer than 3.8), so an old Python hears it too.
+It runs on Python 3.8 and later (the standard library only, no newer syntax), so an old Python hears it too.
 """
 import importlib.util
 import platform

@@ -6,7 +6,7 @@ venv, pip, the kernel; then the leftovers go: the venv's own "Python 3" kernel (
 ``*.egg-info`` folder the editable install of this folder writes beside the sources (JupyterLab would show it). The
 venv's Jupyter configuration offers only the Calibration Lab kernel, and opens notebooks with it.
 
-It runs on any Python 3 (no syntax newer than 3.8), so that the preflight can say what is wrong with an old one.
+It runs on Python 3.8 and later (no newer syntax), so that the preflight can say what is wrong with an old one.
 """
 import argparse
 import json
