@@ -204,6 +204,24 @@ def test_full_range_weights_saturate_on_the_cnn(cnn_models, cnn_inputs):
     assert (emulate(model, cnn_inputs, SATURATING) != emulate(model, cnn_inputs, EXACT)).any()
 
 
+def test_kernel_family_difference_on_the_cnn(cnn_models, cnn_inputs):
+    """Each CNN form under both families against FP32 (printed with -s): per-channel full-range weights saturate,
+    reduce_range never does."""
+    fp32 = native(camera.model_path(), cnn_inputs)
+    labels = camera.load_split("evaluation").labels
+    rows = {}
+    for kind, model in cnn_models.items():
+        outs = {f: emulate(model, cnn_inputs, f) for f in (EXACT, SATURATING)}
+        rows[kind] = {f: (float(np.mean(o.argmax(axis=1) == labels)), float(np.abs(o - fp32).max()))
+                      for f, o in outs.items()}
+    print(f"\nFP32 accuracy {np.mean(fp32.argmax(axis=1) == labels):.4f} on {len(labels)} evaluation frames")
+    print(f"{'form':<20}{'exact acc':>10}{'sat. acc':>10}{'exact max err':>15}{'sat. max err':>14}")
+    for kind, r in rows.items():
+        print(f"{kind:<20}{r[EXACT][0]:>10.4f}{r[SATURATING][0]:>10.4f}{r[EXACT][1]:>15.4f}{r[SATURATING][1]:>14.4f}")
+    assert rows["qdq_channel_rr"][EXACT] == rows["qdq_channel_rr"][SATURATING]
+    assert rows["qdq_channel"][SATURATING][1] > rows["qdq_channel"][EXACT][1]
+
+
 def brute_int_conv(x, x_zero, w, w_zero, shape: ConvShape, saturate: bool) -> np.ndarray:
     """Python ints, one output at a time: the raw products of a window in K order (kernel row, kernel column,
     the group's input channel) pair up (2j, 2j+1) into a saturating int16; padding reads the zero point."""
