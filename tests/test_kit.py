@@ -318,7 +318,8 @@ def test_the_kit_checks_its_fixtures_against_its_own_manifest(student_kit):
     where, matches = proc.stdout.splitlines()
     assert Path(where).resolve().is_relative_to(student_kit.resolve())
     assert json.loads(matches) == {"bad-calibration.onnx": True, "calibration.npz": True, "evaluation.npz": True,
-                                   "fp32.onnx": True}
+                                   "fp32.onnx": True, "cnn-calibration.npz": True, "cnn-evaluation.npz": True,
+                                   "cnn-fp32.onnx": True}
 
 
 def test_the_kit_has_no_instructor_tool_and_no_kit_command(student_kit):
