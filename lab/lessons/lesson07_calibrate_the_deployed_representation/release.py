@@ -114,8 +114,8 @@ def time_candidates(source, paths: Mapping[str, Path], x: np.ndarray, batches: S
     """(name, batch) -> time against FP32 in each round (above 1: slower than FP32), one thread, on this CPU.
 
     Every round times FP32 and every candidate in turn, so a slow moment of the machine hits them alike."""
-    try:  # deferred: only the timing cell needs it. The speed helpers move to lesson 09 when lesson 08 is split
-        from lab.lessons.lesson09_choosing_a_recipe import speed
+    try:  # deferred: only the timing cell needs it. The speed helpers move to lab.speed when lesson 08 is split
+        from lab import speed
     except ImportError:
         from lab.lessons.lesson08_the_quantization_toolbox import speed
 
