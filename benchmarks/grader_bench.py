@@ -114,13 +114,13 @@ def make_class(folder: Path, n: int = N_STUDENTS, broken: float = BROKEN_FRACTIO
 
 
 def with_lesson_08(work: Path) -> Path:
-    """``work`` with lesson 08 run into it by ``python -m lab run --only 08``: ``reference.build`` leaves lesson 08 out
-    (its docstring says why), and a student's hand-in has its ``toolbox.json`` and ``choice.onnx``, which the grader
-    checks and the floor runs."""
-    proc = subprocess.run([sys.executable, "-m", "lab", "run", "--only", "08", "--work-dir", str(work), "--out",
+    """``work`` with lessons 08 and 09 run into it by ``python -m lab run --only 08,09``: ``reference.build`` leaves
+    them out (its docstring says why), and a student's hand-in has their ``outliers.json``, ``outliers.onnx``,
+    ``toolbox.json`` and ``choice.onnx``, which the grader checks and the floor runs."""
+    proc = subprocess.run([sys.executable, "-m", "lab", "run", "--only", "08,09", "--work-dir", str(work), "--out",
                            str(work.parent / "lesson-08-run")], cwd=REPO, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"lesson 08 did not run into the reference workspace: {proc.stderr[-1000:]}")
+        raise RuntimeError(f"lessons 08 and 09 did not run into the reference workspace: {proc.stderr[-1000:]}")
     return work
 
 

@@ -1,6 +1,6 @@
 """FP32 vs INT8 speed on this CPU: the digit reader, then a synthetic MLP of growing width.
 
-Same measurement as lesson 08 (``lab.lessons.lesson08_the_quantization_toolbox.speed``): one pinned thread, warm-up, repeats, medians.
+Same measurement as lessons 07 and 09 (``lab.speed``): one pinned thread, warm-up, repeats, medians.
 Every number is a ratio against FP32 timed in the same run, so machines compare by ratio.
 """
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import tempfile
 
 from lab import data
-from lab.lessons.lesson08_the_quantization_toolbox import speed
+from lab import speed
 from lab.lessons.lesson08_the_quantization_toolbox import toolbox as tb
 from lab.convert import quantize_dynamic_model
 from lab.workspace import make_workspace

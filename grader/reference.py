@@ -10,11 +10,12 @@ question its cell's ``lab.predictions.record`` call names: its lesson module's `
 the blocks (the candidate of lesson 06, the release of lesson 07, each lesson's report) call lesson functions with
 lesson constants, and so does this module. ``build(work_dir)`` takes a few seconds.
 
-Left out: lesson 08 (``toolbox.json`` and ``choice.onnx``). Picking from its 32 candidate conversions costs 1.2 s,
-but its hand-in also carries this CPU's timings (``speed.benchmark``, ``speed.width_sweep``) of models its earlier
-cells build: the notebook takes about 15 s in the workbook run, five times this build, so the grader's lesson 08
-checks are proven by that run (``python -m instructor workbook``), and tests/test_grader.py counts its points as the
-ones this hand-in cannot earn.
+Left out: lessons 08 and 09 (``outliers.json``, ``outliers.onnx``, ``toolbox.json`` and ``choice.onnx``). Lesson
+09's hand-in carries this CPU's timings (``speed.benchmark`` of its 32 candidates, ``speed.width_sweep``) of models
+its earlier cells build, and lesson 08's exercise follows tables its earlier cells build: the two notebooks take
+several times this build in the workbook run, so the grader's lesson 08 and 09 checks are proven by that run
+(``python -m instructor workbook``), and tests/test_grader.py counts their points as the ones this hand-in cannot
+earn.
 
 Also left out: what lessons run but never hand in (lesson 07's entry-tensor exercise, lesson 06's kernel-family
 prediction).
@@ -243,8 +244,8 @@ def _predictions(work: Path) -> None:
 
 
 def build(work_dir: str | Path, growth_counts=GROWTH_COUNTS) -> Path:
-    """Write a complete, correct workspace for lessons 00-07 into ``work_dir`` and return its path (lesson 08 is
-    left out: see the module's docstring)."""
+    """Write a complete, correct workspace for lessons 00-07 into ``work_dir`` and return its path (lessons 08 and 09
+    are left out: see the module's docstring)."""
     work = workspace.make_workspace(work_dir)
     this = sys.modules[__name__]  # attribute access goes through __getattr__, so a source a test assigned wins
     (work / "calibration_reader.py").write_text(this.READER_SOURCE)

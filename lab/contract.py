@@ -91,13 +91,18 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("release/recipe.json", ("07",), "optional", "the recipe, versioned with the model", schema="recipe"),
     Entry("release/scenarios.json", ("07",), "optional", "the release against every named operating condition",
           schema="scenarios"),
-    Entry("toolbox/", ("08",), "never", "the toolbox's models, one per setting tried", pattern=r"toolbox/.+"),
-    Entry("toolbox.json", ("08",), "optional", "the stated requirement, the candidates and the choice",
-          schema="toolbox"),
-    Entry("choice.onnx", ("08",), "optional", "the model picked for the stated requirement"),
+    Entry("toolbox/", ("08", "09"), "never", "the toolbox's models, one per setting tried", pattern=r"toolbox/.+"),
+    Entry("outliers.onnx", ("08",), "optional",
+          "QDQ, QInt8, per-tensor, calibrated on the right set with stuck pixels by the method and options chosen"),
+    Entry("outliers.json", ("08",), "optional",
+          "the method and options chosen for the stuck-pixel set, and what outliers.onnx measures on both families",
+          schema="outliers"),
     Entry("toolbox-tables.json", ("08",), "never",
-          "the lesson's exploration tables (methods, outliers, settings, sensitivity, ...): kept for the "
-          "student; they describe models the hand-in does not hold", schema="toolbox-tables"),
+          "the lesson's exploration tables (methods, outliers, batch combining, settings, sensitivity, ...): kept "
+          "for the student; they describe models the hand-in does not hold", schema="toolbox-tables"),
+    Entry("toolbox.json", ("09",), "optional",
+          "the stated requirement, the candidates (both families, this CPU's time) and the choice", schema="toolbox"),
+    Entry("choice.onnx", ("09",), "optional", "the model picked for the stated requirement"),
     Entry("predictions.json", ("01", "03", "04", "05", "06", "07"), "optional",
           "what the student predicted before each measurement (which set clips and which squashes, the input "
           "rulers, what more narrow batches do, the smaller format, which settings change answers on a saturating "

@@ -57,6 +57,11 @@ ALLOW = {
                                                  "regression.json's evidence",
     ("toolbox.json", "choice/justification"): "the student's free-text note",
     ("toolbox.json", "speed/*"): "timings and threads of the student's own CPU: not reproducible elsewhere",
+    ("outliers.json", "versions/*"): VERSIONS,
+    ("outliers.json", "justification"): "the student's free-text note",
+    ("outliers.json", "calibration/set"): "the set's label; the set itself is judged by its hash and count",
+    ("outliers.json", "calibration/batch_size"): "decides nothing for MinMax's extremes or a histogram (batch-free); "
+                                                 "the recalibration uses it, where CalibMovingAverage depends on it",
     ("toolbox.json", "candidates/*/time_ratio"): "a candidate's time on the student's own CPU: not reproducible "
                                                  "elsewhere (the choice's is judged against the limit)",
     # MinMax ranges do not depend on how samples are batched, and nothing in a model records the batch size; the

@@ -262,28 +262,31 @@ def _with_toolbox(files: corpus.Files, settings: dict, extra: dict | None = None
     return corpus.pack(_toolbox_files(files, settings, extra))
 
 
-def _toolbox_files(files: corpus.Files, settings: dict, extra: dict | None = None) -> corpus.Files:
-    """Lesson 08's choice.onnx and toolbox.json, its candidates cut to the chosen row (the full lesson takes
-    minutes; the grader reads the choice). ``settings`` is the student's CHOICE; ``extra`` adds top-level keys
-    to toolbox.json (an exploration table a student hands in after all)."""
+def _toolbox_files(files: corpus.Files, settings: dict, extra: dict | None = None,
+                   outlier_answer: tuple[str, dict] = ("Percentile", {"CalibPercentile": 99.9})) -> corpus.Files:
+    """Lesson 09's choice.onnx and toolbox.json, its candidates cut to the chosen row (the full lesson takes
+    minutes; the grader reads the choice), and lesson 08's outliers.onnx and outliers.json. ``settings`` is the
+    student's CHOICE; ``extra`` adds top-level keys to toolbox.json (an exploration table a student hands in after
+    all); ``outlier_answer`` is lesson 08's METHOD and OPTIONS."""
     import tempfile
 
     from lab import data, measure
-    from lab.lessons.lesson08_the_quantization_toolbox import toolbox as tb
+    from lab.lessons.lesson08_the_quantization_toolbox import outliers, toolbox as tb
+    from lab.lessons.lesson09_choosing_a_recipe import choice as ch
 
     with tempfile.TemporaryDirectory() as tmp:
         work, _ = _workspace(Path(tmp))
         source, choice = work / "source.onnx", work / "choice.onnx"
         tb.build(source, choice, data.calibration_set("right"), settings, scratch_dir=work / "scratch")
         ev = measure.evaluation(source)
-        check = tb.check_choice(choice, source, "evaluation", time_ratio=1.0)  # a time this CPU could measure
+        check = ch.check_choice(choice, source, "evaluation", time_ratio=1.0)  # a time this CPU could measure
         m = measure.measure(choice, ev)
         full = {**tb.BASELINE, **settings}
-        row = {"name": tb.settings_name(full), "settings": full, **tb.describe(full), **m,
+        row = {"name": tb.settings_name(full), "settings": full, **ch.describe(full), **m,
                "by_family": check["by_family"], "accuracy_loss": check["worst_accuracy_loss"],
                "worst_max_abs_error": max(v["max_abs_error"] for v in check["by_family"].values()),
                "size_ratio": check["size_ratio"], "time_ratio": 1.0}
-        doc = tb.document(
+        doc = ch.document(
             ev=ev, speed={"threads": 1, "timings": [], "sweep": [], "crossover_width": None}, candidates_=[row],
             choice={"file": "choice.onnx", "sha256": data.file_sha256(choice), "settings": full,
                     "max_abs_error": check["max_abs_error"], "accuracy": check["accuracy"], "bytes": check["bytes"],
@@ -291,7 +294,20 @@ def _toolbox_files(files: corpus.Files, settings: dict, extra: dict | None = Non
                     "size_ratio": check["size_ratio"], "time_ratio": 1.0,
                     "justification": f"the candidate I picked: {row['name']}, measured on the evaluation split"})
         doc.update(extra or {})
-        return {**files, "choice.onnx": choice.read_bytes(), "toolbox.json": json.dumps(doc, indent=1).encode()}
+        method, options = outlier_answer
+        stuck, model = outliers.stuck_set(), work / "outliers.onnx"
+        outliers.build(source, model, stuck, method, options)
+        out_doc = outliers.document(ev=ev, model=model, calibration=stuck, method=method, options=options,
+                                    batch_size=data.BATCH_SIZE, result=outliers.check(model, ev),
+                                    justification=f"{method} {options}: the outlier table's 5 stuck pixels")
+        return {**files, "choice.onnx": choice.read_bytes(), "toolbox.json": json.dumps(doc, indent=1).encode(),
+                "outliers.onnx": model.read_bytes(), "outliers.json": json.dumps(out_doc, indent=1).encode()}
+
+
+def _edit_json(files: corpus.Files, rel: str, change) -> bytes:
+    doc = json.loads(files[rel])
+    change(doc)
+    return corpus.pack({**files, rel: json.dumps(doc, indent=1).encode()})
 
 
 BASES = {"reference": lambda files: files, "toolbox": lambda files: _toolbox_files(files, GOOD_CHOICE)}
@@ -360,9 +376,20 @@ MISTAKES = [
     # lesson 08: the choice picked by the lowest error instead of the smallest file; size is charged once
     # (one of choice_meets' five parts: static, accuracy on each of the two families, size, latency)
     Mistake("toolbox_choice_misses_the_size", lambda f: _with_toolbox(f, {}), {"toolbox.choice_meets": 0.5},
-            ("size ratio", "NO", "misses the requirement on size only", "not charged here: charged once, under 08 "
-                                                                        "the quantization toolbox"),
+            ("size ratio", "NO", "misses the requirement on size only", "not charged here: charged once, under 09 "
+                                                                        "choosing a recipe"),
             base="toolbox"),
+    # lesson 08: MinMax through the stuck pixels; the ruler ends at 12.5 and the error is over the limit on both
+    # families (three of outliers_meets' five parts)
+    Mistake("outliers_calibrated_with_minmax",
+            lambda f: corpus.pack(_toolbox_files(f, GOOD_CHOICE, outlier_answer=("MinMax", {}))),
+            {"outliers.outliers_meets": 1.5}, ("input ruler: it ends at 12.5", "error (saturating family)"),
+            base="toolbox"),
+    # lesson 08: outliers.json says Percentile 99.99 for a model calibrated with 99.9
+    Mistake("outliers_misreported_percentile",
+            lambda f: _edit_json(_toolbox_files(f, GOOD_CHOICE), "outliers.json",
+                                 lambda d: d["options"].update(CalibPercentile=99.99)),
+            {"outliers.outliers_reported": 0.5}, ("method and options (ORT's calibrator",), base="toolbox"),
 ]
 
 # What a seeded fuzz of the reference hand-in found unchecked: each now recomputed, or refused by its schema.

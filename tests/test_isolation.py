@@ -25,7 +25,7 @@ import pytest
 from bad_submissions import corpus
 from grader import sandbox
 from grader.context import points
-from grader.lessons import lesson08_the_quantization_toolbox
+from grader.lessons import lesson08_the_quantization_toolbox, lesson09_choosing_a_recipe
 from lab.tools.submit import submit
 
 REPO = Path(__file__).resolve().parent.parent
@@ -106,9 +106,10 @@ def result(out: Path, student: str) -> dict:
 
 
 def not_in_reference() -> float:
-    """Points the reference workspace cannot earn: lesson 08's checks, as its group declares them (test_grader)."""
-    (group,) = lesson08_the_quantization_toolbox.GROUPS
-    return sum(points(part, name) for part, name in group.declared())
+    """Points the reference workspace cannot earn: lessons 08 and 09's checks, as their groups declare them
+    (test_grader)."""
+    groups = lesson08_the_quantization_toolbox.GROUPS + lesson09_choosing_a_recipe.GROUPS
+    return sum(points(part, name) for group in groups for part, name in group.declared())
 
 
 def full_marks(out: Path, student: str) -> bool:

@@ -340,7 +340,7 @@ def defined_names(path: Path) -> set[str]:
 def test_the_kit_holds_no_answer_to_lesson_06s_exercise_and_measures_on_the_evaluation_split(student_kit):
     assert not [p.relative_to(student_kit).as_posix() for p in (student_kit / "lab").rglob("*.py")
                 if "summarize" in defined_names(p)]
-    proc = kit_python(student_kit, "import inspect, lab.lessons.lesson06_accept_or_reject.acceptance as a, lab.lessons.lesson08_the_quantization_toolbox.toolbox as t\n"
+    proc = kit_python(student_kit, "import inspect, lab.lessons.lesson06_accept_or_reject.acceptance as a, lab.lessons.lesson09_choosing_a_recipe.choice as t\n"
                                 "print(hasattr(a, 'summarize'))\n"
                                 "print(inspect.signature(t.check_choice).parameters['split'].default)")
     assert proc.returncode == 0, proc.stderr
@@ -451,7 +451,7 @@ def test_hand_in_works_from_the_notebooks_folder_as_the_readme_says(student_kit,
     assert refused.returncode != 0 and "usage: make submit STUDENT=YOUR_ID" in refused.stdout
 
 
-# --- the kit's lessons 06 and 08 with a typical wrong answer: a message that names the mistake --------
+# --- the kit's lessons 06, 08 and 09 with a typical wrong answer: a message that names the mistake ----
 
 KIT_CASES = {
     "06 summarize without the 0-9 rule": (
@@ -474,26 +474,37 @@ KIT_CASES = {
     "06 PREDICTION that misses a setting": (
         "06_accept_or_reject", "PREDICTION = ", lambda s: 'PREDICTION = {"reduce_range"}\n',
         "families.judge_saturating_settings(", False, ("prediction wrong", "NO  reduce_range", "no pair can saturate")),
-    "08 CHOICE is the whole row": (
-        "08_the_quantization_toolbox", "CHOICE = best", lambda s: s.replace('CHOICE = best["settings"]', "CHOICE = best"),
-        "toolbox.check_choice_input(", True, ("ChoiceError", "CHOICE is a whole row of cands")),
-    "08 CHOICE that is too big": (
-        "08_the_quantization_toolbox", "CHOICE = best",
+    "08 MinMax through the stuck pixels": (
+        "08_the_quantization_toolbox", "METHOD = ", lambda s: 'METHOD = "MinMax"\nOPTIONS = {}\nJUSTIFICATION = "MinMax '
+                                                           'keeps every value: 360 images"',
+        "outliers.check_input(", True, ("OutlierChoiceError", "input ruler: it ends at 12.5")),
+    "08 Percentile's default": (
+        "08_the_quantization_toolbox", "METHOD = ", lambda s: s.replace('OPTIONS = {"CalibPercentile": 99.9}', "OPTIONS = {}"),
+        "outliers.check_input(", True, ("OutlierChoiceError", "input ruler: it ends at 12.49")),
+    "08 the calibrator's option name": (
+        "08_the_quantization_toolbox", "METHOD = ", lambda s: s.replace('OPTIONS = {"CalibPercentile": 99.9}',
+                                                                         'OPTIONS = {"percentile": 99.9}'),
+        "outliers.check_input(", True, ("OutlierChoiceError", "OPTIONS has ['percentile']; expected keys among")),
+    "09 CHOICE is the whole row": (
+        "09_choosing_a_recipe", "CHOICE = best", lambda s: s.replace('CHOICE = best["settings"]', "CHOICE = best"),
+        "choice.check_choice_input(", True, ("ChoiceError", "CHOICE is a whole row of cands")),
+    "09 CHOICE that is too big": (
+        "09_choosing_a_recipe", "CHOICE = best",
         lambda s: s.replace('CHOICE = best["settings"]', 'CHOICE = next(r for r in cands if r["accuracy_loss"] == 0 '
-                                                          'and r["size_ratio"] > toolbox.MAX_SIZE_RATIO)["settings"]'),
-        "toolbox.check_choice_input(", True, ("ChoiceError", "misses the requirement on size: ")),
-    "08 CHOICE on the S8S8 QOperator path": (
-        "08_the_quantization_toolbox", "CHOICE = best",
+                                                          'and r["size_ratio"] > choice.MAX_SIZE_RATIO)["settings"]'),
+        "choice.check_choice_input(", True, ("ChoiceError", "misses the requirement on size: ")),
+    "09 CHOICE on the S8S8 QOperator path": (
+        "09_choosing_a_recipe", "CHOICE = best",
         lambda s: s.replace('CHOICE = best["settings"]', 'CHOICE = next(r for r in cands if r["format"] == "QOperator" '
                                                           'and r["activations"] == "QInt8" and r["accuracy_loss"] == 0)'
                                                           '["settings"]'),
-        "toolbox.check_choice_input(", True, ("ChoiceError", "misses the requirement on latency: ")),
-    "08 CHOICE that holds on one family only": (
-        "08_the_quantization_toolbox", "CHOICE = best",
+        "choice.check_choice_input(", True, ("ChoiceError", "misses the requirement on latency: ")),
+    "09 CHOICE that holds on one family only": (
+        "09_choosing_a_recipe", "CHOICE = best",
         lambda s: s.replace('CHOICE = best["settings"]', 'CHOICE = next(r for r in cands if r["by_family"]["exact"]'
                                                           '["accuracy_loss"] == 0 and r["accuracy_loss"] > '
                                                           'toolbox.MAX_ACCURACY_LOSS)["settings"]'),
-        "toolbox.check_choice_input(", True, ("ChoiceError", "accuracy (saturating family): loss 0.0100")),
+        "choice.check_choice_input(", True, ("ChoiceError", "accuracy (saturating family): loss 0.0100")),
 }
 
 

@@ -1,13 +1,16 @@
-"""Lessons 08 and 09: the facts the grader reads from a chosen model's graph, on every format the toolbox builds."""
+"""Lessons 08 and 09: the facts the grader reads from a chosen model's graph, on every format the toolbox builds, and
+lesson 08's stuck-pixel exercise: its checks, its refusals, and the grader's recalibration."""
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 
 from grader.lessons import lesson08_the_quantization_toolbox as grader08
-from lab import data, graph
-from lab.lessons.lesson08_the_quantization_toolbox import toolbox as tb
+from grader.lessons import lesson09_choosing_a_recipe as grader09
+from lab import data, graph, kernels, measure
+from lab.lessons.lesson08_the_quantization_toolbox import outliers, toolbox as tb
 from lab.workspace import make_workspace
 
 
@@ -38,6 +41,52 @@ def test_a_per_channel_preprocessed_qoperator_choice_is_reported_right(built):
     """Issue 25 item 9: such a choice lost half a point for 'does not match choice.onnx in: settings.per_channel'."""
     path = built[("QOperator", True, True)]
     settings = {**tb.BASELINE, "quant_format": "QOperator", "per_channel": True, "preprocess": True}
-    shown = grader08._settings_in_graph(path)
+    shown = grader09._settings_in_graph(path)
     assert shown["preprocess"] is True and shown["reduce_range"] is False
     assert graph.per_channel(path) is settings["per_channel"]
+
+
+# --- lesson 08's exercise: calibrate through the stuck pixels ------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def stuck_models(tmp_path_factory):
+    """The stuck-pixel set converted with MinMax (the trap) and Percentile 99.9 (the lesson's answer)."""
+    work = make_workspace(tmp_path_factory.mktemp("stuck"))
+    source, stuck = work / "source.onnx", outliers.stuck_set()
+    models = {}
+    for name, method, options in (("minmax", "MinMax", {}), ("p999", "Percentile", {"CalibPercentile": 99.9})):
+        models[name] = work / f"{name}.onnx"
+        outliers.build(source, models[name], stuck, method, options)
+    return source, stuck, models, measure.evaluation(source)
+
+
+def test_the_stuck_pixels_set_minmax_s_ruler_and_percentile_leaves_them_out(stuck_models):
+    _, _, models, ev = stuck_models
+    trap, good = outliers.check(models["minmax"], ev), outliers.check(models["p999"], ev)
+    assert trap["input_range"][1] == pytest.approx(12.5, abs=0.05)
+    assert [p.split(":")[0] for p in trap["unmet"]] == ["input ruler", "error (exact family)", "error (saturating family)"]
+    with pytest.raises(outliers.OutlierChoiceError, match=r"input ruler: it ends at 12\.5"):
+        outliers.refuse_unmet(trap)
+    assert good["unmet"] == [] and set(good["by_family"]) == set(kernels.FAMILIES)
+    outliers.refuse_unmet(good)
+
+
+@pytest.mark.parametrize("method, options, justification, words", [
+    ("Percentil", {}, "99.9 drops them", "METHOD is 'Percentil'"),
+    ("Percentile", 99.9, "99.9 drops them", "OPTIONS is a float"),
+    ("Percentile", {"percentile": 99.9}, "99.9 drops them", "OPTIONS has ['percentile']"),
+    ("Percentile", {"CalibPercentile": 99.9}, "it drops them", "citing numbers"),
+])
+def test_an_answer_of_the_wrong_kind_is_named(method, options, justification, words):
+    with pytest.raises(outliers.OutlierChoiceError, match=re.escape(words)):
+        outliers.check_input(method, options, justification)
+
+
+def test_the_grader_recalibrates_with_the_reported_method_and_options(stuck_models):
+    """A model built with Percentile 99.9 reported as MinMax (or as another percentile) is not what they give."""
+    source, stuck, models, _ = stuck_models
+    doc = {"method": "Percentile", "options": {"CalibPercentile": 99.9}, "calibration": {"batch_size": data.BATCH_SIZE}}
+    assert grader08._calibrates_to(source, stuck, doc, models["p999"])
+    assert not grader08._calibrates_to(source, stuck, {**doc, "method": "MinMax", "options": {}}, models["p999"])
+    assert grader08._calibrates_to(source, stuck, {**doc, "method": "MinMax", "options": {}}, models["minmax"])
+    assert not grader08._calibrates_to(source, stuck, {**doc, "calibration": {}}, models["p999"])

@@ -6,7 +6,7 @@ import onnx
 import pytest
 
 from lab import graph
-from lab.lessons.lesson08_the_quantization_toolbox import speed
+from lab import speed
 
 
 def test_synthetic_mlp_is_a_valid_fp32_mlp_with_the_asked_shape():

@@ -13,6 +13,7 @@ from lab import data, graph, kernels, measure, schemas, tables
 from lab.convert import calibrated_ranges, quantize
 from lab.lessons.lesson08_the_quantization_toolbox import calibrators
 from lab.lessons.lesson08_the_quantization_toolbox import toolbox as tb
+from lab.lessons.lesson09_choosing_a_recipe import choice
 from lab.workspace import make_workspace
 
 
@@ -214,7 +215,7 @@ def test_measured_is_measure_once_per_model_bytes_images_and_family(source, work
 
 
 def test_preprocess_report_names_the_fusion(source, work):
-    pre = tb.preprocess_report(source, work)
+    pre = choice.preprocess_report(source, work)
     assert pre["ops_before"] == {"Add": 3, "MatMul": 3, "Relu": 2, "Softmax": 1}
     assert pre["ops_after"] == {"Gemm": 3, "Relu": 2, "Softmax": 1}
     assert pre["value_info_after"] > pre["value_info_before"]
@@ -222,43 +223,43 @@ def test_preprocess_report_names_the_fusion(source, work):
 
 @pytest.mark.parametrize("losses, ratio, static, time, expected", [
     ({"exact": 0.0, "saturating": 0.0}, 0.35, True, 1.0, True),
-    ({"exact": tb.MAX_ACCURACY_LOSS, "saturating": tb.MAX_ACCURACY_LOSS}, tb.MAX_SIZE_RATIO, True, tb.MAX_TIME_RATIO,
+    ({"exact": tb.MAX_ACCURACY_LOSS, "saturating": tb.MAX_ACCURACY_LOSS}, choice.MAX_SIZE_RATIO, True, choice.MAX_TIME_RATIO,
      True),
     ({"exact": 0.0, "saturating": 0.0075}, 0.35, True, 1.0, False),  # one family is enough to miss it
     ({"exact": 0.0, "saturating": 0.0}, 0.41, True, 1.0, False), ({"exact": 0.0}, 0.30, False, 1.0, False),
     ({"exact": 0.0}, 0.30, True, 4.5, False), ({"exact": 0.0}, 0.30, True, None, False),
 ])
 def test_meets(losses, ratio, static, time, expected):
-    assert tb.meets(losses, ratio, static, time) is expected
+    assert choice.meets(losses, ratio, static, time) is expected
 
 
 def test_check_choice_on_heldout_measures_both_families(source, work, right):
     good = work / "good.onnx"
     tb.build(source, good, right, {"quant_format": "QOperator", "activation_type": "QUInt8", "preprocess": True},
              scratch_dir=work / "scratch")
-    result = tb.check_choice(good, source, "heldout", time_ratio=1.1)
+    result = choice.check_choice(good, source, "heldout", time_ratio=1.1)
     assert result["static"] and not result["unmet"], result
     assert set(result["by_family"]) == set(kernels.FAMILIES)
     assert result["size_ratio"] == pytest.approx(good.stat().st_size / source.stat().st_size, abs=1e-4)
-    assert tb.check_choice(good, source, "heldout")["unmet"] == [
-        f"latency: not timed FP32's time for a batch of {tb.LATENCY_BATCH} on this CPU; the limit is 2x"]
-    fp32 = tb.check_choice(source, source, "heldout", time_ratio=1.0)
+    assert choice.check_choice(good, source, "heldout")["unmet"] == [
+        f"latency: not timed FP32's time for a batch of {choice.LATENCY_BATCH} on this CPU; the limit is 2x"]
+    fp32 = choice.check_choice(source, source, "heldout", time_ratio=1.0)
     assert fp32["accuracy_loss"] == 0 and not fp32["static"] and fp32["unmet"][0].startswith("static")
     narrow = work / "narrow-choice.onnx"
     tb.build(source, narrow, data.calibration_set("narrow"), {"quant_format": "QOperator", "preprocess": True},
              scratch_dir=work / "scratch")
-    assert any(p.startswith("accuracy") for p in tb.check_choice(narrow, source, "heldout", 1.0)["unmet"])
+    assert any(p.startswith("accuracy") for p in choice.check_choice(narrow, source, "heldout", 1.0)["unmet"])
 
 
 def test_per_channel_u8s8_misses_only_on_the_saturating_family(source, work, right):
     """The requirement on both families: per-channel QDQ keeps the accuracy on exact CPUs, not on saturating ones."""
     model = work / "pc.onnx"
     tb.build(source, model, right, {"per_channel": True}, scratch_dir=work / "scratch")
-    result = tb.check_choice(model, source, "evaluation", time_ratio=1.0)
+    result = choice.check_choice(model, source, "evaluation", time_ratio=1.0)
     assert result["by_family"]["exact"]["accuracy_loss"] <= tb.MAX_ACCURACY_LOSS
     assert [p.split(":")[0] for p in result["unmet"]] == ["accuracy (saturating family)", "size"]
-    with pytest.raises(tb.ChoiceError, match=r"accuracy \(saturating family\).*size"):
-        tb.refuse_unmet(result)
+    with pytest.raises(choice.ChoiceError, match=r"accuracy \(saturating family\).*size"):
+        choice.refuse_unmet(result)
 
 
 # --- sensitivity ----------------------------------------------------------------------------------
@@ -304,13 +305,13 @@ def _tables(ev, baseline):
                                            "input_range": [0.0, 1.0], **m}],
                 excluded={"name": "x", "excluded": ["fc1_MatMul"], "float_weights": 1, **m},
                 sensitivity_={"activations": [], "drops": [], "weights": [], "most_sensitive_node": None},
-                preprocess={"ops_before": {}, "ops_after": {}, "value_info_before": 0, "value_info_after": 5,
-                            "bytes_before": 1, "bytes_after": 1})
+                moving_average=[{"method": "MinMax", "moving_average": True, "batch_size": 36, "batches": 10,
+                                 "input_range": [0.0, 1.0], **m}])
 
 
 def test_document_validates_and_the_schema_names_a_wrong_field(source, ev, baseline):
     kwargs = _doc(source, ev, baseline)
-    doc = tb.document(**kwargs)
+    doc = choice.document(**kwargs)
     assert doc["schema"] == "toolbox/2" and doc["requirement"]["max_accuracy_loss"] == tb.MAX_ACCURACY_LOSS
     from lab import kernels
 
@@ -319,20 +320,20 @@ def test_document_validates_and_the_schema_names_a_wrong_field(source, ev, basel
     bad = copy.deepcopy(kwargs)
     bad["choice"]["settings"]["quant_format"] = "QDQQ"
     with pytest.raises(schemas.SchemaError, match="choice/settings/quant_format"):
-        tb.document(**bad)
+        choice.document(**bad)
     bad = copy.deepcopy(kwargs)
     del bad["choice"]["justification"]
     with pytest.raises(schemas.SchemaError, match="justification"):
-        tb.document(**bad)
+        choice.document(**bad)
 
 
 def test_the_exploration_tables_are_kept_apart_and_toolbox_json_refuses_them(ev, baseline):
     """The handed-in document holds only what the grader checks; each table the lesson prints goes to
     toolbox-tables.json (not handed in), and added back to toolbox.json it is refused by name."""
-    doc = tb.document(**_doc(None, ev, baseline))
+    doc = choice.document(**_doc(None, ev, baseline))
     kept = tb.tables(**_tables(ev, baseline))
-    assert kept["schema"] == "toolbox-tables/1" and kept["evaluation"] == doc["evaluation"]
-    table_keys = {"methods", "entropy", "outliers", "settings", "excluded", "sensitivity", "preprocess"}
+    assert kept["schema"] == "toolbox-tables/2" and kept["evaluation"] == doc["evaluation"]
+    table_keys = {"methods", "entropy", "outliers", "moving_average", "settings", "excluded", "sensitivity"}
     assert table_keys <= set(kept) and not table_keys & set(doc)
     for key in sorted(table_keys):
         with pytest.raises(schemas.SchemaError, match=key):
@@ -402,17 +403,17 @@ def test_check_choice_says_which_family_it_measured(source, work, right, family)
     tb.build(source, good, right, {"quant_format": "QOperator", "activation_type": "QUInt8", "preprocess": True},
              scratch_dir=work / "scratch")
     with kernels.computing_as(family):
-        result = tb.check_choice(good, source, "evaluation", time_ratio=1.0)
+        result = choice.check_choice(good, source, "evaluation", time_ratio=1.0)
     assert result["kernel_family"] == family and not result["unmet"], result
 
 
 def test_unmet_names_each_part_the_choice_misses():
-    assert tb.unmet({"exact": 0.0}, 0.30, True, 1.0) == [] and tb.meets({"exact": 0.0}, 0.30, True, 1.0)
-    problems = tb.unmet({"exact": 0.01, "saturating": 0.02}, 0.50, False, 4.0)
+    assert choice.unmet({"exact": 0.0}, 0.30, True, 1.0) == [] and choice.meets({"exact": 0.0}, 0.30, True, 1.0)
+    problems = choice.unmet({"exact": 0.01, "saturating": 0.02}, 0.50, False, 4.0)
     assert [p.split(":")[0] for p in problems] == ["static", "accuracy (exact family)", "accuracy (saturating family)",
                                                    "size", "latency"]
     assert any(f"{tb.MAX_ACCURACY_LOSS}" in p for p in problems) and any("40%" in p for p in problems)
-    assert tb.unmet({"exact": 0.0}, 0.50, True, 1.0) == [f"size: 50.0% of FP32 is over the limit {tb.MAX_SIZE_RATIO:.0%}"]
+    assert choice.unmet({"exact": 0.0}, 0.50, True, 1.0) == [f"size: 50.0% of FP32 is over the limit {choice.MAX_SIZE_RATIO:.0%}"]
 
 
 # --- more of the guide: the config object, op types, MinimumRealRange, sample counts --------------
@@ -466,21 +467,21 @@ def test_sample_count_rows_draw_subsets_of_the_right_set(source, work, right, ev
         assert data.file_sha256(direct) == data.file_sha256(work / "guide" / "samples" / f"n{n:03d}-{d}.onnx"), (n, d)
 
 
-@pytest.mark.parametrize("choice, justification, words", [
+@pytest.mark.parametrize("answer, justification, words", [
     ("QOperator", "x", "CHOICE is a str"),
     ({"settings": {}, "accuracy_loss": 0.0}, "x", "whole row of cands"),
     ({"mode": "dynamic"}, "x", "not settings"),
     ({"per_channel": True}, "  ", "JUSTIFICATION is empty"),
 ])
-def test_a_choice_of_the_wrong_kind_is_named_in_one_line(choice, justification, words):
-    with pytest.raises(tb.ChoiceError, match=words) as info:
-        tb.check_choice_input(choice, justification, [{"settings": {"per_channel": True}}])
+def test_a_choice_of_the_wrong_kind_is_named_in_one_line(answer, justification, words):
+    with pytest.raises(choice.ChoiceError, match=words) as info:
+        choice.check_choice_input(answer, justification, [{"settings": {"per_channel": True}}])
     assert len(info.value._render_traceback_()) == 1
 
 
 def test_a_choice_outside_the_table_or_without_numbers_gets_notes():
     rows = [{"settings": {**tb.BASELINE, "per_channel": True}}]
-    row, notes = tb.check_choice_input({"per_channel": True}, "12 bytes", rows)
+    row, notes = choice.check_choice_input({"per_channel": True}, "12 bytes", rows)
     assert row is rows[0] and notes == []
-    row, notes = tb.check_choice_input({"reduce_range": True}, "smallest", rows)
+    row, notes = choice.check_choice_input({"reduce_range": True}, "smallest", rows)
     assert row is None and any("none of the rows" in n for n in notes) and any("no number" in n for n in notes)

@@ -15,7 +15,8 @@ from lab.lessons import lesson04_more_batches as lesson04
 from lab.lessons import lesson05_qdq_vs_qoperator as lesson05
 from lab.lessons.lesson06_accept_or_reject import acceptance
 from lab.lessons.lesson07_calibrate_the_deployed_representation import scenario_checks
-from lab.lessons.lesson08_the_quantization_toolbox import toolbox
+from lab.lessons.lesson08_the_quantization_toolbox import outliers
+from lab.lessons.lesson09_choosing_a_recipe import choice
 
 
 # (title, the document's schema, its lesson's summary_lines): the file and the lesson that writes it come from
@@ -26,7 +27,8 @@ SECTIONS: list[tuple[str, str, Callable[[dict], list[str]]]] = [
     ("QDQ vs QOperator", "formats", lesson05.summary_lines),
     ("accept or reject", "regression", acceptance.summary_lines),
     ("the deployed representation", "scenarios", scenario_checks.summary_lines),
-    ("the toolbox", "toolbox", toolbox.summary_lines),
+    ("the toolbox: stuck pixels", "outliers", outliers.summary_lines),
+    ("choosing a recipe", "toolbox", choice.summary_lines),
 ]
 
 

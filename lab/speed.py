@@ -3,7 +3,8 @@
 Every timing: one session per model with pinned threads, warm-up runs that are not
 counted, then ``repeats`` timed runs; the median is reported (it ignores the odd run
 that another process slowed down). Also: a synthetic MLP of any width, built with
-``onnx.helper`` (no download), to find the width where INT8 kernels start to pay off.
+``onnx.helper`` (no download), to find the width where INT8 kernels start to pay off. In the core, not in a
+lesson: lesson 07 times its release candidates with it and lesson 09 its recipes and the width sweep.
 """
 from __future__ import annotations
 

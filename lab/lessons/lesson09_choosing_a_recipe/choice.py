@@ -1,0 +1,264 @@
+"""Lesson 09, choosing a recipe for this CPU: the requirement, the candidates measured on both kernel families and
+timed here, the choice and its check, ``toolbox.json``. Also the converter's warnings, pre-processing and dynamic
+quantization at two batch sizes. The package of ``notebooks/09_choosing_a_recipe.ipynb``.
+
+Conversions and measurements are lesson 08's (``lab.lessons.lesson08_the_quantization_toolbox.toolbox``: ``build``,
+``measured``, ``per_family``); timings are this package's ``speed``. The requirement is named here, so the grader
+checks the same numbers the lesson states.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from lab import graph, kernels, speed
+from lab.compare import max_abs_error
+from lab.convert import versions
+from lab.data import BATCH_SIZE, EPSILON
+from lab.errors import LabError
+from lab.lessons.lesson08_the_quantization_toolbox.toolbox import (BASELINE, MAX_ACCURACY_LOSS, build, measured,
+                                                                   per_family, preprocessed, settings_name)
+from lab.measure import Evaluation, evaluation, family, input_interval, measure, predict
+from lab.schemas import validate
+from lab.tables import number
+
+# ---- the exercise's requirement (the grader imports these) -------------------------------------
+MAX_SIZE_RATIO = 0.40
+"""A file of at most 40 % of the FP32 file's bytes: the QOperator files (35-38 %) fit, no QDQ file (42-48 %) does."""
+MAX_TIME_RATIO = 2.0
+"""At most twice FP32's median time for a batch of ``LATENCY_BATCH`` images on this CPU (one thread). Measured on a
+VNNI Xeon: QOperator U8S8 about 1.1x, S8S8 QOperator 4-5x (ORT's warned slow path on x86-64)."""
+LATENCY_BATCH = 256
+REQUIREMENT = ("a static INT8 model (a fixed input ruler) that loses at most 0.5 points of accuracy against FP32 on "
+               "both kernel families, takes at most 2x FP32's time for a batch of 256 on this CPU and is at most 40 % "
+               "of FP32's bytes; among those, the smallest file")
+SCHEMA = "toolbox/2"
+
+def dynamic_batches(model: str | Path, ev: Evaluation, batch_sizes: tuple[int, ...] = (400, 1),
+                    families: tuple[str, ...] = kernels.FAMILIES) -> list[dict]:
+    """A dynamic model on the evaluation images served in batches of each size, on each family.
+
+    ``DynamicQuantizeLinear`` computes one range per tensor per run: a batch of all 400 images fits every
+    activation's ruler to the evaluation set itself; a batch of one (a camera's frame) gets its own ruler.
+    """
+    rows = []
+    for size in batch_sizes:
+        for f in families:
+            with kernels.computing_as(f):
+                out = np.concatenate([predict(model, ev.pixels[i:i + size]) for i in range(0, len(ev.pixels), size)])
+            rows.append({"batch_size": size, "family": f, "max_abs_error": round(max_abs_error(ev.reference, out), 4),
+                         "accuracy": round(float((out.argmax(1) == ev.labels).mean()), 4)})
+    return rows
+
+
+def conversion_warnings(convert) -> list[str]:
+    """Run ``convert()`` and return the warnings ONNX Runtime's converter logged (the lab keeps its root logger at
+    ERROR, so they are not printed otherwise), each once, in order."""
+    records: list[str] = []
+
+    class _Keep(logging.Handler):
+        def emit(self, record):
+            if record.getMessage() not in records:
+                records.append(record.getMessage())
+
+    root = logging.getLogger()
+    level, handlers = root.level, root.handlers[:]
+    root.handlers[:] = [_Keep(logging.WARNING)]  # only kept, not also printed by the handlers already there
+    root.setLevel(logging.WARNING)
+    try:
+        convert()
+    finally:
+        root.setLevel(level)
+        root.handlers[:] = handlers
+    return records
+
+
+def describe(settings: dict) -> dict:
+    """Table columns for a settings dict: format, weights, activations, reduce_range, pre-processed."""
+    s = {**BASELINE, **settings}
+    return {"format": s["quant_format"], "weights": "per-channel" if s["per_channel"] else "per-tensor",
+            "activations": s["activation_type"] + (" sym" if s["activation_symmetric"] else ""),
+            "reduce_range": s["reduce_range"], "preprocessed": s["preprocess"]}
+
+
+def candidates(source: str | Path, out_dir: str | Path, ev: Evaluation, calibration: np.ndarray,
+               batch_size: int = BATCH_SIZE, families: tuple[str, ...] = kernels.FAMILIES) -> list[dict]:
+    """Every combination of format, per-channel, activation type, reduce_range and pre-processing.
+
+    32 static conversions from the same calibration; each row has its settings, bytes and size ratio, and per
+    kernel family (``families``) its max abs error, accuracy and accuracy loss against FP32 (``by_family``), with
+    the worse family's loss and error beside them. No verdict: ``unmet`` names what a row misses, and the
+    latency column comes from ``with_latency`` (this CPU's own kernels). Writes ``candidates/*.onnx``.
+    """
+    out = Path(out_dir) / "candidates"
+    out.mkdir(parents=True, exist_ok=True)
+    fp32_bytes = Path(source).stat().st_size
+    rows = []
+    for fmt, pc, act, rr, pre in itertools.product(("QDQ", "QOperator"), (False, True), ("QInt8", "QUInt8"),
+                                                   (False, True), (False, True)):
+        settings = {**BASELINE, "quant_format": fmt, "per_channel": pc, "activation_type": act,
+                    "reduce_range": rr, "preprocess": pre}
+        model = out / f"{settings_name(settings)}.onnx"
+        build(source, model, calibration, settings, batch_size)
+        row = {"name": settings_name(settings), "settings": settings, **describe(settings), **measured(model, ev)}
+        row.update(per_family(model, ev, families))
+        row["size_ratio"] = round(row["bytes"] / fp32_bytes, 4)
+        rows.append(row)
+    return rows
+
+
+def time_ratios(models: dict[str, Path], source: str | Path, x: np.ndarray, *, batch: int = LATENCY_BATCH,
+                warmup: int = 5, repeats: int = 30) -> dict[str, float]:
+    """Each model's median time for one batch of ``batch`` images over FP32's (``source``), on this CPU's own
+    kernels, one thread (``speed.benchmark``; timings never run in an emulation)."""
+    timings = {t.model: t for t in speed.benchmark({"FP32": Path(source), **models}, x, (batch,), threads=1,
+                                                    warmup=warmup, repeats=repeats)}
+    return {name: round(timings[name].median_ms / timings["FP32"].median_ms, 3) for name in models}
+
+
+def with_latency(rows: list[dict], source: str | Path, out_dir: str | Path, x: np.ndarray, **timing) -> list[dict]:
+    """Each candidate row with ``time_ratio`` (``time_ratios``), from its ``candidates/<name>.onnx``."""
+    ratios = time_ratios({r["name"]: Path(out_dir) / "candidates" / f"{r['name']}.onnx" for r in rows}, source, x,
+                         **timing)
+    return [{**r, "time_ratio": ratios[r["name"]]} for r in rows]
+
+
+def flat(row: dict) -> dict:
+    """A candidate row with each family's loss and error as columns of their own, for ``tables.format_rows``."""
+    out = dict(row)
+    for f, v in row["by_family"].items():
+        out[f"loss_{f}"], out[f"error_{f}"] = v["accuracy_loss"], v["max_abs_error"]
+    return out
+
+
+def meets(losses: dict[str, float], size_ratio: float, static: bool, time_ratio: float | None) -> bool:
+    """The exercise's requirement, on numbers measured on the same images as FP32."""
+    return not unmet(losses, size_ratio, static, time_ratio)
+
+
+def unmet(losses: dict[str, float], size_ratio: float, static: bool, time_ratio: float | None) -> list[str]:
+    """Each part of the requirement the numbers miss, with the number and the limit. ``losses``: family -> accuracy
+    loss; ``time_ratio`` None: not timed (a missing number misses the part)."""
+    out = []
+    if not static:
+        out.append("static: no static input ruler (a dynamic model computes its ranges at run time)")
+    for f, loss in losses.items():
+        if loss > MAX_ACCURACY_LOSS + EPSILON:
+            out.append(f"accuracy ({f} family): loss {loss:.4f} is over the limit {MAX_ACCURACY_LOSS}")
+    if size_ratio > MAX_SIZE_RATIO:
+        out.append(f"size: {size_ratio:.1%} of FP32 is over the limit {MAX_SIZE_RATIO:.0%}")
+    if time_ratio is None or time_ratio > MAX_TIME_RATIO:
+        out.append(f"latency: {'not timed' if time_ratio is None else f'{time_ratio:.2f}x'} FP32's time for a batch "
+                   f"of {LATENCY_BATCH} on this CPU; the limit is {MAX_TIME_RATIO:g}x")
+    return out
+
+
+# ---- pre-processing ------------------------------------------------------------------------------
+def preprocess_report(source: str | Path, out_dir: str | Path) -> dict:
+    """What ``quant_pre_process`` changes in this graph: op counts, shapes recorded, metadata, bytes."""
+    out = preprocessed(source, Path(out_dir) / "source.preprocessed.onnx")
+    before, after = graph.load(source), graph.load(out)
+    return {"ops_before": graph.op_counts(before), "ops_after": graph.op_counts(after),
+            "value_info_before": len(before.graph.value_info), "value_info_after": len(after.graph.value_info),
+            "metadata_after": {p.key: p.value for p in after.metadata_props},
+            "nodes_after": [f"{n.name} ({n.op_type})" for n in after.graph.node],
+            "bytes_before": Path(source).stat().st_size, "bytes_after": out.stat().st_size}
+
+
+# ---- the choice, the document, the check ---------------------------------------------------------
+class ChoiceError(LabError, ValueError):
+    """``CHOICE`` or ``JUSTIFICATION`` is not what the exercise asks for; shown as one line."""
+
+
+def check_choice_input(choice, justification, rows: list[dict]) -> tuple[dict | None, list[str]]:
+    """Check the exercise's answer before anything is built: ``CHOICE`` must be a settings dict (a row's
+    ``"settings"``, not the row), ``JUSTIFICATION`` a non-empty text. Returns the row of ``rows`` the choice
+    is (None if it is none of them) and notes for the student; a wrong type raises ``ChoiceError``."""
+    if not isinstance(choice, dict):
+        raise ChoiceError(f"CHOICE is a {type(choice).__name__} ({choice!r:.60}); expected the settings dict of one "
+                          "row of cands, e.g. CHOICE = row[\"settings\"]")
+    if "settings" in choice or "accuracy_loss" in choice:
+        raise ChoiceError("CHOICE is a whole row of cands (it has 'settings', 'accuracy_loss', ...); "
+                          "set CHOICE = row[\"settings\"], the settings dict of that row")
+    unknown = sorted(set(choice) - set(BASELINE))
+    if unknown:
+        raise ChoiceError(f"CHOICE has keys {unknown} that are not settings; expected keys among {sorted(BASELINE)} "
+                          "(dynamic models have no fixed input ruler and cannot meet the requirement)")
+    if not isinstance(justification, str) or not justification.strip():
+        raise ChoiceError("JUSTIFICATION is empty; say why that row, citing its numbers from the table")
+    wanted = {**BASELINE, **choice}
+    row = next((r for r in rows if {**BASELINE, **r["settings"]} == wanted), None)
+    notes = []
+    if row is None:
+        notes.append("CHOICE is none of the rows measured above; it is measured below all the same, but select "
+                     "a row of cands in code so the choice follows the measurements")
+    if not any(ch.isdigit() for ch in justification):
+        notes.append("JUSTIFICATION cites no number; quote the row's bytes, accuracy or loss from the table")
+    return row, notes
+
+
+def check_choice(choice: str | Path, source: str | Path, split: str = "evaluation",
+                 time_ratio: float | None = None) -> dict:
+    """Measure a chosen model against the requirement on ``split``, as every kernel family computes it: the numbers
+    the grader looks at. ``time_ratio`` is the choice's time against FP32's on the student's CPU (``with_latency``):
+    a measurement of that CPU, which no other machine can repeat, so it is passed in, not measured here.
+
+    The default is the evaluation split, the one students may measure on. The grader's hidden check
+    passes ``split="heldout"``: that split stays instructor-side (the kit has no ``heldout.npz``).
+    """
+    ev = evaluation(source, split)
+    m = measure(choice, ev)
+    fam = per_family(choice, ev)
+    static = input_interval(choice) is not None
+    ratio = round(m["bytes"] / Path(source).stat().st_size, 4)
+    losses = {f: v["accuracy_loss"] for f, v in fam["by_family"].items()}
+    return {"split": split, "kernel_family": family(), "fp32_accuracy": round(ev.fp32_accuracy, 4), **m,
+            "accuracy_loss": round(ev.fp32_accuracy - m["accuracy"], 4), "by_family": fam["by_family"],
+            "worst_accuracy_loss": fam["accuracy_loss"], "size_ratio": ratio, "static": static,
+            "time_ratio": time_ratio, "unmet": unmet(losses, ratio, static, time_ratio)}
+
+
+def refuse_unmet(check: dict) -> None:
+    """The exercise's visible check: raise ``ChoiceError`` naming each part of the requirement ``check`` misses."""
+    if check["unmet"]:
+        raise ChoiceError("choice.onnx misses the requirement on " + "; ".join(check["unmet"])
+                          + ". Pick another row of cands: filter by every part of the requirement, then the size")
+
+
+def requirement() -> dict:
+    """The requirement as toolbox.json records it (the grader compares it with this, not with the student's)."""
+    return {"text": REQUIREMENT, "max_accuracy_loss": MAX_ACCURACY_LOSS, "families": list(kernels.FAMILIES),
+            "max_size_ratio": MAX_SIZE_RATIO, "max_time_ratio": MAX_TIME_RATIO, "latency_batch": LATENCY_BATCH,
+            "static": True}
+
+
+def evaluation_record(ev: Evaluation) -> dict:
+    return {"split": ev.split, "samples": int(len(ev.labels)), "fp32_accuracy": round(ev.fp32_accuracy, 4),
+            "kernel_family": family()}
+
+
+def document(*, ev: Evaluation, speed: dict, candidates_: list[dict], choice: dict) -> dict:
+    """The ``toolbox/1`` document handed in: the requirement, the candidates and the chosen settings.
+
+    It holds only what the grader recomputes from choice.onnx or reads as the student's own CPU (``speed``);
+    the exploration tables describe models the hand-in does not hold, so they go to ``tables`` instead.
+    ``evaluation.kernel_family`` names the family every INT8 number in it was computed for; the
+    speed section's ``machine_family`` is this CPU's (timings always run on its own kernels).
+    """
+    speed = {**speed, "machine_family": kernels.machine_family()}
+    doc = {"schema": SCHEMA, "versions": versions(), "evaluation": evaluation_record(ev), "requirement": requirement(),
+           "speed": speed, "candidates": candidates_, "choice": choice}
+    return validate("toolbox", doc)
+
+
+def summary_lines(doc: dict) -> list[str]:
+    """The run's summary of ``toolbox.json``: the settings chosen for the stated requirement."""
+    n, choice = number, doc.get("choice", {})
+    picked = ", ".join(f"{k}={v}" for k, v in choice.get("settings", {}).items())
+    return [f"  requirement: {doc.get('requirement', {}).get('text', '-')}",
+            f"  chosen: {picked or '-'}",
+            f"  {choice.get('bytes', '-')} bytes ({n(choice.get('size_ratio'), '.1%')} of FP32), "
+            f"accuracy {n(choice.get('accuracy'))}, loss {n(choice.get('accuracy_loss'))}"]
