@@ -71,7 +71,8 @@ def reference_workspace(tmp_path_factory):
     return make
 
 
-REPO_WRITERS = ("test_browser.py", "test_report.py", "test_item_analysis.py")  # screenshots into artifacts/browser/, JupyterLab on notebooks/
+# Screenshots into artifacts/browser/, JupyterLab on notebooks/.
+REPO_WRITERS = ("test_browser.py", "test_report.py", "test_item_analysis.py")
 REPO_WATCHERS = ("test_batch_with_a_read_only_project_writes_nothing",)  # fails if any path in the repository changes
 
 
