@@ -374,6 +374,18 @@ def audit(fp32_path: str | Path, int8_path: str | Path, data_path: str | Path, l
             "recipe": recipe(int8)}
 
 
+def jsonable(value):
+    """``value`` with every non-finite float (an SQNR of a tensor quantized without error is infinite) as None:
+    strict JSON has no Infinity or NaN."""
+    if isinstance(value, float):
+        return value if np.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    return value
+
+
 # --- the text report ---------------------------------------------------------------------------------------------
 
 def _scores_line(doc: dict) -> str:

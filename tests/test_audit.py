@@ -127,6 +127,12 @@ def test_the_text_report_and_the_json(cnn, capsys):
 
 # --- the MLP: the committed bad calibration ---------------------------------------------------------------------
 
+def test_json_has_no_infinity():
+    doc = {"rows": [{"own_db": float("inf"), "vs_fp32_db": 12.5}], "x": [float("nan"), 1.0]}
+    assert json.loads(json.dumps(audit.jsonable(doc), allow_nan=False)) == {
+        "rows": [{"own_db": None, "vs_fp32_db": 12.5}], "x": [None, 1.0]}
+
+
 def test_the_mlp_audit_diagnoses_the_bad_calibration(mlp):
     doc = audit.audit(mlp["fp32"], mlp["int8"], mlp["data"], mlp["labels"])
     rulers = by_tensor(doc)

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     except LabError as exc:
         print(f"python -m lab audit: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(doc, indent=2) if args.json else audit.format_report(doc))
+    print(json.dumps(audit.jsonable(doc), indent=2, allow_nan=False) if args.json else audit.format_report(doc))
     return 0
 
 
