@@ -476,7 +476,7 @@ KIT_CASES = {
         "families.judge_saturating_settings(", False, ("prediction wrong", "NO  reduce_range", "no pair can saturate")),
     "08 MinMax through the stuck pixels": (
         "08_the_quantization_toolbox", "METHOD = ", lambda s: 'METHOD = "MinMax"\nOPTIONS = {}\nJUSTIFICATION = "MinMax '
-                                                           'keeps every value: 360 images"',
+                                                           'keeps every value: 360 images"\n',
         "outliers.check_input(", True, ("OutlierChoiceError", "input ruler: it ends at 12.5")),
     "08 Percentile's default": (
         "08_the_quantization_toolbox", "METHOD = ", lambda s: s.replace('OPTIONS = {"CalibPercentile": 99.9}', "OPTIONS = {}"),
@@ -546,7 +546,7 @@ def done_workspace(tmp_path_factory, reference_workspace) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(KIT_CASES))
-def test_a_wrong_answer_in_lessons_06_and_08_of_the_kit_is_named(name, student_kit, done_workspace, tmp_path, monkeypatch):
+def test_a_wrong_answer_in_lessons_06_08_and_09_of_the_kit_is_named(name, student_kit, done_workspace, tmp_path, monkeypatch):
     import re
 
     lesson, answer_marker, answer, stop_marker, fails, words = KIT_CASES[name]

@@ -97,6 +97,7 @@ def build(source: str | Path, output: str | Path, calibration: np.ndarray, setti
         raise ValueError(f"unknown settings {sorted(unknown)}; expected keys among {sorted(BASELINE)}")
     s = {**BASELINE, **settings}
     output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
     src = Path(source)
     if s["preprocess"]:
         scratch = Path(scratch_dir) if scratch_dir is not None else output.parent
