@@ -1,6 +1,8 @@
 """lab.camera and the CNN fixture: sensor frames, the deployed preprocessing path, the operating conditions."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from sklearn.datasets import load_digits
@@ -130,3 +132,22 @@ def test_the_cnn_has_batchnorm_as_exported():
 
 def test_the_cnn_fixture_is_small():
     assert sum(data.fixture_path(name).stat().st_size for name in build_cnn.FILES) < 2_000_000
+
+
+@pytest.mark.slow
+def test_a_rebuild_gives_the_same_frames_and_the_same_accuracy(tmp_path):
+    """``python -m fixtures.build_cnn`` (2-4 minutes): the same frames, labels and rows; the weights may differ in
+    the last bits on another CPU (BLAS), so the accuracy is held to within one image in a hundred."""
+    build_cnn.build(tmp_path)
+    for name in camera.SPLITS:
+        with np.load(tmp_path / f"cnn-{name}.npz") as new, np.load(data.fixture_path(f"cnn-{name}.npz")) as old:
+            for key in ("frames", "labels", "index"):
+                np.testing.assert_array_equal(new[key], old[key])
+    evaluation = camera.load_split("evaluation")
+
+    def accuracy(model):
+        out = graph.session(model).run(None, {camera.INPUT_NAME: evaluation.image})[0]
+        return float((out.argmax(axis=1) == evaluation.labels).mean())
+
+    assert abs(accuracy(tmp_path / build_cnn.MODEL_FILE) - accuracy(camera.model_path())) <= 0.01
+    assert sorted(json.loads((tmp_path / "manifest.json").read_text())) == sorted(build_cnn.FILES)
