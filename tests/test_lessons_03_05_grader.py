@@ -13,12 +13,11 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 from bad_submissions import corpus
-from grader import core, reference, sandbox
-from lab.tools.submit import submit
 from test_honest_mistakes import _lab_run_with_reader, _points, _workspace
 
+from grader import core, reference, sandbox
+from lab.tools.submit import submit
 
 
 def _one_image_reader() -> str:

@@ -268,10 +268,10 @@ def run(ctx: Context) -> list:
         rel = series_file(kind, n)
         rep = reported.get((kind, n), {})
         bs = integer(value(rep, "batch_size")) or run_bs
-        problem, elsewhere = _model_problem(ctx, rel, kind, n, bs, seed, rep, shas)
+        problem, other = _model_problem(ctx, rel, kind, n, bs, seed, rep, shas)
         if problem:
             wrong_model[(kind, n)] = problem
-        if elsewhere:
+        if other:
             other_data.add((kind, n))
     for n in picks:
         rel = series_file("narrow", n)

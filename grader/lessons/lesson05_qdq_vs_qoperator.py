@@ -86,7 +86,7 @@ def _formats_reported(ctx: Context, doc: dict, rels: dict, formats: dict) -> lis
                 shown, has = (f"{got}"[:20], want[:20]) if field == "sha256" else (got, want)
                 wrong.append(f"formats/{name}/{field} is {shown!r}, {rel} has {has!r}")
     forbidden: dict[str, str] = {}  # each setting the prose fixes, named once for both models
-    for name, rel in rels.items():
+    for rel in rels.values():
         for key, msg in forbidden_settings(ctx.sub.path(rel), graph.input_ruler(ctx.model(rel)), doc, "05",
                                            lesson05_qdq_vs_qoperator.FORMAT_SETTINGS):
             forbidden.setdefault(key, msg)

@@ -252,10 +252,10 @@ def check_series(rows, counts: list[int], right_batches: list[int], folder: Path
                                 "Put the rows themselves in one list: rows = narrow_rows + right_rows")
     rows = [r for r in rows if isinstance(r, dict)]
     got = {kind: [r.get("batches") for r in rows if r.get("kind") == kind] for kind in ("narrow", "right")}
-    for kind, name in (("narrow", "counts"), ("right", "RIGHT_BATCHES")):
+    for kind in ("narrow", "right"):
         if not got[kind]:
-            raise GrowthCheckFailed(f"rows hold no {kind} models: call lesson.grow(..., kind={kind!r}) and put its rows "
-                                    "in `rows`")
+            raise GrowthCheckFailed(f"rows hold no {kind} models: call lesson.grow(..., kind={kind!r}) and put its "
+                                    "rows in `rows`")
     top = max_batches or max(counts)
     if max(got["narrow"]) < top or got["narrow"] != sorted(set(got["narrow"])) or len(got["narrow"]) < 3:
         raise GrowthCheckFailed(f"the narrow series has batch counts {got['narrow']}: to show whether more narrow "
