@@ -3,7 +3,7 @@ saturation mechanism, and its latency on this CPU against FP32.
 
 ``convert_candidates`` converts the fixed selection once per recipe and keeps ONNX Runtime's own warnings;
 ``candidate_rows`` judges each on the tuning images under both families; ``time_candidates`` times them here
-(lesson 08's ``speed`` helpers) in a few interleaved rounds, whose spread is the noise;
+(``lab.speed``) in a few interleaved rounds, whose spread is the noise;
 ``choose`` applies the rule: among the recipes that hold on both families, the fastest here within that noise.
 """
 from __future__ import annotations
@@ -114,10 +114,7 @@ def time_candidates(source, paths: Mapping[str, Path], x: np.ndarray, batches: S
     """(name, batch) -> time against FP32 in each round (above 1: slower than FP32), one thread, on this CPU.
 
     Every round times FP32 and every candidate in turn, so a slow moment of the machine hits them alike."""
-    try:  # deferred: only the timing cell needs it. The speed helpers move to lab.speed when lesson 08 is split
-        from lab import speed
-    except ImportError:
-        from lab.lessons.lesson08_the_quantization_toolbox import speed
+    from lab import speed  # deferred: only the timing cell needs it
 
     ratios: dict[tuple[str, int], list[float]] = {}
     models = {"FP32": source, **paths}
