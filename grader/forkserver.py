@@ -76,6 +76,7 @@ def serve() -> None:
     import onnxruntime  # noqa: F401 - preloaded for the children
     import onnxruntime.quantization  # noqa: F401 - preloaded for the children
 
+    # deferred: the project's own modules, importable from here only once sys.path names this project (above)
     import grader.child as child
     import lab.lessons.lesson02_the_calibration_reader  # noqa: F401 - check_reader, preloaded for the children
 

@@ -38,7 +38,7 @@ ELSEWHERE = {
     "grader.lessons.lesson07_calibrate_the_deployed_representation": {"_acceptance_row_hashes"},
     "grader.lessons.predictions": {"SETTINGS", "FORMAT_SETTINGS", "QUESTIONS", "JUDGES", "lesson_rulers",
                                    "_growth_models", "lesson_growth", "lesson_formats", "lesson_entry",
-                                   "lesson_draft_verdicts"},
+                                   "lesson_draft_verdicts", "CANDIDATE_SETTINGS", "lesson_cures"},
     "grader.reference": {"STUDENT_MODULES", "SETTINGS"},
     "grader.rubric": {"_rubric_file"},
     "grader.similar": {"KEEP", "SKIP", "_FSTRING"},
