@@ -1,4 +1,4 @@
-"""A grading process's state in one object: made once per worker, passed down, never a module global.
+"""A grading process's state in one object: made once per worker and passed down, not spread over module globals.
 
 A ``GraderState`` holds what one grader keeps between hand-ins: its isolation policy and limits (``policy``), the
 fixture caches and each hand-in's own (``reuse``, the ``lab.cache`` of its grades), and its student-code runs
@@ -10,7 +10,7 @@ independently (``tests/test_grader_state.py``).
 family). Outside any grade, ``current()`` is the calling thread's own state, made on first use: a batch worker's
 (``for_policy``), or the command line's. It is kept by the thread, not in a context variable: Dask runs each task
 in a copy of its event loop's context, where a state set by one job would be gone (with its fork server still
-running) by the next.
+running) by the next. That per-thread slot (``_THREAD``) is the one module-level name that refers to grading state.
 """
 from __future__ import annotations
 
