@@ -633,6 +633,9 @@ def _softmax(run, node, ins):
 
 
 def _conv(run, node, ins):
+    after = run.consumers.get(node.output[0], [])
+    if len(after) == 1 and after[0].op_type == "QuantizeLinear" and run.fused_producer(after[0]) is node:
+        return [None]   # nothing reads the float result: the QuantizeLinear after it runs QLinearConv instead
     return [conv_float(ins[0], ins[1], ins[2] if len(ins) > 2 else None, _conv_shape(run, node, ins[1].shape[2:]))]
 
 
