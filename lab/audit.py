@@ -400,11 +400,12 @@ def _ruler_table(rows: list[dict]) -> str:
                                                              if r["measured"] else None),
               "range": f"[{r['low']:.4g}, {r['high']:.4g}]",
               "on": r["measured_on"] if r["measured_on"] not in (None, r["tensor"]) else None} for r in rows]
-    return tables.format_rows(shown, [("tensor", "tensor", ""), ("scale", "scale", ".4g"),
-                                      ("zero_point", "zero point", "d"), ("dtype", "type", ""),
-                                      ("range", "range", ""), ("clipped", "clipped", ".2%"),
-                                      ("used", "steps used", ""), ("diagnosis", "diagnosis", ""),
-                                      ("on", "measured after its Relu", "")])
+    columns = [("tensor", "tensor", ""), ("scale", "scale", ".4g"), ("zero_point", "zero point", "d"),
+               ("dtype", "type", ""), ("range", "range", ""), ("clipped", "clipped", ".2%"),
+               ("used", "steps used", ""), ("diagnosis", "diagnosis", "")]
+    if any(r["on"] for r in shown):
+        columns.append(("on", "measured after its Relu", ""))
+    return tables.format_rows(shown, columns)
 
 
 def format_report(doc: dict) -> str:
@@ -439,7 +440,7 @@ def format_report(doc: dict) -> str:
     for f in doc["families"]:
         where = f" ({f['computed_on']})" if f["computed_on"] else ""
         lines.append(f"  {f['family']}{where}: " + (f["note"] if "note" in f else _scores_line(f)))
-    lines += ["", "recipe:"]
+    lines += ["", "recipe (the model's metadata):"]
     lines += [f"  {k}: {v if len(v) < 200 else v[:200] + ' ...'}" for k, v in doc["recipe"].items()] or \
              ["  none: the model carries no metadata (ORT's converter writes no recipe)"]
     return "\n".join(lines)

@@ -118,7 +118,7 @@ def test_the_text_report_and_the_json(cnn, capsys):
                             "--labels", str(cnn["data"])]) == 0
     text = capsys.readouterr().out
     for part in ("rulers (11, read from the INT8 graph)", "error by input size", "where INT8 parts from FP32",
-                 "kernel families:", "exact (", "saturating (", "recipe:"):
+                 "kernel families:", "exact (", "saturating (", "recipe (the model's metadata):"):
         assert part in text, part
     assert audit_tool.main([str(cnn["fp32"]), str(cnn["qdq"]), "--data", str(cnn["data"]), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
