@@ -220,6 +220,7 @@ def measured_tensors(fp32: onnx.ModelProto, rulers: dict[str, InputRuler]) -> di
 
 def ruler_rows(rulers: dict[str, InputRuler], values: dict[str, np.ndarray],
                measured_on: dict[str, str]) -> list[RulerRow]:
+    """Each ruler with lab.compare.diagnose's verdict on the FP32 values it meets (``measured_on`` names them)."""
     rows = []
     for tensor, ruler in rulers.items():
         low, high = ruler.interval
