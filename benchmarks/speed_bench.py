@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import tempfile
 
-from lab import data
-from lab import speed
-from lab.lessons.lesson08_the_quantization_toolbox import toolbox as tb
+from lab import data, speed
 from lab.convert import quantize_dynamic_model
+from lab.lessons.lesson08_the_quantization_toolbox import toolbox as tb
 from lab.workspace import make_workspace
 
 BATCHES = (1, 256)

@@ -138,7 +138,7 @@ def synthetic_mlp(width: int, depth: int = 3, n_in: int | None = None, n_out: in
                               [helper.make_tensor_value_info(SYNTHETIC_INPUT, TensorProto.FLOAT, ["N", n_in])],
                               [helper.make_tensor_value_info(SYNTHETIC_OUTPUT, TensorProto.FLOAT, ["N", n_out])],
                               inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="lab.lessons.lesson08_the_quantization_toolbox.speed")
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="lab.speed")
     model.ir_version = 9
     onnx.checker.check_model(model)
     return model

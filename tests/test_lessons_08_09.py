@@ -10,7 +10,8 @@ import pytest
 from grader.lessons import lesson08_the_quantization_toolbox as grader08
 from grader.lessons import lesson09_choosing_a_recipe as grader09
 from lab import data, graph, kernels, measure
-from lab.lessons.lesson08_the_quantization_toolbox import outliers, toolbox as tb
+from lab.lessons.lesson08_the_quantization_toolbox import outliers
+from lab.lessons.lesson08_the_quantization_toolbox import toolbox as tb
 from lab.workspace import make_workspace
 
 
@@ -64,7 +65,8 @@ def test_the_stuck_pixels_set_minmax_s_ruler_and_percentile_leaves_them_out(stuc
     _, _, models, ev = stuck_models
     trap, good = outliers.check(models["minmax"], ev), outliers.check(models["p999"], ev)
     assert trap["input_range"][1] == pytest.approx(12.5, abs=0.05)
-    assert [p.split(":")[0] for p in trap["unmet"]] == ["input ruler", "error (exact family)", "error (saturating family)"]
+    assert [p.split(":")[0] for p in trap["unmet"]] == ["input ruler", "error (exact family)",
+                                                        "error (saturating family)"]
     with pytest.raises(outliers.OutlierChoiceError, match=r"input ruler: it ends at 12\.5"):
         outliers.refuse_unmet(trap)
     assert good["unmet"] == [] and set(good["by_family"]) == set(kernels.FAMILIES)

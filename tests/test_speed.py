@@ -5,8 +5,7 @@ import numpy as np
 import onnx
 import pytest
 
-from lab import graph
-from lab import speed
+from lab import graph, speed
 
 
 def test_synthetic_mlp_is_a_valid_fp32_mlp_with_the_asked_shape():

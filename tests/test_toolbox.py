@@ -223,8 +223,8 @@ def test_preprocess_report_names_the_fusion(source, work):
 
 @pytest.mark.parametrize("losses, ratio, static, time, expected", [
     ({"exact": 0.0, "saturating": 0.0}, 0.35, True, 1.0, True),
-    ({"exact": tb.MAX_ACCURACY_LOSS, "saturating": tb.MAX_ACCURACY_LOSS}, choice.MAX_SIZE_RATIO, True, choice.MAX_TIME_RATIO,
-     True),
+    ({"exact": tb.MAX_ACCURACY_LOSS, "saturating": tb.MAX_ACCURACY_LOSS}, choice.MAX_SIZE_RATIO, True,
+     choice.MAX_TIME_RATIO, True),
     ({"exact": 0.0, "saturating": 0.0075}, 0.35, True, 1.0, False),  # one family is enough to miss it
     ({"exact": 0.0, "saturating": 0.0}, 0.41, True, 1.0, False), ({"exact": 0.0}, 0.30, False, 1.0, False),
     ({"exact": 0.0}, 0.30, True, 4.5, False), ({"exact": 0.0}, 0.30, True, None, False),
@@ -413,7 +413,8 @@ def test_unmet_names_each_part_the_choice_misses():
     assert [p.split(":")[0] for p in problems] == ["static", "accuracy (exact family)", "accuracy (saturating family)",
                                                    "size", "latency"]
     assert any(f"{tb.MAX_ACCURACY_LOSS}" in p for p in problems) and any("40%" in p for p in problems)
-    assert choice.unmet({"exact": 0.0}, 0.50, True, 1.0) == [f"size: 50.0% of FP32 is over the limit {choice.MAX_SIZE_RATIO:.0%}"]
+    assert choice.unmet({"exact": 0.0}, 0.50, True, 1.0) == [
+        f"size: 50.0% of FP32 is over the limit {choice.MAX_SIZE_RATIO:.0%}"]
 
 
 # --- more of the guide: the config object, op types, MinimumRealRange, sample counts --------------

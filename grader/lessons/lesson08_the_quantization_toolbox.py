@@ -34,10 +34,10 @@ def _meets(mine: dict):
     family's error and accuracy loss); the fraction of the parts met."""
     parts = 1 + 2 * len(mine["by_family"])
     missed = mine["unmet"]
+    measured = ", ".join(f"{f}: max abs err {v['max_abs_error']:.3f}, loss {v['accuracy_loss']:.4f}"
+                         for f, v in mine["by_family"].items())
     return check(PART, "outliers_meets", (parts - len(missed)) / parts,
-                 "outliers.onnx measured here meets the requirement: input ruler "
-                 f"{mine['input_range']}, " + ", ".join(f"{f}: max abs err {v['max_abs_error']:.3f}, loss "
-                                                         f"{v['accuracy_loss']:.4f}" for f, v in mine["by_family"].items())
+                 f"outliers.onnx measured here meets the requirement: input ruler {mine['input_range']}, {measured}"
                  if not missed else
                  "outliers.onnx measured here misses the requirement on " + "; ".join(missed)
                  + f". The requirement: {outliers.REQUIREMENT}")

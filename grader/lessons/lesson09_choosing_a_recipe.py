@@ -10,8 +10,18 @@ from __future__ import annotations
 import numpy as np
 from onnx import numpy_helper
 
-from grader.context import (HIDDEN, SOFTMAX_STEP, WHY_OUTPUT, Context, charged_under, check, close, evaluation, number,
-                            value)
+from grader.context import (
+    HIDDEN,
+    SOFTMAX_STEP,
+    WHY_OUTPUT,
+    Context,
+    charged_under,
+    check,
+    close,
+    evaluation,
+    number,
+    value,
+)
 from grader.group import Group
 from grader.results import Evidence
 from lab import data, graph
@@ -134,7 +144,8 @@ def _choice_facts(doc: dict, rep: dict, mine: dict, path) -> dict[str, bool]:
 
 
 def _settings_in_graph(path) -> dict[str, bool]:
-    """What the chosen graph shows of lesson 08's settings (lesson 09's candidates): quant_pre_process fuses MatMul and Add into (Q)Gemm;
+    """What the chosen graph shows of lesson 08's settings (lesson 09's candidates): quant_pre_process fuses MatMul
+    and Add into (Q)Gemm;
     reduce_range stores 7-bit weights; symmetric activations put the input's zero point mid-grid."""
     ops = graph.op_counts(path)
     weights = [numpy_helper.to_array(i) for i in graph.load(path).graph.initializer

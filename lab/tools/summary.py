@@ -18,7 +18,6 @@ from lab.lessons.lesson07_calibrate_the_deployed_representation import scenario_
 from lab.lessons.lesson08_the_quantization_toolbox import outliers
 from lab.lessons.lesson09_choosing_a_recipe import choice
 
-
 # (title, the document's schema, its lesson's summary_lines): the file and the lesson that writes it come from
 # lab.contract, the lines from the lesson's module
 SECTIONS: list[tuple[str, str, Callable[[dict], list[str]]]] = [

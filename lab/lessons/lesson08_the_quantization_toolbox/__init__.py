@@ -1,4 +1,5 @@
-"""Lesson 08, the quantization toolbox: ``toolbox`` (every converter setting, measured), ``calibrators`` (ORT's calibration methods run directly) and ``speed`` (latency and throughput).
+"""Lesson 08, the quantization toolbox: ``toolbox`` (every converter setting, measured), ``calibrators`` (ORT's
+calibration methods run directly) and ``outliers`` (the exercise: calibrate through stuck pixels).
 
 The package of ``notebooks/08_the_quantization_toolbox.ipynb``.
 """

@@ -20,15 +20,19 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 from onnxruntime.quantization import CalibrationMethod
-from onnxruntime.quantization.calibrate import (CalibrationCacheEncoder, HistogramCollector, TensorsData,
-                                                create_calibrator)
+from onnxruntime.quantization.calibrate import (
+    CalibrationCacheEncoder,
+    HistogramCollector,
+    TensorsData,
+    create_calibrator,
+)
 from onnxruntime.quantization.calibrate import entropy as ort_entropy
 from onnxruntime.quantization.quant_utils import smooth_distribution
 
 from lab import data, graph
+from lab.convert import QuantRecord, quantize
 from lab.data import BATCH_SIZE, file_sha256
 from lab.measure import Evaluation, input_interval, measure
-from lab.convert import QuantRecord, quantize
 from lab.readers import ArrayReader
 from lab.workspace import atomic_write_text
 

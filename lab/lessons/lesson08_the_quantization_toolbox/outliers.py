@@ -93,15 +93,16 @@ def refuse_unmet(result: dict) -> None:
     """The exercise's visible check: raise ``OutlierChoiceError`` naming each part ``result`` misses."""
     if result["unmet"]:
         raise OutlierChoiceError("outliers.onnx misses the requirement on " + "; ".join(result["unmet"])
-                                 + ". Read the outlier table again: which method and option leave the stuck pixels out?")
+                                 + ". Read the outlier table again: which method and option leave the stuck pixels "
+                                   "out?")
 
 
 def document(*, ev: Evaluation, model: str | Path, calibration: np.ndarray, method: str, options: dict,
              batch_size: int, result: dict, justification: str, n_hot: int = N_HOT, seed: int = 0) -> dict:
     """The ``outliers/1`` document handed in with ``outliers.onnx``."""
     doc = {"schema": SCHEMA, "versions": versions(),
-           "evaluation": {"split": ev.split, "samples": int(len(ev.labels)), "fp32_accuracy": round(ev.fp32_accuracy, 4),
-                          "kernel_family": family()},
+           "evaluation": {"split": ev.split, "samples": int(len(ev.labels)),
+                          "fp32_accuracy": round(ev.fp32_accuracy, 4), "kernel_family": family()},
            "requirement": requirement(),
            "calibration": {"set": "right + stuck pixels", "stuck_pixels": n_hot, "seed": seed,
                            "sha256": data_sha256(calibration), "samples": int(len(calibration)),

@@ -18,16 +18,17 @@ from pathlib import Path
 
 import numpy as np
 from onnx import numpy_helper
-from onnxruntime.quantization import (CalibrationMethod, QuantFormat, QuantType, StaticQuantConfig, quant_pre_process,
-                                      qdq_loss_debug as dbg, quantize as ort_quantize)
+from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, StaticQuantConfig, quant_pre_process
+from onnxruntime.quantization import qdq_loss_debug as dbg
+from onnxruntime.quantization import quantize as ort_quantize
 
 from lab import graph, kernels
 from lab.convert import QuantRecord, quantize, quantize_dynamic_model
 from lab.data import BATCH_SIZE, EPSILON, data_sha256, file_sha256
+from lab.lessons.lesson08_the_quantization_toolbox import calibrators
 from lab.measure import Evaluation, family, input_interval, measure
 from lab.readers import ArrayReader
 from lab.schemas import validate
-from lab.lessons.lesson08_the_quantization_toolbox import calibrators
 
 # ---- the accuracy limit of lessons 08 and 09's requirements ------------------------------------
 MAX_ACCURACY_LOSS = 0.005

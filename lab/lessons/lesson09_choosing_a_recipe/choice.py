@@ -19,8 +19,15 @@ from lab.compare import max_abs_error
 from lab.convert import versions
 from lab.data import BATCH_SIZE, EPSILON, INPUT_NAME
 from lab.errors import LabError
-from lab.lessons.lesson08_the_quantization_toolbox.toolbox import (BASELINE, MAX_ACCURACY_LOSS, build, measured,
-                                                                   per_family, preprocessed, settings_name)
+from lab.lessons.lesson08_the_quantization_toolbox.toolbox import (
+    BASELINE,
+    MAX_ACCURACY_LOSS,
+    build,
+    measured,
+    per_family,
+    preprocessed,
+    settings_name,
+)
 from lab.measure import Evaluation, evaluation, family, input_interval, measure, predict
 from lab.schemas import validate
 from lab.tables import number
