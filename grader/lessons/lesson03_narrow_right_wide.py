@@ -141,7 +141,8 @@ def run(ctx: Context) -> list:
                 per["max_abs_error"][i] = (False, f"{msg}; " + "; ".join(wrong), ev)
                 break
     out = []
-    hints = {"quantized": "each of narrow.onnx, right.onnx, wide.onnx must be a QDQ model from quantize_static",
+    hints = {"quantized": "each of narrow.onnx, right.onnx, wide.onnx must be a QDQ model from quantize_static, "
+                          "with lesson 03's settings (lab.lessons.lesson03_narrow_right_wide.SETTINGS)",
              "ruler_reported": "report the scale and zero point read back with lab.graph.input_ruler(model)",
              "range_seen": "each model must be calibrated on its own named set",
              "max_abs_error": "recompute with lab.compare.max_abs_error(fp32_out, int8_out) on the evaluation set, "
@@ -166,7 +167,7 @@ def forbidden_settings(path, r, doc: dict, lesson: str = "03", wanted=SETTINGS) 
         found["per_channel"] = f"{path.name} has per-channel weight scales"
     if r.dtype != "int8":
         found["activation_type"] = f"{path.name}'s input ruler is {r.dtype} (zero point {r.zero_point})"
-    if "UINT8" in graph.weight_dtypes(path):
+    if any(t == "UINT8" for name, t in graph.initializer_dtypes(path).items() if name.endswith("weight_quantized")):
         found["weight_type"] = f"{path.name} stores its weights as uint8"
     for key, want in wanted.items():
         rep = value(doc, f"settings.{key}")

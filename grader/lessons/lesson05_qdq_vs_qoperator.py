@@ -85,12 +85,6 @@ def _formats_reported(ctx: Context, doc: dict, rels: dict, formats: dict) -> lis
             if got != want or isinstance(got, bool):
                 shown, has = (f"{got}"[:20], want[:20]) if field == "sha256" else (got, want)
                 wrong.append(f"formats/{name}/{field} is {shown!r}, {rel} has {has!r}")
-    forbidden: dict[str, str] = {}  # each setting the prose fixes, named once for both models
-    for rel in rels.values():
-        for key, msg in forbidden_settings(ctx.sub.path(rel), graph.input_ruler(ctx.model(rel)), doc, "05",
-                                           lesson05_qdq_vs_qoperator.FORMAT_SETTINGS):
-            forbidden.setdefault(key, msg)
-    wrong += list(forbidden.values())
     reported_pc = value(doc, "settings.per_channel")
     graph_pc = {name: graph.per_channel(ctx.sub.path(rel)) for name, rel in rels.items()}
     for name, pc in graph_pc.items():
@@ -99,6 +93,17 @@ def _formats_reported(ctx: Context, doc: dict, rels: dict, formats: dict) -> lis
                          f"{'per-channel' if pc else 'per-tensor'} weights")
             break
     return wrong
+
+
+def _settings(ctx: Context, doc: dict, rels: dict) -> list[str]:
+    """Each setting lesson 05 fixes (lesson 03's but the format) that a model's graph or formats.json's settings
+    break, named once for both models, with what to convert with."""
+    forbidden: dict[str, str] = {}
+    for rel in rels.values():
+        for key, msg in forbidden_settings(ctx.sub.path(rel), graph.input_ruler(ctx.model(rel)), doc, "05",
+                                           lesson05_qdq_vs_qoperator.FORMAT_SETTINGS):
+            forbidden.setdefault(key, msg)
+    return list(forbidden.values())
 
 
 BAND_FRACTION_REL = 0.1  # relative: elements one grid step from a band's edge may move on another CPU
@@ -178,9 +183,11 @@ def run(ctx: Context) -> list:
     wrong_model, wrong_diff = _formats_recomputed(ctx, doc, qdq_rel, qop_rel)
     wrong += wrong_model
     kinds_ok = (fq, fo) == ("QDQ", "QOperator")
-    out = [check("formats", "two_formats", float(kinds_ok and not wrong),
+    settings = _settings(ctx, doc, {"QDQ": qdq_rel, "QOperator": qop_rel})
+    out = [check("formats", "two_formats", float(kinds_ok and not wrong and not settings),
                  f"model.qdq.onnx is {fq}, model.qoperator.onnx is {fo}"
                  + ("" if kinds_ok else "; expected QDQ and QOperator (quant_format=...)")
+                 + "".join(f"; {m}" for m in settings)
                  + ("" if not wrong else "; formats.json does not describe the files: " + "; ".join(wrong[:4])
                     + ". Write formats.json from the models and the settings the conversion used"))]
     rq, ro = graph.input_ruler(ctx.model(qdq_rel)), graph.input_ruler(ctx.model(qop_rel))
