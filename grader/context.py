@@ -36,6 +36,9 @@ MARGIN = 2 * SOFTMAX_STEP
 # A ruler recomputed from a calibration set's min and max: ORT's calibrator and numpy reduce the set in another
 # order, and the scale passes through float32 on the way into the graph (lessons 02 and 03 judge it so)
 RANGE_REL = 1e-5
+# Hand-in models of another model than the digit MLP: lesson 10's CNN (input 'image' [N, 1, 16, 16]). Intake skips
+# the MLP's input/output check for them; the lesson's grader module checks them itself
+OTHER_MODELS = frozenset({"camera-release.onnx"})
 
 
 @per_worker
@@ -73,7 +76,7 @@ class Context:
         """Intake: every ONNX file of the submission passes the model checks (``ModelRefused``) before any is run."""
         for rel in sorted(self.sub.files):
             if rel.endswith(".onnx"):
-                self._models[rel] = load_checked(self.sub.path(rel), rel)
+                self._models[rel] = load_checked(self.sub.path(rel), rel, check_io=rel not in OTHER_MODELS)
 
     def model(self, rel: str):
         """The checked ``onnx.ModelProto`` of a submitted file (raises ``ModelRefused`` or ``Missing``)."""
@@ -81,7 +84,7 @@ class Context:
         if rel not in self._models:
             if not self.has(rel):
                 raise Missing(rel)
-            self._models[rel] = load_checked(self.sub.path(rel), rel)
+            self._models[rel] = load_checked(self.sub.path(rel), rel, check_io=rel not in OTHER_MODELS)
         return self._models[rel]
 
     def outputs(self, rel: str, x: np.ndarray | None = None, key: str = "evaluation") -> np.ndarray:

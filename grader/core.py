@@ -25,6 +25,7 @@ from grader.lessons import (
     lesson07_calibrate_the_deployed_representation,
     lesson08_the_quantization_toolbox,
     lesson09_choosing_a_recipe,
+    lesson10_your_own_model,
     predictions,
 )
 from grader.models import ModelRefused
@@ -40,7 +41,7 @@ from lab.errors import LabError, WorkspaceError
 # The grader's lesson modules, in the order feedback lists their checks; each declares its own GROUPS
 LESSONS = (lesson02_the_calibration_reader, lesson03_narrow_right_wide, lesson04_more_batches,
            lesson05_qdq_vs_qoperator, lesson06_accept_or_reject, lesson07_calibrate_the_deployed_representation,
-           lesson08_the_quantization_toolbox, lesson09_choosing_a_recipe, predictions)
+           lesson08_the_quantization_toolbox, lesson09_choosing_a_recipe, lesson10_your_own_model, predictions)
 GROUPS: tuple[Group, ...] = tuple(group for lesson in LESSONS for group in lesson.GROUPS)
 
 

@@ -1,14 +1,15 @@
-"""The reference hand-in: lessons 00-07 done right, built from the instructor notebooks' own solutions.
+"""The reference hand-in: lessons 00-07 and 10 done right, built from the instructor notebooks' own solutions.
 
 Instructors and tests use it to prove the grader gives full marks to a correct run, and the bad-submission corpus
 is generated from it. It copies nothing of the solutions: every answer is read from the instructor notebooks, so
-editing a notebook's solution changes the reference. The student modules (``calibration_reader.py``, ``metrics.py``)
-are the notebooks' ``%%writefile`` cells; every other exercise is its ``### BEGIN SOLUTION`` block, run with the
-names the notebook gives them: lesson 03's three conversions, lesson 04's two ``grow`` calls, lesson 05's
-conversion to both formats, lesson 07's calibration selection, and the five predictions (each recorded under the
-question its cell's ``lab.predictions.record`` call names: its lesson module's ``PREDICTION``). The cells around
-the blocks (the candidate of lesson 06, the release of lesson 07, each lesson's report) call lesson functions with
-lesson constants, and so does this module. ``build(work_dir)`` takes a few seconds.
+editing a notebook's solution changes the reference. The student modules (``calibration_reader.py``, ``metrics.py``,
+``camera_reader.py``) are the notebooks' ``%%writefile`` cells; every other exercise is its ``### BEGIN SOLUTION``
+block, run with the names the notebook gives them: lesson 03's three conversions, lesson 04's two ``grow`` calls,
+lesson 05's conversion to both formats, lesson 07's calibration selection, lesson 10's release recipe, and the
+predictions (each recorded under the question its cell's ``lab.predictions.record`` call names: its lesson module's
+``PREDICTION``). The cells around the blocks (the candidate of lesson 06, the release of lesson 07, each lesson's
+report) call lesson functions with lesson constants, and so does this module. ``build(work_dir)`` takes a few
+seconds.
 
 Left out: lessons 08 and 09 (``outliers.json``, ``outliers.onnx``, ``toolbox.json`` and ``choice.onnx``). Lesson
 09's hand-in carries this CPU's timings (``speed.benchmark`` of its 32 candidates, ``speed.width_sweep``) of models
@@ -32,17 +33,19 @@ from pathlib import Path
 import numpy as np
 
 import lab
-from lab import compare, convert, data, graph, kernels, predictions, workspace
+from lab import camera, compare, convert, data, graph, kernels, predictions, workspace
 from lab.lessons import lesson03_narrow_right_wide as lesson03
 from lab.lessons import lesson04_more_batches as lesson04
 from lab.lessons import lesson05_qdq_vs_qoperator as lesson05
 from lab.lessons.lesson06_accept_or_reject import acceptance
 from lab.lessons.lesson07_calibrate_the_deployed_representation import recipe, scenario_checks
+from lab.lessons.lesson10_your_own_model import release as lesson10
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 # the notebook whose %%writefile cell writes each student module
 STUDENT_MODULES = {"READER_SOURCE": ("02_the_calibration_reader.ipynb", "calibration_reader.py"),
-                   "METRICS_SOURCE": ("06_accept_or_reject.ipynb", "metrics.py")}
+                   "METRICS_SOURCE": ("06_accept_or_reject.ipynb", "metrics.py"),
+                   "CAMERA_READER_SOURCE": ("10_your_own_model.ipynb", "camera_reader.py")}
 
 # lesson 04's series as the reference builds it (tests/test_predictions.py and test_honest_mistakes.py read these);
 # the lesson modules define every constant, these only name them
@@ -102,7 +105,8 @@ def _assigned(block: str) -> set[str]:
 def solution(notebook: str, name: str, notebooks: Path = NOTEBOOKS) -> str:
     """The one solution block of ``notebook`` that binds ``name`` (the student's exercise, as the instructor wrote
     it)."""
-    blocks = [b for b in map(_solution_of, _code_cells(notebook, notebooks)) if b and name in _assigned(b)]
+    cells = [c for c in _code_cells(notebook, notebooks) if not c.startswith("%%")]  # a %%writefile is a module
+    blocks = [b for b in map(_solution_of, cells) if b and name in _assigned(b)]
     if len(blocks) != 1:
         raise LookupError(f"{notebook}: {len(blocks)} solution blocks bind {name!r}; expected exactly one "
                           f"({SOLUTION_BEGIN} ... {SOLUTION_END} in the exercise cell that sets it)")
@@ -237,6 +241,23 @@ def _release(work: Path, reader, evaluation: data.Split) -> None:
     recipe.write_release(work / "release", draft, doc, evaluation, here)
 
 
+def _camera(work: Path) -> None:
+    """Lesson 10: the camera reader (its %%writefile cell), then notebook 10's RECIPE and JUSTIFICATION (its solution,
+    given the tables it cites: section 2's two sets and section 6's two per-channel QDQ forms) released as the
+    notebook's last cells release it."""
+    (work / "camera_reader.py").write_text(sys.modules[__name__].CAMERA_READER_SOURCE)
+    reader = workspace.load_module(work, "camera_reader")
+    source, ev = lesson10.workspace_source(work), camera.load_split("evaluation")
+    sets = lesson10.sets_measured(source, work / "camera", reader.FrameReader, ev.image, ev.labels)
+    forms = {n: lesson10.build(source, work / "camera", {"calibration": "camera", "pre_process": True,
+                                                          **lesson10.FORMS[n]}, reader.FrameReader)[0]
+             for n in ("per-channel QDQ", "per-channel QDQ + reduce_range")}
+    names = {"sets": sets, "form_rows": lesson10.family_rows(source, forms, ev.image, ev.labels)}
+    recipe_ = run_solution("10_your_own_model.ipynb", "RECIPE", **names)
+    justification = run_solution("10_your_own_model.ipynb", "JUSTIFICATION", **names)
+    lesson10.release_workspace(work, reader.FrameReader, recipe_, justification, seed=SEED)
+
+
 def _predictions(work: Path) -> None:
     """Every prediction a notebook records after a solution block: that block's answer, under its question."""
     for question, notebook, variable in predictions_asked().values():
@@ -244,8 +265,8 @@ def _predictions(work: Path) -> None:
 
 
 def build(work_dir: str | Path, growth_counts=GROWTH_COUNTS) -> Path:
-    """Write a complete, correct workspace for lessons 00-07 into ``work_dir`` and return its path (lessons 08 and 09
-    are left out: see the module's docstring)."""
+    """Write a complete, correct workspace for lessons 00-07 and 10 into ``work_dir`` and return its path
+    (lessons 08 and 09 are left out: see the module's docstring)."""
     work = workspace.make_workspace(work_dir)
     this = sys.modules[__name__]  # attribute access goes through __getattr__, so a source a test assigned wins
     (work / "calibration_reader.py").write_text(this.READER_SOURCE)
@@ -259,4 +280,5 @@ def build(work_dir: str | Path, growth_counts=GROWTH_COUNTS) -> Path:
     _dump(work / "regression.json", _regression(work, reader, evaluation))
     _predictions(work)
     _release(work, reader, evaluation)
+    _camera(work)
     return work

@@ -35,6 +35,7 @@ class Entry:
     module: bool = False  # a student's Python module, run by the grader in its sandbox
     pattern: str | None = None  # for a family or a folder: the relative paths it covers
     exercise: str | None = None  # for a module: the class or function the student writes in it
+    imports: tuple[str, ...] = ()  # for a module: lab modules it may import (the deployed path it must call, no helper)
 
     def matches(self, rel: str) -> bool:
         """Is ``rel`` a workspace file this entry covers? A family's placeholder (``growth/narrow-NNN.onnx``) names
@@ -103,10 +104,22 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("toolbox.json", ("09",), "optional",
           "the stated requirement, the candidates (both families, this CPU's time) and the choice", schema="toolbox"),
     Entry("choice.onnx", ("09",), "optional", "the model picked for the stated requirement"),
-    Entry("predictions.json", ("01", "03", "04", "05", "06", "07"), "optional",
+    Entry("camera_reader.py", ("10",), "optional",
+          "the camera reader: `class FrameReader(CalibrationDataReader)` with `__init__(self, frames, batch_size=32, "
+          "input_name=\"image\")` serving uint8 sensor frames through `lab.camera.preprocess`, `get_next()`, "
+          "`rewind()`", module=True, exercise="FrameReader", imports=("lab.camera",)),
+    Entry("camera/", ("10",), "never",
+          "lesson 10's working models: a copy of the CNN fixture, its pre-processed graph, one conversion per recipe "
+          "tried, the audit's data", pattern=r"camera/.+"),
+    Entry("camera-release.onnx", ("10",), "optional",
+          "the released camera CNN, stamped with its release id and the SHA-256 of camera-release.json"),
+    Entry("camera-release.json", ("10",), "optional",
+          "the release's recipe, what it was calibrated on, and its daylight numbers and scenario verdicts on both "
+          "kernel families", schema="camera-release"),
+    Entry("predictions.json", ("01", "03", "04", "05", "06", "07", "10"), "optional",
           "what the student predicted before each measurement (which set clips and which squashes, the input "
           "rulers, what more narrow batches do, the smaller format, which settings change answers on a saturating "
-          "CPU, which scenarios the daylight draft fails); the grader "
+          "CPU, which scenarios the daylight draft fails, what attractive photographs cost); the grader "
           "judges each against the lesson's own sets and the fixture model, not the student's files (a wrong "
           "model costs its lesson's point, not a prediction's)", schema="predictions"),
 )
@@ -171,6 +184,11 @@ def modules() -> tuple[str, ...]:
 def exercises() -> dict[str, str]:
     """Each student module and the class or function the student writes in it (``{"metrics.py": "summarize"}``)."""
     return {e.path: e.exercise for e in ENTRIES if e.module}
+
+
+def allowed_imports() -> dict[str, tuple[str, ...]]:
+    """Each student module and the lab modules it may import (``{"camera_reader.py": ("lab.camera",)}``)."""
+    return {e.path: e.imports for e in ENTRIES if e.module and e.imports}
 
 
 def files_of_lesson(lesson: str) -> tuple[str, ...]:

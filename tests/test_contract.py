@@ -26,7 +26,7 @@ def test_the_table_has_one_row_per_entry_and_the_cli_prints_it(capsys):
     assert printed == contract.markdown_table()
     rows = printed.splitlines()[2:]
     assert len(rows) == len(contract.ENTRIES)
-    assert "| 01, 03, 04, 05, 06, 07 | `predictions.json` | optional | `predictions` |" in printed
+    assert "| 01, 03, 04, 05, 06, 07, 10 | `predictions.json` | optional | `predictions` |" in printed
 
 
 def test_every_entry_is_well_formed_and_covers_only_itself():
@@ -49,7 +49,9 @@ def test_a_familys_placeholder_names_its_entry_and_lesson():
 
 
 def test_each_student_module_names_what_the_student_writes_in_it():
-    assert contract.exercises() == {"calibration_reader.py": "DigitReader", "metrics.py": "summarize"}
+    assert contract.exercises() == {"calibration_reader.py": "DigitReader", "metrics.py": "summarize",
+                                    "camera_reader.py": "FrameReader"}
+    assert contract.allowed_imports() == {"camera_reader.py": ("lab.camera",)}  # the deployed path, no helper
     assert tuple(contract.exercises()) == contract.modules()
 
 
@@ -76,7 +78,7 @@ def test_handed_in(rel, taken):
 
 def test_the_lesson_that_writes_a_file_or_a_folder():
     assert contract.lesson_of("calibration_reader.py") == "02" and contract.lesson_of("right.onnx") == "03"
-    assert contract.lessons_of("predictions.json") == ("01", "03", "04", "05", "06", "07")
+    assert contract.lessons_of("predictions.json") == ("01", "03", "04", "05", "06", "07", "10")
     assert contract.lesson_of("predictions.json") == "01"  # the first lesson to run before handing in
     assert contract.lesson_of("growth/right-016.onnx") == "04" and contract.lesson_of("growth/") == "04"
     assert contract.lesson_of("release/") == "07" and contract.lesson_of("drafts/x.onnx") == "06"
@@ -87,7 +89,7 @@ def test_lists_for_submit():
     assert contract.files("required") == ("calibration_reader.py", "narrow.onnx", "right.onnx", "wide.onnx",
                                           "dynamic.onnx", "results.json")
     assert "toolbox-tables.json" in contract.files("never") and "metrics.py" in contract.files("optional")
-    assert contract.modules() == ("calibration_reader.py", "metrics.py")
+    assert contract.modules() == ("calibration_reader.py", "metrics.py", "camera_reader.py")
     assert [e.folder for e in contract.families()] == ["growth/", "growth/"]
     assert contract.files_of_lesson("05") == ("formats/model.qdq.onnx", "formats/model.qoperator.onnx",
                                               "formats/model.calibration.json", "formats.json", "predictions.json")

@@ -1,4 +1,5 @@
-"""Predictions (lessons 01, 03, 04, 05, 06, 07): each judged against the lesson's truth, recomputed here from the fixtures.
+"""Predictions (lessons 01, 03, 04, 05, 06, 07, 10): each judged against the lesson's truth, recomputed here from the
+fixtures.
 
 A prediction asks about the lesson's setup (the sets it names, the fixture model), so neither what the student
 reported nor the student's models decide it: a model calibrated on the wrong set is charged once, in its lesson
@@ -15,12 +16,11 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from functools import lru_cache
 from pathlib import Path
 
 from grader.context import Context, check, evaluation, fp32_outputs
 from grader.group import Group
-from lab import compare, convert, data, graph, kernels, ruler
+from lab import compare, convert, data, graph, kernels, ruler, variant
 from lab.data import BATCH_SIZE, KINDS
 from lab.errors import LabError
 from lab.lessons import lesson01_the_ruler, lesson03_narrow_right_wide, lesson04_more_batches, lesson05_qdq_vs_qoperator
@@ -29,12 +29,13 @@ from lab.lessons.lesson05_qdq_vs_qoperator import FORMAT_SETTINGS, quantize_both
 from lab.lessons.lesson06_accept_or_reject import families
 from lab.lessons.lesson06_accept_or_reject.acceptance import CANDIDATE_SETTINGS
 from lab.lessons.lesson07_calibrate_the_deployed_representation import recipe, scenario_checks
+from lab.lessons.lesson10_your_own_model import camera_path
 
 PART = "predictions"
 # the questions, each defined by the lesson that asks it, in lesson order
 QUESTIONS = {q.name: q for q in (lesson01_the_ruler.PREDICTION, lesson03_narrow_right_wide.PREDICTION,
                                  lesson04_more_batches.PREDICTION, lesson05_qdq_vs_qoperator.PREDICTION,
-                                 families.PREDICTION, scenario_checks.PREDICTION)}
+                                 families.PREDICTION, scenario_checks.PREDICTION, camera_path.PREDICTION)}
 NAMES = tuple(QUESTIONS)
 NEEDS = ("predictions.json",)
 WHERE = " (measured on the lesson's sets and the fixture, not on your files)"  # what every verdict was judged on
@@ -42,7 +43,7 @@ WHERE = " (measured on the lesson's sets and the fixture, not on your files)"  #
 
 # ----- the lesson's truth: pure, from the named sets ------------------------------------------------------
 
-@lru_cache(maxsize=1)
+@variant.lru_cache(maxsize=1)  # each student's variant has its own
 def lesson_rulers() -> dict:
     """Lesson 03: the input ruler MinMax lays on each named set (its min and max, widened to include 0)."""
     sets = {kind: data.calibration_set(kind) for kind in KINDS}
@@ -57,7 +58,7 @@ def _source(tmp: str) -> Path:
     return Path(shutil.copy(data.fixture_path("fp32.onnx"), tmp))
 
 
-@lru_cache(maxsize=1)
+@variant.lru_cache(maxsize=1)  # each student's variant has its own
 def _growth_models() -> dict:
     """Lesson 04's series as the lesson runs it (its stream, counts and settings): (kind, batches) -> model.
 
@@ -78,7 +79,7 @@ def _growth_models() -> dict:
     return models
 
 
-@lru_cache(maxsize=4)
+@variant.lru_cache(maxsize=4)  # each student's variant has its own
 def lesson_growth(family: str) -> tuple[dict, dict, float]:
     """Lesson 04 as CPUs of ``family`` compute it: narrow and right max abs errors per batch count, and the
     range the largest narrow calibration sees."""
@@ -91,7 +92,7 @@ def lesson_growth(family: str) -> tuple[dict, dict, float]:
     return errors["narrow"], errors["right"], largest
 
 
-@lru_cache(maxsize=1)
+@variant.lru_cache(maxsize=1)  # each student's variant has its own
 def lesson_formats() -> tuple[dict, bool]:
     """Lesson 05: both formats from one calibration of the 'right' set: file bytes per format, and whether their
     input rulers are the same. Sizes and rulers do not depend on the kernel family."""
@@ -104,7 +105,7 @@ def lesson_formats() -> tuple[dict, bool]:
     return sizes, len({(r.scale, r.zero_point) for r in rulers}) == 1
 
 
-@lru_cache(maxsize=1)
+@variant.lru_cache(maxsize=1)  # each student's variant has its own
 def lesson_cures() -> list:
     """Lesson 06: the candidate's settings changed one at a time (``families.VARIANTS``), calibrated on the 'right'
     set, each on the evaluation images as both kernel families compute it (``families.cures_table``): whether its
@@ -117,7 +118,7 @@ def lesson_cures() -> list:
         return families.cures_table(source, paths, x, labels)
 
 
-@lru_cache(maxsize=1)
+@variant.lru_cache(maxsize=1)  # each student's variant has its own
 def lesson_draft_verdicts() -> list:
     """Lesson 07: the daylight draft's verdicts on the tuning images, with exact int32 arithmetic (the question's own
     terms, so one answer is right on every kernel family). The draft as the lesson builds it: per-channel QDQ,
@@ -170,9 +171,17 @@ def _failing_scenarios(answer):
     return scenario_checks.judge_failing_scenarios(answer, lesson_draft_verdicts())
 
 
+
+def _attractive_photographs(answer):
+    """Lesson 10: the lesson's two per-tensor conversions of the CNN (camera frames, attractive photographs)."""
+    from grader.lessons.lesson10_your_own_model import lesson_sets  # deferred: lesson 10's module imports ORT's
+
+    return camera_path.judge_prediction(answer, lesson_sets(kernels.target_family()))
+
+
 JUDGES = {"clip_or_squash": _clip_or_squash, "input_rulers": _input_rulers, "more_batches": _more_batches,
           "formats": _formats, "saturating_settings": _saturating_settings,
-          "failing_scenarios": _failing_scenarios}
+          "failing_scenarios": _failing_scenarios, "attractive_photographs": _attractive_photographs}
 
 
 def run(ctx: Context) -> list:

@@ -1,0 +1,209 @@
+"""Lesson 10, part 1: calibration data through the camera's deployed path, and what the converter does to a CNN.
+
+``check_reader`` is the visible check after the reader exercise: a ``FrameReader`` must serve the sensor frames
+through ``lab.camera.preprocess`` (the one deployed path), in batches, then ``None``. ``attractive_frames`` are the
+"attractive photographs": the same calibration digits, clean, centred, evenly lit, without the camera's noise.
+``quantize_cnn`` is ``quantize_static`` with any reader of the model's ``image`` input, recorded (hash, count).
+The rest reads graphs: op counts before and after ``quant_pre_process``, the rulers of a QDQ model, each Conv
+weight's scales and their axis, and the lines of ONNX Runtime's source that pick that axis.
+"""
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+from lab import camera, data, graph, predictions
+from lab.data import data_sha256, file_sha256
+from lab.errors import LabError
+from lab.readers import RecordingReader
+
+INPUT = camera.INPUT_NAME
+BATCH_SIZE = 32
+SETS = ("camera", "attractive")
+ATTRACTIVE = camera.Shot(background=(55.0, 55.0), contrast=(160.0, 160.0), side=(21.0, 21.0), jitter=0.0,
+                         noise=(0.0, 0.0))
+"""The attractive photographs: one paper grey, one stroke contrast, one size, centred, no sensor noise."""
+
+
+class FrameReaderCheckFailed(LabError):
+    """The reader does not serve the frames through the deployed path, as the lesson asks."""
+
+
+def camera_frames() -> np.ndarray:
+    """The 360 calibration sensor frames, as the camera shot them (uint8 [N, 32, 32])."""
+    return camera.load_split("calibration").frames
+
+
+def attractive_frames(seed: int = 0) -> np.ndarray:
+    """The same calibration digits rendered as attractive photographs (``ATTRACTIVE``): uint8 [N, 32, 32]."""
+    cal, digits = camera.load_split("calibration"), data.load_split("calibration")
+    assert np.array_equal(cal.index, digits.index), "the CNN's calibration frames are the calibration digits"
+    return camera.render(digits.raw, seed, ATTRACTIVE)
+
+
+def frames_of(kind: str, seed: int = 0) -> np.ndarray:
+    """The calibration frames of set ``kind``: ``"camera"`` or ``"attractive"``."""
+    if kind not in SETS:
+        raise ValueError(f"unknown calibration set {kind!r}; expected one of {list(SETS)}")
+    return camera_frames() if kind == "camera" else attractive_frames(seed)
+
+
+def _served(reader) -> list:
+    batches = []
+    for _ in range(10_000):
+        item = reader.get_next()
+        if item is None:
+            return batches
+        batches.append(item)
+    raise FrameReaderCheckFailed("get_next() never returned None: the calibrator would never finish")
+
+
+def check_reader(reader_cls, frames: np.ndarray | None = None, batch_size: int = BATCH_SIZE) -> str:
+    """The reader exercise's check: ``reader_cls(frames, batch_size, input_name)`` serves
+    ``lab.camera.preprocess(frames)`` under ``image``, ``batch_size`` frames a batch, then None. Raises
+    ``FrameReaderCheckFailed`` naming the mistake; returns the verdict as a line."""
+    frames = camera_frames() if frames is None else frames
+    want = camera.preprocess(frames)
+    batches = _served(reader_cls(frames, batch_size=batch_size, input_name=INPUT))
+    if not batches:
+        raise FrameReaderCheckFailed("the reader served no batch at all before None")
+    keys = sorted({k for b in batches for k in b})
+    if keys != [INPUT]:
+        raise FrameReaderCheckFailed(f"the batches are keyed {keys}; the model's input is {INPUT!r} (input_name)")
+    got = [np.asarray(b[INPUT]) for b in batches]
+    shapes = sorted({a.shape[1:] for a in got})
+    if shapes != [want.shape[1:]]:
+        raise FrameReaderCheckFailed(
+            f"the batches have shape(s) {['x'.join(map(str, s)) for s in shapes]} per frame; the model takes "
+            f"{'x'.join(map(str, want.shape[1:]))}: the frames skipped the deployed path (lab.camera.preprocess: "
+            "crop, resize, scale, normalise, NCHW)")
+    if any(a.dtype != np.float32 for a in got):
+        raise FrameReaderCheckFailed(f"the batches are {sorted({str(a.dtype) for a in got})}; the model takes float32")
+    sizes = [len(a) for a in got]
+    expected = [min(batch_size, len(frames) - i) for i in range(0, len(frames), batch_size)]
+    if sizes != expected:
+        raise FrameReaderCheckFailed(f"batch sizes {sizes[:4]}...{sizes[-2:]} ({sum(sizes)} frames); expected "
+                                     f"{len(expected)} batches of {batch_size}, the last {expected[-1]}, "
+                                     f"{len(frames)} frames in all")
+    served = np.concatenate(got)
+    if not np.array_equal(served, want):
+        err = float(np.max(np.abs(served.astype(np.float64) - want)))
+        raise FrameReaderCheckFailed(
+            f"the served images differ from lab.camera.preprocess(frames) by up to {err:.3g}: a second copy of "
+            "the preprocessing is not the deployed path. Call lab.camera.preprocess on each batch of frames")
+    return (f"reader ok: {len(frames)} frames through lab.camera.preprocess, {len(batches)} batches of "
+            f"{batch_size} (the last {expected[-1]}), then None")
+
+
+def quantize_cnn(source: str | Path, output: str | Path, reader, *, quant_format: str = "QDQ",
+                 per_channel: bool = False, reduce_range: bool = False) -> dict:
+    """``quantize_static`` of ``source`` calibrated by ``reader`` (MinMax, QInt8 activations and weights): the
+    settings, the served images' SHA-256 and count, and the model's SHA-256."""
+    recorder = RecordingReader(reader, input_name=INPUT)
+    quantize_static(str(source), str(output), recorder, quant_format=QuantFormat[quant_format],
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, per_channel=bool(per_channel),
+                    reduce_range=bool(reduce_range), calibrate_method=CalibrationMethod.MinMax)
+    return {"quant_format": quant_format, "per_channel": bool(per_channel), "reduce_range": bool(reduce_range),
+            "activation_type": "QInt8", "weight_type": "QInt8", "calibrate_method": "MinMax",
+            "served_sha256": recorder.sha256, "served_samples": recorder.samples, "served_batches": recorder.batches,
+            "sha256": file_sha256(output)}
+
+
+def served_sha256(frames: np.ndarray) -> str:
+    """The hash ``quantize_cnn`` records when a reader serves ``frames`` through the deployed path."""
+    return data_sha256(camera.preprocess(frames))
+
+
+def input_range(model) -> list[float]:
+    """The model's input ruler as [low, high], 4 significant digits."""
+    lo, hi = graph.input_ruler(model, INPUT).interval
+    return [float(f"{lo:.4g}"), float(f"{hi:.4g}")]
+
+
+# --- the graph ------------------------------------------------------------------------------------------------
+
+def op_table(models: dict[str, str | Path]) -> list[dict]:
+    """One row per op type: its count in each named model."""
+    counts = {name: graph.op_counts(m) for name, m in models.items()}
+    ops = sorted({op for c in counts.values() for op in c})
+    return [{"op": op, **{name: c.get(op, 0) for name, c in counts.items()}} for op in ops]
+
+
+def ruled_tensors(model) -> list[str]:
+    """The tensors a QDQ model gives a ruler (QuantizeLinear's float input), in graph order."""
+    return [n.input[0] for n in graph.load(model).graph.node if n.op_type == "QuantizeLinear"]
+
+
+def weight_scales(model) -> list[dict]:
+    """Each quantized weight of a QDQ or QOperator model: its shape, how many scales it has and along which axis."""
+    m = graph.load(model)
+    inits = {i.name: i for i in m.graph.initializer}
+    rows = []
+    for node in m.graph.node:
+        pairs = ([(node.input[0], node.input[1], node)] if node.op_type == "DequantizeLinear" else
+                 [(node.input[3], node.input[4], node)] if node.op_type in ("QLinearConv", "QGemm") else [])
+        for w, s, n in pairs:
+            if w not in inits or len(inits[w].dims) < 2:
+                continue
+            scale = numpy_helper.to_array(inits[s]).reshape(-1)
+            axis = next((a.i for a in n.attribute if a.name == "axis"), 1) if n.op_type == "DequantizeLinear" else \
+                0 if n.op_type == "QLinearConv" else 1 - next((a.i for a in n.attribute if a.name == "transB"), 0)
+            rows.append({"weight": w, "shape": "x".join(map(str, inits[w].dims)), "scales": int(scale.size),
+                         "axis": axis if scale.size > 1 else "-",
+                         "scale_min": float(scale.min()), "scale_max": float(scale.max())})
+    return rows
+
+
+def axis_source() -> list[str]:
+    """The lines of ONNX Runtime's source that pick a Conv weight's per-channel axis (QDQ and QOperator)."""
+    from onnxruntime.quantization.operators import conv
+
+    out = []
+    for cls, key in ((conv.QDQConv, "default_axis"), (conv.QLinearConv, "quantize_weight_per_channel")):
+        lines = inspect.getsource(cls.quantize).splitlines()
+        i = next(k for k, line in enumerate(lines) if key in line)
+        out.append(f"{cls.__name__}.quantize:")
+        out += ["    " + line.strip() for line in lines[i - (1 if key == "default_axis" else 0):i + 4]
+                if line.strip() and not line.strip().startswith(")")][:4]
+    return out
+
+
+def onnx_model(path) -> onnx.ModelProto:
+    return graph.load(path)
+
+
+# --- the prediction -------------------------------------------------------------------------------------------
+
+def _form(q: predictions.Question, answer) -> dict:
+    a = q.mapping(answer, '"larger_error" and "wider_ruler"')
+    missing = sorted({"larger_error", "wider_ruler"} - set(a))
+    if missing or set(a) - {"larger_error", "wider_ruler"}:
+        raise q.fail("the keys", '"larger_error" and "wider_ruler"', sorted(a))
+    return {k: q.choice(k, a[k], list(SETS)) for k in ("larger_error", "wider_ruler")}
+
+
+PREDICTION = predictions.Question(
+    "attractive_photographs", "10", "which calibration set, the camera's frames or the attractive photographs, gives "
+    "the larger max abs error on the camera's evaluation frames, and whose input ruler is wider",
+    '{"larger_error": "attractive", "wider_ruler": "camera"}', _form)
+
+
+def judge_prediction(answer, measured: dict) -> predictions.Verdict:
+    """The prediction against ``compare_sets``' rows (``measured``: set -> row), on this machine's family."""
+    said = PREDICTION.normalise(answer)
+    err = max(SETS, key=lambda k: measured[k]["max_abs_error"])
+    width = max(SETS, key=lambda k: measured[k]["input_range"][1] - measured[k]["input_range"][0])
+    errors = ", ".join(f"{k} {measured[k]['max_abs_error']:.3f}" for k in SETS)
+    rulers = ", ".join(f"{k} {measured[k]['input_range']}" for k in SETS)
+    return predictions.verdict("attractive_photographs", [
+        (said["larger_error"] == err, f"larger max abs error: you said {said['larger_error']}, measured {err} "
+         f"({errors})"),
+        (said["wider_ruler"] == width, f"wider input ruler: you said {said['wider_ruler']}, measured {width} "
+         f"({rulers})")],
+        "clean photographs never show the camera's dark paper, bright strokes or noise: their ruler is narrower, "
+        "and the camera's frames clip against it")

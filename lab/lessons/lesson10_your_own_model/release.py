@@ -1,0 +1,255 @@
+"""Lesson 10, part 2: the kernel family on Conv, the scenarios, and a release with its recipe.
+
+``build`` converts the CNN with a ``RECIPE`` (the calibration set, pre-processing, format, per-channel,
+``reduce_range``); ``family_rows`` measures models on both INT8 kernel families (the other by ``lab.kernels``'
+emulation); ``scenarios`` judges a model under every named operating condition of ``lab.camera`` on both families
+with lesson 07's ``judge`` (a condition FP32 itself reads below the floor is "not judged", never "pass");
+``unmet`` and ``refuse`` are the release exercise's visible check; ``document`` writes ``camera-release.json``
+(schema camera-release/1) and the model is stamped with the recipe by lesson 07's ``stamp``.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from lab import camera, compare, graph, kernels, schemas
+from lab.convert import versions
+from lab.data import EPSILON, data_sha256, file_sha256
+from lab.errors import LabError
+from lab.lessons.lesson06_accept_or_reject.acceptance import FLOOR, LIMIT
+from lab.lessons.lesson07_calibrate_the_deployed_representation import recipe as recipe07
+from lab.lessons.lesson07_calibrate_the_deployed_representation import scenario_checks
+from lab.lessons.lesson08_the_quantization_toolbox.toolbox import preprocessed
+from lab.lessons.lesson10_your_own_model import camera_path
+from lab.readers import ArrayReader
+
+SCHEMA = "camera-release/1"
+RELEASE_ID = "camera-cnn-int8-r1"
+FILE, MODEL = "camera-release.json", "camera-release.onnx"
+MAX_ERROR = 0.15
+"""The release's largest probability change on the daylight evaluation frames, on each kernel family: about twice
+the per-tensor QDQ model's on this machine, far under what a saturating overflow does."""
+RECIPE_KEYS = {"calibration": camera_path.SETS, "pre_process": (True, False), "quant_format": ("QDQ", "QOperator"),
+               "per_channel": (True, False), "reduce_range": (True, False)}
+FORMS = {  # the kernel-family table: the camera set, pre-processed, one form per row
+    "per-tensor QDQ": {"quant_format": "QDQ", "per_channel": False, "reduce_range": False},
+    "per-channel QDQ": {"quant_format": "QDQ", "per_channel": True, "reduce_range": False},
+    "per-channel QDQ + reduce_range": {"quant_format": "QDQ", "per_channel": True, "reduce_range": True},
+    "per-channel QOperator (QLinearConv)": {"quant_format": "QOperator", "per_channel": True, "reduce_range": False},
+}
+_PREDICTED: dict[tuple, np.ndarray] = {}
+
+
+class ReleaseRefused(LabError, ValueError):
+    """The recipe is not of the form the exercise asks, or its model misses what the release requires."""
+
+
+def predict(model, x: np.ndarray, family: str) -> np.ndarray:
+    """``lab.compare.predict`` on the ``image`` input as ``family`` computes it, remembered per model bytes and data."""
+    key = (file_sha256(model), data_sha256(x), family)
+    if key not in _PREDICTED:
+        _PREDICTED[key] = compare.predict(model, x, input_name=camera_path.INPUT, family=family)
+    return _PREDICTED[key]
+
+
+def check_recipe(recipe: Mapping, justification: str) -> dict:
+    """The recipe as a plain dict; ``ReleaseRefused`` naming a key or value that is not one the exercise offers."""
+    if not isinstance(recipe, Mapping):
+        raise ReleaseRefused(f"RECIPE is a {type(recipe).__name__}; expected a dict with keys {list(RECIPE_KEYS)}")
+    if sorted(recipe) != sorted(RECIPE_KEYS):
+        raise ReleaseRefused(f"RECIPE has keys {sorted(recipe)}; expected exactly {sorted(RECIPE_KEYS)}")
+    for key, options in RECIPE_KEYS.items():
+        if recipe[key] not in options or type(recipe[key]) is not type(options[0]):
+            raise ReleaseRefused(f"RECIPE[{key!r}] is {recipe[key]!r}; expected one of {list(options)}")
+    if not isinstance(justification, str) or not any(ch.isdigit() for ch in justification):
+        raise ReleaseRefused("JUSTIFICATION must say why, citing numbers the lesson printed")
+    return dict(recipe)
+
+
+def build(source: str | Path, out_dir: str | Path, recipe: Mapping, reader_cls) -> tuple[Path, dict]:
+    """The model ``recipe`` gives: its frames served by ``reader_cls`` through the deployed path, the graph
+    pre-processed or not, then ``camera_path.quantize_cnn``. Returns the model and the conversion's record."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    graph_in = preprocessed(source, out / "pre.onnx") if recipe["pre_process"] else Path(source)
+    name = (f"{recipe['calibration']}-{'pre' if recipe['pre_process'] else 'raw'}-{recipe['quant_format'].lower()}-"
+            f"{'pc' if recipe['per_channel'] else 'pt'}{'-rr' if recipe['reduce_range'] else ''}.onnx")
+    reader = reader_cls(camera_path.frames_of(recipe["calibration"]), batch_size=camera_path.BATCH_SIZE,
+                        input_name=camera_path.INPUT)
+    rec = camera_path.quantize_cnn(graph_in, out / name, reader, quant_format=recipe["quant_format"],
+                                   per_channel=recipe["per_channel"], reduce_range=recipe["reduce_range"])
+    return out / name, rec
+
+
+def measured(source, model, x: np.ndarray, labels: np.ndarray) -> dict:
+    """Accuracy, accuracy loss and max abs error against FP32 on ``x``, per kernel family."""
+    fp32 = predict(source, x, kernels.EXACT)
+    fa = float(np.mean(fp32.argmax(1) == labels))
+    out = {}
+    for family in kernels.FAMILIES:
+        q = predict(model, x, family)
+        acc = float(np.mean(q.argmax(1) == labels))
+        out[family] = {"accuracy": round(acc, 4), "accuracy_loss": round(fa - acc, 4),
+                       "max_abs_error": round(compare.max_abs_error(fp32, q), 4),
+                       "computed_on": scenario_checks.computed_on(family)}
+    return out
+
+
+def family_rows(source, models: Mapping[str, Path], x: np.ndarray, labels: np.ndarray) -> list[dict]:
+    """One row per (model, family): accuracy, loss and max abs error on ``x``."""
+    return [{"name": name, "family": f, **v} for name, m in models.items()
+            for f, v in measured(source, m, x, labels).items()]
+
+
+def conditions() -> dict:
+    """lab.camera's operating conditions as lesson 07's scenarios: frames -> condition -> the deployed path."""
+    return {name: (lambda frames, seed=0, fn=fn: camera.preprocess(fn(frames, seed)))
+            for name, fn in camera.CONDITIONS.items()}
+
+
+def scenarios(source, model, frames: np.ndarray, labels: np.ndarray, seed: int = 0) -> dict[str, list]:
+    """Every named condition on both families: family -> lesson 07's ``ScenarioResult`` per condition."""
+    out = {}
+    conds = conditions()
+    xs = {name: fn(frames, seed) for name, fn in conds.items()}
+    for family in kernels.FAMILIES:
+        outs = {name: (predict(source, x, kernels.EXACT), predict(model, x, family)) for name, x in xs.items()}
+        margin = scenario_checks.confident_margin(*outs[scenario_checks.REFERENCE])
+        out[family] = [scenario_checks.judge(name, f, q, labels, margin, camera.describe()[name], LIMIT)
+                       for name, (f, q) in outs.items()]
+    return out
+
+
+def unmet(recipe: Mapping, by_family: Mapping[str, Sequence], daylight: Mapping[str, dict]) -> list[str]:
+    """What the release requires that this recipe's model misses, each with its number and its limit."""
+    out = []
+    if recipe["calibration"] != "camera":
+        out.append(f"calibration: {recipe['calibration']!r} frames skipped the camera; the release is calibrated "
+                   "on the camera's own frames, through the deployed path")
+    for family, v in daylight.items():
+        if v["max_abs_error"] > MAX_ERROR + EPSILON:
+            out.append(f"error ({family} family): max abs error {v['max_abs_error']:.3f} on daylight is over "
+                       f"{MAX_ERROR}")
+    for family, rows in by_family.items():
+        out += [f"scenario {r.name} ({family} family) needs work: {r.note}" for r in rows if r.needs_work]
+    return out
+
+
+def refuse(problems: Sequence[str]) -> None:
+    """The release exercise's visible check: ``ReleaseRefused`` naming every requirement missed."""
+    if problems:
+        raise ReleaseRefused("not released: " + "; ".join(problems)
+                             + ". Read the tables above again: which recipe holds on both families?")
+
+
+def verdict_table(by_family: Mapping[str, Sequence]) -> str:
+    return scenario_checks.format_families(by_family)
+
+
+def not_judged(by_family: Mapping[str, Sequence]) -> list[str]:
+    rows = next(iter(by_family.values()))
+    return [r.name for r in rows if not r.judged]
+
+
+def document(*, source, model, recipe: Mapping, record: Mapping, by_family: Mapping[str, Sequence],
+             daylight: Mapping[str, dict], justification: str, frames: np.ndarray, seed: int = 0) -> dict:
+    """The ``camera-release/1`` document: the recipe, what it was calibrated on, and what it measures."""
+    cal = camera_path.frames_of(recipe["calibration"], seed)
+    doc = {"schema": SCHEMA, "release_id": RELEASE_ID, "versions": versions(),
+           "source_model": {"file": Path(source).name, "sha256": file_sha256(source)},
+           "preprocessing": {"module": "lab.camera.preprocess", "frame": camera.FRAME, "crop": camera.CROP,
+                             "size": camera.SIZE, "mean": float(camera.MEAN), "std": float(camera.STD)},
+           "recipe": dict(recipe),
+           "calibration": {"set": recipe["calibration"], "reader": "camera_reader.FrameReader",
+                           "frames_sha256": data_sha256(cal), "samples": int(record["served_samples"]),
+                           "batch_size": camera_path.BATCH_SIZE, "served_sha256": record["served_sha256"],
+                           "input_range": camera_path.input_range(model)},
+           "model": {"file": MODEL, "draft_sha256": file_sha256(model)},
+           "acceptance": {"split": "evaluation", "count": int(len(frames)), "sha256": data_sha256(frames),
+                          "seed": seed},
+           "limits": {"floor": FLOOR, "accuracy_loss": LIMIT, "max_abs_error": MAX_ERROR},
+           "daylight": {f: dict(v) for f, v in daylight.items()},
+           "scenarios": {f: [_row(r) for r in rows] for f, rows in by_family.items()},
+           "not_judged": not_judged(by_family), "justification": justification}
+    return schemas.validate("camera-release", doc)
+
+
+def _row(r) -> dict:
+    return {"name": r.name, "fp32_accuracy": round(r.fp32_accuracy, 4), "int8_accuracy": round(r.int8_accuracy, 4),
+            "max_abs_error": round(r.max_abs_error, 4), "verdict": r.verdict}
+
+
+def release(work: str | Path, draft: str | Path, doc: dict) -> dict[str, Path]:
+    """Write ``camera-release.json``, then the model: the draft stamped with the document's SHA-256 (lesson 07's
+    ``stamp``), so the released file names the record it was released with."""
+    work = Path(work)
+    doc_path = _write(work / FILE, schemas.validate("camera-release", doc))
+    model = recipe07.stamp(draft, work / MODEL, RELEASE_ID, doc_path)
+    return {"model": model, "document": doc_path}
+
+
+def _write(path: Path, doc: dict) -> Path:
+    from lab.workspace import atomic_write_text
+
+    return atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
+
+
+def stamp_of(model) -> tuple[str | None, str | None]:
+    """The release id and the document's SHA-256 the model's metadata names (lesson 07's ``stamp``)."""
+    props = {p.key: p.value for p in graph.load(model).metadata_props}
+    return props.get(recipe07.META_RELEASE), props.get(recipe07.META_SHA)
+
+
+def summary_lines(doc: dict) -> list[str]:
+    """The run's summary of ``camera-release.json``: the recipe, daylight per family, the verdicts."""
+    r = doc.get("recipe", {})
+    day = doc.get("daylight", {})
+    lines = [f"  recipe: {', '.join(f'{k}={v}' for k, v in r.items())}",
+             "  daylight: " + ", ".join(f"{f} accuracy {v.get('accuracy', '-')}, max abs err "
+                                        f"{v.get('max_abs_error', '-')}" for f, v in day.items())]
+    for f, rows in doc.get("scenarios", {}).items():
+        lines.append(f"  {f}: " + ", ".join(f"{x.get('name')} {x.get('verdict')}" for x in rows))
+    return lines
+
+
+
+# --- the whole release, as the notebook's cells run it (the grader's reference hand-in builds with it) ------------
+
+def workspace_source(work: str | Path) -> Path:
+    """``camera/cnn-fp32.onnx`` in the workspace: a copy of the fixture (the converter writes beside what it reads)."""
+    drafts = Path(work) / "camera"
+    drafts.mkdir(parents=True, exist_ok=True)
+    source = drafts / "cnn-fp32.onnx"
+    source.write_bytes(camera.model_path().read_bytes())
+    return source
+
+
+def sets_measured(source, out_dir, reader_cls, x: np.ndarray, labels: np.ndarray) -> dict:
+    """Section 2's two per-tensor conversions: set -> model, input ruler and each family's numbers on ``x``."""
+    out = {}
+    for kind in camera_path.SETS:
+        model, _ = build(source, out_dir, {"calibration": kind, **PER_TENSOR}, reader_cls)
+        out[kind] = {"model": model, "input_range": camera_path.input_range(model),
+                     **measured(source, model, x, labels)}
+    return out
+
+
+PER_TENSOR = {"pre_process": True, "quant_format": "QDQ", "per_channel": False, "reduce_range": False}
+
+
+def release_workspace(work: str | Path, reader_cls, recipe: Mapping, justification: str, seed: int = 0) -> dict:
+    """Section 8 end to end: check the recipe, build it, judge it on both families, refuse or release. The document."""
+    source = workspace_source(work)
+    ev = camera.load_split("evaluation")
+    recipe = check_recipe(recipe, justification)
+    draft, record = build(source, Path(work) / "camera", recipe, reader_cls)
+    daylight = measured(source, draft, ev.image, ev.labels)
+    by_family = scenarios(source, draft, ev.frames, ev.labels, seed=seed)
+    refuse(unmet(recipe, by_family, daylight))
+    doc = document(source=source, model=draft, recipe=recipe, record=record, by_family=by_family, daylight=daylight,
+                   justification=justification, frames=ev.frames, seed=seed)
+    release(work, draft, doc)
+    return doc
