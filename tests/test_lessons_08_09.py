@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import re
 
+import onnx
 import pytest
 
 from grader.lessons import lesson08_the_quantization_toolbox as grader08
@@ -92,3 +93,26 @@ def test_the_grader_recalibrates_with_the_reported_method_and_options(stuck_mode
     assert not grader08._calibrates_to(source, stuck, {**doc, "method": "MinMax", "options": {}}, models["p999"])
     assert grader08._calibrates_to(source, stuck, {**doc, "method": "MinMax", "options": {}}, models["minmax"])
     assert not grader08._calibrates_to(source, stuck, {**doc, "calibration": {}}, models["p999"])
+
+
+def test_a_per_channel_preprocessed_qoperator_choice_keeps_its_points(tmp_path):
+    """Issue 25 item 9, graded in full: the choice runs as three QGemm with per-channel weight scales, and
+    toolbox.json says per_channel=True; choice_reported keeps its point (it lost half a point for
+    'does not match choice.onnx in: settings.per_channel')."""
+    from bad_submissions import corpus
+    from test_honest_mistakes import _toolbox_files
+
+    from grader import core, reference, sandbox
+    from lab.tools.submit import submit
+
+    if not sandbox.bwrap_available():
+        pytest.skip("student code runs only under bubblewrap")
+    files = corpus.read_zip(submit("reference", reference.build(tmp_path / "workspace"), tmp_path / "handed-in"))
+    settings = {"quant_format": "QOperator", "per_channel": True, "activation_type": "QUInt8", "preprocess": True}
+    built = _toolbox_files(files, settings)
+    handed = tmp_path / "qgemm.zip"
+    handed.write_bytes(corpus.pack(built))
+    assert "QGemm" in graph.op_counts(onnx.load_from_string(built["choice.onnx"]))
+    checks = {(c.part, c.name): c for c in core.grade(handed).checks}
+    reported = checks[("toolbox", "choice_reported")]
+    assert reported.passed, reported.message
