@@ -17,6 +17,7 @@ from lab.lessons.lesson06_accept_or_reject import acceptance
 from lab.lessons.lesson07_calibrate_the_deployed_representation import scenario_checks
 from lab.lessons.lesson08_the_quantization_toolbox import outliers
 from lab.lessons.lesson09_choosing_a_recipe import choice
+from lab.lessons.lesson10_your_own_model import release as lesson10
 
 # (title, the document's schema, its lesson's summary_lines): the file and the lesson that writes it come from
 # lab.contract, the lines from the lesson's module
@@ -28,6 +29,7 @@ SECTIONS: list[tuple[str, str, Callable[[dict], list[str]]]] = [
     ("the deployed representation", "scenarios", scenario_checks.summary_lines),
     ("the toolbox: stuck pixels", "outliers", outliers.summary_lines),
     ("choosing a recipe", "toolbox", choice.summary_lines),
+    ("your own model: the camera CNN's release", "camera-release", lesson10.summary_lines),
 ]
 
 

@@ -69,7 +69,14 @@ def check_reader(reader_cls, frames: np.ndarray | None = None, batch_size: int =
     ``FrameReaderCheckFailed`` naming the mistake; returns the verdict as a line."""
     frames = camera_frames() if frames is None else frames
     want = camera.preprocess(frames)
-    batches = _served(reader_cls(frames, batch_size=batch_size, input_name=INPUT))
+    try:
+        batches = _served(reader_cls(frames, batch_size=batch_size, input_name=INPUT))
+    except FrameReaderCheckFailed:
+        raise
+    except Exception as e:  # noqa: BLE001 - the student's reader raised: name it, as the calibrator would meet it
+        raise FrameReaderCheckFailed(f"FrameReader(frames, batch_size={batch_size}, input_name={INPUT!r}) raised "
+                                     f"{type(e).__name__}: {e}. It takes the uint8 sensor frames themselves; "
+                                     "lab.camera.preprocess each batch in get_next()") from None
     if not batches:
         raise FrameReaderCheckFailed("the reader served no batch at all before None")
     keys = sorted({k for b in batches for k in b})

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lab import camera, compare, graph, kernels, schemas
+from lab import camera, compare, graph, kernels, schemas, tables
 from lab.convert import versions
 from lab.data import EPSILON, data_sha256, file_sha256
 from lab.errors import LabError
@@ -203,15 +203,25 @@ def stamp_of(model) -> tuple[str | None, str | None]:
     return props.get(recipe07.META_RELEASE), props.get(recipe07.META_SHA)
 
 
+SUMMARY_COLUMNS = [("scenario", "<14"), ("FP32", ">7"), ("exact", ">7"), ("saturating", ">11"),
+                   ("  verdict (exact / saturating)", "")]
+
+
 def summary_lines(doc: dict) -> list[str]:
-    """The run's summary of ``camera-release.json``: the recipe, daylight per family, the verdicts."""
-    r = doc.get("recipe", {})
-    day = doc.get("daylight", {})
-    lines = [f"  recipe: {', '.join(f'{k}={v}' for k, v in r.items())}",
-             "  daylight: " + ", ".join(f"{f} accuracy {v.get('accuracy', '-')}, max abs err "
-                                        f"{v.get('max_abs_error', '-')}" for f, v in day.items())]
-    for f, rows in doc.get("scenarios", {}).items():
-        lines.append(f"  {f}: " + ", ".join(f"{x.get('name')} {x.get('verdict')}" for x in rows))
+    """The run's summary of ``camera-release.json``: the recipe, then per scenario FP32 and each family's INT8 accuracy
+    and verdict, and the daylight max abs error per family."""
+    n = tables.number
+    r, day, by = doc.get("recipe", {}), doc.get("daylight", {}), doc.get("scenarios", {})
+    rows = {f: {x.get("name"): x for x in v} for f, v in by.items()}
+    exact, sat = rows.get(kernels.EXACT, {}), rows.get(kernels.SATURATING, {})
+    lines = [f"  release {doc.get('release_id', '-')}: " + ", ".join(f"{k}={v}" for k, v in r.items()),
+             "  daylight max abs err: " + ", ".join(f"{f} {n(v.get('max_abs_error'))}" for f, v in day.items()),
+             "  " + tables.header(SUMMARY_COLUMNS, "")]
+    for name, e in exact.items():
+        s = sat.get(name, {})
+        lines.append("  " + tables.row([name, n(e.get("fp32_accuracy"), ".3f"), n(e.get("int8_accuracy"), ".3f"),
+                                        n(s.get("int8_accuracy"), ".3f"),
+                                        f"  {e.get('verdict', '-')} / {s.get('verdict', '-')}"], SUMMARY_COLUMNS, ""))
     return lines
 
 

@@ -1,0 +1,137 @@
+"""Lesson 10 (the camera CNN): the reader check, the release check and its record, the prediction, and the grader's
+part on a real release (real conversions, the other kernel family by lab.kernels' emulation)."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from grader import own_code, reference
+from grader.context import Context
+from grader.lessons import lesson10_your_own_model as graded
+from grader.submission import open_submission
+from lab import camera, workspace
+from lab.lessons.lesson10_your_own_model import camera_path, release
+from lab.tools.submit import submit
+
+GOOD = {"calibration": "camera", "pre_process": True, "quant_format": "QDQ", "per_channel": True,
+        "reduce_range": True}
+WHY = "reduce_range keeps per-channel QDQ at 0.088 on both families"
+
+
+@pytest.fixture(scope="module")
+def reader_module(tmp_path_factory):
+    work = tmp_path_factory.mktemp("l10-reader")
+    (work / "camera_reader.py").write_text(reference.CAMERA_READER_SOURCE)
+    return workspace.load_module(work, "camera_reader")
+
+
+@pytest.fixture(scope="module")
+def released(tmp_path_factory, reader_module):
+    """A workspace holding the notebook's release (its solution recipe), built as the notebook builds it."""
+    work = tmp_path_factory.mktemp("l10-work")
+    (work / "camera_reader.py").write_text(reference.CAMERA_READER_SOURCE)
+    doc = release.release_workspace(work, reader_module.FrameReader, GOOD, WHY)
+    return work, doc
+
+
+def test_the_solution_reader_passes_and_the_typical_wrong_ones_are_named(reader_module):
+    frames = camera_path.camera_frames()
+    assert camera_path.check_reader(reader_module.FrameReader).startswith("reader ok: 360 frames")
+
+    class Raw(reader_module.FrameReader):  # the sensor frames as they come, no deployed path
+        def get_next(self):
+            item = super().get_next()
+            return None if item is None else {self.input_name: self.frames[self.position - len(item["image"]):
+                                                                          self.position].astype(np.float32)}
+
+    class Copy(reader_module.FrameReader):  # a second copy of the path, without the normalisation
+        def get_next(self):
+            item = super().get_next()
+            return None if item is None else {"image": (item["image"] * camera.STD + camera.MEAN).astype(np.float32)}
+
+    class PreprocessedTwice(reader_module.FrameReader):
+        def __init__(self, frames, batch_size=32, input_name="image"):
+            super().__init__(frames, batch_size, input_name)
+            self.frames = camera.preprocess(frames)
+
+    with pytest.raises(camera_path.FrameReaderCheckFailed, match="skipped the deployed path"):
+        camera_path.check_reader(Raw, frames)
+    with pytest.raises(camera_path.FrameReaderCheckFailed, match="second copy of the preprocessing"):
+        camera_path.check_reader(Copy, frames)
+    with pytest.raises(camera_path.FrameReaderCheckFailed, match="raised ValueError: expected sensor frames: uint8"):
+        camera_path.check_reader(PreprocessedTwice, frames)
+    with pytest.raises(camera_path.FrameReaderCheckFailed, match="batch sizes"):
+        camera_path.check_reader(lambda f, batch_size, input_name: reader_module.FrameReader(f, 30, input_name), frames)
+
+
+def test_the_camera_reader_may_import_the_deployed_path_and_nothing_else_of_the_lab():
+    assert own_code.refusal(reference.CAMERA_READER_SOURCE, "camera_reader.py") is None
+    refused = own_code.refusal("from lab.readers import ArrayReader as FrameReader\n", "camera_reader.py")
+    assert refused and refused.startswith("write FrameReader yourself; camera_reader.py line 1 imports lab.readers")
+    assert own_code.refusal("from lab import camera\n", "calibration_reader.py")  # only its own entry allows it
+
+
+def test_a_recipe_of_the_wrong_form_is_refused_naming_the_field():
+    with pytest.raises(release.ReleaseRefused, match="RECIPE has keys"):
+        release.check_recipe({"calibration": "camera"}, WHY)
+    with pytest.raises(release.ReleaseRefused, match=r"RECIPE\['per_channel'\] is 1; expected one of \[True, False\]"):
+        release.check_recipe({**GOOD, "per_channel": 1}, WHY)
+    with pytest.raises(release.ReleaseRefused, match="JUSTIFICATION must say why"):
+        release.check_recipe(GOOD, "because")
+
+
+def test_the_release_check_refuses_the_attractive_set_and_the_saturating_overflow(tmp_path, reader_module):
+    source = release.workspace_source(tmp_path)
+    ev = camera.load_split("evaluation")
+    bad = {**GOOD, "reduce_range": False}
+    model, _ = release.build(source, tmp_path / "camera", bad, reader_module.FrameReader)
+    daylight = release.measured(source, model, ev.image, ev.labels)
+    problems = release.unmet({**bad, "calibration": "attractive"}, {}, daylight)
+    assert problems[0].startswith("calibration: 'attractive' frames skipped the camera")
+    assert any(p.startswith("error (saturating family): max abs error") for p in problems), problems
+    assert not any("exact family" in p for p in problems), "per-channel QDQ is fine on the exact family"
+    with pytest.raises(release.ReleaseRefused, match="not released: calibration"):
+        release.refuse(problems)
+
+
+def test_the_prediction_is_judged_on_the_lessons_two_sets():
+    measured = graded.lesson_sets("exact")
+    assert measured["attractive"]["max_abs_error"] > measured["camera"]["max_abs_error"]
+    right = camera_path.judge_prediction({"larger_error": "attractive", "wider_ruler": "camera"}, measured)
+    wrong = camera_path.judge_prediction({"larger_error": "camera", "wider_ruler": "camera"}, measured)
+    assert right.ok and wrong.score == 0.5 and "you said camera, measured attractive" in wrong.message
+    with pytest.raises(Exception, match="expected one of 'camera', 'attractive'"):
+        camera_path.PREDICTION.normalise({"larger_error": "photos", "wider_ruler": "camera"})
+
+
+def test_the_release_grades_full_and_a_tampered_record_is_named(released, tmp_path):
+    work, doc = released
+    assert doc["not_judged"] == ["dim", "small_distant", "off_centre", "noisy", "flash"]  # FP32 below the floor
+    assert all(r["verdict"] == "pass" for f in doc["scenarios"].values() for r in f if r["name"] == "daylight")
+    ctx = Context(open_submission(submit("s", work, tmp_path / "a"), tmp_path / "opened"))
+    got = {c.name: (c.points, c.max_points, c.message) for c in graded.run(ctx)}
+    assert all(p == m for p, m, _ in got.values()), got
+    # a record that claims the model passes 'dim' (FP32 cannot read it): the recomputed verdict names the field
+    tampered = shutil.copytree(work, tmp_path / "tampered")
+    d = json.loads((tampered / release.FILE).read_text())
+    for rows in d["scenarios"].values():
+        next(r for r in rows if r["name"] == "dim")["verdict"] = "pass"
+    (tampered / release.FILE).write_text(json.dumps(d))
+    ctx = Context(open_submission(submit("t", tampered, tmp_path / "b"), tmp_path / "opened-t"))
+    got = {c.name: (c.points, c.message) for c in graded.run(ctx)}
+    assert "scenarios (verdicts and accuracies, both families)" in got["camera_reported"][1]
+    assert "metadata names camera-release.json" in got["camera_release"][1], "the model no longer names the record"
+
+
+def test_reader_findings_name_each_broken_rule():
+    n, b = 360, camera_path.BATCH_SIZE
+    sizes = [min(b, n - i) for i in range(0, n, b)]
+    good = {"first": {"sizes": sizes, "shapes": [[32, 1, 16, 16], [8, 1, 16, 16]], "dtypes": ["float32"],
+                      "keys": [["image"]]}, "after_none": False, "rewind": {"sizes": sizes}, "fresh": {"sizes": sizes}}
+    assert graded.reader_findings(good, n) == []
+    raw = {**good, "first": {**good["first"], "shapes": [[32, 32, 32], [8, 32, 32]], "dtypes": ["uint8"]}}
+    found = graded.reader_findings(raw, n)
+    assert len(found) == 2 and "lab.camera.preprocess" in found[0] and "expected float32" in found[1]

@@ -1,0 +1,53 @@
+"""The released kit's lesson 10 with a typical wrong answer filled in: each gets a message that names the mistake.
+
+Uses tests/test_kit_wrong_answers.py's machinery (the kit built from HEAD, run with papermill on the kit's own
+``lab``; every other stub gets the instructor's solution; the run stops after the cell that checks the answer).
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+from test_kit_wrong_answers import Wrong, _error, _text, _with_wrong_answer, kit, workspace  # noqa: F401 - fixtures
+
+from lab.tools import run
+
+LESSON = "10_your_own_model"
+CASES = {
+    "10 prediction: the camera set has the larger error": Wrong(
+        LESSON, "l10-08", lambda s: 'PREDICTION = {"larger_error": "camera", "wider_ruler": "camera"}', "l10-09",
+        ("prediction wrong: larger max abs error: you said camera, measured attractive",
+         "clean photographs never show the camera's dark paper"), fails=False),
+    "10 reader preprocesses in __init__, then again per batch": Wrong(
+        LESSON, "l10-05", lambda s: s.replace("camera.as_frames(frames)", "camera.preprocess(frames)"), "l10-06",
+        ("FrameReaderCheckFailed", "raised ValueError: expected sensor frames: uint8",
+         "lab.camera.preprocess each batch in get_next()")),
+    "10 release calibrated on attractive photographs": Wrong(
+        LESSON, "l10-28", lambda s: s.replace('"calibration": "camera"', '"calibration": "attractive"'), "l10-29",
+        ("ReleaseRefused", "calibration: 'attractive' frames skipped the camera")),
+    "10 release per-channel QDQ without reduce_range": Wrong(
+        LESSON, "l10-28", lambda s: s.replace('"reduce_range": True', '"reduce_range": False'), "l10-29",
+        ("ReleaseRefused", "error (saturating family): max abs error", "on daylight is over 0.15")),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_wrong_answer_in_lesson_10_gets_a_message_that_names_the_mistake(name, kit, workspace, tmp_path,  # noqa: F811
+                                                                           monkeypatch):
+    case = CASES[name]
+    monkeypatch.setenv("PYTHONPATH", str(kit))
+    work = shutil.copytree(workspace, tmp_path / "workspace")
+    (work / "predictions.json").unlink()  # the first answer counts: the lesson's cell must be the first to answer
+    lesson = tmp_path / f"{case.lesson}.ipynb"
+    nbformat.write(_with_wrong_answer(kit / "notebooks" / f"{case.lesson}.ipynb", case), lesson)
+    got = run.run_lesson(lesson, tmp_path / "out", {"WORK_DIR": str(work), "INTERACTIVE": False}, cwd=kit / "notebooks")
+    text = _text(Path(got.output))
+    assert (got.error is not None) == case.fails, (got.error, text[-2000:])
+    for words in case.words:
+        assert words in text, (words, text[-3000:])
+    if case.fails:
+        shown = _error(Path(got.output))
+        assert "Traceback" not in shown and "File \"" not in shown, shown
+        assert len(shown.splitlines()) <= 12, f"one message, not a traceback wall:\n{shown}"
