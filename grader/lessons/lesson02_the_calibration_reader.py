@@ -64,7 +64,6 @@ DRIVES = (
     {"name": "uneven", "n": 360, "batch_size": 100, "input_name": "pixels", "dtype": "float32"},
     {"name": "tiny", "n": 10, "batch_size": 3, "input_name": "x", "dtype": "float64"},
 )
-RULE_KEYS: dict[str, str] = {}  # rule -> short key, for ctx.charged ("reader:sizes")
 RULE_COST = 1.0       # each broken rule of the contract costs one point of `contract`
 SUBCLASS_COST = 0.5   # not subclassing CalibrationDataReader: half a point (ORT only calls get_next)
 SIZES_RULE = "batches of batch_size, the last one partial, every image once"
@@ -96,6 +95,111 @@ def _ended(drive: dict) -> bool:
     return str(drive.get("report", {}).get("ending", "")).startswith("returned None")
 
 
+def _ending(s: dict, d: dict, arrays: dict, pixels: np.ndarray) -> str | None:
+    end = str(d.get("report", {}).get("ending", ""))
+    if end.startswith("raise"):
+        return (f"{_where(s)}: get_next() must return None when the data runs out; it "
+                f"{end.replace('raise', 'raised', 1)}. The calibrator stops on None, and an exception escapes "
+                "quantize_static")
+    if end.startswith("no end"):
+        return f"{_where(s)}: get_next() never returned None ({end}); calibration would never finish"
+    return None
+
+
+def _key(s: dict, d: dict, arrays: dict, pixels: np.ndarray) -> str | None:
+    keys = [list(k) for k in d["first"]["keys"]]
+    if keys and keys != [[s["input_name"]]]:
+        shown = ", ".join(str(k) for k in keys)
+        return (f"{_where(s)}: its batches have keys {shown}; the model's input is named "
+                f"'{s['input_name']}', so return {{self.input_name: batch}}")
+    if d["first"]["types"]:
+        return f"{_where(s)}: get_next() returned a {d['first']['types'][0]}; return a dict {{input_name: array}}"
+    return None
+
+
+def _dtype(s: dict, d: dict, arrays: dict, pixels: np.ndarray) -> str | None:
+    bad = [t for t in d["first"]["dtypes"] if t != "float32"]
+    if bad:
+        given = f"given {s['dtype']} pixels, " if s["dtype"] != "float32" else ""
+        return (f"{_where(s)}: {given}its dtype is {bad[0]}; the model takes float32, so convert the pixels "
+                "with np.asarray(pixels, dtype=np.float32)")
+    return None
+
+
+def _shape(s: dict, d: dict, arrays: dict, pixels: np.ndarray) -> str | None:
+    if d["first"]["shapes"]:
+        return f"{_where(s)}: a batch has shape {list(d['first']['shapes'][0])}; expected [batch, 64]"
+    return None
+
+
+def _sizes(s: dict, d: dict, arrays: dict, pixels: np.ndarray) -> str | None:
+    want, got = expected_sizes(s["n"], s["batch_size"]), d["first"]["sizes"]
+    if _ending(s, d, arrays, pixels) or got == want or -1 in got:
+        return None
+    served = sum(got)
+    what = (f"served {_runs(got)} ({served} of {s['n']} images); expected {_runs(want)}")
+    if served < s["n"] and got == want[:len(got)]:
+        what += ": the last, partial batch must be served too"
+    elif got and max(got) < s["batch_size"] and served == s["n"]:
+        what += ": serve batch_size images per call"
+    return f"{_where(s)}: {what}"
+
+
+def _images(s: dict, d: dict, arrays: dict, pixels: np.ndarray) -> str | None:
+    got = arrays.get(f"{s['name']}.first")
+    want = pixels[:s["n"]].astype(s["dtype"]).astype(np.float32)
+    if got is None or not len(got) or not _ended(d):  # a pass that never ended is charged once, as such
+        return None
+    k = min(len(got), len(want))
+    if not np.isfinite(got).all():
+        return (f"{_where(s)}: calibration_reader.py served NaN or infinite pixels, and a calibration range "
+                "needs finite ones; serve the pixels unchanged")
+    if not np.array_equal(got[:k], want[:k]):
+        first = int(np.argmax(~np.all(got[:k] == want[:k], axis=1)))
+        return (f"{_where(s)}: the images it served are not the ones it was given, in order (the first "
+                f"difference is image {first}); serve the pixels unchanged")
+    return None
+
+
+def _none_again(s: dict, d: dict, arrays: dict, pixels: np.ndarray) -> str | None:
+    if _ended(d) and d.get("after_none"):
+        return (f"{_where(s)}: after returning None, the next get_next() served data again; once the data "
+                "has run out it must keep returning None (lesson 02's test), until rewind()")
+    return None
+
+
+def _restart(s: dict, d: dict, arrays: dict, pixels: np.ndarray) -> str | None:
+    if not _ended(d):
+        return None
+    if not d.get("has_rewind"):
+        return "DigitReader has no rewind() method; rewind() must start again from the first image"
+    first = arrays.get(f"{s['name']}.first")
+    for what, label in (("rewind", "after rewind()"), ("fresh", "a new DigitReader on the same pixels")):
+        if what not in d:
+            continue
+        again = arrays.get(f"{s['name']}.{what}")
+        same = (d[what]["sizes"] == d["first"]["sizes"] and first is not None and again is not None
+                and np.array_equal(again, first, equal_nan=True))
+        if not same:
+            fix = ("rewind() must restart at the first image" if what == "rewind" else
+                   "keep the position on the instance (self.position), not on the class or the module")
+            return (f"{_where(s)}: {label} it served {_runs(d[what]['sizes'])}, not the same batches as "
+                    f"the first pass ({_runs(d['first']['sizes'])}); {fix}")
+    return None
+
+
+# the reader contract's rules, in the order they are judged: (rule, short key for ctx.charged, test)
+RULES = (("get_next() returns None at the end, without raising", "ending", _ending),
+         ("each batch is {input_name: array}, under the name it was given", "key", _key),
+         ("batches are float32, whatever dtype the pixels came in", "dtype", _dtype),
+         ("batches have shape [batch, 64]", "shape", _shape),
+         (SIZES_RULE, "sizes", _sizes),
+         ("the images are served unchanged and in order", "images", _images),
+         ("after None, get_next() keeps returning None", "none_again", _none_again),
+         ("rewind() and a new reader serve the same batches again", "restart", _restart))
+RULE_KEYS = {rule: key for rule, key, _ in RULES}  # rule -> short key, for ctx.charged ("reader:sizes")
+
+
 def findings(data: dict, arrays: dict, pixels: np.ndarray) -> list[tuple[str, str, float]]:
     """Each broken rule of the reader contract once: (rule, what the reader did, points it costs).
 
@@ -103,114 +207,12 @@ def findings(data: dict, arrays: dict, pixels: np.ndarray) -> list[tuple[str, st
     (None again, rewind) are judged only where the pass ended with None.
     """
     drives = {d["name"]: d for d in data.get("drives", [])}
-    spec = {d["name"]: d for d in DRIVES}
+    runs = [(s, drives[s["name"]]) for s in DRIVES if s["name"] in drives]  # the lab's order of configurations
     out = []
-
-    def first_broken(test):
-        for name in spec:
-            if name in drives:
-                why = test(spec[name], drives[name])
-                if why:
-                    return why
-        return None
-
-    def ending(s, d):
-        end = str(d.get("report", {}).get("ending", ""))
-        if end.startswith("raise"):
-            return (f"{_where(s)}: get_next() must return None when the data runs out; it "
-                    f"{end.replace('raise', 'raised', 1)}. The calibrator stops on None, and an exception escapes "
-                    "quantize_static")
-        if end.startswith("no end"):
-            return f"{_where(s)}: get_next() never returned None ({end}); calibration would never finish"
-        return None
-
-    def key(s, d):
-        keys = [list(k) for k in d["first"]["keys"]]
-        if keys and keys != [[s["input_name"]]]:
-            shown = ", ".join(str(k) for k in keys)
-            return (f"{_where(s)}: its batches have keys {shown}; the model's input is named "
-                    f"'{s['input_name']}', so return {{self.input_name: batch}}")
-        if d["first"]["types"]:
-            return f"{_where(s)}: get_next() returned a {d['first']['types'][0]}; return a dict {{input_name: array}}"
-        return None
-
-    def dtype(s, d):
-        bad = [t for t in d["first"]["dtypes"] if t != "float32"]
-        if bad:
-            given = f"given {s['dtype']} pixels, " if s["dtype"] != "float32" else ""
-            return (f"{_where(s)}: {given}its dtype is {bad[0]}; the model takes float32, so convert the pixels "
-                    "with np.asarray(pixels, dtype=np.float32)")
-        return None
-
-    def shape(s, d):
-        if d["first"]["shapes"]:
-            return f"{_where(s)}: a batch has shape {list(d['first']['shapes'][0])}; expected [batch, 64]"
-        return None
-
-    def sizes(s, d):
-        want, got = expected_sizes(s["n"], s["batch_size"]), d["first"]["sizes"]
-        if ending(s, d) or got == want or -1 in got:
-            return None
-        served = sum(got)
-        what = (f"served {_runs(got)} ({served} of {s['n']} images); expected {_runs(want)}")
-        if served < s["n"] and got == want[:len(got)]:
-            what += ": the last, partial batch must be served too"
-        elif got and max(got) < s["batch_size"] and served == s["n"]:
-            what += ": serve batch_size images per call"
-        return f"{_where(s)}: {what}"
-
-    def images(s, d):
-        got = arrays.get(f"{s['name']}.first")
-        want = pixels[:s["n"]].astype(s["dtype"]).astype(np.float32)
-        if got is None or not len(got) or not _ended(d):  # a pass that never ended is charged once, as such
-            return None
-        k = min(len(got), len(want))
-        if not np.isfinite(got).all():
-            return (f"{_where(s)}: calibration_reader.py served NaN or infinite pixels, and a calibration range "
-                    "needs finite ones; serve the pixels unchanged")
-        if not np.array_equal(got[:k], want[:k]):
-            first = int(np.argmax(~np.all(got[:k] == want[:k], axis=1)))
-            return (f"{_where(s)}: the images it served are not the ones it was given, in order (the first "
-                    f"difference is image {first}); serve the pixels unchanged")
-        return None
-
-    def none_again(s, d):
-        if _ended(d) and d.get("after_none"):
-            return (f"{_where(s)}: after returning None, the next get_next() served data again; once the data "
-                    "has run out it must keep returning None (lesson 02's test), until rewind()")
-        return None
-
-    def restart(s, d):
-        if not _ended(d):
-            return None
-        if not d.get("has_rewind"):
-            return "DigitReader has no rewind() method; rewind() must start again from the first image"
-        first = arrays.get(f"{s['name']}.first")
-        for what, label in (("rewind", "after rewind()"), ("fresh", "a new DigitReader on the same pixels")):
-            if what not in d:
-                continue
-            again = arrays.get(f"{s['name']}.{what}")
-            same = (d[what]["sizes"] == d["first"]["sizes"] and first is not None and again is not None
-                    and np.array_equal(again, first, equal_nan=True))
-            if not same:
-                fix = ("rewind() must restart at the first image" if what == "rewind" else
-                       "keep the position on the instance (self.position), not on the class or the module")
-                return (f"{_where(s)}: {label} it served {_runs(d[what]['sizes'])}, not the same batches as "
-                        f"the first pass ({_runs(d['first']['sizes'])}); {fix}")
-        return None
-
-    for rule, test in (("get_next() returns None at the end, without raising", ending),
-                       ("each batch is {input_name: array}, under the name it was given", key),
-                       ("batches are float32, whatever dtype the pixels came in", dtype),
-                       ("batches have shape [batch, 64]", shape),
-                       (SIZES_RULE, sizes),
-                       ("the images are served unchanged and in order", images),
-                       ("after None, get_next() keeps returning None", none_again),
-                       ("rewind() and a new reader serve the same batches again", restart)):
-        why = first_broken(test)
+    for rule, _, test in RULES:
+        why = next((w for s, d in runs if (w := test(s, d, arrays, pixels))), None)
         if why:
             out.append((rule, why, RULE_COST))
-            RULE_KEYS[rule] = test.__name__
     if not data.get("subclass"):
         out.append(("DigitReader subclasses CalibrationDataReader",
                     "DigitReader does not subclass onnxruntime.quantization.CalibrationDataReader", SUBCLASS_COST))

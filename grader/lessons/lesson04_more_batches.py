@@ -1,17 +1,32 @@
 """Lesson 04: more batches of the narrow set against a few of the right data, recomputed from the models handed in."""
 from __future__ import annotations
 
-from functools import lru_cache
 from pathlib import PurePosixPath
 
 import numpy as np
 
-from grader.context import (SCALE_REL, SOFTMAX_STEP, WHY_OUTPUT, Context, Missing, check, close, common_claims,
-                            evaluation, fp32_outputs, integer, near_boundary, number, provenance, short, value)
+from grader.context import (
+    SCALE_REL,
+    SOFTMAX_STEP,
+    WHY_OUTPUT,
+    Context,
+    Missing,
+    check,
+    close,
+    common_claims,
+    evaluation,
+    fp32_outputs,
+    integer,
+    near_boundary,
+    number,
+    provenance,
+    short,
+    value,
+)
 from grader.group import Group
 from grader.lessons.lesson03_narrow_right_wide import forbidden_settings
 from grader.results import Evidence
-from lab import compare, contract, data, graph, ruler
+from lab import compare, contract, data, graph, ruler, variant
 from lab.data import EPSILON, data_sha256
 from lab.lessons import lesson04_more_batches
 
@@ -22,14 +37,14 @@ SERIES = tuple(e for e in contract.families() if "04" in e.lessons)  # growth/na
 STREAM_KEPT = lesson04_more_batches.MAX_BATCHES * lesson04_more_batches.BATCH_SIZE
 
 
-@lru_cache(maxsize=32)
+@variant.lru_cache(maxsize=32)  # each student's variant has its own
 def _kept_stream(n_batches: int, batch_size: int, seed: int) -> np.ndarray:
     stream = lesson04_more_batches.narrow_batches(n_batches, batch_size, seed=seed)
     stream.flags.writeable = False  # shared by every hand-in the worker grades
     return stream
 
 
-@lru_cache(maxsize=32)
+@variant.lru_cache(maxsize=32)  # each student's variant has its own
 def _kept_sha256(n_batches: int, batch_size: int, seed: int) -> str:
     return data_sha256(_kept_stream(n_batches, batch_size, seed))
 
@@ -72,13 +87,8 @@ def series_models(files) -> list[tuple[str, int]]:
 
 
 def _series(doc: dict) -> list[dict]:
-    for key in ("series", "rows", "points", "growth"):
-        rows = doc.get(key)
-        if isinstance(rows, list):
-            return [r for r in rows if isinstance(r, dict)]
-        if isinstance(rows, dict):  # {"narrow": [...], "right": [...]}
-            return [dict(r, kind=k) for k, v in rows.items() if isinstance(v, list) for r in v if isinstance(r, dict)]
-    return []
+    """growth.json's rows (the schema's one shape: a list of row objects)."""
+    return doc["rows"]
 
 
 def _narrow_stream(doc: dict):
@@ -180,6 +190,26 @@ def _row_pixels(kind: str, n: int, bs, seed):
     return data.calibration_set("right")[:n * bs]
 
 
+def _verdict_problems(reported_verdict: dict, mine: list[dict], count: int) -> list[str]:
+    """growth.json's verdict against lesson04_more_batches.verdict on the recomputed rows (when the series has
+    both kinds): one message per wrong field."""
+    if not (any(r["kind"] == "narrow" for r in mine) and any(r["kind"] == "right" for r in mine)):
+        return []
+    problems = []
+    for key, want in lesson04_more_batches.verdict(mine).items():
+        if key not in reported_verdict:
+            continue
+        got = reported_verdict[key]
+        if isinstance(want, float):
+            ok = close(got, want, SOFTMAX_STEP if "error" in key else 1 / count * 4)
+        else:
+            ok = got == want and type(got) is type(want)
+        if not ok:
+            problems.append(f"growth.json verdict/{key} is {short(got)}, "
+                            f"lab.lessons.lesson04_more_batches.verdict on the recomputed rows gives {short(want)}")
+    return problems
+
+
 def _rows_and_verdict(ctx: Context, doc: dict, models: list, reported: dict, run_bs, seed,
                       picks: list[int] = (), other_data: set = frozenset()) -> list[str]:
     """Every row of growth.json, its verdict, right_data and settings/per_channel, recomputed from the growth/
@@ -216,21 +246,7 @@ def _rows_and_verdict(ctx: Context, doc: dict, models: list, reported: dict, run
                 source = _named(kind, n, row_bs) if key in FROM_DATA else rel
                 problems.append(f"growth.json rows ({kind} x {n}) {key} is {short(got)}, recomputed from {source} "
                                 f"{short(want)}")
-    reported_verdict = value(doc, "verdict")
-    if isinstance(reported_verdict, dict) and any(r["kind"] == "narrow" for r in mine) \
-            and any(r["kind"] == "right" for r in mine):
-        want_v = lesson04_more_batches.verdict(mine)
-        for key, want in want_v.items():
-            if key not in reported_verdict:
-                continue
-            got = reported_verdict[key]
-            if isinstance(want, float):
-                ok = close(got, want, SOFTMAX_STEP if "error" in key else 1 / len(labels) * 4)
-            else:
-                ok = got == want and type(got) is type(want)
-            if not ok:
-                problems.append(f"growth.json verdict/{key} is {short(got)}, "
-                                f"lab.lessons.lesson04_more_batches.verdict on the recomputed rows gives {short(want)}")
+    problems += _verdict_problems(doc["verdict"], mine, len(labels))
     rights = sorted(n for k, n in models if k == "right")
     if value(doc, "right_data.batches") not in (None, rights):
         problems.append(f"growth.json right_data/batches is {value(doc, 'right_data.batches')}; the hand-in's "
@@ -244,14 +260,40 @@ def _rows_and_verdict(ctx: Context, doc: dict, models: list, reported: dict, run
     return common_claims(doc, "growth.json") + problems
 
 
+def _pick(ctx: Context, n: int, rep: dict, stream, run_bs, seed, model_problem: str) -> tuple[bool, str, list]:
+    """One picked narrow count of the series: its range and error recomputed from its model, its calibration hash
+    and count from the narrow stream (when growth.json names one), and its model's ruler: (right, message,
+    evidence)."""
+    rel = series_file("narrow", n)
+    r = graph.input_ruler(ctx.model(rel))
+    err = compare.max_abs_error(fp32_outputs(), ctx.outputs(rel))
+    rep_range, rep_err = number(value(rep, "range_seen")), number(value(rep, "max_abs_error"))
+    ev = [Evidence(f"narrow x{n} range seen", rep_range, r.range_seen, r.scale / 2, "scale/2: half a grid step"),
+          Evidence(f"narrow x{n} max abs error", rep_err, err, SOFTMAX_STEP, WHY_OUTPUT)]
+    good = (rep_range is not None and abs(rep_range - r.range_seen) <= r.scale / 2
+            and rep_err is not None and abs(rep_err - err) <= SOFTMAX_STEP)
+    prov = ""
+    if stream is not None:  # the row's calibration hash and count: the first n batches of the narrow stream
+        bs = integer(value(rep, "batch_size")) or run_bs or 0
+        prov_ok, prov, prov_ev = provenance(f"narrow x{n}", f"the first {n} batches of the narrow stream",
+                                            narrow_batches(n * bs, 1, seed=int(seed)) if bs else stream[:0],
+                                            value(rep, "calibration_sha256"), value(rep, "samples"),
+                                            stream_sha256(n * bs, 1, int(seed)) if bs else None)
+        ev += prov_ev
+        good = good and prov_ok
+    good = good and not model_problem
+    return good, (f"{n} batches: range {r.range_seen:.4g}, error {err:.4f}" +
+                  ("" if good or prov or model_problem else f" (reported {rep_range}, {rep_err}: not what {rel} gives)")
+                  + (f" ({prov})" if prov else "") + (f" ({model_problem})" if model_problem else "")), ev
+
+
 def run(ctx: Context) -> list:
+    """Lesson 04's two rows: the series (first, middle, last narrow counts; every ruler) and the lesson's point."""
     doc = ctx.doc("growth.json")
     rows = _series(doc)
     reported = {}
     for r in rows:
-        n = integer(value(r, "batches", "n_batches", "batch_count"))
-        if n is not None:
-            reported[(str(value(r, "kind", "set", "name")), n)] = r
+        reported[(r["kind"], r["batches"])] = r
     models = series_models(ctx.sub.files)
     narrow = sorted(n for k, n in models if k == "narrow")
     if not narrow:
@@ -274,31 +316,11 @@ def run(ctx: Context) -> list:
         if other:
             other_data.add((kind, n))
     for n in picks:
-        rel = series_file("narrow", n)
-        r = graph.input_ruler(ctx.model(rel))
-        err = compare.max_abs_error(fp32_outputs(), ctx.outputs(rel))
-        rep = reported.get(("narrow", n), {})
-        rep_range, rep_err = number(value(rep, "range_seen")), number(value(rep, "max_abs_error", "error"))
-        ev += [Evidence(f"narrow x{n} range seen", rep_range, r.range_seen, r.scale / 2, "scale/2: half a grid step"),
-               Evidence(f"narrow x{n} max abs error", rep_err, err, SOFTMAX_STEP, WHY_OUTPUT)]
-        good = (rep_range is not None and abs(rep_range - r.range_seen) <= r.scale / 2
-                and rep_err is not None and abs(rep_err - err) <= SOFTMAX_STEP)
-        prov = ""
-        if stream is not None:  # the row's calibration hash and count: the first n batches of the narrow stream
-            bs = integer(value(rep, "batch_size")) or run_bs or 0
-            prov_ok, prov, prov_ev = provenance(f"narrow x{n}", f"the first {n} batches of the narrow stream",
-                                                narrow_batches(n * bs, 1, seed=int(seed)) if bs else stream[:0],
-                                                value(rep, "calibration_sha256"),
-                                                value(rep, "samples", "calibration_samples"),
-                                                stream_sha256(n * bs, 1, int(seed)) if bs else None)
-            ev += prov_ev
-            good = good and prov_ok
-        model_problem = wrong_model.pop(("narrow", n), "")
-        good = good and not model_problem
+        good, msg, pick_ev = _pick(ctx, n, reported.get(("narrow", n), {}), stream, run_bs, seed,
+                                   wrong_model.pop(("narrow", n), ""))
         ok_count += good
-        msgs.append(f"{n} batches: range {r.range_seen:.4g}, error {err:.4f}" +
-                    ("" if good or prov or model_problem else f" (reported {rep_range}, {rep_err}: not what {rel} gives)")
-                    + (f" ({prov})" if prov else "") + (f" ({model_problem})" if model_problem else ""))
+        msgs.append(msg)
+        ev += pick_ev
     # one more point for what the picks do not show: a swapped model elsewhere in the series, a wrong record
     elsewhere = [wrong_model.pop(k) for k in sorted(other_data) if k in wrong_model]
     settings = _settings(ctx, doc, models)

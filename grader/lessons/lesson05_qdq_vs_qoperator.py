@@ -5,7 +5,7 @@ import numpy as np
 from onnx import numpy_helper
 
 from grader.context import (SCALE_REL, SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, check, close, common_claims,
-                            evaluation, fp32_outputs, integer, near_boundary, number, provenance, short, value)
+                            evaluation, fp32_outputs, near_boundary, number, provenance, short, value)
 from grader.group import Group
 from grader.lessons.lesson02_the_calibration_reader import reader_batches_charged
 from grader.lessons.lesson03_narrow_right_wide import forbidden_settings
@@ -175,73 +175,95 @@ def same_ruler(a, b) -> bool:
     return (a.scale, a.zero_point) == (b.scale, b.zero_point)
 
 
-def run(ctx: Context) -> list:
-    doc = ctx.doc("formats.json")
-    qdq_rel, qop_rel = QDQ, QOPERATOR
-    fq, fo = graph.quant_format(ctx.model(qdq_rel)), graph.quant_format(ctx.model(qop_rel))
-    wrong = _formats_reported(ctx, doc, {"QDQ": qdq_rel, "QOperator": qop_rel}, {"QDQ": fq, "QOperator": fo})
-    wrong_model, wrong_diff = _formats_recomputed(ctx, doc, qdq_rel, qop_rel)
+def _two_formats(ctx: Context, doc: dict):
+    """Row ``two_formats``: one QDQ and one QOperator model, with lesson 05's settings, as formats.json says. Also
+    what formats.json says wrong of the difference and bands (for row ``elementwise``)."""
+    fq, fo = graph.quant_format(ctx.model(QDQ)), graph.quant_format(ctx.model(QOPERATOR))
+    wrong = _formats_reported(ctx, doc, {"QDQ": QDQ, "QOperator": QOPERATOR}, {"QDQ": fq, "QOperator": fo})
+    wrong_model, wrong_diff = _formats_recomputed(ctx, doc, QDQ, QOPERATOR)
     wrong += wrong_model
     kinds_ok = (fq, fo) == ("QDQ", "QOperator")
-    settings = _settings(ctx, doc, {"QDQ": qdq_rel, "QOperator": qop_rel})
-    out = [check("formats", "two_formats", float(kinds_ok and not wrong and not settings),
+    settings = _settings(ctx, doc, {"QDQ": QDQ, "QOperator": QOPERATOR})
+    return check("formats", "two_formats", float(kinds_ok and not wrong and not settings),
                  f"model.qdq.onnx is {fq}, model.qoperator.onnx is {fo}"
                  + ("" if kinds_ok else "; expected QDQ and QOperator (quant_format=...)")
                  + "".join(f"; {m}" for m in settings)
                  + ("" if not wrong else "; formats.json does not describe the files: " + "; ".join(wrong[:4])
-                    + ". Write formats.json from the models and the settings the conversion used"))]
-    rq, ro = graph.input_ruler(ctx.model(qdq_rel)), graph.input_ruler(ctx.model(qop_rel))
-    rep_q = value(value(doc, "formats") or doc, "QDQ", "qdq") or {}
-    rep_o = value(value(doc, "formats") or doc, "QOperator", "qoperator") or {}
-    same = rq.scale == ro.scale and rq.zero_point == ro.zero_point
-    rep_s = number(value(rep_q, "scale", "input_scale"))
-    rep_ok = rep_s is not None and abs(rep_s - rq.scale) <= SCALE_REL * rq.scale
-    cal = value(doc, "calibration") or {}
+                    + ". Write formats.json from the models and the settings the conversion used")), wrong_diff
+
+
+def _calibration_problems(ctx: Context, doc: dict, rq, ro) -> tuple[bool, str, list]:
+    """formats.json's calibration set (hash, count, batches) and same_input_ruler against the models:
+    (right, message, evidence). A reader lesson 02 already charged for its batches: a note, not a charge."""
+    cal = doc["calibration"]
     prov_ok, prov, prov_ev = provenance("formats", "lab.data.calibration_set('right')", data.calibration_set("right"),
-                                        value(cal, "sha256"), value(cal, "samples"))
+                                        cal["sha256"], cal["samples"])
     extra = []
-    if "same_input_ruler" in doc and doc["same_input_ruler"] is not same_ruler(rq, ro):
+    if doc["same_input_ruler"] is not same_ruler(rq, ro):
         extra.append(f"same_input_ruler is {doc['same_input_ruler']}, but the two models' input rulers are "
                      + ("the same" if same_ruler(rq, ro) else "not the same"))
-    size, n_right = value(doc, "settings.batch_size"), len(data.calibration_set("right"))
-    if "batches" in cal and integer(size) and size > 0 and cal["batches"] != -(-n_right // size) \
-            and reader_batches_charged(ctx):
+    size, n_right = doc["settings"]["batch_size"], len(data.calibration_set("right"))
+    if cal["batches"] != -(-n_right // size) and reader_batches_charged(ctx):
         ctx.notes.append(f"lesson 05: calibration/batches is {short(cal['batches'])} where batches of {size} give "
                          f"{-(-n_right // size)}, {reader_batches_charged(ctx)}")
-    elif "batches" in cal and integer(size) and size > 0 and cal["batches"] != -(-n_right // size):
+    elif cal["batches"] != -(-n_right // size):
         extra.append(f"calibration/batches is {short(cal['batches'])}; {n_right} images in batches of "
                      f"settings/batch_size {size} are {-(-n_right // size)}")
     if extra:
         prov_ok, prov = False, "; ".join(([prov] if prov else []) + extra)
-    # the cache both conversions read: its 'pixels' range gives the input ruler found in both models
+    return prov_ok, prov, prov_ev
+
+
+def _cache_problem(ctx: Context, doc: dict, rq, ro) -> str:
+    """The cache both conversions read: its 'pixels' range gives the input ruler found in both models, and the
+    hidden rulers too; '' when it does."""
     cache, cache_problem = _cache_range(ctx, doc)
-    if cache is not None:
-        scale, zp = ruler.scale_zero_point(cache[0], cache[1], rq.dtype)
-        for name, r in (("QDQ", rq), ("QOperator", ro)):
-            if abs(r.scale - float(scale)) > SCALE_REL * float(scale) or r.zero_point != zp:
-                cache_problem = (f"the 'pixels' range in {CACHE} [{cache[0]:.6g}, {cache[1]:.6g}] gives scale "
-                                 f"{float(scale):.9g} and zero point {zp}, but model.{name.lower()}.onnx has "
-                                 f"{r.scale:.9g} / {r.zero_point}: it was not built from that cache")
-                break
-        else:
-            cache_problem = _hidden_rulers(ctx, {"QDQ": qdq_rel, "QOperator": qop_rel}, rq.dtype)
-    out.append(check("formats", "same_scales", float(same and rep_ok and prov_ok and not cache_problem),
-                     f"input scales {rq.scale:.9g} (QDQ) and {ro.scale:.9g} (QOperator)"
-                     + ("" if same else "; expected identical: build both from one calibration cache")
-                     + ("" if rep_ok else f"; reported {rep_s}") + (f"; {prov}" if prov else "")
-                     + (f"; {cache_problem}" if cache_problem else f"; both rulers come from {CACHE}"),
-                     [Evidence("QDQ input scale", rep_s, rq.scale, SCALE_REL * rq.scale, WHY_SCALE)] + prov_ev))
-    eq = compare.max_abs_error(fp32_outputs(), ctx.outputs(qdq_rel))
-    eo = compare.max_abs_error(fp32_outputs(), ctx.outputs(qop_rel))
+    if cache is None:
+        return cache_problem
+    scale, zp = ruler.scale_zero_point(cache[0], cache[1], rq.dtype)
+    for name, r in (("QDQ", rq), ("QOperator", ro)):
+        if abs(r.scale - float(scale)) > SCALE_REL * float(scale) or r.zero_point != zp:
+            return (f"the 'pixels' range in {CACHE} [{cache[0]:.6g}, {cache[1]:.6g}] gives scale "
+                    f"{float(scale):.9g} and zero point {zp}, but model.{name.lower()}.onnx has "
+                    f"{r.scale:.9g} / {r.zero_point}: it was not built from that cache")
+    return _hidden_rulers(ctx, {"QDQ": QDQ, "QOperator": QOPERATOR}, rq.dtype)
+
+
+def _same_scales(ctx: Context, doc: dict):
+    """Row ``same_scales``: both models hold one input ruler, the one the shared calibration cache gives."""
+    rq, ro = graph.input_ruler(ctx.model(QDQ)), graph.input_ruler(ctx.model(QOPERATOR))
+    same = rq.scale == ro.scale and rq.zero_point == ro.zero_point
+    rep_s = number(doc["formats"]["QDQ"]["input_scale"])
+    rep_ok = abs(rep_s - rq.scale) <= SCALE_REL * rq.scale
+    prov_ok, prov, prov_ev = _calibration_problems(ctx, doc, rq, ro)
+    cache_problem = _cache_problem(ctx, doc, rq, ro)
+    return check("formats", "same_scales", float(same and rep_ok and prov_ok and not cache_problem),
+                 f"input scales {rq.scale:.9g} (QDQ) and {ro.scale:.9g} (QOperator)"
+                 + ("" if same else "; expected identical: build both from one calibration cache")
+                 + ("" if rep_ok else f"; reported {rep_s}") + (f"; {prov}" if prov else "")
+                 + (f"; {cache_problem}" if cache_problem else f"; both rulers come from {CACHE}"),
+                 [Evidence("QDQ input scale", rep_s, rq.scale, SCALE_REL * rq.scale, WHY_SCALE)] + prov_ev)
+
+
+def _same_order(ctx: Context, doc: dict):
+    """Row ``same_order``: the two errors against FP32 within a factor of 3, each as reported."""
+    eq = compare.max_abs_error(fp32_outputs(), ctx.outputs(QDQ))
+    eo = compare.max_abs_error(fp32_outputs(), ctx.outputs(QOPERATOR))
     ratio = max(eq, eo) / max(min(eq, eo), 1e-12)
-    rq_err, ro_err = number(value(rep_q, "max_abs_error")), number(value(rep_o, "max_abs_error"))
-    errs_ok = all(r is not None and abs(r - v) <= SOFTMAX_STEP for r, v in ((rq_err, eq), (ro_err, eo)))
-    out.append(check("formats", "same_order", float(ratio <= 3 and errs_ok),
-                     f"max abs error QDQ {eq:.4f}, QOperator {eo:.4f} (ratio {ratio:.2f}, same order if at most 3)",
-                     [Evidence("QDQ max abs error", rq_err, eq, SOFTMAX_STEP, WHY_OUTPUT),
-                      Evidence("QOperator max abs error", ro_err, eo, SOFTMAX_STEP, WHY_OUTPUT)]))
-    out.append(_elementwise(ctx, doc, qdq_rel, qop_rel, wrong_diff))
-    return out
+    rq_err, ro_err = (number(doc["formats"][f]["max_abs_error"]) for f in ("QDQ", "QOperator"))
+    errs_ok = all(abs(r - v) <= SOFTMAX_STEP for r, v in ((rq_err, eq), (ro_err, eo)))
+    return check("formats", "same_order", float(ratio <= 3 and errs_ok),
+                 f"max abs error QDQ {eq:.4f}, QOperator {eo:.4f} (ratio {ratio:.2f}, same order if at most 3)",
+                 [Evidence("QDQ max abs error", rq_err, eq, SOFTMAX_STEP, WHY_OUTPUT),
+                  Evidence("QOperator max abs error", ro_err, eo, SOFTMAX_STEP, WHY_OUTPUT)])
+
+
+def run(ctx: Context) -> list:
+    """Lesson 05's four rubric rows, each from its own function."""
+    doc = ctx.doc("formats.json")
+    two_formats, wrong_diff = _two_formats(ctx, doc)
+    return [two_formats, _same_scales(ctx, doc), _same_order(ctx, doc),
+            _elementwise(ctx, doc, QDQ, QOPERATOR, wrong_diff)]
 
 
 def _elementwise(ctx: Context, doc: dict, qdq_rel: str, qop_rel: str, wrong: list[str] = ()):

@@ -422,6 +422,29 @@ def runs_planned(ctx: Context) -> list:
     return [_metrics_request(ctx, _cases())]
 
 
+def _case_problems(cases: list[dict], returned: list) -> tuple[dict[str, list[str]], str]:
+    """What summarize() did wrong on each case the child ran: {problem: the cases that show it} (an error case
+    that did not raise under '<case> must raise'), and the secret case's problem without its values."""
+    got = {c.get("name"): c for c in returned if isinstance(c, dict)}
+    secret_msg = ""
+    by_problem: dict[str, list[str]] = {}
+    for case in cases:
+        res = got.get(case["name"], {})
+        if case.get("must_raise"):
+            problem = "" if "raised" in res else f"returned {str(res.get('returned'))[:60]} instead of raising an error"
+        elif "raised" in res:
+            problem = f"raised {res['raised']}: {res.get('message', '')}"
+        else:
+            problem = _same(res.get("returned"), expected_summary(case))
+        if case["name"] == "secret":
+            secret_msg = _without_values(problem, res)
+            continue
+        if problem:
+            key = f"{case['name']} must raise" if case.get("must_raise") else problem
+            by_problem.setdefault(key, []).append(case["name"])
+    return by_problem, secret_msg
+
+
 def run_summarize(ctx: Context) -> list:
     refused = own_code.refusal_for(ctx.sub.path("metrics.py"), "metrics.py")
     if refused:  # it would pass on the lab's code, not the student's: nothing of it is run
@@ -440,23 +463,7 @@ def run_summarize(ctx: Context) -> list:
         return [check(PART, "summarize_code", 0, f"metrics.py could not be run: {why}"),
                 check(HIDDEN, "secret_summarize", 1, "metrics.py could not be run on the instructor's lists "
                       f"either; {charged_under(PART, 'summarize_code')}", hidden=True)]
-    got = {c.get("name"): c for c in child.data.get("cases", []) if isinstance(c, dict)}
-    secret_msg = ""
-    by_problem: dict[str, list[str]] = {}
-    for case in cases:
-        res = got.get(case["name"], {})
-        if case.get("must_raise"):
-            problem = "" if "raised" in res else f"returned {str(res.get('returned'))[:60]} instead of raising an error"
-        elif "raised" in res:
-            problem = f"raised {res['raised']}: {res.get('message', '')}"
-        else:
-            problem = _same(res.get("returned"), expected_summary(case))
-        if case["name"] == "secret":
-            secret_msg = _without_values(problem, res)
-            continue
-        if problem:
-            key = f"{case['name']} must raise" if case.get("must_raise") else problem
-            by_problem.setdefault(key, []).append(case["name"])
+    by_problem, secret_msg = _case_problems(cases, child.data.get("cases", []))
     # one charge per mistake: a wrong summary (whatever lists show it) costs SUMMARY_COST, each error case
     # that does not raise ERROR_CASE_COST; the same summary mistake on the instructor's lists is not charged again
     cost, msgs = 0.0, []

@@ -1,13 +1,11 @@
 """Lesson 07: the release record. Hashes against the fixtures, disjoint sets, metadata, scenarios recomputed."""
 from __future__ import annotations
 
-from functools import lru_cache
-
 from grader.context import SCALE_REL, SOFTMAX_STEP, WHY_OUTPUT, Context, charged_under, check, number, value
 from grader.group import Group
 from grader.lessons import lesson02_the_calibration_reader
 from grader.results import Evidence
-from lab import data, graph, kernels, ruler
+from lab import data, graph, kernels, ruler, variant
 from lab.data import EPSILON
 from lab.lessons.lesson07_calibrate_the_deployed_representation import recipe, scenario_checks
 
@@ -23,7 +21,7 @@ def acceptance_row_hashes(split: str) -> dict[str, frozenset[str]]:
     return dict(_acceptance_row_hashes(split, st.st_size, st.st_mtime_ns))
 
 
-@lru_cache(maxsize=4)
+@variant.lru_cache(maxsize=4)  # the calibration split is each student's variant's own
 def _acceptance_row_hashes(split: str, size: int, mtime_ns: int) -> dict[str, frozenset[str]]:
     return recipe.condition_row_hashes(data.load_split(split).pixels)
 
@@ -75,35 +73,30 @@ def runs_planned(ctx: Context) -> list:
     return [] if request is None else [request]
 
 
-def run(ctx: Context) -> list:
-    doc, record = ctx.doc(RECIPE), ctx.doc(SCENARIOS)
-    model = ctx.model(MODEL)
-    out = []
-    # recipe: hashes against the fixtures, the selection, and the ruler it implies
-    items, ev = [], []
-    fp32_sha = data.file_sha256(data.fixture_path("fp32.onnx"))
-    items.append(("source model is the FP32 fixture", doc["source_model"]["sha256"] == fp32_sha))
-    ev.append(Evidence("source_model.sha256", doc["source_model"]["sha256"][:16], fp32_sha[:16], 0, "exact"))
-    acc_split = data.load_split(doc["acceptance"]["split"])
-    acc_sha = data.data_sha256(acc_split.pixels)
-    items.append(("acceptance hash matches its split", doc["acceptance"]["sha256"] == acc_sha))
-    ev.append(Evidence("acceptance.sha256", doc["acceptance"]["sha256"][:16], acc_sha[:16], 0, "exact"))
+def _rebuilt(doc: dict, ev: list):
+    """The calibration selection rebuilt from the recipe's parts (None when it cannot be), and whether its hash is
+    the recipe's; the evidence of either goes to ``ev``."""
     try:
         sel = _selection(doc)
-        sel_ok = sel.sha256 == doc["calibration"]["sha256"]
-        ev.append(Evidence("calibration.sha256 (selection rebuilt from its parts)", doc["calibration"]["sha256"][:16],
-                           sel.sha256[:16], 0, "exact"))
     except Exception as e:  # noqa: BLE001 - an unbuildable selection is the finding
-        sel, sel_ok = None, False
         ev.append(Evidence("calibration selection", "parts", f"cannot rebuild: {e}", None, ""))
-    items.append(("calibration hash matches the selection its parts describe", sel_ok))
-    if sel is not None:  # what the lesson's prose asks of the selection: every daylight image of the pool, and flash
+        return None, False
+    ev.append(Evidence("calibration.sha256 (selection rebuilt from its parts)", doc["calibration"]["sha256"][:16],
+                       sel.sha256[:16], 0, "exact"))
+    return sel, sel.sha256 == doc["calibration"]["sha256"]
+
+
+def _selection_items(ctx: Context, doc: dict, sel, model, ev: list) -> list[tuple[str, bool]]:
+    """What the lesson's prose asks of a rebuilt selection (every daylight image of the pool, and flash), the
+    recipe's image count (the selection's, and what the student's reader served of it), and the released model's
+    input ruler (the selection's)."""
+    items = []
+    if sel is not None:
         try:
             scenario_checks.selection_check(sel)
             items.append(("the selection keeps every daylight image of the pool and adds flash", True))
         except scenario_checks.SelectionCheckFailed as e:
             items.append((f"the selection keeps every daylight image of the pool and adds flash ({e})", False))
-    if sel is not None:  # the recipe's image count: the selection's, and what the student's reader served of it
         items += _served(ctx, doc, sel, ev)
     r = graph.input_ruler(model)
     if sel is not None:
@@ -114,60 +107,89 @@ def run(ctx: Context) -> list:
     items.append(("the released model's input ruler comes from the selection"
                   + ("" if ruler_ok or sel is None else f" (model scale {r.scale:.6g}, the selection's "
                                                         f"{float(scale):.6g})"), ruler_ok))
+    return items
+
+
+def _recipe(ctx: Context, doc: dict, model):
+    """Row ``recipe``: hashes against the fixtures, the selection, and the ruler it implies. Also the selection
+    (None when its parts cannot be rebuilt), for the rows after."""
+    items, ev = [], []
+    fp32_sha = data.file_sha256(data.fixture_path("fp32.onnx"))
+    items.append(("source model is the FP32 fixture", doc["source_model"]["sha256"] == fp32_sha))
+    ev.append(Evidence("source_model.sha256", doc["source_model"]["sha256"][:16], fp32_sha[:16], 0, "exact"))
+    acc_sha = data.data_sha256(data.load_split(doc["acceptance"]["split"]).pixels)
+    items.append(("acceptance hash matches its split", doc["acceptance"]["sha256"] == acc_sha))
+    ev.append(Evidence("acceptance.sha256", doc["acceptance"]["sha256"][:16], acc_sha[:16], 0, "exact"))
+    sel, sel_ok = _rebuilt(doc, ev)
+    items.append(("calibration hash matches the selection its parts describe", sel_ok))
+    items += _selection_items(ctx, doc, sel, model, ev)
     good = sum(ok for _, ok in items)
-    out.append(check(PART, "recipe", good / len(items),
-                     "; ".join(f"{name}: {'yes' if ok else 'NO'}" for name, ok in items)
-                     + ("" if good == len(items) else ". Write the recipe with lab.lessons."
-                        "lesson07_calibrate_the_deployed_representation.recipe.recipe(...) from the selection you "
-                        "calibrated with"), ev))
-    # disjoint by content
-    if sel is not None:
-        shared = recipe.shared_with(sel.pixels, acceptance_row_hashes(doc["acceptance"]["split"]))
-        total = sum(shared.values())
-        rep = value(doc, "acceptance.shared_rows_with_calibration")
-        ok = total == 0 and rep == total
-        out.append(check(PART, "disjoint", float(ok),
-                         f"the calibration selection shares {total} image(s) with the acceptance set by content hash"
-                         + ("" if ok else f" (reported {rep}); draw calibration images from the calibration split only"),
-                         [Evidence("shared rows", rep, total, 0, "content hash per row, under every condition")]))
-    else:
-        out.append(check(PART, "disjoint", 1, "not checked: the calibration selection cannot be rebuilt from the "
-                                              f"recipe's parts ({charged_under(PART, 'recipe')})"))
-    # the model carries its recipe
-    v = recipe.verify(ctx.sub.path(MODEL), ctx.sub.path(RECIPE))
-    out.append(check(PART, "metadata", float(v.ok), str(v).replace("\n", " ")))
-    # scenarios recomputed
+    return check(PART, "recipe", good / len(items),
+                 "; ".join(f"{name}: {'yes' if ok else 'NO'}" for name, ok in items)
+                 + ("" if good == len(items) else ". Write the recipe with lab.lessons."
+                    "lesson07_calibrate_the_deployed_representation.recipe.recipe(...) from the selection you "
+                    "calibrated with"), ev), sel
+
+
+def _disjoint(doc: dict, sel):
+    """Row ``disjoint``: the selection shares no image with the acceptance set, by content hash, as reported."""
+    if sel is None:
+        return check(PART, "disjoint", 1, "not checked: the calibration selection cannot be rebuilt from the "
+                                          f"recipe's parts ({charged_under(PART, 'recipe')})")
+    shared = recipe.shared_with(sel.pixels, acceptance_row_hashes(doc["acceptance"]["split"]))
+    total = sum(shared.values())
+    rep = value(doc, "acceptance.shared_rows_with_calibration")
+    ok = total == 0 and rep == total
+    return check(PART, "disjoint", float(ok),
+                 f"the calibration selection shares {total} image(s) with the acceptance set by content hash"
+                 + ("" if ok else f" (reported {rep}); draw calibration images from the calibration split only"),
+                 [Evidence("shared rows", rep, total, 0, "content hash per row, under every condition")])
+
+
+def _scenario_row(name: str, s, rep: dict) -> tuple[bool, str, list]:
+    """One scenario of scenarios.json against the lab's recomputation: (right, message, evidence)."""
+    slack = max(1, s.changed) / s.count
+    fa, ia, err, lo = (number(value(rep, k)) for k in ("fp32_accuracy", "int8_accuracy", "max_abs_error", "loss"))
+    good = (fa is not None and abs(fa - s.fp32_accuracy) <= EPSILON and ia is not None
+            and abs(ia - s.int8_accuracy) <= slack and err is not None and abs(err - s.max_abs_error) <= SOFTMAX_STEP
+            and rep.get("verdict") == s.verdict
+            and lo is not None and abs(lo - (fa - ia)) <= EPSILON)  # FP32 - INT8
+    ev = [Evidence(f"{name} INT8 accuracy", ia, s.int8_accuracy, slack,
+                   "near-boundary policy: the images whose answer changed may flip on another CPU"),
+          Evidence(f"{name} max abs error", err, s.max_abs_error, SOFTMAX_STEP, WHY_OUTPUT),
+          Evidence(f"{name} loss (FP32 accuracy - INT8 accuracy)", lo, s.loss, slack,
+                   "near-boundary policy, as for the INT8 accuracy; and exactly your FP32 minus INT8 accuracy")]
+    if lo is not None and fa is not None and ia is not None and abs(lo - (fa - ia)) > EPSILON:
+        return good, (f"{name}: reported loss {lo:.4g} is not FP32 accuracy minus INT8 accuracy "
+                      f"({fa - ia:.4g}): loss = fp32_accuracy - int8_accuracy, positive when INT8 is worse"), ev
+    return good, f"{name}: {s.verdict}" + ("" if good else f" (reported {rep.get('verdict')}, "
+                                                          f"INT8 accuracy {ia}, recomputed {s.int8_accuracy:.4f})"), ev
+
+
+def _scenarios(ctx: Context, doc: dict, record: dict):
+    """Row ``scenarios``: every scenario recomputed on the released model, the kernel families, and the record's
+    own fields."""
+    acc_split = data.load_split(doc["acceptance"]["split"])
     mine = {s.name: s for s in scenario_checks.compare_scenarios(data.fixture_path("fp32.onnx"), ctx.sub.path(MODEL),
                                                                  acc_split.pixels, acc_split.labels)}
-    rows = {row.get("name"): row for row in record.get("results", []) if isinstance(row, dict)}
-    ok_count, msgs, ev = 0, [], []
-    for name, s in mine.items():
-        rep = rows.get(name, {})
-        slack = max(1, s.changed) / s.count
-        fa, ia, err, lo = (number(value(rep, k)) for k in ("fp32_accuracy", "int8_accuracy", "max_abs_error", "loss"))
-        good = (fa is not None and abs(fa - s.fp32_accuracy) <= EPSILON and ia is not None
-                and abs(ia - s.int8_accuracy) <= slack and err is not None and abs(err - s.max_abs_error) <= SOFTMAX_STEP
-                and rep.get("verdict") == s.verdict
-                and lo is not None and abs(lo - (fa - ia)) <= EPSILON)  # FP32 - INT8
-        ok_count += good
-        ev += [Evidence(f"{name} INT8 accuracy", ia, s.int8_accuracy, slack,
-                        "near-boundary policy: the images whose answer changed may flip on another CPU"),
-               Evidence(f"{name} max abs error", err, s.max_abs_error, SOFTMAX_STEP, WHY_OUTPUT),
-               Evidence(f"{name} loss (FP32 accuracy - INT8 accuracy)", lo, s.loss, slack,
-                        "near-boundary policy, as for the INT8 accuracy; and exactly your FP32 minus INT8 accuracy")]
-        if lo is not None and fa is not None and ia is not None and abs(lo - (fa - ia)) > EPSILON:
-            msgs.append(f"{name}: reported loss {lo:.4g} is not FP32 accuracy minus INT8 accuracy "
-                        f"({fa - ia:.4g}): loss = fp32_accuracy - int8_accuracy, positive when INT8 is worse")
-            continue
-        msgs.append(f"{name}: {s.verdict}" + ("" if good else f" (reported {rep.get('verdict')}, "
-                                                               f"INT8 accuracy {ia}, recomputed {s.int8_accuracy:.4f})"))
+    rows = {row["name"]: row for row in record["results"]}
+    judged = [_scenario_row(name, s, rows.get(name, {})) for name, s in mine.items()]
+    ok_count, msgs, ev = sum(g for g, _, _ in judged), [m for _, m, _ in judged], [e for _, _, es in judged for e in es]
     fam_ok, fam_msgs, fam_ev = _families(doc, ctx.sub.path(MODEL), acc_split)
     record_wrong = _record_problems(ctx, record, doc, mine)
     if record_wrong:
         msgs.append("scenarios.json does not match the release: " + "; ".join(record_wrong))
-    out.append(check(PART, "scenarios", (ok_count + fam_ok + (not record_wrong)) / (len(mine) + 2),
-                     "; ".join(msgs + fam_msgs), ev + fam_ev))
-    return out
+    return check(PART, "scenarios", (ok_count + fam_ok + (not record_wrong)) / (len(mine) + 2),
+                 "; ".join(msgs + fam_msgs), ev + fam_ev)
+
+
+def run(ctx: Context) -> list:
+    """Lesson 07's four rubric rows, each from its own function."""
+    doc, record = ctx.doc(RECIPE), ctx.doc(SCENARIOS)
+    recipe_check, sel = _recipe(ctx, doc, ctx.model(MODEL))
+    v = recipe.verify(ctx.sub.path(MODEL), ctx.sub.path(RECIPE))  # row metadata: the model carries its recipe
+    return [recipe_check, _disjoint(doc, sel), check(PART, "metadata", float(v.ok), str(v).replace("\n", " ")),
+            _scenarios(ctx, doc, record)]
 
 
 def _record_problems(ctx: Context, record: dict, doc: dict, mine: dict) -> list[str]:
