@@ -183,9 +183,9 @@ class DebugCopyCheck:
                 f"{self.max_difference:.4f} ({self.steps:.0f} output step(s)), {self.changed_predictions} answer(s) differ")
         if self.same:
             return head + "\n  -> they agree: the SQNR table describes what the deployed model computes here"
-        return (head + "\n  -> they disagree: qdq_loss_debug runs an unfused copy with exact int32 sums, while the "
-                "deployed kernels of this family compute differently (int16 pairs that saturate); the SQNR table "
-                "cannot see that defect, so judge the deployed model by its own outputs")
+        return (head + "\n  -> they disagree: qdq_loss_debug runs an unfused copy (float MatMuls, no int16 pairs), "
+                "while the deployed kernels of this family compute differently (int16 pairs that saturate); the SQNR "
+                "table cannot see that defect, so judge the deployed model by its own outputs")
 
 
 def debug_copy_check(debug_output, deployed_model: str | Path, x: np.ndarray,

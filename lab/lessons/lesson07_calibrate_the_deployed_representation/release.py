@@ -64,7 +64,7 @@ def ort_warnings() -> Iterator[list[str]]:
 def convert_candidates(source, out_dir, reader: Callable[[], object],
                        candidates: Mapping[str, tuple[str, dict]] = CANDIDATES) -> tuple[dict[str, Path], dict]:
     """Each candidate converted from ``source`` on the same selection (``reader()`` gives a fresh reader): paths, and
-    per candidate the warnings ONNX Runtime logged other than its pre-processing hint (lesson 08 teaches that)."""
+    per candidate the warnings ONNX Runtime logged other than its pre-processing hint (lesson 09 teaches that)."""
     paths, warnings = {}, {}
     for name, (_, overrides) in candidates.items():
         with ort_warnings() as seen:
