@@ -2,6 +2,8 @@
 
 Uses tests/test_kit_wrong_answers.py's machinery (the kit built from HEAD, run with papermill on the kit's own
 ``lab``; every other stub gets the instructor's solution; the run stops after the cell that checks the answer).
+The region an answer replaces starts after its marker's indentation, so an answer inside the %%writefile cell's
+methods is left-stripped.
 """
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ CASES = {
         ("prediction wrong: larger max abs error: you said camera, measured attractive",
          "clean photographs never show the camera's dark paper"), fails=False),
     "10 reader preprocesses in __init__, then again per batch": Wrong(
-        LESSON, "l10-05", lambda s: s.replace("camera.as_frames(frames)", "camera.preprocess(frames)"), "l10-06",
+        LESSON, "l10-05", lambda s: s.lstrip().replace("camera.as_frames(frames)", "camera.preprocess(frames)"),
+        "l10-06",
         ("FrameReaderCheckFailed", "raised ValueError: expected sensor frames: uint8",
          "lab.camera.preprocess each batch in get_next()")),
     "10 release calibrated on attractive photographs": Wrong(

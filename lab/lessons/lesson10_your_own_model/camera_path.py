@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+from onnxruntime.quantization.operators import conv
 
 from lab import camera, data, graph, predictions
 from lab.data import data_sha256, file_sha256
@@ -53,8 +54,8 @@ def frames_of(kind: str, seed: int = 0) -> np.ndarray:
     return camera_frames() if kind == "camera" else attractive_frames(seed)
 
 
-def _served(reader) -> list:
-    batches = []
+def _served(reader) -> list[dict]:
+    batches: list[dict] = []
     for _ in range(10_000):
         item = reader.get_next()
         if item is None:
@@ -168,8 +169,6 @@ def weight_scales(model) -> list[dict]:
 
 def axis_source() -> list[str]:
     """The lines of ONNX Runtime's source that pick a Conv weight's per-channel axis (QDQ and QOperator)."""
-    from onnxruntime.quantization.operators import conv
-
     out = []
     for cls, key in ((conv.QDQConv, "default_axis"), (conv.QLinearConv, "quantize_weight_per_channel")):
         lines = inspect.getsource(cls.quantize).splitlines()

@@ -24,7 +24,7 @@ from lab.lessons.lesson07_calibrate_the_deployed_representation import recipe as
 from lab.lessons.lesson07_calibrate_the_deployed_representation import scenario_checks
 from lab.lessons.lesson08_the_quantization_toolbox.toolbox import preprocessed
 from lab.lessons.lesson10_your_own_model import camera_path
-from lab.readers import ArrayReader
+from lab.workspace import atomic_write_text
 
 SCHEMA = "camera-release/1"
 RELEASE_ID = "camera-cnn-int8-r1"
@@ -174,7 +174,8 @@ def document(*, source, model, recipe: Mapping, record: Mapping, by_family: Mapp
            "daylight": {f: dict(v) for f, v in daylight.items()},
            "scenarios": {f: [_row(r) for r in rows] for f, rows in by_family.items()},
            "not_judged": not_judged(by_family), "justification": justification}
-    return schemas.validate("camera-release", doc)
+    schemas.validate("camera-release", doc)
+    return doc
 
 
 def _row(r) -> dict:
@@ -186,14 +187,13 @@ def release(work: str | Path, draft: str | Path, doc: dict) -> dict[str, Path]:
     """Write ``camera-release.json``, then the model: the draft stamped with the document's SHA-256 (lesson 07's
     ``stamp``), so the released file names the record it was released with."""
     work = Path(work)
-    doc_path = _write(work / FILE, schemas.validate("camera-release", doc))
+    schemas.validate("camera-release", doc)
+    doc_path = _write(work / FILE, doc)
     model = recipe07.stamp(draft, work / MODEL, RELEASE_ID, doc_path)
     return {"model": model, "document": doc_path}
 
 
 def _write(path: Path, doc: dict) -> Path:
-    from lab.workspace import atomic_write_text
-
     return atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
 
 
