@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -133,8 +133,8 @@ def read_rulers(model: onnx.ModelProto) -> dict[str, InputRuler]:
         if node.op_type == "QuantizeLinear" and node.input[0] not in inits and len(node.input) > 2:
             where = (node.input[0], node.input[1], node.input[2])
         elif node.op_type in OUTPUT_RULERS and len(node.input) > max(OUTPUT_RULERS[node.op_type]):
-            s, z = OUTPUT_RULERS[node.op_type]
-            where = (node.output[0], node.input[s], node.input[z])
+            at_scale, at_zero = OUTPUT_RULERS[node.op_type]
+            where = (node.output[0], node.input[at_scale], node.input[at_zero])
         else:
             continue
         tensor, scale, zero = where
@@ -224,16 +224,16 @@ def ruler_rows(rulers: dict[str, InputRuler], values: dict[str, np.ndarray],
     rows = []
     for tensor, ruler in rulers.items():
         low, high = ruler.interval
-        base = dict(tensor=tensor, node=ruler.node, scale=ruler.scale, zero_point=ruler.zero_point,
-                    dtype=ruler.dtype, low=low, high=high)
+        unmeasured = RulerRow(tensor=tensor, node=ruler.node, scale=ruler.scale, zero_point=ruler.zero_point,
+                              dtype=ruler.dtype, low=low, high=high, measured=False)
         source = measured_on.get(tensor, tensor)
         if source not in values:
-            rows.append(RulerRow(**base, measured=False, reason="the FP32 model has no tensor of this name"))
+            rows.append(replace(unmeasured, reason="the FP32 model has no tensor of this name"))
             continue
         d = compare.diagnose(ruler, values[source])
-        rows.append(RulerRow(**base, measured=True, clipped_fraction=d.clipped_fraction,
-                             steps_used=int(round(d.grid_used_fraction * ruler.steps)), steps=ruler.steps,
-                             diagnosis=d.kind, reason=d.reason, measured_on=source))
+        rows.append(replace(unmeasured, measured=True, clipped_fraction=d.clipped_fraction,
+                            steps_used=int(round(d.grid_used_fraction * ruler.steps)), steps=ruler.steps,
+                            diagnosis=d.kind, reason=d.reason, measured_on=source))
     return rows
 
 
@@ -333,8 +333,8 @@ def parting(fp32_path: Path, int8_path: Path, model: onnx.ModelProto, x: np.ndar
             "Relu", "Clip")
     first = next((r["tensor"] for r in rows if r["vs_fp32_db"] < PARTING_DB), None)
     return {"rows": rows, "first_below": first, "threshold_db": PARTING_DB,
-            "note": "qdq_loss_debug runs an unfused copy with exact int32 sums: it cannot see the saturating "
-                    "family's int16 pairs"}
+            "note": "qdq_loss_debug runs an unfused copy (DequantizeLinear, float MatMul or Conv, QuantizeLinear): "
+                    "it cannot see the saturating family's int16 pairs"}
 
 
 def recipe(model: onnx.ModelProto) -> dict[str, str]:
