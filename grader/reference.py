@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 import lab
-from lab import camera, compare, convert, data, graph, kernels, predictions, workspace
+from lab import camera, compare, convert, data, exercise, graph, kernels, predictions, workspace
 from lab.lessons import lesson03_narrow_right_wide as lesson03
 from lab.lessons import lesson04_more_batches as lesson04
 from lab.lessons import lesson05_qdq_vs_qoperator as lesson05
@@ -49,7 +49,7 @@ STUDENT_MODULES = {"READER_SOURCE": ("02_the_calibration_reader.ipynb", "calibra
 
 # lesson 04's series as the reference builds it (tests/test_predictions.py and test_honest_mistakes.py read these);
 # the lesson modules define every constant, these only name them
-SETTINGS = lesson03.SETTINGS
+SETTINGS = exercise.SETTINGS
 GROWTH_BATCH = lesson04.BATCH_SIZE
 GROWTH_COUNTS = tuple(lesson04.doubling_counts(lesson04.MAX_BATCHES))
 RIGHT_COUNTS = lesson04.RIGHT_BATCHES

@@ -6,15 +6,16 @@ from functools import lru_cache
 import numpy as np
 
 from grader.context import (RANGE_REL, SCALE_REL, SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, Missing, charged_under,
-                            check, close, common_claims, entry, evaluation, fp32_outputs, near_boundary, number,
-                            provenance, value)
+                            check, close, common_claims, evaluation, fp32_outputs, near_boundary, number, provenance,
+                            value)
 from grader.group import Group
 from grader.lessons.lesson02_the_calibration_reader import reader_batches_charged
 from grader.models import ModelRefused
 from grader.results import Evidence
 from lab import compare, contract, data, graph, ruler
 from lab.data import EPSILON, KINDS
-from lab.lessons.lesson03_narrow_right_wide import HIDDEN, SETTING_WORDS, SETTINGS
+from lab.exercise import SETTINGS
+from lab.lessons.lesson03_narrow_right_wide import HIDDEN, SETTING_WORDS
 
 PART = "calibration"
 EXPECTED_DIAGNOSIS = {"narrow": "clipping", "wide": "squashing"}
@@ -29,133 +30,173 @@ def _ruler(ctx: Context, kind: str):
     return graph.input_ruler(ctx.model(f"{kind}.onnx"))
 
 
-def run(ctx: Context) -> list:
-    results_doc = ctx.doc("results.json") if ctx.has("results.json") else {}
-    x, _ = evaluation()
-    per = {name: [] for name in ("quantized", "ruler_reported", "range_seen", "max_abs_error")}
-    found = {}
-    charged: set[str] = set()  # results.json-wide fields already charged on one model
-    other_data: set[str] = set()  # models calibrated on other data than their named set: charged under range_seen
+HINTS = {"quantized": "each of narrow.onnx, right.onnx, wide.onnx must be a QDQ model from quantize_static, "
+                      "with lesson 03's settings (lab.lessons.lesson03_narrow_right_wide.SETTINGS)",
+         "ruler_reported": "report the scale and zero point read back with lab.graph.input_ruler(model)",
+         "range_seen": "each model must be calibrated on its own named set",
+         "max_abs_error": "recompute with lab.compare.max_abs_error(fp32_out, int8_out) on the evaluation set, "
+                          "and the accuracy on the same images"}
+
+
+def _load(ctx: Context) -> tuple[dict, dict]:
+    """Each set's model read: ``rulers`` (kind -> input ruler) and ``refused`` (kind -> (row message, the
+    message the rows after ``quantized`` give)) for a model missing, refused or without an input ruler."""
+    rulers, refused = {}, {}
     for kind in KINDS:
         rel = f"{kind}.onnx"
-        rep = entry(results_doc, kind, "models", "results", "rows", "sets") or {}
         try:
             model = ctx.model(rel)
         except (Missing, ModelRefused) as e:
-            why = f"{rel} is missing" if isinstance(e, Missing) else str(e)
-            for name in per:
-                per[name].append((False, f"{kind}: {why}", []))
+            why = f"{kind}: {rel} is missing" if isinstance(e, Missing) else f"{kind}: {e}"
+            refused[kind] = (why, why)
             continue
-        fmt = graph.quant_format(model)
         try:
-            r = graph.input_ruler(model)
+            rulers[kind] = graph.input_ruler(model)
         except Exception as e:  # noqa: BLE001 - the message is the feedback
-            per["quantized"].append((False, f"{kind}: {e}; quantize it with quantize_static (QDQ)", []))
-            for name in ("ruler_reported", "range_seen", "max_abs_error"):
-                per[name].append((False, f"{kind}: not quantized", []))
-            continue
-        found[kind] = r
-        same_file = value(rep, "model_sha256") == ctx.sub.files.get(rel)  # results.json describes this file
-        pc_rep, pc = value(results_doc, "settings.per_channel"), graph.per_channel(ctx.sub.path(rel))
-        pc_ok = pc_rep is None or pc_rep is pc or "per_channel" in charged  # one setting: charged once
+            refused[kind] = (f"{kind}: {e}; quantize it with quantize_static (QDQ)", f"{kind}: not quantized")
+    return rulers, refused
+
+
+def _rows(rulers: dict, refused: dict, first: bool, judge) -> list:
+    """One (ok, message, evidence) per set, in lesson order: ``judge(kind, ruler)`` for a model read, the refusal
+    (``first``: the quantized row's words) for the others."""
+    return [judge(kind, rulers[kind]) if kind in rulers else (False, refused[kind][0 if first else 1], [])
+            for kind in KINDS]
+
+
+def _row_check(name: str, rows: list):
+    """The check of one rubric row: a third of its points per set judged right, the wrong ones named."""
+    good = sum(ok for ok, _, _ in rows)
+    msg = "; ".join(m for ok, m, _ in rows if not ok or good == len(rows))
+    if good < len(rows):
+        msg = f"{len(rows) - good} of {len(rows)} wrong: {msg}. Expected: {HINTS[name]}"
+    return check(PART, name, good / len(KINDS), msg, [e for _, _, evs in rows for e in evs])
+
+
+def _quantized(ctx: Context, doc: dict, rulers: dict, refused: dict):
+    """Row ``quantized``: a QDQ model of this file (the hash results.json reports) with lesson 03's settings; a
+    setting broken is charged on the first model that breaks it only."""
+    charged: set[str] = set()
+
+    def judge(kind, r):
+        rel = f"{kind}.onnx"
+        fmt = graph.quant_format(ctx.model(rel))
+        same_file = doc["sets"][kind]["model_sha256"] == ctx.sub.files.get(rel)
+        pc_rep, pc = doc["settings"]["per_channel"], graph.per_channel(ctx.sub.path(rel))
+        pc_ok = pc_rep is pc or "per_channel" in charged  # one setting: charged once
         if not pc_ok:
             charged.add("per_channel")
-        settings = [(k, m) for k, m in forbidden_settings(ctx.sub.path(rel), r, results_doc) if k not in charged]
+        settings = [(k, m) for k, m in forbidden_settings(ctx.sub.path(rel), r, doc) if k not in charged]
         charged.update(k for k, _ in settings)
-        per["quantized"].append((fmt == "QDQ" and same_file and pc_ok and not settings,
-                                 f"{kind}: {fmt} model with a {r.dtype} ruler on 'pixels'"
-                                 + ("" if same_file else f"; results.json's model_sha256 is not the hash of {rel}")
-                                 + ("" if pc_ok else f"; settings/per_channel is {pc_rep}, but {rel} has "
-                                                     f"{'per-channel' if pc else 'per-tensor'} weights")
-                                 + "".join(f"; {m}" for _, m in settings),
-                                 []))
-        # reported ruler
-        s_rep, z_rep = number(value(rep, "scale", "input_scale")), value(rep, "zero_point", "input_zero_point")
+        return (fmt == "QDQ" and same_file and pc_ok and not settings,
+                f"{kind}: {fmt} model with a {r.dtype} ruler on 'pixels'"
+                + ("" if same_file else f"; results.json's model_sha256 is not the hash of {rel}")
+                + ("" if pc_ok else f"; settings/per_channel is {pc_rep}, but {rel} has "
+                                    f"{'per-channel' if pc else 'per-tensor'} weights")
+                + "".join(f"; {m}" for _, m in settings), [])
+    return _row_check("quantized", _rows(rulers, refused, True, judge))
+
+
+def _ruler_reported(ctx: Context, doc: dict, rulers: dict, refused: dict):
+    """Row ``ruler_reported``: the input ruler's scale and zero point as the graph holds them, and the other
+    numbers results.json reports about the model's rulers (``_ruler_numbers``)."""
+    def judge(kind, r):
+        rep = doc["sets"][kind]
+        s_rep, z_rep = number(rep["scale"]), rep["zero_point"]
         ok = s_rep is not None and abs(s_rep - r.scale) <= SCALE_REL * r.scale and z_rep == r.zero_point
-        wrong = _ruler_numbers(ctx, rel, kind, rep, r) if rep else []  # interval, round trip, hidden layer
-        per["ruler_reported"].append((ok and not wrong, f"{kind}: reported scale {_g(s_rep)} / zero point {z_rep}, "
-                                      f"graph has {r.scale:.9g} / {r.zero_point}"
-                                      + "".join(f"; {m}" for m, _ in wrong),
-                                      [Evidence(f"{kind} input scale", s_rep, r.scale, SCALE_REL * r.scale, WHY_SCALE),
-                                       Evidence(f"{kind} zero point", z_rep, r.zero_point, 0, "an integer: exact")]
-                                      + [e for _, e in wrong]))
-        # the range the named calibration set implies
+        wrong = _ruler_numbers(ctx, f"{kind}.onnx", kind, rep, r)  # interval, round trip, hidden layer
+        return (ok and not wrong, f"{kind}: reported scale {_g(s_rep)} / zero point {z_rep}, "
+                f"graph has {r.scale:.9g} / {r.zero_point}" + "".join(f"; {m}" for m, _ in wrong),
+                [Evidence(f"{kind} input scale", s_rep, r.scale, SCALE_REL * r.scale, WHY_SCALE),
+                 Evidence(f"{kind} zero point", z_rep, r.zero_point, 0, "an integer: exact")] + [e for _, e in wrong])
+    return _row_check("ruler_reported", _rows(rulers, refused, False, judge))
+
+
+def _calibration_extra(ctx: Context, doc: dict, kind: str, calib) -> list[str]:
+    """What results.json says wrong of the set's range (lab.ruler.calibration_range, lesson 03's call) and of the
+    batches the reader serves it in (a reader lesson 02 already charged for its batches: a note, not a charge)."""
+    rep, extra = doc["sets"][kind], []
+    want_range = ruler.calibration_range(calib)
+    if not close(rep["calibration_range"], want_range, RANGE_REL * want_range):
+        extra.append(f"sets/{kind}/calibration_range is {_g(rep['calibration_range'])}, "
+                     f"lab.ruler.calibration_range gives {want_range:.6g}")
+    size, want_b = doc["settings"]["batch_size"], -(-len(calib) // doc["settings"]["batch_size"])
+    if rep["calibration_batches"] != want_b and reader_batches_charged(ctx):
+        ctx.notes.append(f"lesson 03: sets/{kind}/calibration_batches is {rep['calibration_batches']} where "
+                         f"batches of {size} give {want_b}, {reader_batches_charged(ctx)}")
+    elif rep["calibration_batches"] != want_b:
+        extra.append(f"sets/{kind}/calibration_batches is {rep['calibration_batches']}; {len(calib)} "
+                     f"images in batches of settings/batch_size {size} are {want_b}")
+    return extra
+
+
+def _range_seen(ctx: Context, doc: dict, rulers: dict, refused: dict):
+    """Row ``range_seen``: each model's ruler is the one its named calibration set implies, and the set reported
+    (hash, count, range, batches) is that set. Also the kinds calibrated on other data (charged here only)."""
+    other_data: set[str] = set()
+
+    def judge(kind, r):
+        rep = doc["sets"][kind]
         calib = data.calibration_set(kind)
         exp_scale, exp_zp = ruler.scale_zero_point(float(calib.min()), float(calib.max()), r.dtype)
         ok = abs(r.scale - float(exp_scale)) <= RANGE_REL * float(exp_scale) and r.zero_point == exp_zp
         if not ok:
             other_data.add(kind)
-        range_rep = number(value(rep, "range_seen"))
-        ev = []  # the model's own scale is not a number the student reported: the message names it
-        if range_rep is not None:
-            ev.append(Evidence(f"{kind} range seen (scale x {r.steps})", range_rep, r.range_seen,
-                               r.scale / 2, "scale/2: half a grid step"))
-            ok = ok and abs(range_rep - r.range_seen) <= r.scale / 2
-        # the calibration set reported (hash and count) is the one the lesson names
+        # the model's own scale is not a number the student reported: the message names it
+        ev = [Evidence(f"{kind} range seen (scale x {r.steps})", number(rep["range_seen"]), r.range_seen,
+                       r.scale / 2, "scale/2: half a grid step")]
+        ok = ok and abs(number(rep["range_seen"]) - r.range_seen) <= r.scale / 2
         prov_ok, prov_msg, prov_ev = provenance(kind, f"lab.data.calibration_set('{kind}')", calib,
-                                                value(rep, "calibration_sha256"), value(rep, "calibration_samples"))
+                                                rep["calibration_sha256"], rep["calibration_samples"])
         ev += prov_ev
-        # the set's range (lab.ruler.calibration_range, lesson 03's call) and the batches the reader serves it in
-        extra = []
-        want_range = ruler.calibration_range(calib)
-        if "calibration_range" in rep and not close(rep["calibration_range"], want_range, RANGE_REL * want_range):
-            extra.append(f"sets/{kind}/calibration_range is {_g(rep['calibration_range'])}, "
-                         f"lab.ruler.calibration_range gives {want_range:.6g}")
-        size = value(results_doc, "settings.batch_size")
-        if "calibration_batches" in rep and isinstance(size, int) and size > 0:
-            want_b = -(-len(calib) // size)
-            if rep["calibration_batches"] != want_b and reader_batches_charged(ctx):
-                ctx.notes.append(f"lesson 03: sets/{kind}/calibration_batches is {rep['calibration_batches']} where "
-                                 f"batches of {size} give {want_b}, {reader_batches_charged(ctx)}")
-            elif rep["calibration_batches"] != want_b:
-                extra.append(f"sets/{kind}/calibration_batches is {rep['calibration_batches']}; {len(calib)} "
-                             f"images in batches of settings/batch_size {size} are {want_b}")
+        extra = _calibration_extra(ctx, doc, kind, calib)
         if extra:
             prov_ok, prov_msg = False, "; ".join(([prov_msg] if prov_msg else []) + extra)
         msg = (f"{kind}: the ruler spans {r.range_seen:.4g}; the {kind} set implies {float(exp_scale) * r.steps:.4g}"
                + ("" if ok else f" -- calibrate with lab.data.calibration_set('{kind}')"))
         if not prov_ok:
             msg = prov_msg if ok else f"{msg}; {prov_msg}"
-        per["range_seen"].append((ok and prov_ok, msg, ev))
-        # max abs error on the evaluation set
-        err = compare.max_abs_error(fp32_outputs(), ctx.outputs(rel))
-        err_rep = number(value(rep, "max_abs_error", "error"))
-        ok = err_rep is not None and abs(err_rep - err) <= SOFTMAX_STEP
-        # the accuracy beside it: near-boundary policy (a sample within the grid of a tie may flip on another CPU)
+        return ok and prov_ok, msg, ev
+    return _row_check("range_seen", _rows(rulers, refused, False, judge)), other_data
+
+
+def _max_abs_error(ctx: Context, doc: dict, rulers: dict, refused: dict):
+    """Row ``max_abs_error``: each model's error against FP32 on the evaluation set, and the accuracy beside it
+    (near-boundary policy); the report's common fields and the fixture it measures for contrast, when wrong, cost
+    the first model's point that was right."""
+    x, labels = evaluation()
+
+    def judge(kind, r):
+        rel, rep = f"{kind}.onnx", doc["sets"][kind]
         probs = ctx.outputs(rel)
-        acc = float((probs.argmax(1) == evaluation()[1]).mean())
-        acc_rep, slack = number(value(rep, "accuracy")), len(near_boundary(probs)) / len(x)
-        acc_ok = acc_rep is None or abs(acc_rep - acc) <= slack + EPSILON  # lessons that report no accuracy: nothing
-        per["max_abs_error"].append((ok and acc_ok, f"{kind}: max abs error {err:.4f} on the {len(x)} evaluation "
-                                     f"images (reported {_g(err_rep)})"
-                                     + ("" if acc_ok else f", accuracy {acc:.4f} (reported {_g(acc_rep)})"),
-                                     [Evidence(f"{kind} max abs error", err_rep, err, SOFTMAX_STEP, WHY_OUTPUT),
-                                      Evidence(f"{kind} accuracy", acc_rep, acc, slack + EPSILON,
-                                               "near-boundary policy: samples whose top-2 margin is within the grid "
-                                               "may flip on another CPU")]))
-    # the report's inputs and the fixture it measures for contrast: one wrong field costs one model's point
-    wrong = common_claims(results_doc, "results.json") + _bad_calibration(results_doc)
-    if wrong:
-        for i, (ok, msg, ev) in enumerate(per["max_abs_error"]):
-            if ok:
-                per["max_abs_error"][i] = (False, f"{msg}; " + "; ".join(wrong), ev)
-                break
-    out = []
-    hints = {"quantized": "each of narrow.onnx, right.onnx, wide.onnx must be a QDQ model from quantize_static, "
-                          "with lesson 03's settings (lab.lessons.lesson03_narrow_right_wide.SETTINGS)",
-             "ruler_reported": "report the scale and zero point read back with lab.graph.input_ruler(model)",
-             "range_seen": "each model must be calibrated on its own named set",
-             "max_abs_error": "recompute with lab.compare.max_abs_error(fp32_out, int8_out) on the evaluation set, "
-                              "and the accuracy on the same images"}
-    for name, rows in per.items():
-        good = sum(ok for ok, _, _ in rows)
-        msg = "; ".join(m for ok, m, _ in rows if not ok or good == len(rows))
-        if good < len(rows):
-            msg = f"{len(rows) - good} of {len(rows)} wrong: {msg}. Expected: {hints[name]}"
-        out.append(check(PART, name, good / len(KINDS), msg, [e for _, _, evs in rows for e in evs]))
-    out.append(_diagnosis(ctx, results_doc, found, other_data))
-    out.append(_dynamic(ctx, results_doc))
-    return out
+        err, err_rep = compare.max_abs_error(fp32_outputs(), probs), number(rep["max_abs_error"])
+        ok = abs(err_rep - err) <= SOFTMAX_STEP
+        # a sample within the grid of a tie may flip on another CPU
+        acc, acc_rep, slack = float((probs.argmax(1) == labels).mean()), number(rep["accuracy"]), \
+            len(near_boundary(probs)) / len(x)
+        acc_ok = abs(acc_rep - acc) <= slack + EPSILON
+        return (ok and acc_ok, f"{kind}: max abs error {err:.4f} on the {len(x)} evaluation images (reported "
+                f"{_g(err_rep)})" + ("" if acc_ok else f", accuracy {acc:.4f} (reported {_g(acc_rep)})"),
+                [Evidence(f"{kind} max abs error", err_rep, err, SOFTMAX_STEP, WHY_OUTPUT),
+                 Evidence(f"{kind} accuracy", acc_rep, acc, slack + EPSILON,
+                          "near-boundary policy: samples whose top-2 margin is within the grid may flip on another "
+                          "CPU")])
+    rows = _rows(rulers, refused, False, judge)
+    wrong = common_claims(doc, "results.json") + _bad_calibration(doc)  # one wrong field costs one model's point
+    first_ok = next((i for i, (ok, _, _) in enumerate(rows) if ok), None)
+    if wrong and first_ok is not None:
+        ok, msg, ev = rows[first_ok]
+        rows[first_ok] = (False, f"{msg}; " + "; ".join(wrong), ev)
+    return _row_check("max_abs_error", rows)
+
+
+def run(ctx: Context) -> list:
+    """Lesson 03's six rubric rows, each from its own function, on the models read once."""
+    doc = ctx.doc("results.json")
+    rulers, refused = _load(ctx)
+    range_seen, other_data = _range_seen(ctx, doc, rulers, refused)
+    return [_quantized(ctx, doc, rulers, refused), _ruler_reported(ctx, doc, rulers, refused), range_seen,
+            _max_abs_error(ctx, doc, rulers, refused), _diagnosis(ctx, doc, rulers, other_data), _dynamic(ctx, doc)]
 
 
 def forbidden_settings(path, r, doc: dict, lesson: str = "03", wanted=SETTINGS) -> list[tuple[str, str]]:
@@ -192,26 +233,23 @@ def _ruler_numbers(ctx: Context, rel: str, kind: str, rep: dict, r) -> list[tupl
             "interval/1": (r.interval[1], SCALE_REL * r.range_seen, WHY_SCALE),
             "pixel_round_trip_max_error": (float(np.abs(ruler.round_trip(x, r.scale, r.zero_point) - x).max()),
                                            1e-6, "float32 rounding of one round trip")}
-    iv = value(rep, "interval")
-    iv = iv if isinstance(iv, list) and len(iv) == 2 else [None, None]
-    got = {"interval/0": iv[0], "interval/1": iv[1], "pixel_round_trip_max_error": value(rep, "pixel_round_trip_max_error")}
-    hidden_rep = value(rep, "hidden_layer")
-    if isinstance(hidden_rep, dict):
-        h = graph.input_ruler(ctx.model(rel), HIDDEN)
-        values = _hidden_values()
-        stats = ruler.ruler_stats(values, *h.interval)
-        for name, (w, tol, why) in {
-                "scale": (h.scale, SCALE_REL * h.scale, WHY_SCALE),
-                "zero_point": (int(h.zero_point), 0, "an integer: exact"),
-                "ruler_end": (h.interval[1], SCALE_REL * h.range_seen, WHY_SCALE),
-                "value_max": (float(values.max()), 1e-4 * float(values.max()), "FP32 arithmetic of another CPU"),
-                "clipped_fraction": (stats["clipped_fraction"], 1e-3, "a value within float rounding of the "
-                                                                      "ruler's end may fall either side"),
-                "mean_round_trip_error": (stats["mean_abs_error"], 1e-3 * h.scale, "float32 rounding")}.items():
-            want[f"hidden_layer/{name}"] = (w, tol, why)
-            got[f"hidden_layer/{name}"] = hidden_rep.get(name)
-        want["hidden_layer/tensor"] = (HIDDEN, 0, "the tensor lesson 03 reads")
-        got["hidden_layer/tensor"] = hidden_rep.get("tensor")
+    iv, hidden_rep = rep["interval"], rep["hidden_layer"]
+    got = {"interval/0": iv[0], "interval/1": iv[1], "pixel_round_trip_max_error": rep["pixel_round_trip_max_error"]}
+    h = graph.input_ruler(ctx.model(rel), HIDDEN)
+    values = _hidden_values()
+    stats = ruler.ruler_stats(values, *h.interval)
+    for name, (w, tol, why) in {
+            "scale": (h.scale, SCALE_REL * h.scale, WHY_SCALE),
+            "zero_point": (int(h.zero_point), 0, "an integer: exact"),
+            "ruler_end": (h.interval[1], SCALE_REL * h.range_seen, WHY_SCALE),
+            "value_max": (float(values.max()), 1e-4 * float(values.max()), "FP32 arithmetic of another CPU"),
+            "clipped_fraction": (stats["clipped_fraction"], 1e-3, "a value within float rounding of the "
+                                                                  "ruler's end may fall either side"),
+            "mean_round_trip_error": (stats["mean_abs_error"], 1e-3 * h.scale, "float32 rounding")}.items():
+        want[f"hidden_layer/{name}"] = (w, tol, why)
+        got[f"hidden_layer/{name}"] = hidden_rep[name]
+    want["hidden_layer/tensor"] = (HIDDEN, 0, "the tensor lesson 03 reads")
+    got["hidden_layer/tensor"] = hidden_rep["tensor"]
     wrong = []
     for field_, (w, tol, why) in want.items():
         rep_v = got[field_]
@@ -226,17 +264,15 @@ def _ruler_numbers(ctx: Context, rel: str, kind: str, rep: dict, r) -> list[tupl
 
 def _bad_calibration(doc: dict) -> list[str]:
     """results.json's numbers for the all-zero fixture (bad-calibration.onnx), recomputed on the evaluation set."""
-    rep = value(doc, "bad_calibration")
-    if not isinstance(rep, dict):
-        return []
+    rep = doc["bad_calibration"]
     probs = compare.predict(data.fixture_path("bad-calibration.onnx"), evaluation()[0])
     err = compare.max_abs_error(fp32_outputs(), probs)
     acc = float((probs.argmax(1) == evaluation()[1]).mean())
     slack = len(near_boundary(probs)) / len(probs) + EPSILON
     wrong = []
-    if "max_abs_error" in rep and not close(rep["max_abs_error"], err, SOFTMAX_STEP):
+    if not close(rep["max_abs_error"], err, SOFTMAX_STEP):
         wrong.append(f"bad_calibration/max_abs_error is {_g(rep['max_abs_error'])}, recomputed {err:.4f}")
-    if "accuracy" in rep and not close(rep["accuracy"], acc, slack):
+    if not close(rep["accuracy"], acc, slack):
         wrong.append(f"bad_calibration/accuracy is {_g(rep['accuracy'])}, recomputed {acc:.4f}")
     return wrong
 
@@ -245,13 +281,13 @@ def _fractions(doc: dict, kind: str, r) -> list[tuple[str, Evidence]]:
     """results.json's clipped_fraction and grid_used_fraction against lab.compare.diagnose on the model's ruler
     (lesson 03's call): (message, evidence) for each that is wrong."""
     d = compare.diagnose(r, evaluation()[0])
-    rep = entry(doc, kind, "models", "results", "rows", "sets") or {}
+    rep = doc["sets"][kind]
     wrong = []
     for name in ("clipped_fraction", "grid_used_fraction"):
         want = getattr(d, name)
-        if not close(value(rep, name), want, FRACTION_TOL):
-            wrong.append((f"sets/{kind}/{name} is {_g(value(rep, name))}, lab.compare.diagnose gives {want:.6g}",
-                          Evidence(f"{kind} {name}", number(value(rep, name)), want, FRACTION_TOL,
+        if not close(rep[name], want, FRACTION_TOL):
+            wrong.append((f"sets/{kind}/{name} is {_g(rep[name])}, lab.compare.diagnose gives {want:.6g}",
+                          Evidence(f"{kind} {name}", number(rep[name]), want, FRACTION_TOL,
                                    "lab.compare.diagnose on the same ruler and pixels")))
     return wrong
 
@@ -263,7 +299,7 @@ def _diagnosis(ctx: Context, doc: dict, rulers: dict, other_data: set[str] = fro
     x, _ = evaluation()
     ok_count, msgs, ev = 0.0, [], []
     for kind, expected in EXPECTED_DIAGNOSIS.items():
-        rep = value(entry(doc, kind, "models", "results", "rows", "sets") or {}, "diagnosis", "diagnosis.kind")
+        rep = doc["sets"][kind]["diagnosis"]
         got = compare.diagnose(rulers[kind], x).kind if kind in rulers else None
         if kind in other_data:
             ok_count += 1
@@ -299,10 +335,10 @@ def _dynamic(ctx: Context, doc: dict):
                      "quantize_dynamic")
     fmt = graph.quant_format(model)
     err = compare.max_abs_error(fp32_outputs(), ctx.outputs("dynamic.onnx"))
-    rec = value(doc, "dynamic") or {}
-    rep = number(value(rec, "max_abs_error", "error"))
-    ok = fmt == "dynamic" and rep is not None and abs(rep - err) <= SOFTMAX_STEP
-    same_file = value(rec, "model_sha256") in (None, ctx.sub.files.get("dynamic.onnx"))
+    rec = doc["dynamic"]
+    rep = number(rec["max_abs_error"])
+    ok = fmt == "dynamic" and abs(rep - err) <= SOFTMAX_STEP
+    same_file = rec["model_sha256"] == ctx.sub.files.get("dynamic.onnx")
     msg = (f"dynamic.onnx is a {fmt} model; max abs error {err:.4f} (reported {_g(rep)})"
            + ("" if same_file else "; results.json's dynamic/model_sha256 is not the hash of dynamic.onnx")
            + ("" if ok and same_file else ". Expected a quantize_dynamic model and its error in results.json under "

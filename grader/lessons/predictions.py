@@ -24,8 +24,8 @@ from grader.group import Group
 from lab import compare, convert, data, graph, kernels, ruler
 from lab.data import BATCH_SIZE, KINDS
 from lab.errors import LabError
+from lab.exercise import SETTINGS
 from lab.lessons import lesson01_the_ruler, lesson03_narrow_right_wide, lesson04_more_batches, lesson05_qdq_vs_qoperator
-from lab.lessons.lesson03_narrow_right_wide import SETTINGS
 from lab.lessons.lesson05_qdq_vs_qoperator import FORMAT_SETTINGS, quantize_both_formats
 from lab.lessons.lesson06_accept_or_reject import families
 from lab.lessons.lesson06_accept_or_reject.acceptance import CANDIDATE_SETTINGS

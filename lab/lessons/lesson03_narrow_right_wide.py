@@ -16,12 +16,9 @@ import numpy as np
 
 from lab import compare, convert, data, graph, kernels, predictions, ruler, tables
 from lab.data import BATCH_SIZE, KINDS, data_sha256, file_sha256
-from lab.errors import LabError
+from lab.exercise import SETTINGS, ExerciseCheckFailed
+from lab.report import header
 
-# the settings every conversion of lessons 03 and 04 uses: ORT's defaults spelled out (QDQ, signed 8 bits, one
-# scale per tensor, MinMax), so the only thing that changes between the three models is the calibration set
-SETTINGS = {"quant_format": "QDQ", "activation_type": "QInt8", "weight_type": "QInt8", "per_channel": False,
-            "calibrate_method": "MinMax"}
 HIDDEN = "relu1.out"  # the first hidden activation: continuous values, so a coarse ruler shows in its error
 BAD_CALIBRATION = "bad-calibration.onnx"  # the fixture calibrated on all-zero images
 
@@ -36,10 +33,6 @@ SETTING_WORDS = {"quant_format": "the format whose graph says where values are r
                  "extra_options": "ORT's defaults"}
 # lab.convert.quantize's other recorded settings, left at their defaults by every conversion of lessons 03-05
 OTHER_DEFAULTS = {"reduce_range": False, "nodes_to_exclude": [], "extra_options": {}}
-
-
-class ExerciseCheckFailed(LabError):
-    """A lesson's exercise did not produce what the lesson asked for; the message names the file and the rule."""
 
 
 def settings_problem(model: str, used: Mapping, wanted: Mapping = SETTINGS, lesson: str = "03",
@@ -124,11 +117,6 @@ def rounded_activations(model: str | Path) -> int:
     return ops.get("QuantizeLinear", 0) + ops.get("DynamicQuantizeLinear", 0)
 
 
-def evaluation_entry(evaluation: data.Split) -> dict:
-    """The ``evaluation`` block every lesson report carries: which images the numbers were measured on."""
-    return {"name": evaluation.name, "count": int(len(evaluation)), "sha256": data_sha256(evaluation.pixels)}
-
-
 def hidden_layer(model: str | Path, source: str | Path, x: np.ndarray, tensor: str = HIDDEN) -> dict:
     """The ruler ``model`` lays on ``tensor`` against the FP32 values it meets on ``x``: where it ends, the share
     of values it clips and their mean round-trip error."""
@@ -166,12 +154,8 @@ def results_report(work: str | Path, records: dict, evaluation: data.Split, refe
     x, labels = evaluation.pixels, evaluation.labels
     used = records["right"].settings
     return {
-        "schema": "results/1",
-        "lesson": "03_narrow_right_wide",
-        "source_sha256": file_sha256(source),
-        "versions": convert.versions(),
-        "settings": {**{k: used[k] for k in SETTINGS}, "batch_size": int(batch_size)},
-        "evaluation": evaluation_entry(evaluation),
+        **header("results/1", "03_narrow_right_wide", source,
+                 {**{k: used[k] for k in SETTINGS}, "batch_size": int(batch_size)}, evaluation),
         "fp32": {"accuracy": float(np.mean(reference.argmax(axis=1) == labels))},
         "sets": {kind: set_entry(work / f"{kind}.onnx", records[kind], data.calibration_set(kind), source, x, labels,
                                  reference) for kind in KINDS},

@@ -20,7 +20,8 @@ from lab.compare import scorecard
 from lab.convert import quantize
 from lab.data import Split, data_sha256, file_sha256
 from lab.errors import LabError, ReaderContractError
-from lab.lessons.lesson03_narrow_right_wide import SETTINGS, evaluation_entry
+from lab.exercise import SETTINGS
+from lab.report import header
 from lab.ruler import calibration_range
 
 Row = dict
@@ -198,12 +199,8 @@ def growth_report(source: str | Path, rows: list[Row], stream: np.ndarray, evalu
     they converted with. ``right_batches`` defaults to the right rows' batch counts. The verdict is recomputed
     from the rows."""
     return {
-        "schema": "growth/1",
-        "lesson": "04_more_batches",
-        "source_sha256": file_sha256(source),
-        "versions": convert.versions(),
-        "settings": {**{k: settings[k] for k in SETTINGS}, "batch_size": int(batch_size)},
-        "evaluation": evaluation_entry(evaluation),
+        **header("growth/1", "04_more_batches", source,
+                 {**{k: settings[k] for k in SETTINGS}, "batch_size": int(batch_size)}, evaluation),
         "folder": folder,
         "narrow_stream": {"max_batches": int(max_batches), "batch_size": int(batch_size), "seed": int(seed),
                           "sha256": data_sha256(stream)},

@@ -18,8 +18,9 @@ import numpy as np
 
 from lab import compare, convert, data, graph, predictions, tables
 from lab.data import BATCH_SIZE, Split, file_sha256
-from lab.lessons.lesson03_narrow_right_wide import (SETTINGS, ExerciseCheckFailed, evaluation_entry,
-                                                   graph_settings_problem, settings_problem)
+from lab.exercise import SETTINGS, ExerciseCheckFailed
+from lab.lessons.lesson03_narrow_right_wide import graph_settings_problem, settings_problem
+from lab.report import header
 
 # the settings lesson 03 used, except the format: both formats come from one calibration, so they differ only there
 FORMAT_SETTINGS = {k: v for k, v in SETTINGS.items() if k != "quant_format"}
@@ -241,13 +242,9 @@ def formats_report(source: str | Path, folder: str | Path, records: dict, evalua
     qdq, qop, cache = (folder / f"{stem}.{suffix}" for suffix in ("qdq.onnx", "qoperator.onnx", "calibration.json"))
     rec = records["QDQ"]
     return {
-        "schema": "formats/1",
-        "lesson": "05_qdq_vs_qoperator",
-        "source_sha256": file_sha256(source),
-        "versions": convert.versions(),
-        "settings": {"quant_format": "QDQ and QOperator", **{k: rec.settings[k] for k in FORMAT_SETTINGS},
-                     "batch_size": int(batch_size)},
-        "evaluation": evaluation_entry(evaluation),
+        **header("formats/1", "05_qdq_vs_qoperator", source,
+                 {"quant_format": "QDQ and QOperator", **{k: rec.settings[k] for k in FORMAT_SETTINGS},
+                  "batch_size": int(batch_size)}, evaluation),
         "calibration": {"set": CALIBRATION_SET, "cache": f"{folder.name}/{cache.name}",
                         "cache_sha256": file_sha256(cache), "samples": rec.calibration_samples,
                         "batches": rec.calibration_batches, "sha256": rec.calibration_sha256},
