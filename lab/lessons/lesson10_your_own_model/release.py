@@ -10,6 +10,7 @@ with lesson 07's ``judge`` (a condition FP32 itself reads below the floor is "no
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -40,7 +41,8 @@ FORMS = {  # the kernel-family table: the camera set, pre-processed, one form pe
     "per-channel QDQ + reduce_range": {"quant_format": "QDQ", "per_channel": True, "reduce_range": True},
     "per-channel QOperator (QLinearConv)": {"quant_format": "QOperator", "per_channel": True, "reduce_range": False},
 }
-_PREDICTED: dict[tuple, np.ndarray] = {}
+_PREDICTED: OrderedDict[tuple, np.ndarray] = OrderedDict()  # the latest outputs: a lesson's or a grader's models
+_KEEP = 96  # outputs kept (16 KB each): a release judged on both families takes 18 (FP32 and INT8 x 2 per condition)
 
 
 class ReleaseRefused(LabError, ValueError):
@@ -48,10 +50,14 @@ class ReleaseRefused(LabError, ValueError):
 
 
 def predict(model, x: np.ndarray, family: str) -> np.ndarray:
-    """``lab.compare.predict`` on the ``image`` input as ``family`` computes it, remembered per model bytes and data."""
+    """``lab.compare.predict`` on the ``image`` input as ``family`` computes it, remembered per model bytes and data
+    (the last ``_KEEP``: a lesson measures one model many times, and so does a grader that checks it twice)."""
     key = (file_sha256(model), data_sha256(x), family)
     if key not in _PREDICTED:
         _PREDICTED[key] = compare.predict(model, x, input_name=camera_path.INPUT, family=family)
+        while len(_PREDICTED) > _KEEP:
+            _PREDICTED.popitem(last=False)
+    _PREDICTED.move_to_end(key)
     return _PREDICTED[key]
 
 
