@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from grader import state as grader_state
+from grader import variants
 from grader.context import Context, Missing, StudentFileError, is_runtime_error, runtime_problem
 from grader.group import Group
 from grader.lessons import (
@@ -34,7 +35,7 @@ from grader.rubric import points, rubric
 from grader.sandbox.policy import Limits
 from grader.submission import SubmissionInvalid, open_submission, sha256_of_input, student_from_path
 from grader.version import __version__
-from lab import kernels
+from lab import kernels, variant
 from lab.environment import EnvironmentProblem
 from lab.errors import LabError, WorkspaceError
 
@@ -72,7 +73,9 @@ def planned_runs(ctx: Context) -> list:
     return runs
 
 
-def run_groups(ctx: Context) -> list:
+def run_groups(ctx: Context, finding: variants.Finding | None = None) -> list:
+    """Every group's checks; a ``finding`` of another student's variant scores 0 each check that read a model or
+    report (``grader.variants.foreign``)."""
     checks = []
     for group in GROUPS:
         missing = [rel for rel in group.needs if not ctx.has(rel)]
@@ -93,6 +96,8 @@ def run_groups(ctx: Context) -> list:
                 got = group.failed(f"the grader could not check this ({type(e).__name__}: "
                                    f"{safe_text(e, 500)}). This is the grader's fault, not a problem "
                                    "found in your files: tell your instructor")
+        if finding is not None and finding.foreign:
+            got = variants.foreign(got, ctx.touched or list(group.needs), ctx.sub.student)
         checks += got
     return checks
 
@@ -146,6 +151,16 @@ def kernel_family_note(recorded: str | None) -> tuple[str, str]:
     return text, family
 
 
+def variant_notes(finding: variants.Finding, student: str) -> list[str]:
+    """The feedback's line on the variant, when the files are not the student's own (never whose they are)."""
+    if finding.foreign:
+        return ["your hand-in's files were made for another student's variant of the lab's data, not yours: every "
+                "check that reads one of its models or reports scores 0"]
+    if finding.made_for is None and finding.own is not None:
+        return [variants.REFERENCE_NOTE.format(student=student)]
+    return []
+
+
 def grade(path: str | Path, limits: Limits | None = None,
           state: grader_state.GraderState | None = None) -> GradeResult:
     """Grade one submission (a zip or a folder) with ``state`` (default ``grader.state.current()``); ``limits``
@@ -170,17 +185,20 @@ def _grade(path: Path, limits: Limits, state: grader_state.GraderState) -> Grade
         except (SubmissionInvalid, ModelRefused) as e:
             return GradeResult.without_results(student, "invalid", str(e), seconds=time.monotonic() - start,
                                                **common)
-        state.runs.plan(planned_runs(ctx))  # past intake: its code runs in the sandbox while lessons are checked
+        finding = variants.made_for(sub)  # whose variant of the lab's data the files were made for
         family_note, family = kernel_family_note(sub.kernel_family)
-        with kernels.computing_as(family):
-            checks = run_groups(ctx)
-        notes = list(sub.notes) + [family_note] + list(ctx.notes)
+        with variant.using(*finding.grade_under):
+            state.runs.plan(planned_runs(ctx))  # past intake: its code runs in the sandbox while lessons are checked
+            with kernels.computing_as(family):
+                checks = run_groups(ctx, finding)
+        notes = list(sub.notes) + [family_note] + variant_notes(finding, sub.student) + list(ctx.notes)
         if sub.student != student:
             notes.append(f"submission.json names student {sub.student!r}; the file is named {student!r}")
         status = "timeout" if ctx.timed_out else "graded"
         reason = ("student code hit its time limit; the checks that needed it scored 0"
                   if ctx.timed_out else "")
-        return GradeResult(student, status, checks, reason, notes, seconds=time.monotonic() - start, **common)
+        return GradeResult(student, status, checks, reason, notes, seconds=time.monotonic() - start,
+                           instructor=finding.instructor(), **common)
     except Exception as e:  # noqa: BLE001 - the grader's own failure is a status, not a crash
         return GradeResult.without_results(student, "error", f"the grader failed: {type(e).__name__}: {e}",
                                            seconds=time.monotonic() - start, **common)

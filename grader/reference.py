@@ -264,10 +264,11 @@ def _predictions(work: Path) -> None:
         predictions.record(work, question, run_solution(notebook, variable, KINDS=data.KINDS))
 
 
-def build(work_dir: str | Path, growth_counts=GROWTH_COUNTS) -> Path:
+def build(work_dir: str | Path, growth_counts=GROWTH_COUNTS, student: str | None = None) -> Path:
     """Write a complete, correct workspace for lessons 00-07 and 10 into ``work_dir`` and return its path
-    (lessons 08 and 09 are left out: see the module's docstring)."""
-    work = workspace.make_workspace(work_dir)
+    (lessons 08 and 09 are left out: see the module's docstring). ``student``: lesson 00's ``STUDENT_ID``, whose
+    variant of the data it is made with (``lab.variant``; None: the reference variant)."""
+    work = workspace.make_workspace(work_dir, student=student)
     this = sys.modules[__name__]  # attribute access goes through __getattr__, so a source a test assigned wins
     (work / "calibration_reader.py").write_text(this.READER_SOURCE)
     (work / "metrics.py").write_text(this.METRICS_SOURCE)

@@ -157,6 +157,9 @@ class GradeResult:
     submission_sha256: str = ""
     seconds: float = 0.0
     possible: float = 0.0  # the points on offer, for a result that holds no checks (refused, grader failed)
+    # For the instructor only, never in the feedback: whose variant of the lab's data the files were made for
+    # (grader.variants), ...
+    instructor: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.status not in STATUSES:
@@ -196,7 +199,8 @@ class GradeResult:
                 "lab_version": lab_version, "submission_sha256": self.submission_sha256,
                 "seconds": round(self.seconds, 3),
                 "parts": {k: {"points": p, "max_points": m} for k, (p, m) in self.parts().items()},
-                "checks": [c.to_dict() for c in self.checks]}
+                "checks": [c.to_dict() for c in self.checks],
+                **({"instructor": self.instructor} if self.instructor else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "GradeResult":
@@ -205,7 +209,7 @@ class GradeResult:
                          for e in c.get("evidence", [])], c.get("hidden", False)) for c in d.get("checks", [])]
         return cls(d["student"], d["status"], checks, d.get("reason", ""), d.get("notes", []),
                    d.get("grader_version", ""), d.get("submission_sha256", ""), d.get("seconds", 0.0),
-                   0.0 if checks else d.get("max_score", 0.0))
+                   0.0 if checks else d.get("max_score", 0.0), d.get("instructor", {}))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False, allow_nan=False)

@@ -13,7 +13,8 @@ A ``Reuse`` is the ``lab.cache`` of one grading worker (``grader.state.GraderSta
   (``lab.data.load_split``, which read the ``.npz`` again on each of about 40 calls per hand-in), the three
   calibration sets and what ``kept``/``per_worker`` hold (the evaluation split's read-only pixels, the FP32
   outputs). Each caller gets its own copy of the arrays, so nothing a check does to one reaches the next
-  hand-in; keys hold the fixture file's size and mtime.
+  hand-in; keys hold the fixture file's size and mtime, and the student's variant (``lab.variant``: the
+  calibration split and everything made from it are each student's own).
 - A prediction is keyed by its model (a path is looked up among the fixtures once per hand-in) and its pixels'
   digest; a read-only array that owns its data (the evaluation split's pixels) is hashed once per worker.
 - ``lab.schemas.validate`` checks one document against one schema once per hand-in: intake validates every
@@ -39,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from lab import cache, data, kernels
+from lab import cache, data, kernels, variant
 
 READ_ONLY_KEPT = 16  # read-only arrays whose digest a worker remembers (the evaluation split's pixels among them)
 
@@ -190,13 +191,13 @@ class Reuse:
                                                                              family)).copy()
 
     def _load_split(self, compute, name: str) -> data.Split:
-        key = (name, _file_key(data.fixture_path(f"{name}.npz")))
+        key = (name, _file_key(data.fixture_path(f"{name}.npz")), variant.current())  # the variant's split
         return _split_copy(self._stored(cache.LOAD_SPLIT, self.splits, key, lambda: compute(name)))
 
     def _calibration_set(self, compute, kind: str, raw) -> np.ndarray:
         if raw is not None or kind not in data.CALIBRATION_SETS:
             return compute(kind, raw)
-        key = (kind, _file_key(data.fixture_path("calibration.npz")))
+        key = (kind, _file_key(data.fixture_path("calibration.npz")), variant.current())
         return self._stored(cache.CALIBRATION_SET, self.sets, key, lambda: compute(kind, None)).copy()
 
     def _fixtures_dir(self, compute) -> Path:
@@ -232,6 +233,7 @@ def per_worker(fn: Callable[..., Any]) -> Callable[..., Any]:
         reuse = cache.current()
         if not isinstance(reuse, Reuse):
             return fn(*args)
-        return reuse.kept((fn.__module__, fn.__qualname__, args), lambda: fn(*args))
+        # keyed by the variant too: a worker grades hand-ins of many students' variants (lab.variant)
+        return reuse.kept((fn.__module__, fn.__qualname__, args, variant.current()), lambda: fn(*args))
 
     return once

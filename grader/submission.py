@@ -70,6 +70,17 @@ class Submission:
         return rel in self.files
 
     @property
+    def variant(self) -> str | None:
+        """The student id whose variant of the lab's data the workspace holds (``lab.variant``), as
+        ``submission.json`` claims it; None: the reference variant (the field is absent)."""
+        return self.manifest.get("variant")
+
+    @property
+    def variant_draw(self) -> int | None:
+        """The draw of that variant (``lab.variant``), as ``submission.json`` claims it."""
+        return self.manifest.get("variant_draw")
+
+    @property
     def kernel_family(self) -> str | None:
         """The INT8 kernel family the hand-in was made with (``lab.kernels``), or None if not recorded."""
         return self.manifest.get("kernel_family")

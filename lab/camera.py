@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lab import data, variant
 from lab.data import fixture_path
 
 FRAME = 32          # the sensor frame: FRAME x FRAME uint8
@@ -102,10 +103,24 @@ class Frames:
         return preprocess(self.frames)
 
 
+# The seed fixtures.build_cnn shot the calibration frames with (its SEED + 1): a student's variant (lab.variant) shoots
+# its own calibration digits so, and the reference variant's shot is byte for byte cnn-calibration.npz
+CALIBRATION_SHOT_SEED = 20261131
+
+
 def load_split(name: str) -> Frames:
-    """The CNN fixture's ``calibration``, ``evaluation`` or ``heldout`` frames."""
+    """The CNN fixture's ``calibration``, ``evaluation`` or ``heldout`` frames.
+
+    ``calibration``: the frames of the current variant's calibration digits (``lab.data.load_split``), shot as
+    deployed; for the reference variant, the committed frames."""
     if name not in SPLITS:
         raise ValueError(f"unknown split {name!r}; expected one of {list(SPLITS)}")
+    if name == "calibration" and variant.current() is not None:
+        digits = data.load_split("calibration")
+        with np.load(fixture_path("cnn-calibration.npz")) as f:
+            n = len(f["labels"])
+        assert len(digits) == n, "a variant's calibration split has the reference's size"
+        return Frames(name, render(digits.raw, CALIBRATION_SHOT_SEED), digits.labels, digits.index)
     with np.load(fixture_path(f"cnn-{name}.npz")) as f:
         return Frames(name, f["frames"], f["labels"], f["index"])
 

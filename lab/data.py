@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lab import cache
+from lab import cache, variant
 
 
 class FixturesNotFound(FileNotFoundError):
@@ -94,14 +94,29 @@ def fixture_path(name: str) -> Path:
     return path
 
 
+POOL = "calibration-pool"  # the FP32 model's training images, which variants draw their calibration split from
+
+
 def load_split(name: str) -> Split:
-    """Load ``calibration``, ``evaluation`` or ``heldout`` from the fixtures (through the current ``lab.cache``)."""
+    """Load ``calibration``, ``evaluation`` or ``heldout`` from the fixtures (through the current ``lab.cache``).
+
+    ``calibration`` is the current variant's (``lab.variant``): the committed split for the reference variant, else
+    the variant's 360 images of the pool. Evaluation and held-out are the same for every variant.
+    """
     return cache.through(cache.LOAD_SPLIT, _load_split, name)
 
 
 def _load_split(name: str) -> Split:
-    with np.load(fixture_path(f"{name}.npz")) as f:
-        return Split(name, f["raw"], f["labels"], f["index"])
+    v = variant.current() if name == "calibration" else None
+    if v is None:
+        with np.load(fixture_path(f"{name}.npz")) as f:
+            return Split(name, f["raw"], f["labels"], f["index"])
+    with np.load(fixture_path(f"{POOL}.npz")) as f:
+        raw, labels, index = f["raw"], f["labels"], f["index"]
+    with np.load(fixture_path("calibration.npz")) as f:
+        n = len(f["labels"])
+    pos = variant.positions(v, len(labels), n)
+    return Split(name, raw[pos], labels[pos], index[pos])
 
 
 def preprocess(raw: np.ndarray) -> np.ndarray:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import sys
@@ -9,17 +10,23 @@ import tempfile
 import traceback
 from pathlib import Path
 
+from lab import variant
 from lab.data import file_sha256, fixture_path
 from lab.errors import WorkspaceError
 
 DEFAULT_WORK_DIR = "workspace"
+VARIANT_FILE = "variant.json"  # the student id whose variant of the data this workspace holds (lesson 00 writes it)
 
 
-def make_workspace(work_dir: str | Path = DEFAULT_WORK_DIR) -> Path:
+def make_workspace(work_dir: str | Path = DEFAULT_WORK_DIR, student: str | None = None) -> Path:
     """Create ``work_dir`` (if needed), prove it is writable, and copy the FP32 model in as ``source.onnx``.
 
     Conversions always read ``source.onnx``: ONNX Runtime's converter writes temporary
     files next to its input, so it must never run on the fixture in place.
+
+    ``student`` (lesson 00's ``STUDENT_ID``) is recorded in ``VARIANT_FILE`` the first time; every lesson's call
+    then makes the lab's data this student's variant (``lab.variant``) for the rest of the notebook. A workspace
+    with no id recorded is the instructor's reference variant.
     """
     work = Path(work_dir).expanduser().resolve()
     try:
@@ -29,8 +36,55 @@ def make_workspace(work_dir: str | Path = DEFAULT_WORK_DIR) -> Path:
     except OSError as e:
         raise WorkspaceError(f"WORK_DIR {str(work)!r} cannot be written ({e.strerror or e}); "
                              "set WORK_DIR in the parameters cell to a folder you own") from None
+    if student:
+        record_student(work, student)
+    variant.activate(*(recorded_variant(work) or (None,)))
     source_model(work)
     return work
+
+
+def record_student(work: str | Path, student: str) -> Path:
+    """Write ``work/VARIANT_FILE`` naming ``student``, once: a workspace holds one student's variant."""
+    path = Path(work) / VARIANT_FILE
+    try:
+        variant.key(student)
+    except ValueError as e:
+        raise WorkspaceError(f"STUDENT_ID in lesson 00's parameters cell: {e}") from None
+    before = recorded_student(work)
+    if path.exists() and before != student:
+        raise WorkspaceError(f"{path} records student {before!r}: this workspace holds that student's variant of the "
+                             f"data. Use a new WORK_DIR for {student!r} (or delete {path.name} and every file the "
+                             "lessons wrote there, then run the lessons again from lesson 00)")
+    if not path.exists():
+        made = sorted(p.relative_to(work).as_posix() for p in Path(work).rglob("*")
+                      if p.suffix in (".onnx", ".json") and p.name != "source.onnx" and not p.name.startswith("."))
+        if made:
+            raise WorkspaceError(f"{Path(work)} already holds {made[0]} (and {len(made) - 1} more files) that lessons "
+                                 f"wrote with the instructor's reference data, before any STUDENT_ID was given: use a "
+                                 f"new WORK_DIR for {student!r}, and run the lessons there from lesson 00")
+        _, draw = variant.key(student)  # type: ignore[misc]  # a student id (checked above): never the reference
+        atomic_write_text(path, json.dumps({"schema": "variant/1", "student": student, "draw": draw}, indent=2) + "\n")
+    return path
+
+
+def recorded_variant(work: str | Path) -> variant.Variant | None:
+    """The (student id, draw) ``work/VARIANT_FILE`` records, or None (no file: the reference variant)."""
+    path = Path(work) / VARIANT_FILE
+    if not path.exists():
+        return None
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        v = variant.key(doc["student"], doc["draw"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise WorkspaceError(f"{path}: fields 'student' and 'draw' should be what lesson 00 recorded ({e}); "
+                             "delete the file and run lesson 00 again with STUDENT_ID set") from None
+    return v
+
+
+def recorded_student(work: str | Path) -> str | None:
+    """The student id ``work/VARIANT_FILE`` records, or None."""
+    v = recorded_variant(work)
+    return None if v is None else v[0]
 
 
 def source_model(work: str | Path) -> Path:

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from functools import lru_cache
 from pathlib import Path
 
 from grader.context import Context, check, evaluation, fp32_outputs
 from grader.group import Group
-from lab import compare, convert, data, graph, kernels, ruler
+from lab import compare, convert, data, graph, kernels, ruler, variant
 from lab.data import BATCH_SIZE, KINDS
 from lab.errors import LabError
 from lab.exercise import SETTINGS
@@ -44,7 +43,7 @@ WHERE = " (measured on the lesson's sets and the fixture, not on your files)"  #
 
 # ----- the lesson's truth: pure, from the named sets ------------------------------------------------------
 
-@lru_cache(maxsize=1)
+@variant.lru_cache(maxsize=1)  # each student's variant has its own
 def lesson_rulers() -> dict:
     """Lesson 03: the input ruler MinMax lays on each named set (its min and max, widened to include 0)."""
     sets = {kind: data.calibration_set(kind) for kind in KINDS}
@@ -59,7 +58,7 @@ def _source(tmp: str) -> Path:
     return Path(shutil.copy(data.fixture_path("fp32.onnx"), tmp))
 
 
-@lru_cache(maxsize=1)
+@variant.lru_cache(maxsize=1)  # each student's variant has its own
 def _growth_models() -> dict:
     """Lesson 04's series as the lesson runs it (its stream, counts and settings): (kind, batches) -> model.
 
@@ -80,7 +79,7 @@ def _growth_models() -> dict:
     return models
 
 
-@lru_cache(maxsize=4)
+@variant.lru_cache(maxsize=4)  # each student's variant has its own
 def lesson_growth(family: str) -> tuple[dict, dict, float]:
     """Lesson 04 as CPUs of ``family`` compute it: narrow and right max abs errors per batch count, and the
     range the largest narrow calibration sees."""
@@ -93,7 +92,7 @@ def lesson_growth(family: str) -> tuple[dict, dict, float]:
     return errors["narrow"], errors["right"], largest
 
 
-@lru_cache(maxsize=1)
+@variant.lru_cache(maxsize=1)  # each student's variant has its own
 def lesson_formats() -> tuple[dict, bool]:
     """Lesson 05: both formats from one calibration of the 'right' set: file bytes per format, and whether their
     input rulers are the same. Sizes and rulers do not depend on the kernel family."""
@@ -106,7 +105,7 @@ def lesson_formats() -> tuple[dict, bool]:
     return sizes, len({(r.scale, r.zero_point) for r in rulers}) == 1
 
 
-@lru_cache(maxsize=1)
+@variant.lru_cache(maxsize=1)  # each student's variant has its own
 def lesson_cures() -> list:
     """Lesson 06: the candidate's settings changed one at a time (``families.VARIANTS``), calibrated on the 'right'
     set, each on the evaluation images as both kernel families compute it (``families.cures_table``): whether its
@@ -119,7 +118,7 @@ def lesson_cures() -> list:
         return families.cures_table(source, paths, x, labels)
 
 
-@lru_cache(maxsize=1)
+@variant.lru_cache(maxsize=1)  # each student's variant has its own
 def lesson_draft_verdicts() -> list:
     """Lesson 07: the daylight draft's verdicts on the tuning images, with exact int32 arithmetic (the question's own
     terms, so one answer is right on every kernel family). The draft as the lesson builds it: per-channel QDQ,

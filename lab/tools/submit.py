@@ -6,7 +6,8 @@ Only files the lessons write are taken: never the fixtures (``source.onnx`` is a
 never anything outside the workspace, never a symbolic link.
 
 It refuses only what the grader could not take: no workspace, a workspace with none of the lessons' files,
-an empty file, a symbolic link, a file over the size cap, a student id it cannot use. A lesson whose files
+an empty file, a symbolic link, a file over the size cap, a student id it cannot use, a workspace lesson 00 made
+for another student id (``variant.json``: its data is that student's variant, ``lab.variant``). A lesson whose files
 are missing does not stop the hand-in: the command names each such lesson and says that the grader scores
 the checks that need those files 0 (the grader says the same in its feedback).
 """
@@ -21,7 +22,7 @@ import zipfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from lab import __version__, contract, schemas
+from lab import __version__, contract, schemas, variant, workspace
 from lab.contract import MAX_FILE_BYTES
 from lab.convert import versions
 from lab.data import file_sha256
@@ -62,8 +63,11 @@ def collect(work: Path) -> dict[str, Path]:
     return files
 
 
-def manifest(student: str, files: dict[str, Path]) -> dict:
-    return {"schema": "submission/1", "student": student,
+def manifest(student: str, files: dict[str, Path], made_for: variant.Variant | None = None) -> dict:
+    """``submission.json``; ``made_for``: the (student id, draw) whose variant of the data the workspace holds (None:
+    the instructor's reference variant, and no ``variant`` field)."""
+    made = {"variant": made_for[0], "variant_draw": made_for[1]} if made_for else {}
+    return {"schema": "submission/1", "student": student, **made,
             "submitted_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "lab_version": __version__, "versions": versions(), "platform": platform.platform(),
             "kernel_family": target_family(),
@@ -84,14 +88,30 @@ def unfinished(files: dict[str, Path]) -> list[str]:
             and STUB in files[rel].read_text(encoding="utf-8", errors="replace")]
 
 
+def recorded_variant(work: Path, student: str) -> variant.Variant | None:
+    """The id lesson 00 recorded in the workspace (None: none, the reference variant); refused when it is not
+    ``student``'s: the grader recomputes every number from the hand-in's own id."""
+    try:
+        made_for = workspace.recorded_variant(work)
+    except LabError as e:
+        raise SubmitError(str(e)) from None
+    if made_for is not None and made_for[0] != student:
+        who = made_for[0]
+        raise SubmitError(f"this workspace ({work}) was made for student {who!r} ({workspace.VARIANT_FILE}): its "
+                          f"models are that student's variant, and the grader recomputes {student!r}'s. Hand it in "
+                          f"as {who!r}, or run the lessons in a new WORK_DIR with STUDENT_ID = {student!r}")
+    return made_for
+
+
 def submit(student: str, work_dir: str | Path = "workspace", out_dir: str | Path = ".") -> Path:
     """Write ``out_dir/<student>.zip`` from the workspace and return its path."""
     if not STUDENT_ID.fullmatch(student or ""):
         raise SubmitError(f"student id {student!r}: use letters, digits, '_', '.' or '-' (at most 64), "
                           "starting with a letter or digit")
     work = Path(work_dir).expanduser().resolve()
+    made_for = recorded_variant(work, student)
     files = collect(work)
-    doc = schemas.validate("submission", manifest(student, files), "submission.json")
+    doc = schemas.validate("submission", manifest(student, files, made_for), "submission.json")
     out = Path(out_dir).expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)
     target = out / f"{student}.zip"
@@ -126,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
         doc = json.loads(zf.read("submission.json"))
     n = len(doc["files"])
     print(f"wrote {path} ({n} file{'' if n == 1 else 's'} from {work.resolve()}); hand in this zip as it is")
+    if "variant" not in doc and variant.key(args.student) is not None:
+        print(f"note: this workspace holds the instructor's reference data, not {args.student!r}'s own variant (lesson "
+              "00 ran with STUDENT_ID empty); your instructor sees that in the grade", file=sys.stderr)
     missing = contract.missing_by_lesson(doc["files"])
     if missing:
         print("not in the workspace yet, so the grader will score the checks that need them 0 "

@@ -1,0 +1,128 @@
+"""Whose variant of the lab's data a hand-in was made for (``lab.variant``), and what a foreign one costs.
+
+The grader recomputes every check under the hand-in's own variant: the one its student id selects. A hand-in made
+for another variant (a classmate's workspace handed in under one's own id) is told apart by its own files, not by
+what ``submission.json`` claims: the reports the lessons write carry the SHA-256 of the calibration sets they were
+calibrated on (lesson 03's ``results.json``, lesson 05's ``formats.json``, ...), and each variant's sets have their
+own. The variants tried are the hand-in's own, the one ``submission.json`` names (``variant``, from the workspace's
+``variant.json``) and the reference; the own wins when its sets are named at all (a report with an honest mistake
+beside it is the student's own). A hand-in whose reports give calibration hashes (``calibration_sha256``) none of
+which is a set of those variants was made for another student's, whose the grader cannot say (``UNKNOWN``: a copy
+whose ``variant.json`` was deleted or edited); one whose reports give none is taken at ``submission.json``'s word.
+
+Every check that reads one of a foreign hand-in's models or reports scores 0 (``foreign``), with feedback that says
+the files were made for another student's variant; whose is for the instructor only (``GradeResult.instructor``).
+The reference variant is the instructor's (no id): a hand-in made with it under a student's id is graded as made,
+and flagged to the student and the instructor (every reference hand-in is the same bytes, so copies of one cannot
+be told apart).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from grader.results import Check
+from grader.submission import Submission
+from lab import data, variant
+from lab.schemas import loads
+
+UNKNOWN = "unknown"  # made for a variant none of those tried: another student's, whose the grader cannot say
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+ARTIFACT_SUFFIXES = (".onnx", ".json")  # what a lesson writes from the data; the student's modules are code
+
+FOREIGN_MESSAGE = ("0 points: the files this check reads ({files}) were made for another student's variant of the "
+                   "lab's data, not for yours: every model and report is recomputed from your own id's calibration "
+                   "images. Run the lessons in your own workspace (lesson 00 with STUDENT_ID = {student!r}), "
+                   "then hand in again")
+REFERENCE_NOTE = ("your files were made with the instructor's reference data, not your own variant (lesson 00 ran "
+                  "with STUDENT_ID empty); they are graded as made, and your instructor sees this. Next time set "
+                  "STUDENT_ID = {student!r} in lesson 00 in a new workspace")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Whose variant the hand-in's files were made for, and the variant its checks are recomputed under."""
+
+    own: variant.Variant | None  # the hand-in's own (its student id's; None: the reference)
+    made_for: variant.Variant | str | None  # None: the reference; UNKNOWN: another student's the grader cannot name
+    evidence: str  # how it was told, for the instructor
+
+    @property
+    def foreign(self) -> bool:
+        """Made for another student's variant than the hand-in's own (the reference is not another student's)."""
+        return self.made_for is not None and self.made_for != self.own
+
+    @property
+    def grade_under(self) -> tuple:
+        """``variant.using``'s arguments for the checks: the reference for a reference hand-in, else the own."""
+        return (None,) if self.made_for is None or self.own is None else self.own
+
+    def instructor(self) -> dict:
+        """The result's instructor-only fields (never in the student's feedback)."""
+        def name(v) -> str:
+            return variant.REFERENCE if v is None else v if isinstance(v, str) else f"{v[0]}" + (
+                f" (draw {v[1]})" if v[1] else "")
+
+        return {"variant": {"own": name(self.own), "made_for": name(self.made_for), "evidence": self.evidence}}
+
+
+def fingerprints(v: variant.Variant | None) -> frozenset[str]:
+    """The SHA-256 of the calibration split's pixels and of each calibration set in variant ``v``."""
+    with variant.using(*(v or (None,))):
+        sets = [data.calibration_set(kind) for kind in data.KINDS] + [data.load_split("calibration").pixels]
+        return frozenset(data.data_sha256(x) for x in sets)
+
+
+def reported_hashes(sub: Submission) -> tuple[set[str], set[str]]:
+    """Every SHA-256 string anywhere in the hand-in's JSON files (already validated at intake), and those of them
+    given as a ``calibration_sha256``."""
+    found: set[str] = set()
+    calibration: set[str] = set()
+
+    def walk(node: object, name: str = "") -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, str(k))
+        elif isinstance(node, list):
+            for v in node:
+                walk(v, name)
+        elif isinstance(node, str) and _SHA256.match(node):
+            found.add(node)
+            if name.endswith("calibration_sha256"):
+                calibration.add(node)
+
+    for rel in sub.files:
+        if rel.endswith(".json"):
+            walk(loads(sub.path(rel).read_text(encoding="utf-8")))
+    return found, calibration
+
+
+def made_for(sub: Submission) -> Finding:
+    """Whose variant ``sub``'s files were made for (see the module docstring)."""
+    claimed = variant.key(sub.variant, sub.variant_draw or 0) if sub.variant else None
+    own = claimed if claimed is not None and claimed[0] == sub.student else variant.key(sub.student)
+    tried = list(dict.fromkeys([own, claimed, None]))
+    hashes, calibration = reported_hashes(sub)
+    hits = [v for v in tried if hashes & fingerprints(v)]
+    if not hits and calibration:
+        return Finding(own, UNKNOWN, "another student's variant: its reports' calibration hashes are no set of "
+                                     + ", ".join(variant.describe(v) for v in tried))
+    who = own if own in hits else hits[0] if hits else claimed
+    how = ("its reports' calibration hashes" if hits else
+           "submission.json's variant field (no report gives a calibration hash)")
+    return Finding(own, who, f"{variant.describe(who)}, by {how}")
+
+
+def is_artifact(rel: str) -> bool:
+    """A model or report (what the data made), not the student's code."""
+    return rel.endswith(ARTIFACT_SUFFIXES)
+
+
+def foreign(checks: list[Check], files: list[str], student: str) -> list[Check]:
+    """A group's checks when the hand-in is foreign: each scores 0 if the group read a model or report."""
+    read = list(dict.fromkeys(f for f in files if is_artifact(f)))
+    if not read:
+        return checks
+    shown = ", ".join(read[:4]) + (" ..." if len(read) > 4 else "")
+    message = FOREIGN_MESSAGE.format(files=shown, student=student)
+    return [replace(c, points=0.0, message=message, evidence=[]) for c in checks]

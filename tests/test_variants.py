@@ -1,0 +1,200 @@
+"""Per-student variants (lab.variant, grader.variants): every hand-in the student's own.
+
+The slow test builds 20 students' reference hand-ins (grader.reference.build: lessons 00-07 and 10 from the
+instructor notebooks' solutions), each with the first draw the instructor's tool picks (grader.variant_draws), on
+both kernel families (the other one computed by the lab's emulation, as LAB_KERNEL_FAMILY does for a run), grades
+each, and compares every model file between students. A copy of one of them handed in under another id loses
+every check that reads a model or report, and its feedback never names whose files they were.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from grader import core, reference, variant_draws, variants
+from grader.state import GraderState
+from lab import camera, data, kernels, variant, workspace
+from lab.errors import WorkspaceError
+from lab.tools.submit import SubmitError, submit
+
+STUDENTS = tuple(f"student{i:02d}" for i in range(20))
+
+
+# ----- the data: quick -------------------------------------------------------------------------------------------
+
+def test_reference_variant_is_the_committed_split():
+    with np.load(data.fixture_path("calibration.npz")) as f:
+        committed = f["raw"].copy()
+    for student in (None, "", variant.REFERENCE, "headless-run"):
+        with variant.using(student):
+            assert variant.current() is None
+            assert np.array_equal(data.load_split("calibration").raw, committed)
+            assert np.array_equal(camera.load_split("calibration").frames,
+                                  np.load(data.fixture_path("cnn-calibration.npz"))["frames"])
+
+
+def test_a_variant_is_its_own_360_training_images():
+    pool = np.load(data.fixture_path("calibration-pool.npz"))
+    held = {int(i) for name in ("evaluation", "heldout") for i in data.load_split(name).index}
+    assert held.isdisjoint(int(i) for i in pool["index"])  # never an evaluation or held-out image
+    reference_index = data.load_split("calibration").index
+    seen = set()
+    for student in STUDENTS[:5]:
+        with variant.using(student):
+            split = data.load_split("calibration")
+            again = data.load_split("calibration")
+            frames = camera.load_split("calibration")
+        assert len(split) == len(reference_index) == 360
+        assert np.array_equal(split.raw, again.raw)  # the same id, the same images
+        assert set(split.index.tolist()) <= set(pool["index"].tolist())
+        assert not np.array_equal(split.index, reference_index)
+        assert np.array_equal(frames.index, split.index)  # lesson 10 shoots the same digits
+        seen.add(split.index.tobytes())
+    assert len(seen) == 5
+    with variant.using("student00", 1), variant.using("student00") as v0:
+        assert v0 == ("student00", 0)
+    assert variant.seed(("student00", 0)) != variant.seed(("student00", 1))
+
+
+def test_workspace_records_the_id_once(tmp_path):
+    work = workspace.make_workspace(tmp_path / "ws", student="alice")
+    assert variant.current() == ("alice", 0)
+    assert json.loads((work / workspace.VARIANT_FILE).read_text())["student"] == "alice"
+    workspace.make_workspace(work)  # a later lesson: reads the id
+    assert variant.current() == ("alice", 0)
+    with pytest.raises(WorkspaceError, match="records student 'alice'"):
+        workspace.make_workspace(work, student="bob")
+    with pytest.raises(SubmitError, match="was made for student 'alice'"):
+        submit("bob", work, tmp_path / "out")
+    other = workspace.make_workspace(tmp_path / "ref")  # no id: the reference variant
+    assert variant.current() is None
+    (other / "results.json").write_text("{}")
+    with pytest.raises(WorkspaceError, match="reference data"):
+        workspace.make_workspace(other, student="carol")
+    with pytest.raises(WorkspaceError, match="STUDENT_ID"):
+        workspace.make_workspace(tmp_path / "bad", student="no spaces allowed")
+    workspace.make_workspace(tmp_path / "ref")
+
+
+# ----- 20 students, both families: slow --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def classroom(tmp_path_factory):
+    """student -> {family: (work dir, zip, result)} for the 20 students, each with its chosen draw."""
+    tmp = tmp_path_factory.mktemp("variants")
+    state = GraderState()
+    try:
+        with kernels.computing_as(None):
+            want = variant_draws.graded(None, None, tmp / "draws", state)[0].score
+            draws = {s: variant_draws.choose(s, want, tmp / "draws", state) for s in STUDENTS}
+        out: dict = {"want": want, "draws": draws, "by": {}}
+        for family in kernels.FAMILIES:
+            with kernels.computing_as(family):
+                for s in STUDENTS:
+                    folder = tmp / family / s
+                    zip_path = _hand_in(s, draws[s], folder)
+                    out["by"].setdefault(s, {})[family] = (folder / "workspace", zip_path,
+                                                           core.grade(zip_path, state=state))
+        yield out
+    finally:
+        state.close()
+
+
+def _hand_in(student: str, draw: int, folder: Path) -> Path:
+    work = folder / "workspace"
+    work.mkdir(parents=True)
+    (work / workspace.VARIANT_FILE).write_text(json.dumps({"schema": "variant/1", "student": student,
+                                                           "draw": draw}))
+    with variant.using(None):
+        reference.build(work)
+        return submit(student, work, folder)
+
+
+@pytest.mark.slow
+def test_twenty_variants_full_marks_on_both_families(classroom):
+    for s in STUDENTS:
+        for family, (_, _, result) in classroom["by"][s].items():
+            lost = [(c.name, c.message[:120]) for c in result.checks if c.points < c.max_points
+                    and c.part not in ("outliers", "toolbox") and c.name != "choice_heldout"]
+            assert result.status == "graded" and not lost, (s, family, lost)
+            assert result.score == classroom["want"], (s, family, result.score)
+            assert result.instructor["variant"]["made_for"].startswith(s)
+
+
+@pytest.mark.slow
+def test_no_two_students_share_a_model_file(classroom):
+    """Every model a lesson writes from the data differs between students: none of the 20 x 19 pairs holds one
+    file of identical bytes (the data-free conversions aside: `dynamic.onnx`, lesson 03's quantize_dynamic of the
+    FP32 model, needs no calibration data and is the same for everyone)."""
+    family = kernels.machine_family()
+    digests: dict = {}
+    for s in STUDENTS:
+        work = classroom["by"][s][family][0]
+        with zipfile.ZipFile(classroom["by"][s][family][1]) as zf:
+            handed = [n for n in zf.namelist() if n.endswith(".onnx")]
+        assert len(handed) > 20
+        for rel in handed:
+            if rel in DATA_FREE:
+                continue
+            digests.setdefault(rel, {}).setdefault(data.file_sha256(work / rel), []).append(s)
+    shared = {rel: [v for v in by.values() if len(v) > 1] for rel, by in digests.items()}
+    assert not {rel: v for rel, v in shared.items() if v}
+
+
+DATA_FREE = frozenset({"dynamic.onnx"})
+
+
+@pytest.mark.slow
+def test_a_copy_under_another_id_loses_every_artifact_check(classroom, tmp_path):
+    family = kernels.machine_family()
+    alice, bob = STUDENTS[0], STUDENTS[1]
+    src = classroom["by"][alice][family][0]
+    # (a) the workspace copied, variant.json deleted so lab submit takes it; (b) edited to the copier's id;
+    # (c) the zip itself with submission.json's student changed (its variant field still names the owner)
+    cases = {}
+    for how in ("deleted", "edited"):
+        work = tmp_path / how
+        shutil.copytree(src, work)
+        if how == "deleted":
+            (work / workspace.VARIANT_FILE).unlink()
+        else:
+            (work / workspace.VARIANT_FILE).write_text(json.dumps({"schema": "variant/1", "student": bob,
+                                                                   "draw": classroom["draws"][bob]}))
+        cases[how] = submit(bob, work, tmp_path / f"out-{how}")
+    cases["renamed"] = _renamed(classroom["by"][alice][family][1], bob, tmp_path / "out-renamed")
+    for how, zip_path in cases.items():
+        result = core.grade(zip_path)
+        kept = [c for c in result.checks if c.points > 0]
+        assert result.score < classroom["want"] / 4, (how, result.score)
+        for c in result.checks:
+            if c.points == 0 and variants.FOREIGN_MESSAGE.split("(")[0] in c.message:
+                assert alice not in c.message
+        assert all(not _reads_artifacts(c) for c in kept), (how, [(c.name, c.message[:80]) for c in kept])
+        assert any("another student's variant" in n for n in result.notes)
+        assert alice not in result.to_markdown()  # whose: the instructor's only
+        made_for = result.instructor["variant"]["made_for"]
+        assert made_for == (alice if how == "renamed" else variants.UNKNOWN), (how, made_for)
+
+
+def _reads_artifacts(check) -> bool:
+    """A kept check must be one that read no model or report: the student's code, or the fixture's FP32 gate."""
+    return check.name not in {"summarize_code", "secret_summarize", "fp32_gate"}
+
+
+def _renamed(zip_path: Path, student: str, out: Path) -> Path:
+    out.mkdir(parents=True)
+    target = out / f"{student}.zip"
+    with zipfile.ZipFile(zip_path) as src, zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as dst:
+        for name in src.namelist():
+            body = src.read(name)
+            if name == "submission.json":
+                doc = json.loads(body)
+                doc["student"] = student
+                body = json.dumps(doc).encode()
+            dst.writestr(name, body)
+    return target
