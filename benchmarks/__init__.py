@@ -5,7 +5,8 @@ Every ``benchmarks/<name>_bench.py`` module has a ``main() -> int``; ``python -m
 from __future__ import annotations
 
 import statistics
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 Run = TypeVar("Run")
 

@@ -38,10 +38,11 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         try:
             code = int(importlib.import_module(f"benchmarks.{name}_bench").main() or 0)
-        except Exception as e:  # one broken benchmark does not hide the others' numbers
+        except Exception as e:  # noqa: BLE001 - one broken benchmark does not hide the others' numbers
             print(f"{name}: {type(e).__name__}: {e}", file=sys.stderr)
             code = 1
-        print(f"== {name}: {'ok' if code == 0 else f'exit {code}'} in {time.perf_counter() - start:.0f} s\n", flush=True)
+        verdict = "ok" if code == 0 else f"exit {code}"
+        print(f"== {name}: {verdict} in {time.perf_counter() - start:.0f} s\n", flush=True)
         if code:
             failed.append(name)
     if failed:

@@ -1,10 +1,10 @@
 """Grader benchmark: a class of 100 submissions, graded with ``grader batch -j 2``, against a floor.
 
 The class: copies of the reference run with lesson 08 run into it (every lesson handed in, full marks), about
-20 % broken in different ways (from the bad corpus, minus the cases built to hit the time limit). The floor: one process per submission that starts
-Python, imports onnxruntime and evaluates the handed-in models once, two at a time. Floor and batch run
-in ``PAIRS`` back-to-back pairs (the order alternating), and the ratio is the median of the pairs'
-ratios: the machine's speed drifts within a run, a pair's two runs drift together. Also reported: a
+20 % broken in different ways (from the bad corpus, minus the cases built to hit the time limit). The floor: one
+process per submission that starts Python, imports onnxruntime and evaluates the handed-in models once, two at a
+time. Floor and batch run in ``PAIRS`` back-to-back pairs (the order alternating), and the ratio is the median of
+the pairs' ratios: the machine's speed drifts within a run, a pair's two runs drift together. Also reported: a
 worker's peak memory, the per-child cost of the sandbox, and the anchor a user would otherwise pick:
 nbgrader-style grading that re-executes each student's notebooks (measured for one student, scaled to the class).
 
@@ -202,7 +202,8 @@ def scale(tmp: Path, n: int, good_zip: Path) -> list[str]:
     except RuntimeError as e:
         dask = None
         lines.append(f"dask: not measured ({str(e).strip().splitlines()[-1]}); pip install -e '.[dask]'")
-    lines.append(f"at scale: {n} copies of the '{SCALE_CASE}' hand-in (refused at intake: a file's hash differs from submission.json)")
+    lines.append(f"at scale: {n} copies of the '{SCALE_CASE}' hand-in "
+                 "(refused at intake: a file's hash differs from submission.json)")
     lines.append(f"floor (one process per hand-in, {JOBS} at a time, on {min(SCALE_FLOOR_SAMPLE, n)} of them): "
                  f"{floor_rate:6.1f} hand-ins/s")
     for name, r in (("grader batch -j 2", local), (f"grader batch --dask local:{JOBS}", dask)):
@@ -211,10 +212,11 @@ def scale(tmp: Path, n: int, good_zip: Path) -> list[str]:
         lines.append(f"{name + ':':<32}{r['rate']:6.1f} hand-ins/s ({r['rate'] / floor_rate:.1f}x the floor's rate; "
               f"{r['n']} in {r['seconds']:.1f} s, {r['wall']:.1f} s with start-up); bookkeeping "
               f"{r['bookkeeping_ms']:.2f} ms per hand-in")
+    growth = local["bookkeeping_ms"] / local_small["bookkeeping_ms"]
     lines.append(f"bookkeeping per hand-in, -j 2: {local_small['bookkeeping_ms']:.2f} ms at {local_small['n']}, "
-                 f"{local['bookkeeping_ms']:.2f} ms at {local['n']} ({local['bookkeeping_ms'] / local_small['bookkeeping_ms']:.2f}x; "
-                 f"linear bookkeeping stays near 1x); one full gradebook rewrite from the results at {n}: {rewrite:.0f} ms "
-                 f"(the old per-result cost, {rewrite / local['bookkeeping_ms']:.0f}x today's)")
+                 f"{local['bookkeeping_ms']:.2f} ms at {local['n']} ({growth:.2f}x; "
+                 f"linear bookkeeping stays near 1x); one full gradebook rewrite from the results at {n}: "
+                 f"{rewrite:.0f} ms (the old per-result cost, {rewrite / local['bookkeeping_ms']:.0f}x today's)")
     return lines
 
 
@@ -311,8 +313,9 @@ def markdown(report: dict) -> str:
                   f"{runs}. Sandbox: {report['sandbox']}.", ""]
     g = report.get("single")
     if g:
-        lines += [f"One `python -m grader grade`: **{g['grade_seconds']:.2f} s** against {g['floor_seconds']:.2f} s for "
-                  f"the floor of one hand-in ({g['ratio']:.2f}x; aim < {AIM_SINGLE_S:g} s).", ""]
+        lines += [f"One `python -m grader grade`: **{g['grade_seconds']:.2f} s** against "
+                  f"{g['floor_seconds']:.2f} s for the floor of one hand-in "
+                  f"({g['ratio']:.2f}x; aim < {AIM_SINGLE_S:g} s).", ""]
     ph = report.get("phases")
     if ph:
         per = report["floor_per_hand_in_seconds"]
@@ -322,8 +325,8 @@ def markdown(report: dict) -> str:
         for name, first in ph["first"].items():
             steady = ph["steady"].get(name, 0.0)
             lines.append(f"| {name} | {first:.3f} | {first / per:.2f} | {steady:.3f} | {steady / per:.2f} |")
-        lines.append(f"| whole grading | {ph['first_wall']:.3f} | {ph['first_wall'] / per:.2f} | {ph['steady_wall']:.3f} "
-                     f"| {ph['steady_wall'] / per:.2f} |")
+        lines.append(f"| whole grading | {ph['first_wall']:.3f} | {ph['first_wall'] / per:.2f} | "
+                     f"{ph['steady_wall']:.3f} | {ph['steady_wall'] / per:.2f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -343,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
             folder.mkdir()
             kinds = make_class(folder, args.n)
             broken = sum(k != "good" for k in kinds.values())
-            runs = alternating_pairs(PAIRS, lambda i: time_floor(folder), lambda i: time_batch(folder, tmp / f"out-{i}"))
+            runs = alternating_pairs(PAIRS, lambda i: time_floor(folder),
+                                     lambda i: time_batch(folder, tmp / f"out-{i}"))
             summary = runs[-1][1][1]  # the batch's own last line (the same class every time)
             ratio, (floor, batch_s) = median_pair([(f, b) for f, (b, _) in runs], float)
             ratio = round(ratio, 3)
@@ -358,20 +362,23 @@ def main(argv: list[str] | None = None) -> int:
             phases = phase_profile(ref)
         scale_lines = scale(tmp, args.scale, reference_zip(tmp / "scale-ref")) if args.scale else []
     if not args.only_scale:
-        print(f"class: {args.n} submissions, {broken} broken in {len(set(kinds.values())) - 1} ways; sandbox: {sandbox.sandbox_kind()}")
+        print(f"class: {args.n} submissions, {broken} broken in {len(set(kinds.values())) - 1} ways; "
+              f"sandbox: {sandbox.sandbox_kind()}")
         print(f"{PAIRS} pairs, back to back: floor (python + onnxruntime + each model once, {JOBS} at a time) and "
               f"grader batch -j {JOBS}: " + "; ".join(f"{p['floor']:.1f} s and {p['batch']:.1f} s "
                                                       f"({p['ratio']:.2f}x)" for p in pairs))
         print(f"grader batch -j {JOBS}, the median pair: {batch_s:6.1f} s against {floor:.1f} s "
               f"({ratio:.2f}x the floor; aim <= {AIM_BATCH_RATIO}x) -> {summary}")
         per = floor * JOBS / args.n
-        print(f"one python -m grader grade: {single['grade_seconds']:.2f} s (median of {SINGLE_REPEATS}); the floor for "
-              f"that one hand-in {single['floor_seconds']:.2f} s ({single['ratio']:.2f}x; aim < {AIM_SINGLE_S:g} s)")
+        print(f"one python -m grader grade: {single['grade_seconds']:.2f} s (median of {SINGLE_REPEATS}); "
+              f"the floor for that one hand-in {single['floor_seconds']:.2f} s "
+              f"({single['ratio']:.2f}x; aim < {AIM_SINGLE_S:g} s)")
         print(f"phases of one hand-in's grading, exclusive seconds, each / the floor's {per:.3f} s per hand-in "
               f"(first: a fresh process; steady: a batch worker's later hand-ins):")
         print("\n".join("  " + line for line in phase_table(phases, per)))
-        print(f"per submission: {batch_s / args.n * JOBS:.2f} s of a worker; one reader run costs {fresh:.2f} s in a fresh "
-              f"sandboxed process, {forked:.2f} s forked from the preloaded server (two runs per submission)")
+        print(f"per submission: {batch_s / args.n * JOBS:.2f} s of a worker; one reader run costs {fresh:.2f} s "
+              f"in a fresh sandboxed process, {forked:.2f} s forked from the preloaded server "
+              "(two runs per submission)")
         print(f"worker peak memory: {mem['worker_peak_mib']:.0f} MiB (grader process), "
               f"{mem['child_peak_mib']:.0f} MiB (largest sandboxed child)")
         if anchor is not None:

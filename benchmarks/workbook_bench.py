@@ -96,7 +96,8 @@ def slowest_cells(executed: Path, count: int = 5) -> list[dict]:
             duration = cell.get("metadata", {}).get("papermill", {}).get("duration")
             if duration:
                 first = next((ln.strip() for ln in cell.source.splitlines() if ln.strip()), "")
-                cells.append({"notebook": path.name, "cell": run.source_cell_number(nb, index), "seconds": round(duration, 2), "source": first[:60]})
+                cells.append({"notebook": path.name, "cell": run.source_cell_number(nb, index),
+                              "seconds": round(duration, 2), "source": first[:60]})
     return sorted(cells, key=lambda c: -c["seconds"])[:count]
 
 

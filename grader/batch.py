@@ -86,7 +86,8 @@ def grade_one(path: str | Path, limits: Limits | None = None,
 
 
 def isolation_label(runs: list[str]) -> str:
-    """The gradebook's ``isolation``: bubblewrap, refused, none (--unsafe-no-sandbox), or '' when no student code was due."""
+    """The gradebook's ``isolation``: bubblewrap, refused, none (--unsafe-no-sandbox), or '' when no student code
+    was due."""
     names = {"bubblewrap": "bubblewrap", "refused": "refused: student code not run (no bubblewrap)",
              "unsafe": "none (--unsafe-no-sandbox)"}
     return "; ".join(names[k] for k in names if k in runs)
@@ -323,10 +324,10 @@ def _grade(out: Path, todo: list[Path], students: list[str], rows: dict[str, dic
                             d = fut.result()
                         except BrokenProcessPool:
                             # a worker died (e.g. killed by the OOM killer): this one is an error, the rest go again
-                            d = GradeResult.without_results(student, "error", "the grading worker died while "
-                                                            "grading this submission", grader_version=__version__,
-                                                            possible=_possible())
-                            d = package(d)
+                            died = GradeResult.without_results(student, "error", "the grading worker died while "
+                                                               "grading this submission", grader_version=__version__,
+                                                               possible=_possible())
+                            d = package(died)
                             pending_paths = [futures[f] for f in not_done]
                             not_done = set()
                         except Exception as e:  # noqa: BLE001  (Dask: KilledWorker after a worker died repeatedly)

@@ -41,12 +41,14 @@ from grader.version import __version__
 
 SOURCE = Path(__file__).resolve().parent.parent  # the project, or /autograder/source inside the bundle
 SECRET_REL = "instructor/secret.txt"
-PRIVATE = (*(f"fixtures/{name}" for name in HELDOUT_FILES), SECRET_REL)  # root only (0600): student code runs as another user
+# root only (0600): student code runs as another user
+PRIVATE = (*(f"fixtures/{name}" for name in HELDOUT_FILES), SECRET_REL)
 BUNDLED = ("grader", "lab", "fixtures")
 LEFT_OUT = ("fixtures/build.py",)  # an instructor tool that rebuilds the fixtures; the grader never runs it
 # What grading imports (measured: the modules loaded by grading a hand-in); their pins come from
 # requirements.txt, written there once. pip resolves their own dependencies.
-GRADING_PACKAGES = ("numpy", "onnx", "ml_dtypes", "onnxruntime", "jsonschema", "tqdm")  # ml_dtypes: see requirements.txt
+# ml_dtypes: see requirements.txt
+GRADING_PACKAGES = ("numpy", "onnx", "ml_dtypes", "onnxruntime", "jsonschema", "tqdm")
 ZIP_TIME = (2026, 1, 1, 0, 0, 0)
 
 SETUP_SH = """#!/usr/bin/env bash

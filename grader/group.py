@@ -10,8 +10,8 @@ a group reads it, never repeats it (tests/test_grader.py holds every file a grou
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from grader.context import HIDDEN, Context, check
 from grader.results import Check

@@ -9,6 +9,7 @@ import json
 import math
 import unicodedata
 from dataclasses import asdict, dataclass, field
+from typing import SupportsFloat, SupportsIndex
 
 from grader.rubric import HIDDEN, part_title, rubric, title
 from lab import __version__ as lab_version
@@ -88,6 +89,13 @@ def safe_value(value: object, depth: int = 0) -> object:
     return safe_text(value, VALUE_TEXT_LIMIT)
 
 
+def _as_float(value: object) -> float:
+    """``float(value)``: a TypeError for what float() does not take, a ValueError for text that is no number."""
+    if not isinstance(value, (str, bytes, SupportsFloat, SupportsIndex)):
+        raise TypeError(f"float() does not take {type(value).__name__}")
+    return float(value)
+
+
 @dataclass
 class Evidence:
     """One recomputed number beside what the student reported, with the tolerance and why."""
@@ -108,7 +116,7 @@ class Evidence:
         if isinstance(self.reported, bool) or isinstance(self.recomputed, bool):
             return None  # a decision is right or wrong, not some distance off
         try:
-            return abs(float(self.reported) - float(self.recomputed))
+            return abs(_as_float(self.reported) - _as_float(self.recomputed))
         except (TypeError, ValueError):
             return None
 
@@ -169,7 +177,7 @@ class GradeResult:
         # ``student`` stays as given: the batch files results under it (it is the hand-in's file name)
 
     @classmethod
-    def without_results(cls, student: str, status: str, reason: str, **kw) -> "GradeResult":
+    def without_results(cls, student: str, status: str, reason: str, **kw) -> GradeResult:
         """A result that holds no checks: the submission was refused, timed out or the grader failed."""
         return cls(student=student, status=status, reason=reason, **kw)
 
@@ -203,7 +211,7 @@ class GradeResult:
                 **({"instructor": self.instructor} if self.instructor else {})}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "GradeResult":
+    def from_dict(cls, d: dict) -> GradeResult:
         checks = [Check(c["part"], c["name"], c["points"], c["max_points"], c["message"],
                         [Evidence(e["what"], e["reported"], e["recomputed"], e.get("tolerance"), e.get("why", ""))
                          for e in c.get("evidence", [])], c.get("hidden", False)) for c in d.get("checks", [])]
@@ -229,7 +237,8 @@ class GradeResult:
         if self.status == "graded":
             out = f"Score {self.score:g} / {self.max_score:g}."
         else:
-            out = f"{self.status}: {self.reason}" + (f" Score {self.score:g} / {self.max_score:g}." if self.checks else "")
+            score = f" Score {self.score:g} / {self.max_score:g}." if self.checks else ""
+            out = f"{self.status}: {self.reason}{score}"
         out += "".join(f"\n{note}" for note in self.notes)
         return {"score": self.score, "execution_time": round(self.seconds, 3), "output": out,
                 "visibility": "visible", "stdout_visibility": "hidden",
@@ -245,7 +254,7 @@ def _part_title(part: str) -> str:
         return part
 
 
-def _check_title(c: "Check") -> str:
+def _check_title(c: Check) -> str:
     """What the check asks (rubric.toml [titles]), as the student reads it."""
     try:
         return title(c.part, c.name)
@@ -272,10 +281,10 @@ def agrees(e: Evidence) -> bool | None:
     if e.reported is None:
         return None
     diff, tol = e.difference, e.tolerance
-    numeric_tol = isinstance(tol, (int, float)) and not isinstance(tol, bool)
-    if diff is not None and numeric_tol:
-        return diff <= float(tol) * (1 + 1e-9) + 1e-12
-    if tol is None or numeric_tol:
+    numeric_tol = tol if isinstance(tol, (int, float)) and not isinstance(tol, bool) else None
+    if diff is not None and numeric_tol is not None:
+        return diff <= float(numeric_tol) * (1 + 1e-9) + 1e-12
+    if tol is None or numeric_tol is not None:
         return _fmt(e.reported) == _fmt(e.recomputed)
     return None
 
@@ -294,7 +303,8 @@ def _check_text(c: Check) -> str:
 def _evidence_table(c: Check) -> list[str]:
     """The numbers behind a lost point: the ones outside their tolerance (or, failing that, the ones not judged)."""
     verdicts = [(e, agrees(e)) for e in c.evidence]
-    shown = [e for e, ok in verdicts if ok is False] or [e for e, ok in verdicts if ok is None and e.reported is not None]
+    shown = ([e for e, ok in verdicts if ok is False]
+             or [e for e, ok in verdicts if ok is None and e.reported is not None])
     if not shown:
         return []
     lines = ["| what | reported | recomputed | difference | tolerance | within it? |", "|---|---|---|---|---|---|"]
@@ -347,8 +357,9 @@ def render_markdown(result: GradeResult, show_hidden: bool = True) -> str:
     lines += ["| lesson | points | points lost on |", "|---|---|---|"]
     for part in _ordered_parts(result):
         p, m = parts[part]
-        lost = [f"{_check_title(c)} (-{c.max_points - c.points:g})" for c in checks if c.part == part and not c.passed]
-        lines.append(f"| {_part_title(part)} | {p:g} / {m:g} | {', '.join(lost) or 'full marks'} |")
+        lost_on = [f"{_check_title(c)} (-{c.max_points - c.points:g})"
+                   for c in checks if c.part == part and not c.passed]
+        lines.append(f"| {_part_title(part)} | {p:g} / {m:g} | {', '.join(lost_on) or 'full marks'} |")
     lines.append("")
     lost = [c for c in checks if not c.passed]
     if not lost:

@@ -7,7 +7,8 @@ import sys
 
 COMMANDS = {
     "workbook": ("instructor.workbook", "run every lesson headlessly, hand the workspace in and grade it"),
-    "kit": ("instructor.kit", "write the student kit: the lessons with their solutions stubbed out, the lab package, fixtures"),
+    "kit": ("instructor.kit",
+            "write the student kit: the lessons with their solutions stubbed out, the lab package, fixtures"),
 }
 
 

@@ -120,7 +120,7 @@ def replace_solutions(nb: nbformat.NotebookNode, name: str) -> nbformat.Notebook
         lines = cell.source.splitlines()
         regions = _regions(cell.source, BEGIN_SOLUTION, END_SOLUTION, _where(name, index))
         for start, stop in reversed(regions):
-            indent = re.match(r"\s*", lines[start]).group(0)
+            indent = lines[start][:len(lines[start]) - len(lines[start].lstrip())]
             stub = CODE_STUB if cell.cell_type == "code" else MARKDOWN_STUB
             lines[start:stop + 1] = [indent + stub]
         cell.source = "\n".join(lines)
@@ -155,7 +155,8 @@ def clear_outputs(nb: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode
 
 
 def drop_instructor_metadata(nb: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode:
-    """Keep only the metadata a student's JupyterLab needs (kernelspec, tags, ...); drop nbgrader, papermill, widgets."""
+    """Keep only the metadata a student's JupyterLab needs (kernelspec, tags, ...); drop nbgrader, papermill,
+    widgets."""
     nb.metadata = nbformat.from_dict({k: nb.metadata[k] for k in NOTEBOOK_METADATA_KEPT if k in nb.metadata})
     for cell in nb.cells:
         cell.metadata = nbformat.from_dict({k: cell.metadata[k] for k in CELL_METADATA_KEPT if k in cell.metadata})
@@ -321,8 +322,9 @@ def kit_fixtures_readme(text: str) -> str:
     names = [Path(rel).name for rel in LEFT_OUT if rel.startswith("fixtures/")]
     text = strip_instructor(text, "fixtures/README.md")
     lines = [ln for ln in text.splitlines() if not any(f"`{n}`" in ln for n in names)]
-    return "\n".join(lines).rstrip() + ("\n\nThe held-out split of the grader's hidden checks and the script that builds "
-                                        "the fixtures stay with the instructor; they are not in this kit.\n")
+    return "\n".join(lines).rstrip() + ("\n\nThe held-out split of the grader's hidden checks and the script "
+                                        "that builds the fixtures stay with the instructor; they are not in this "
+                                        "kit.\n")
 
 
 def heldout_hashes(source: Path) -> set[str]:
@@ -414,7 +416,8 @@ def build(out: Path, repo: Path = REPO, notebooks: Path | None = None) -> list[P
             (out / "notebooks" / path.name).write_text(student_notebook_text(path), encoding="utf-8")
         else:
             _copy_tree(path, out / "notebooks" / path.name)
-    (out / MARKER_FILE).write_text("written by python -m instructor kit; the whole folder is replaced by the next build\n")
+    (out / MARKER_FILE).write_text("written by python -m instructor kit; "
+                                   "the whole folder is replaced by the next build\n")
     check_kit(out, repo)
     return sorted(p for p in out.rglob("*") if p.is_file())
 

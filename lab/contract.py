@@ -183,7 +183,7 @@ def modules() -> tuple[str, ...]:
 
 def exercises() -> dict[str, str]:
     """Each student module and the class or function the student writes in it (``{"metrics.py": "summarize"}``)."""
-    return {e.path: e.exercise for e in ENTRIES if e.module}
+    return {e.path: e.exercise for e in ENTRIES if e.module and e.exercise is not None}
 
 
 def allowed_imports() -> dict[str, tuple[str, ...]]:
@@ -200,7 +200,7 @@ def missing_by_lesson(present) -> dict[str, list[str]]:
     """``{lesson: [paths]}`` of the handed-in files not in ``present``; a family counts as its folder (``growth/``)."""
     present = set(present)
     missing = [rel for rel in files("required") + files("optional") if rel not in present]
-    folders = dict.fromkeys(e.folder for e in families())
+    folders = dict.fromkeys(e.folder for e in families() if e.folder is not None)
     missing += [f for f in folders if not any(e.matches(r) for e in families() if e.folder == f for r in present)]
     by_lesson: dict[str, list[str]] = {}
     for rel in missing:

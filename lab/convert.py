@@ -13,9 +13,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnxruntime.quantization import (CalibrationMethod, QuantFormat, QuantType, quantize_dynamic,
-                                      quantize_static)
-
+from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_dynamic, quantize_static
 from onnxruntime.quantization.calibrate import create_calibrator
 
 from lab.data import data_sha256, file_sha256
@@ -91,12 +89,12 @@ def quantize(source: str | Path, output: str | Path, calibration, *, quant_forma
                     nodes_to_exclude=nodes_to_exclude, extra_options=extra_options,
                     calibration_cache_path=str(calibration_cache_path) if calibration_cache_path else None)
     seconds = time.perf_counter() - start
-    served = recorder is not None and recorder.samples > 0
-    if isinstance(calibration, np.ndarray) and served:
-        assert recorder.sha256 == data_sha256(calibration)
+    served = recorder if recorder is not None and recorder.samples > 0 else None
+    if isinstance(calibration, np.ndarray) and served is not None:
+        assert served.sha256 == data_sha256(calibration)
     return QuantRecord(str(source), str(output), file_sha256(source), file_sha256(output), settings,
-                       recorder.sha256 if served else None,
-                       recorder.samples if served else 0, recorder.batches if served else 0,
+                       served.sha256 if served is not None else None,
+                       served.samples if served is not None else 0, served.batches if served is not None else 0,
                        seconds=round(seconds, 3))
 
 

@@ -69,10 +69,11 @@ class EnvironmentReport:
         """
         quiet = [] if every_pin else [c for c in self.checks if c.topic == "versions"
                                       and c.name not in CORE_PACKAGES and c.status == "ok"]
-        shown = [c for c in self.checks if c not in quiet]
-        rows = [(c.status.upper(), c.topic, c.name, c.found, c.expected) for c in shown]
+        listed = [c for c in self.checks if c not in quiet]
+        rows = [(c.status.upper(), c.topic, c.name, c.found, c.expected) for c in listed]
+        shown: list[Check | None] = list(listed)  # None: the line of folded pins
         if quiet:
-            at = max(i for i, c in enumerate(shown) if c.topic == "versions") + 1
+            at = max(i for i, c in enumerate(listed) if c.topic == "versions") + 1
             shown.insert(at, None)
             rows.insert(at, ("OK", "versions", f"{len(quiet)} other pins", "all match", "requirements.txt"))
         head = ("", "topic", "name", "found", "expected")
@@ -80,7 +81,7 @@ class EnvironmentReport:
         columns = [(h, f"<{w}") for h, w in zip(head, widths)] + [(head[4], "")]
         lines = [tables.header(columns, "  ")]
         for c, r in zip(shown, rows):
-            lines.append(tables.row(map(str, r), columns, "  "))
+            lines.append(tables.row([str(v) for v in r], columns, "  "))
             if c is not None and c.status != "ok" and c.fix:
                 lines.append(" " * (widths[0] + 2) + "-> " + c.fix)
             if c is not None and c.note:
@@ -236,7 +237,7 @@ def kernel_family_check(machine: str | None, requested: str | None = None, probl
 
 def installed_versions(names) -> dict[str, str | None]:
     """Installed distribution versions (None when a package is missing)."""
-    found = {}
+    found: dict[str, str | None] = {}
     for name in names:
         try:
             found[name] = metadata.version(name)
@@ -264,7 +265,8 @@ def requires_python(pyproject: Path) -> str | None:
     if pyproject.exists():
         return tomllib.loads(pyproject.read_text()).get("project", {}).get("requires-python")
     try:
-        return metadata.metadata(DISTRIBUTION).get("Requires-Python")
+        meta = metadata.metadata(DISTRIBUTION)
+        return meta["Requires-Python"] if "Requires-Python" in meta else None
     except metadata.PackageNotFoundError:
         return None
 

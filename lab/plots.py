@@ -15,7 +15,7 @@ axes in each draw, to see whether the title must move up (it must only for ticks
 from __future__ import annotations
 
 import io
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -145,8 +145,8 @@ def round_trip_figure(panels: Sequence[Mapping]) -> Figure:
                 ax.text(end, 0.97, f"{name} ruler ends ", rotation=90, fontsize=9, color=color,
                         ha="right", va="top", transform=ax.get_xaxis_transform())
         if panel.get("note"):
-            ax.text(0.98, 0.97, panel["note"], transform=ax.transAxes, fontsize=9, va="top", ha="right", multialignment="left",
-                    bbox=dict(boxstyle="round", facecolor="white", edgecolor="0.8", alpha=0.9))
+            ax.text(0.98, 0.97, panel["note"], transform=ax.transAxes, fontsize=9, va="top", ha="right",
+                    multialignment="left", bbox=dict(boxstyle="round", facecolor="white", edgecolor="0.8", alpha=0.9))
         ax.set_yscale("log")
         ax.set_title(panel["title"], fontsize=11, y=1.0)
         ax.set_xlabel(panel["xlabel"])

@@ -23,9 +23,9 @@ wrong model is charged once, in its own lesson).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
 
 from lab import contract, schemas, workspace
 from lab.errors import LabError
@@ -67,7 +67,7 @@ class Question:
     lesson: str
     asks: str
     example: str
-    form: Callable[["Question", object], object]
+    form: Callable[[Question, object], object]
 
     def fail(self, field: str, expected: str, got) -> PredictionError:
         return PredictionError(f"prediction {self.name!r} (lesson {self.lesson}), {field}: expected {expected}, "

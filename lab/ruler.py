@@ -11,6 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# a scale as ORT stores it (float32, what scale_zero_point returns) or as a Python float
+Scale = float | np.float32
+
 QRANGES = {"int8": (-128, 127), "uint8": (0, 255)}
 
 
@@ -77,24 +80,24 @@ def scale_zero_point(rmin: float, rmax: float, dtype: str = "int8",
     return np.float32(scale), zp
 
 
-def quantize(x: np.ndarray, scale: float, zero_point: int, dtype: str = "int8") -> np.ndarray:
+def quantize(x: np.ndarray, scale: Scale, zero_point: int, dtype: str = "int8") -> np.ndarray:
     """QuantizeLinear: round half to even, add the zero point, saturate."""
     qmin, qmax = qrange(dtype)
     q = np.rint(np.asarray(x, np.float32) / np.float32(scale)) + zero_point
     return np.clip(q, qmin, qmax).astype(np.int8 if dtype == "int8" else np.uint8)
 
 
-def dequantize(q: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
+def dequantize(q: np.ndarray, scale: Scale, zero_point: int) -> np.ndarray:
     """DequantizeLinear: ``(q - zero_point) * scale`` in float32."""
     return ((np.asarray(q).astype(np.int32) - zero_point).astype(np.float32) * np.float32(scale))
 
 
-def round_trip(x: np.ndarray, scale: float, zero_point: int, dtype: str = "int8") -> np.ndarray:
+def round_trip(x: np.ndarray, scale: Scale, zero_point: int, dtype: str = "int8") -> np.ndarray:
     """Quantize then dequantize: what the model sees after the QuantizeLinear/DequantizeLinear pair."""
     return dequantize(quantize(x, scale, zero_point, dtype), scale, zero_point)
 
 
-def representable_range(scale: float, zero_point: int, dtype: str = "int8") -> tuple[float, float]:
+def representable_range(scale: Scale, zero_point: int, dtype: str = "int8") -> tuple[float, float]:
     """The real interval the grid covers: [(qmin - zp) * scale, (qmax - zp) * scale]."""
     qmin, qmax = qrange(dtype)
     return float((qmin - zero_point) * np.float32(scale)), float((qmax - zero_point) * np.float32(scale))

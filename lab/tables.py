@@ -8,7 +8,7 @@ alignment and width, so a table's layout is written once, next to its headings, 
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 Column = tuple[str, str]  # (heading, format spec)
 
@@ -18,7 +18,9 @@ _PLACEMENT = re.compile(r"(?:.?[<>=^])?[+\- ]?z?#?0?\d*")
 
 def placement(spec: str) -> str:
     """The alignment and width of ``spec`` (``">11.4f"`` -> ``">11"``): how a heading or a ``-`` sits there."""
-    return _PLACEMENT.match(spec).group(0)
+    found = _PLACEMENT.match(spec)
+    assert found is not None, spec  # every part of the pattern is optional: it matches at the start of any spec
+    return found.group(0)
 
 
 def row(values: Sequence, columns: Sequence[Column], sep: str = " ") -> str:
@@ -59,6 +61,7 @@ def format_rows(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
     right; a missing value shows as ``-``, a bool as yes/no, a list as its values, a dict as key=value."""
     cells = [[_cell(r.get(key), spec) for key, _, spec in columns] for r in rows]
     widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, (_, h, _) in enumerate(columns)]
-    placed = [(h, f"{'<' if i == 0 or not spec else '>'}{w}") for i, ((_, h, spec), w) in enumerate(zip(columns, widths))]
+    placed = [(h, f"{'<' if i == 0 or not spec else '>'}{w}")
+              for i, ((_, h, spec), w) in enumerate(zip(columns, widths))]
     head = header(placed, "  ").rstrip()
     return "\n".join([head, rule(head)] + [row(c, placed, "  ").rstrip() for c in cells])

@@ -66,7 +66,8 @@ def chromium_path() -> Path | None:
 
 
 def launched_chromium(skip):
-    """Yield a headless Debian Chromium under Playwright, closed afterwards; ``skip(reason)`` when Playwright is missing."""
+    """Yield a headless Debian Chromium under Playwright, closed afterwards; ``skip(reason)`` when Playwright is
+    missing."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:

@@ -38,7 +38,8 @@ NOT_MEASURED = {
     "03": {"4080": "16 x 255, the grid arithmetic of the wide ruler"},
     "06": {"250": "254 - 4 roundings, arithmetic", "258": "254 + 4 roundings, arithmetic"},
     "08": {"99.999 %": "ORT's default Percentile setting", "0.001 %": "100 % - ORT's default Percentile setting",
-           "1000": "the ORT guide's suggested sample count, quoted", "6464": "the MLP's weight count (64x64+64x32+32x10)",
+           "1000": "the ORT guide's suggested sample count, quoted",
+           "6464": "the MLP's weight count (64x64+64x32+32x10)",
            "500": "the MLP's multiply-adds per sample, rounded (6 500)"},
 }
 
@@ -77,7 +78,8 @@ def _true_equation(expr: str) -> bool:
     py = re.sub(r"(?<=\d),(?=\d{3})", "", left)
     py = re.sub(r"\s*(?:x|×)\s*", "*", py).replace("−", "-")
     try:
-        return math.isclose(eval(py, {"__builtins__": {}}), _value(right.strip()), rel_tol=1e-9)  # noqa: S307: digits and + - * / only
+        # eval sees digits and + - * / only: EQUATION matches nothing else
+        return math.isclose(eval(py, {"__builtins__": {}}), _value(right.strip()), rel_tol=1e-9)
     except (SyntaxError, ValueError, ZeroDivisionError):
         return False
 

@@ -12,9 +12,9 @@ import pytest
 
 from grader.lessons.lesson06_accept_or_reject import summarize
 from lab import compare, data, graph, schemas
-from lab.lessons.lesson06_accept_or_reject import acceptance
-from lab.errors import ModelContractError
 from lab.convert import quantize
+from lab.errors import ModelContractError
+from lab.lessons.lesson06_accept_or_reject import acceptance
 
 ANSWERS = [1, 2, 1, 0, 9]
 PREDICTIONS = [2, 2, 1, 0, 8]
@@ -122,7 +122,8 @@ def three_models(tmp_path_factory):
     source = work / "source.onnx"
     shutil.copyfile(data.fixture_path("fp32.onnx"), source)
     quantize(source, work / "candidate.onnx", data.load_split("calibration").pixels, per_channel=True, batch_size=36)
-    return work, {"fp32": source, "candidate": work / "candidate.onnx", "bad": data.fixture_path("bad-calibration.onnx")}
+    return work, {"fp32": source, "candidate": work / "candidate.onnx",
+                  "bad": data.fixture_path("bad-calibration.onnx")}
 
 
 def _entries(models):
@@ -218,7 +219,7 @@ def test_check_summarize_passes_the_reference_and_prints_one_line_per_rule():
     (_variant(transpose=True), "transposed"),
     (_variant(percent=True), "not a percentage"),
     (_variant(no_arrays=True), "numpy arrays"),
-    (lambda p, l: None, "returned NoneType"),
+    (lambda pixels, labels: None, "returned NoneType"),
 ])
 def test_check_summarize_names_the_broken_rule_in_one_line(student, words):
     with pytest.raises(acceptance.SummarizeCheckError) as info:

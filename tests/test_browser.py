@@ -1,9 +1,9 @@
 """The lessons in a real JupyterLab, driven by Debian's Chromium through Playwright.
 
-JupyterLab serves the folder above notebooks/, as `make jupyter` does. Runs lesson 01 through the UI, moves the range explorer's slider and checks the numbers change,
-then runs lesson 00 and checks no output holds an error. Then runs lesson 02 with a broken reader and
-checks the student sees the contract error as a message, not a traceback. Screenshots go to
-artifacts/browser/.
+JupyterLab serves the folder above notebooks/, as `make jupyter` does. Runs lesson 01 through the UI, moves the
+range explorer's slider and checks the numbers change, then runs lesson 00 and checks no output holds an error.
+Then runs lesson 02 with a broken reader and checks the student sees the contract error as a message, not a
+traceback. Screenshots go to artifacts/browser/.
 Skipped when Chromium is absent, except in CI (CI=true), where that is a failure.
 """
 from __future__ import annotations
@@ -16,9 +16,17 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
-from browser_support import (JupyterServer, ServerStartError, _api, chromium_path, launched_chromium,
-                             copy_notebooks, free_port, start_jupyter, stop_jupyter)
+from browser_support import (
+    JupyterServer,
+    ServerStartError,
+    _api,
+    chromium_path,
+    copy_notebooks,
+    free_port,
+    launched_chromium,
+    start_jupyter,
+    stop_jupyter,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
@@ -140,12 +148,12 @@ def run_all_cells(page) -> None:
     page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click(timeout=15_000)
 
 
-CELL_STATE = """() => {
-  const panel = document.querySelector('%s');
+CELL_STATE = f"""() => {{
+  const panel = document.querySelector('{PANEL}');
   const prompts = [...panel.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')].map(p => p.innerText.trim());
   const status = panel.querySelector('.jp-Notebook-ExecutionIndicator')?.dataset.status;
-  return {prompts, status};
-}""" % PANEL
+  return {{prompts, status}};
+}}"""
 
 
 def drag_upper_handle(page, explorer, keep: float) -> None:
@@ -211,7 +219,8 @@ def output_problems(page, notebook: dict, name: str) -> list[str]:
         for out in cell.get("outputs", []):
             if out.get("output_type") == "error":
                 problems.append(f"{name} cell {index}: {out.get('ename')}: {out.get('evalue')}")
-    for text in page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]').all_inner_texts():
+    stderr = page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')
+    for text in stderr.all_inner_texts():
         if "Traceback" in text:
             problems.append(f"{name} shows a traceback: {text[:400]}")
     return problems

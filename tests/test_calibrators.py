@@ -1,4 +1,5 @@
-"""lab.lessons.lesson08_the_quantization_toolbox.calibrators.entropy_threshold picks exactly the thresholds ORT's Entropy calibrator picks.
+"""lab.lessons.lesson08_the_quantization_toolbox.calibrators.entropy_threshold picks exactly the thresholds ORT's
+Entropy calibrator picks.
 
 The reference is ORT's own ``HistogramCollector.get_entropy_threshold`` (its method does not use
 ``self``): the same ``(low, high)`` floats, bin for bin, on the histograms lesson 08 builds from the

@@ -1,4 +1,5 @@
-"""The workspace contract (``lab.contract``): one declaration, and the doc, the schemas and the lessons agree with it."""
+"""The workspace contract (``lab.contract``): one declaration, and the doc, the schemas and the lessons agree with
+it."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,7 +18,8 @@ NOT_WORKSPACE_SCHEMAS = {"submission", "grade"}  # written by lab submit and by 
 def test_the_committed_doc_shows_the_contracts_table():
     doc = DOC.read_text(encoding="utf-8")
     assert contract.spliced(doc) == doc, \
-        "docs/workspace.md does not match lab/contract.py; regenerate it: python -m lab.contract --write docs/workspace.md"
+        ("docs/workspace.md does not match lab/contract.py; regenerate it: "
+         "python -m lab.contract --write docs/workspace.md")
 
 
 def test_the_table_has_one_row_per_entry_and_the_cli_prints_it(capsys):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import kernel_families as kf
 import numpy as np
 import onnx
 import pytest
@@ -28,7 +29,6 @@ from onnx import TensorProto, helper, numpy_helper, version_converter
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
-import kernel_families as kf
 from lab import camera, data, graph, kernels
 from lab.kernels import EXACT, SATURATING, ConvShape, EmulationError
 

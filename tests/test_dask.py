@@ -17,8 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 from bad_submissions import corpus
+
 from grader import batch as batch_mod
 from lab.tools.submit import submit
 

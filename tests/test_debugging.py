@@ -6,9 +6,8 @@ import shutil
 import pytest
 
 from lab import data
-from lab.lessons.lesson07_calibrate_the_deployed_representation import debugging
-from lab.lessons.lesson07_calibrate_the_deployed_representation import scenarios
 from lab.convert import quantize
+from lab.lessons.lesson07_calibrate_the_deployed_representation import debugging, scenarios
 from lab.readers import ArrayReader
 
 

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from bad_submissions import corpus
+
 from grader import sandbox
 from lab.tools.submit import submit
 

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from bad_submissions import corpus
+
 from grader import core, sandbox
 from grader.context import Context
 from grader.lessons import lesson05_qdq_vs_qoperator as lesson05
@@ -175,7 +175,7 @@ class Grading:
                     opened: list[str] = []
                     if watch:
                         original = Submission.path
-                        Submission.path = lambda s, rel, _o=original: (opened.append(rel), _o(s, rel))[1]
+                        Submission.path = lambda s, rel, _o=original, _seen=opened: (_seen.append(rel), _o(s, rel))[1]
                     try:
                         saved = core.GROUPS
                         core.GROUPS = (group,)

@@ -4,10 +4,9 @@ import io
 import pytest
 from onnx import numpy_helper
 
-from lab import data, graph, workspace
-from lab.lessons import lesson01_the_ruler as explorer
-from lab import convert
+from lab import convert, data, graph, workspace
 from lab.errors import ModelContractError
+from lab.lessons import lesson01_the_ruler as explorer
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +168,7 @@ def test_round_trip_figure_shares_one_error_axis_and_names_every_ruler(pixels, p
     assert left.get_ylim() == right.get_ylim()
     assert [t.get_text() for t in left.get_yticklabels()][0] == "exact"
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert [l.split()[0] for l in labels[:3]] == list(presets) and "scale/4" in labels[3]
+    assert [label.split()[0] for label in labels[:3]] == list(presets) and "scale/4" in labels[3]
     assert any(t.get_text() == "a note" for t in left.texts)
     assert any("narrow ruler ends" in t.get_text() for t in right.texts)
     fig.savefig(io.BytesIO(), format="png")

@@ -1,13 +1,13 @@
-"""lab.lessons.lesson06_accept_or_reject.families: one INT8 model on both kernel families. Real conversions of the digit reader; every
-assertion holds whichever family this machine runs (both families are computed explicitly)."""
+"""lab.lessons.lesson06_accept_or_reject.families: one INT8 model on both kernel families. Real conversions of the
+digit reader; every assertion holds whichever family this machine runs (both families are computed explicitly)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from lab import data, kernels
-from lab.lessons.lesson06_accept_or_reject import families
 from lab.data import file_sha256
+from lab.lessons.lesson06_accept_or_reject import families
 from lab.readers import ArrayReader
 from lab.workspace import make_workspace
 

@@ -1,4 +1,5 @@
-"""lab.lessons.lesson05_qdq_vs_qoperator: QDQ vs QOperator from one calibration, on real models, and what lesson 05 teaches about them."""
+"""lab.lessons.lesson05_qdq_vs_qoperator: QDQ vs QOperator from one calibration, on real models, and what lesson 05
+teaches about them."""
 from __future__ import annotations
 
 import numpy as np

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from bad_submissions import corpus
+
 from grader import core, sandbox
 from grader.context import HIDDEN, points, rubric
 from grader.lessons import lesson08_the_quantization_toolbox, lesson09_choosing_a_recipe
@@ -148,7 +148,8 @@ def test_lost_points_show_only_the_numbers_outside_their_tolerance():
     assert "Why this tolerance: one grid step." in md
     # one cause (a missing file) is one entry, not one per check
     assert md.count("release/model.onnx is not in the submission") == 1
-    assert "the recipe matches the fixtures and what was served; calibration and acceptance share no image (0 / 3)" in md
+    assert ("the recipe matches the fixtures and what was served; calibration and acceptance share no image (0 / 3)"
+            in md)
 
 
 def test_hidden_check_feedback_does_not_reveal_the_secret_lists():
@@ -379,7 +380,6 @@ def test_the_fixture_side_kept_per_worker_is_what_a_fresh_computation_gives():
 def test_prediction_keys_remember_only_arrays_nothing_can_change():
     """grader.reuse keys a prediction by its pixels' digest. The evaluation split's read-only pixels are hashed once
     per worker; a writable array, or a read-only view of one, is hashed at every call, so an edit shows."""
-    import numpy as np
 
     from grader import reuse
     from grader.context import evaluation

@@ -14,13 +14,13 @@ import subprocess
 import zipfile
 from pathlib import Path
 
-import pytest
-
 import kernel_families as kf
+import pytest
+from test_grader import not_in_reference
+
 from grader import core, reference
 from lab import kernels
 from lab.tools.submit import submit
-from test_grader import not_in_reference
 
 REPO = Path(__file__).resolve().parent.parent
 MINE = kernels.machine_family()

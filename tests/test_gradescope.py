@@ -21,8 +21,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from bad_submissions import corpus
+
 from grader import gradescope
 from lab.tools.submit import submit
 

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from lab import compare, data, ruler
-from lab.lessons import lesson04_more_batches as growth
 from lab.errors import ReaderContractError
+from lab.lessons import lesson04_more_batches as growth
 from lab.readers import ArrayReader
 from lab.workspace import make_workspace
 
@@ -150,7 +150,8 @@ def test_check_series_names_the_missing_series_and_the_folder(tmp_path):
             for kind, counts in (("narrow", (1, 2, 4)), ("right", (1,))) for n in counts]
     for r in rows:
         (tmp_path / r["model"]).write_bytes(b"")
-    with pytest.raises(growth.GrowthCheckFailed, match=r"rows hold no right models: call lesson.grow\(..., kind='right'\)"):
+    with pytest.raises(growth.GrowthCheckFailed,
+                       match=r"rows hold no right models: call lesson.grow\(..., kind='right'\)"):
         growth.check_series(rows[:3], [1, 2, 4], [1], tmp_path)
     with pytest.raises(growth.GrowthCheckFailed, match=r"the narrow series has batch counts \[1, 2, 4\]: .* up to "
                                                        r"MAX_BATCHES \(8\)"):

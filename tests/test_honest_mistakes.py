@@ -11,14 +11,14 @@ wrong set costs its lesson's point only, never a prediction that was right.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pytest
-
 from bad_submissions import corpus
+
 from grader import core, reference, sandbox
 from lab.tools.submit import submit
 
@@ -55,8 +55,7 @@ def _right_on_evaluation(files: corpus.Files) -> bytes:
     """Lesson 03's 'right' model calibrated on the evaluation split, and results.json written from that run."""
     import tempfile
 
-    from lab import compare, data, graph
-    from lab import convert
+    from lab import compare, convert, data, graph
     from lab.data import file_sha256
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -87,8 +86,7 @@ def _right_on(kind: str, model: str = "right"):
     def make(files: corpus.Files) -> bytes:
         import tempfile
 
-        from lab import compare, data, graph
-        from lab import convert
+        from lab import compare, convert, data, graph
 
         with tempfile.TemporaryDirectory() as tmp:
             work, reader_cls = _workspace(Path(tmp))
@@ -196,8 +194,8 @@ def _growth_rerun(files: corpus.Files, batch_size: int) -> bytes:
         common = dict(make_reader=lambda p: reader_cls(p, batch_size=batch_size), batch_size=batch_size, x=ev.pixels,
                       labels=ev.labels, reference=compare.predict(work / "source.onnx", ev.pixels))
         counts = reference.GROWTH_COUNTS
-        growth.grow(work / "source.onnx", work / "growth", counts, stream=growth.narrow_batches(max(counts), batch_size),
-                    kind="narrow", **common)
+        growth.grow(work / "source.onnx", work / "growth", counts,
+                    stream=growth.narrow_batches(max(counts), batch_size), kind="narrow", **common)
         growth.grow(work / "source.onnx", work / "growth", reference.RIGHT_COUNTS, stream=data.calibration_set("right"),
                     kind="right", **common)
         models = {f"growth/{p.name}": p.read_bytes() for p in (work / "growth").glob("*.onnx")}
@@ -208,10 +206,9 @@ def _lesson05(files: corpus.Files, per_channel: bool = False, qoperator_apart: b
     """Lesson 05 done again with one change; formats.json written from the new models, its settings as typed."""
     import tempfile
 
-    from lab import compare, data
-    from lab.lessons import lesson05_qdq_vs_qoperator as formats
-    from lab import convert
+    from lab import compare, convert, data
     from lab.data import file_sha256
+    from lab.lessons import lesson05_qdq_vs_qoperator as formats
 
     with tempfile.TemporaryDirectory() as tmp:
         work, reader_cls = _workspace(Path(tmp))
@@ -271,7 +268,8 @@ def _toolbox_files(files: corpus.Files, settings: dict, extra: dict | None = Non
     import tempfile
 
     from lab import data, measure
-    from lab.lessons.lesson08_the_quantization_toolbox import outliers, toolbox as tb
+    from lab.lessons.lesson08_the_quantization_toolbox import outliers
+    from lab.lessons.lesson08_the_quantization_toolbox import toolbox as tb
     from lab.lessons.lesson09_choosing_a_recipe import choice as ch
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -335,7 +333,8 @@ MISTAKES = [
             reader(READER.replace("    def rewind(self):\n        self.position = 0\n", "")),
             {"reader.contract": 1}, ("no rewind() method",)),
     Mistake("reader_never_ends_charged_once", reader(corpus.READER_HEAD + corpus.NEVER_ENDS),
-            {"reader.contract": 1}, ("never returned None", "not charged here: charged once, under 02 the calibration reader")),
+            {"reader.contract": 1},
+            ("never returned None", "not charged here: charged once, under 02 the calibration reader")),
     Mistake("right_calibrated_on_evaluation", _right_on_evaluation,
             {"calibration.range_seen": 1}, ("a hash of the evaluation split",)),
     # lesson 03's loop calibrated 'right' on the wide set: charged under range_seen, named by the reader's check.
@@ -358,14 +357,16 @@ MISTAKES = [
         "    ### BEGIN SOLUTION\n", "    ### BEGIN SOLUTION\n  predictions = list(predictions)\n", 1)),
             {"acceptance.summarize_code": 3}, ("metrics.py could not be run", "IndentationError",
                                                "not charged here: charged once, under 06 acceptance")),
-    Mistake("scenario_loss_sign_flipped", _flip_loss, {"release.scenarios": 0.5}, ("is not FP32 accuracy minus INT8 accuracy",)),
+    Mistake("scenario_loss_sign_flipped", _flip_loss, {"release.scenarios": 0.5},
+            ("is not FP32 accuracy minus INT8 accuracy",)),
     # lesson 04: the grow cell re-run with BATCH_SIZE = 16 after growth.json was written for 8
     Mistake("growth_models_from_another_batch_size", lambda f: _growth_rerun(f, batch_size=16), {"growth.series": 3},
             ("is not what the first 1 batch(es) of 8 of the narrow stream give", "Re-run lesson 04 from the top")),
     # lesson 05: the ORT guide's per-channel recipe in the conversion, per_channel False typed into formats.json
     Mistake("formats_per_channel_reported_as_false", lambda f: _lesson05(f, per_channel=True),
             {"formats.two_formats": 1}, ("settings/per_channel is False, but formats/model.qdq.onnx has per-channel",)),
-    # lesson 05: the QOperator model converted on its own, from one batch ("the second format needs no more"), not the cache
+    # lesson 05: the QOperator model converted on its own, from one batch ("the second format needs no more"),
+    # not the cache
     Mistake("formats_from_two_calibrations", lambda f: _lesson05(f, qoperator_apart=True), {"formats.same_scales": 1},
             ("that format was calibrated apart from the cache",)),
     # lesson 07 run with a reader that drops the last partial batch: the release saw 396 of the recipe's 420 images
@@ -406,11 +407,12 @@ FUZZ_FINDINGS = [
     Mistake("fuzz_calibration_cache_data_deleted", _cache_without_data, {"formats.same_scales": 1},
             ("formats/model.calibration.json field 'data' holds no ranges",)),
     Mistake("fuzz_scenarios_limit", _edit(corpus_release("scenarios"), "limit", 0.05), {"release.scenarios": 0.5},
-            ("limit is 0.05; the lab's (lab.lessons.lesson07_calibrate_the_deployed_representation.recipe.LIMIT) is 0.01",)),
+            ("limit is 0.05; the lab's (lab.lessons.lesson07_calibrate_the_deployed_representation.recipe.LIMIT) "
+             "is 0.01",)),
     Mistake("fuzz_results_model_sha256", _edit("results.json", "sets.narrow.model_sha256", "0" * 64),
             {"calibration.quantized": 1}, ("results.json's model_sha256 is not the hash of narrow.onnx",)),
-    Mistake("fuzz_results_accuracy", _edit("results.json", "sets.right.accuracy", 0.9), {"calibration.max_abs_error": 1},
-            ("accuracy 0.9750 (reported 0.9)",)),
+    Mistake("fuzz_results_accuracy", _edit("results.json", "sets.right.accuracy", 0.9),
+            {"calibration.max_abs_error": 1}, ("accuracy 0.9750 (reported 0.9)",)),
     # lesson 03's remaining fields, each recomputed from the model in the check it belongs to
     Mistake("fuzz_results_interval", _edit("results.json", "sets.right.interval", [0.0, 1.5]),
             {"calibration.ruler_reported": 1}, ("sets/right/interval/1 is 1.5, recomputed from right.onnx 1",)),

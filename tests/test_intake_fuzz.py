@@ -22,11 +22,11 @@ from pathlib import Path
 
 import onnx
 import pytest
+from bad_submissions.corpus import Files, pack, read_zip
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from onnx import numpy_helper
 
-from bad_submissions.corpus import Files, pack, read_zip
 from lab.tools.submit import submit
 
 REPO = Path(__file__).resolve().parent.parent
@@ -266,7 +266,8 @@ NAMED = {
     "json_duplicate_keys": json_edit("results.json", lambda t: insert_key(t, '"schema": "results/1"')),
     # every JSON file the grader reads, schema or not (lesson 05's calibration cache has none): one strict loader
     "json_duplicate_key_nested_in_cache": json_edit(
-        CACHE, lambda t: t.replace('"pixels": {"lowest": {"data": [', '"pixels": {"lowest": {"data": [0.5], "data": [', 1)),
+        CACHE, lambda t: t.replace('"pixels": {"lowest": {"data": [',
+                                   '"pixels": {"lowest": {"data": [0.5], "data": [', 1)),
     "json_minus_1e999_in_cache": json_edit(
         CACHE, lambda t: re.sub(r'("pixels": \{"lowest": \{"data": \[)[^\]]*', r"\1-1e999", t, count=1)),
     "json_1e999_in_growth": json_edit("growth.json", lambda t: re.sub(r'("max_abs_error": )[0-9.eE+-]+', r"\g<1>1e999",
@@ -469,12 +470,14 @@ def write_fuzz(files: Files, folder: Path, examples: dict[str, int] = FUZZ_EXAMP
     for family, strategy in FAMILIES.items():
         count = [0]
 
+        # one() runs at once, inside its iteration, so the loop variables it reads are this family's (B023 below).
+        # Its source is hypothesis's seed (derandomize): editing its body changes every generated hand-in.
         @settings(max_examples=examples[family], derandomize=True, database=None, deadline=None,
                   suppress_health_check=list(HealthCheck), phases=[Phase.generate])
         @given(strategy(files))
         def one(archive: bytes) -> None:
-            name = f"fuzz_{family}_{count[0]:03d}"
-            count[0] += 1
+            name = f"fuzz_{family}_{count[0]:03d}"  # noqa: B023 - see above
+            count[0] += 1  # noqa: B023 - see above
             (folder / f"{name}.zip").write_bytes(archive)
             written.append(name)
 

@@ -21,8 +21,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 from bad_submissions import corpus
+
 from grader import sandbox
 from grader.context import points
 from grader.lessons import lesson08_the_quantization_toolbox, lesson09_choosing_a_recipe

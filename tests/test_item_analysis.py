@@ -18,13 +18,13 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from bad_submissions import corpus
+from test_report import browser  # noqa: F401 - the class report's Chromium fixture (skips, or fails in CI)
+
 from grader import similar
 from grader.items import analyse
 from grader.rubric import rubric, title
 from lab.tools.submit import submit
-from test_report import browser  # noqa: F401 - the class report's Chromium fixture (skips, or fails in CI)
 
 REPO = Path(__file__).resolve().parent.parent
 ARTIFACTS = REPO / "artifacts" / "browser"
@@ -74,7 +74,7 @@ def results(out: Path) -> dict[str, dict]:
 
 
 @pytest.mark.browser
-def test_the_report_shows_copies_pass_rates_and_predictions_in_chromium(graded, browser):
+def test_the_report_shows_copies_pass_rates_and_predictions_in_chromium(graded, browser):  # noqa: F811 - fixture
     res = results(graded)
     copies = sorted(["g1", "g2", "g3", "g4", "copy_disguised", *WRONG, *SAME_CODE])
     assert all(res[s]["status"] == "graded" for s in copies)

@@ -10,10 +10,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import kernel_families as kf
 import numpy as np
 import pytest
-
-import kernel_families as kf
 
 
 @pytest.fixture(scope="module")

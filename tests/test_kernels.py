@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import shutil
 
+import kernel_families as kf
 import numpy as np
 import onnx
 import pytest
@@ -29,10 +30,9 @@ from hypothesis.extra import numpy as hnp
 from onnx import TensorProto, helper
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
-import kernel_families as kf
 from lab import data, graph, kernels
-from lab.kernels import EXACT, FAMILIES, SATURATING, EmulationError
 from lab.convert import quantize, quantize_dynamic_model
+from lab.kernels import EXACT, FAMILIES, SATURATING, EmulationError
 
 DYNAMIC_TOLERANCE = 1e-6   # the dynamic model's output is float: summation order may move the last bits
 

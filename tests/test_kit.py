@@ -17,8 +17,8 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from instructor import kit as kit_builder
-from lab.tools import run
 from instructor.kit import KitError
+from lab.tools import run
 
 LESSONS = run.discover()
 NAMES = [nb.name for nb in LESSONS]
@@ -301,7 +301,8 @@ def test_the_kit_holds_no_heldout_row_by_content_hash(student_kit, commit):
 # This venv has the project installed in editable mode; its finder would serve a module the kit lacks (such as
 # instructor.kit) from the project. A student's kit has no such finder, so the kit's Python drops it.
 KIT_ONLY = ("import sys\n"
-            "sys.meta_path[:] = [f for f in sys.meta_path if 'Editable' not in getattr(f, '__name__', type(f).__name__)]\n")
+            "sys.meta_path[:] = [f for f in sys.meta_path\n"
+            "                    if 'Editable' not in getattr(f, '__name__', type(f).__name__)]\n")
 
 
 def kit_python(kit: Path, code: str) -> subprocess.CompletedProcess:
@@ -340,7 +341,9 @@ def defined_names(path: Path) -> set[str]:
 def test_the_kit_holds_no_answer_to_lesson_06s_exercise_and_measures_on_the_evaluation_split(student_kit):
     assert not [p.relative_to(student_kit).as_posix() for p in (student_kit / "lab").rglob("*.py")
                 if "summarize" in defined_names(p)]
-    proc = kit_python(student_kit, "import inspect, lab.lessons.lesson06_accept_or_reject.acceptance as a, lab.lessons.lesson09_choosing_a_recipe.choice as t\n"
+    proc = kit_python(student_kit, "import inspect\n"
+                                "import lab.lessons.lesson06_accept_or_reject.acceptance as a\n"
+                                "import lab.lessons.lesson09_choosing_a_recipe.choice as t\n"
                                 "print(hasattr(a, 'summarize'))\n"
                                 "print(inspect.signature(t.check_choice).parameters['split'].default)")
     assert proc.returncode == 0, proc.stderr
@@ -459,13 +462,15 @@ KIT_CASES = {
         lambda s: s.replace("    for name, values in ((\"predictions\", predictions), (\"labels\", labels)):\n"
                             "        for i, value in enumerate(values):\n"
                             "            if value != int(value) or not 0 <= value < N_CLASSES:\n"
-                            "                raise ValueError(f\"{name}[{i}] is {value}; expected a digit 0-9\")\n", ""),
+                            "                raise ValueError(f\"{name}[{i}] is {value}; expected a digit 0-9\")\n",
+                            ""),
         "acceptance.check_summarize(", True,
         ("SummarizeCheckError", "raised IndexError (list index out of range) instead: a label outside 0-9 must "
                                 "raise ValueError naming the bad value 10")),
     "06 summarize with a transposed matrix": (
         "06_accept_or_reject", '%%writefile "{WORK_DIR}/metrics.py"',
-        lambda s: s.replace("confusion[int(actual)][int(predicted)] += 1", "confusion[int(predicted)][int(actual)] += 1"),
+        lambda s: s.replace("confusion[int(actual)][int(predicted)] += 1",
+                            "confusion[int(predicted)][int(actual)] += 1"),
         "acceptance.check_summarize(", True, ("the confusion matrix is transposed", "belongs in confusion[1][2]")),
     "06 PREDICTION names a setting that is not in the table": (
         "06_accept_or_reject", "PREDICTION = ", lambda s: 'PREDICTION = {"per_channel"}\n',
@@ -475,11 +480,12 @@ KIT_CASES = {
         "06_accept_or_reject", "PREDICTION = ", lambda s: 'PREDICTION = {"reduce_range"}\n',
         "families.judge_saturating_settings(", False, ("prediction wrong", "NO  reduce_range", "no pair can saturate")),
     "08 MinMax through the stuck pixels": (
-        "08_the_quantization_toolbox", "METHOD = ", lambda s: 'METHOD = "MinMax"\nOPTIONS = {}\nJUSTIFICATION = "MinMax '
-                                                           'keeps every value: 360 images"\n',
+        "08_the_quantization_toolbox", "METHOD = ",
+        lambda s: 'METHOD = "MinMax"\nOPTIONS = {}\nJUSTIFICATION = "MinMax keeps every value: 360 images"\n',
         "outliers.check_input(", True, ("OutlierChoiceError", "input ruler: it ends at 12.5")),
     "08 Percentile's default": (
-        "08_the_quantization_toolbox", "METHOD = ", lambda s: s.replace('OPTIONS = {"CalibPercentile": 99.9}', "OPTIONS = {}"),
+        "08_the_quantization_toolbox", "METHOD = ",
+        lambda s: s.replace('OPTIONS = {"CalibPercentile": 99.9}', "OPTIONS = {}"),
         "outliers.check_input(", True, ("OutlierChoiceError", "input ruler: it ends at 12.49")),
     "08 the calibrator's option name": (
         "08_the_quantization_toolbox", "METHOD = ", lambda s: s.replace('OPTIONS = {"CalibPercentile": 99.9}',
@@ -512,7 +518,8 @@ def _kit_lesson_with(kit_nb: Path, answer_marker: str, answer, stop_marker: str)
     """The kit's lesson up to the cell holding ``stop_marker``: every stub filled with the instructor's solution,
     the one holding ``answer_marker`` with ``answer(solution)`` instead."""
     nb = nbformat.read(kit_nb, as_version=4)
-    source = {c.get("id"): c.source for c in nbformat.read(kit_builder.REPO / "notebooks" / kit_nb.name, as_version=4).cells}
+    original = nbformat.read(kit_builder.REPO / "notebooks" / kit_nb.name, as_version=4)
+    source = {c.get("id"): c.source for c in original.cells}
 
     def instructor(text: str) -> str:
         text = kit_builder.remove_hidden_tests(nbformat.v4.new_notebook(cells=[new_code_cell(text)]), "x").cells
@@ -546,7 +553,8 @@ def done_workspace(tmp_path_factory, reference_workspace) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(KIT_CASES))
-def test_a_wrong_answer_in_lessons_06_08_and_09_of_the_kit_is_named(name, student_kit, done_workspace, tmp_path, monkeypatch):
+def test_a_wrong_answer_in_lessons_06_08_and_09_of_the_kit_is_named(name, student_kit, done_workspace, tmp_path,
+                                                                    monkeypatch):
     import re
 
     lesson, answer_marker, answer, stop_marker, fails, words = KIT_CASES[name]

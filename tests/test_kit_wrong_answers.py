@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import nbformat
 import pytest
@@ -148,7 +148,8 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def kit(tmp_path_factory) -> Path:
-    return kit_builder.build_kit(tmp_path_factory.mktemp("kit") / "student", rev=kit_builder.commit_of(kit_builder.REPO, "HEAD"))
+    return kit_builder.build_kit(tmp_path_factory.mktemp("kit") / "student",
+                                 rev=kit_builder.commit_of(kit_builder.REPO, "HEAD"))
 
 
 @pytest.fixture(scope="module")
@@ -159,13 +160,13 @@ def workspace(tmp_path_factory, reference_workspace) -> Path:
 
 def _solution(source: str) -> str:
     """A cell's code as the instructor wrote it: markers out, hidden tests out."""
-    return "\n".join(l for l in HIDDEN.sub("", source).splitlines() if l.strip() not in (BEGIN, END))
+    return "\n".join(line for line in HIDDEN.sub("", source).splitlines() if line.strip() not in (BEGIN, END))
 
 
 def _solution_region(source: str) -> str:
     lines = source.splitlines()
-    start = next(i for i, l in enumerate(lines) if l.strip() == BEGIN)
-    stop = next(i for i, l in enumerate(lines) if l.strip() == END)
+    start = next(i for i, line in enumerate(lines) if line.strip() == BEGIN)
+    stop = next(i for i, line in enumerate(lines) if line.strip() == END)
     return "\n".join(lines[start + 1:stop])
 
 

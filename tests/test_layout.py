@@ -384,7 +384,8 @@ def lesson_entries(folder: Path) -> dict[str, Path]:
 
 
 def lab_lesson(stem: str) -> Path | None:
-    for path in (REPO / "lab" / "lessons" / f"lesson{stem}.py", REPO / "lab" / "lessons" / f"lesson{stem}" / "__init__.py"):
+    lessons = REPO / "lab" / "lessons"
+    for path in (lessons / f"lesson{stem}.py", lessons / f"lesson{stem}" / "__init__.py"):
         if path.exists():
             return path
     return None
@@ -405,11 +406,13 @@ def test_every_notebook_has_its_lesson_module_and_its_grader_module(number):
     module = lab_lesson(stem)
     grader = REPO / "grader" / "lessons" / f"lesson{stem}.py"
     if number in NO_LAB_LESSON:
-        assert module is None, f"lesson {number} has lab/lessons/lesson{stem} now: drop its exception ({NO_LAB_LESSON[number]})"
+        assert module is None, \
+            f"lesson {number} has lab/lessons/lesson{stem} now: drop its exception ({NO_LAB_LESSON[number]})"
     else:
         assert module is not None, f"notebooks/{stem}.ipynb has no lab/lessons/lesson{stem}.py (or package)"
     if number in NO_GRADER_LESSON:
-        assert not grader.exists(), f"{grader.relative_to(REPO)} exists now: drop its exception ({NO_GRADER_LESSON[number]})"
+        assert not grader.exists(), \
+            f"{grader.relative_to(REPO)} exists now: drop its exception ({NO_GRADER_LESSON[number]})"
     else:
         assert grader.exists(), f"notebooks/{stem}.ipynb has no grader/lessons/lesson{stem}.py"
 
@@ -419,7 +422,9 @@ def test_each_lesson_module_names_its_notebook_in_its_docstring():
     unnamed = []
     for stem in notebooks().values():
         module = lab_lesson(stem)
-        if module is not None and f"{stem}.ipynb" not in (ast.get_docstring(ast.parse(module.read_text("utf-8"))) or ""):
+        if module is None:
+            continue
+        if f"{stem}.ipynb" not in (ast.get_docstring(ast.parse(module.read_text("utf-8"))) or ""):
             unnamed.append(f"{module.relative_to(REPO)} (expected notebooks/{stem}.ipynb in its docstring)")
     assert not unnamed, "lesson modules whose docstring names no notebook:\n  " + "\n  ".join(unnamed)
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from lab import kernels
 from instructor import workbook
+from lab import kernels
 from lab.tools import run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,7 +60,8 @@ def test_parameters_cell_holds_literals_only(name):
     cell = run.parameters_cell(nb)
     assert cell is not None, f"{name}: no code cell tagged 'parameters'"
     for node in ast.parse(cell.source).body:
-        assert isinstance(node, (ast.Assign, ast.AnnAssign)), f"{name}: parameters cell line {node.lineno} is not an assignment"
+        assert isinstance(node, (ast.Assign, ast.AnnAssign)), \
+            f"{name}: parameters cell line {node.lineno} is not an assignment"
         ast.literal_eval(node.value)  # raises ValueError on anything but a literal
     declared = run.declared_parameters(nb)
     assert {"WORK_DIR", "SEED", "INTERACTIVE"} <= declared.keys(), f"{name}: declares {sorted(declared)}"
@@ -106,7 +107,8 @@ def test_lesson_runs_headless_with_small_parameters(lesson_suite, name):
                and o.get("data", {}).get("text/plain", "").startswith("<Figure size")]
     assert not as_text, f"{name}: code cells {as_text} show a figure as text instead of a picture"
     drawn = [i for i, c in enumerate(cells)
-             if any(line.startswith(("lab.plots.shown(", "display(lab.plots.shown(")) for line in c.source.splitlines())]
+             if any(line.startswith(("lab.plots.shown(", "display(lab.plots.shown("))
+                    for line in c.source.splitlines())]
     blank = [i for i in drawn if not any("image/png" in o.get("data", {}) for o in cells[i].outputs)]
     assert not blank, f"{name}: code cells {blank} call lab.plots.shown but show no picture"
     assert not any(c.outputs for c in code_cells(read(name))

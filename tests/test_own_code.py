@@ -33,12 +33,15 @@ def test_the_delegating_metrics_is_refused(source):
     ("from lab import readers\n", 1, "lab.readers"),
     ("from lab.readers import *\n", 1, "lab.readers.*"),
     ("import os, grader.reference\n", 1, "grader.reference"),
-    ("import importlib\nm = importlib.import_module('lab.lessons.lesson06_accept_or_reject.acceptance')\n", 2, "lab.lessons.lesson06_accept_or_reject.acceptance"),
+    ("import importlib\nm = importlib.import_module('lab.lessons.lesson06_accept_or_reject.acceptance')\n", 2,
+     "lab.lessons.lesson06_accept_or_reject.acceptance"),
     ("from importlib import import_module\nm = import_module(name='lab')\n", 2, "lab"),
     ("m = __import__('lab.readers', fromlist=['ArrayReader'])\n", 1, "lab.readers"),
-    ("import sys\nm = sys.modules['lab.lessons.lesson06_accept_or_reject.acceptance']\n", 2, "lab.lessons.lesson06_accept_or_reject.acceptance"),
+    ("import sys\nm = sys.modules['lab.lessons.lesson06_accept_or_reject.acceptance']\n", 2,
+     "lab.lessons.lesson06_accept_or_reject.acceptance"),
     ("import sys\nm = sys.modules.get('lab')\n", 2, "lab"),
-    ("def summarize(p, l):\n    from lab.lessons.lesson06_accept_or_reject.acceptance import top_confusions\n    return p\n", 2,
+    ("def summarize(p, l):\n"
+     "    from lab.lessons.lesson06_accept_or_reject.acceptance import top_confusions\n    return p\n", 2,
      "lab.lessons.lesson06_accept_or_reject.acceptance.top_confusions"),
     ("class DigitReader:\n    def get_next(self):\n        import importlib\n"
      "        return importlib.import_module('la' + 'b')\n", 4, own_code.DYNAMIC),
@@ -78,7 +81,8 @@ def test_the_message_is_safe_to_print_and_short():
 
 def test_the_encoding_line_decides_how_the_file_reads(tmp_path):
     path = tmp_path / "metrics.py"
-    path.write_bytes(b"# -*- coding: latin-1 -*-\n# caf\xe9\nfrom lab.lessons.lesson06_accept_or_reject.acceptance import summarize\n")
+    path.write_bytes(b"# -*- coding: latin-1 -*-\n# caf\xe9\n"
+                     b"from lab.lessons.lesson06_accept_or_reject.acceptance import summarize\n")
     assert own_code.refusal_for(path).startswith("write summarize yourself; metrics.py line 3 imports")
 
 
@@ -108,7 +112,8 @@ def test_the_delegating_hand_in_scores_0_on_summarize(delegating_grade):
     assert set(checks) == {"summarize_code", "secret_summarize"}
     for c in checks.values():
         assert c.points == 0, (c.name, c.points, c.message)
-        assert c.message.startswith("write summarize yourself; metrics.py line 1 imports lab.lessons.lesson06_accept_or_reject.acceptance.summarize")
+        assert c.message.startswith("write summarize yourself; metrics.py line 1 imports "
+                                    "lab.lessons.lesson06_accept_or_reject.acceptance.summarize")
 
 
 def test_the_delegating_hand_in_scores_0_on_the_reader(delegating_grade):

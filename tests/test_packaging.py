@@ -155,7 +155,8 @@ def test_lab_run_finds_the_lessons_from_the_current_folder_or_says_where_it_look
     empty.mkdir()
     assert run.find_notebooks(cwd=project, checkout=empty) == (project / "notebooks").resolve()
     assert run.find_notebooks(cwd=project / "notebooks", checkout=empty) == (project / "notebooks").resolve()
-    assert run.find_notebooks(str(project / "notebooks"), cwd=empty, checkout=empty) == (project / "notebooks").resolve()
+    found = run.find_notebooks(str(project / "notebooks"), cwd=empty, checkout=empty)
+    assert found == (project / "notebooks").resolve()
     with pytest.raises(FileNotFoundError, match=r"no lessons .* in .*empty/notebooks, .*empty; run from the "
                                                 r"project's folder .* or pass --notebooks DIR"):
         run.find_notebooks(cwd=empty, checkout=empty)

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from grader import core, reference
-from grader.lessons import predictions as check
 from grader.context import Context
+from grader.lessons import predictions as check
 from grader.submission import open_submission
 from lab import data, kernels, predictions
 from lab.lessons import lesson04_more_batches as lesson04
@@ -62,6 +62,9 @@ WRONG = {
                 ["you said QDQ is smaller", "they are the same", "one calibration cache"]),
     "saturating_settings": ({"candidate"}, ["prediction wrong", "qoperator_u8"]),
     "failing_scenarios": (set(), ["you said none need(s) work; measured: flash", "a flash pushes strokes"]),
+    "attractive_photographs": ({"larger_error": "camera", "wider_ruler": "attractive"},
+                               ["you said camera, measured attractive", "you said attractive, measured camera",
+                                "the camera's frames clip against it"]),
 }
 
 
@@ -83,8 +86,7 @@ def test_a_wrong_prediction_loses_its_points_and_says_why(work, tmp_path, questi
 def test_a_wrong_model_does_not_cost_a_right_prediction(work, tmp_path):
     """Lesson 03's loop with the variable copied: right.onnx calibrated on the wide set, narrow.onnx on the right
     set. range_seen charges both models; the predictions ask about the lesson's sets, so they keep every point."""
-    from lab import data, graph
-    from lab import convert
+    from lab import convert, data, graph
 
     copy = shutil.copytree(work, tmp_path / "workspace")
     for model, kind in (("right", "wide"), ("narrow", "right")):
@@ -97,15 +99,15 @@ def test_a_wrong_model_does_not_cost_a_right_prediction(work, tmp_path):
     assert set(part) == set(check.NAMES)
     assert all(c.passed and c.message.startswith("prediction right") for c in part.values()), \
         {n: c.message for n, c in part.items()}
-    assert "the lesson's set gives" in part["input_rulers"].message and "not on your files" in part["input_rulers"].message
+    message = part["input_rulers"].message
+    assert "the lesson's set gives" in message and "not on your files" in message
 
 
 def test_the_graders_lesson_04_series_is_the_one_the_lesson_builds(tmp_path):
     """The grader calibrates each count of lesson 04's series in one batch; MinMax keeps the min and max over all
     batches, so each model is byte for byte the one lesson 04 builds with its batches of 8."""
     from grader import reference
-    from lab import data, graph
-    from lab import convert
+    from lab import convert, data, graph
 
     source = shutil.copy(data.fixture_path("fp32.onnx"), tmp_path)
     stream = lesson04.narrow_batches(max(reference.GROWTH_COUNTS), reference.GROWTH_BATCH, seed=0)

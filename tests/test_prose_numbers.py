@@ -10,11 +10,11 @@ import os
 
 import nbformat
 import pytest
-
 from conftest import run_lessons
+from prose_numbers import backed, claims, printed_numbers, prose, unbacked
+
 from lab import kernels
 from lab.tools import run
-from prose_numbers import backed, claims, printed_numbers, prose, unbacked
 
 
 def _family_runs(tmp_path_factory) -> dict:
@@ -49,7 +49,8 @@ def test_prose_numbers_are_printed_by_the_run(family_runs, name):
 
 def test_the_checker_catches_a_drifted_number():
     nb = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_markdown_cell("Accuracy 0.975, error 9 %, `per_channel=0.5`, 255 x 64 x 2 = 32,640, and 2,554 words."),
+        nbformat.v4.new_markdown_cell("Accuracy 0.975, error 9 %, `per_channel=0.5`, 255 x 64 x 2 = 32,640, "
+                                      "and 2,554 words."),
     ])
     found = {c.text for c in claims("99", nb)}
     assert found == {"0.975", "9 %", "2,554"}, found

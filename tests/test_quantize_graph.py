@@ -2,11 +2,10 @@
 import onnx
 import pytest
 
-from lab import compare, data, graph, ruler
+from lab import compare, convert, data, graph, ruler
+from lab.errors import ModelContractError, NotQuantizedError
 from lab.lessons import lesson03_narrow_right_wide as experiment
 from lab.lessons import lesson05_qdq_vs_qoperator as lesson05
-from lab import convert
-from lab.errors import ModelContractError, NotQuantizedError
 from lab.workspace import make_workspace
 
 

@@ -9,11 +9,9 @@ import onnx
 import pytest
 
 from lab import data, kernels, schemas
-from lab.lessons.lesson07_calibrate_the_deployed_representation import recipe
-from lab.lessons.lesson07_calibrate_the_deployed_representation import scenario_checks
-from lab.lessons.lesson07_calibrate_the_deployed_representation import scenarios
-from lab.errors import ModelContractError
 from lab.convert import quantize
+from lab.errors import ModelContractError
+from lab.lessons.lesson07_calibrate_the_deployed_representation import recipe, scenario_checks, scenarios
 
 RELEASE_ID = "digits-int8-test"
 

@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 from bad_submissions import corpus
+
 from grader import rubric as rubric_mod
 from grader.batch import batch
 from grader.export import export

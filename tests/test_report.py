@@ -14,11 +14,11 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-
 from bad_submissions import corpus
 from browser_support import chromium_path, launched_chromium
-from grader.rubric import rubric
+
 from grader.report import write_report
+from grader.rubric import rubric
 from lab.tools.submit import submit
 
 REPO = Path(__file__).resolve().parent.parent
@@ -39,7 +39,8 @@ def skip_unless_ci(reason: str) -> None:
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory, reference_workspace) -> Path:
-    """OUT of `grader batch` over the reference hand-in and the bad corpus (it writes report.html), then `grader report OUT`."""
+    """OUT of `grader batch` over the reference hand-in and the bad corpus (it writes report.html), then
+    `grader report OUT`."""
     work = reference_workspace(tmp_path_factory.mktemp("reference") / "workspace")
     good = submit("reference", work, tmp_path_factory.mktemp("handed-in"))
     folder = tmp_path_factory.mktemp("corpus")
@@ -168,8 +169,8 @@ def test_chart_ticks_bins_and_bars():
     assert chart.nice_ticks(59) == [0, 10, 20, 30, 40, 50, 60]
     assert chart.nice_ticks(1.31) == [0, 0.25, 0.5, 0.75, 1, 1.25, 1.5]
     assert chart.nice_ticks(0) == [0, 0.2, 0.4, 0.6, 0.8, 1]
-    assert chart.histogram([0, 0.5, 59, 58.99, 30, -1, 70, float("nan"), float("inf")], 59, 20) == [3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
-                                                                         0, 0, 0, 0, 0, 0, 0, 0, 3]
+    assert chart.histogram([0, 0.5, 59, 58.99, 30, -1, 70, float("nan"), float("inf")], 59, 20) == [
+        3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 3]
     panel = chart.stacked_histogram((0.1, 0.2, 0.3, 0.7), "t", "x", 10, [("a", "red", [1, 1, 9]),
                                                                          ("b", "blue", [1])])
     svg = ET.fromstring(chart.svg([panel], "<fig>"))

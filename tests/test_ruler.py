@@ -1,7 +1,7 @@
 """The hand-made ruler agrees with ONNX Runtime: compute_scale_zp, QuantizeLinear and DequantizeLinear."""
 import numpy as np
-import pytest
 import onnx
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
@@ -19,7 +19,8 @@ def qdq_model(scale: float, zp: int, dtype: str) -> onnx.ModelProto:
         [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
          helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])],
         "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None])],
-        [helper.make_tensor_value_info("q", elem, [None]), helper.make_tensor_value_info("y", TensorProto.FLOAT, [None])],
+        [helper.make_tensor_value_info("q", elem, [None]),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, [None])],
         [helper.make_tensor("s", TensorProto.FLOAT, [], [scale]), helper.make_tensor("z", elem, [], [zp])])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
 

@@ -13,7 +13,8 @@ from lab import tables
 from lab.tools import run
 
 
-def lesson(*sources: str, parameters: str = 'WORK_DIR = "../workspace"\nSEED = 0\nINTERACTIVE = True') -> nbformat.NotebookNode:
+def lesson(*sources: str,
+           parameters: str = 'WORK_DIR = "../workspace"\nSEED = 0\nINTERACTIVE = True') -> nbformat.NotebookNode:
     cells = [new_markdown_cell("You will be able to ..."), new_code_cell("import lab, json, pathlib")]
     if parameters is not None:
         cells.append(new_code_cell(parameters, metadata={"tags": ["parameters"]}))
@@ -32,7 +33,8 @@ def lessons(tmp_path) -> Path:
         'w = pathlib.Path(WORK_DIR)\nw.mkdir(parents=True, exist_ok=True)\nassert INTERACTIVE is False\n'
         '(w / "results.json").write_text(json.dumps({"schema": "results/1", "sets": {"right": '
         '{"max_abs_error": 0.104166, "accuracy": 0.975}}}))',
-        parameters='WORK_DIR = "../workspace"\nSEED = 0\nINTERACTIVE = True\nMAX_BATCHES = 512'), src / "00_first.ipynb")
+        parameters='WORK_DIR = "../workspace"\nSEED = 0\nINTERACTIVE = True\nMAX_BATCHES = 512'),
+        src / "00_first.ipynb")
     nbformat.write(lesson(
         'r = json.loads((pathlib.Path(WORK_DIR) / "results.json").read_text())\n'
         'assert r["sets"]["right"]["accuracy"] == 0.975'), src / "01_second.ipynb")
@@ -57,7 +59,8 @@ def test_only_declared_parameters_are_injected(lessons):
     assert run.declared_parameters(lesson("x = 1", parameters=None)) == {}
 
 
-@pytest.mark.parametrize("text, value", [("16", 16), ("0.5", 0.5), ("False", False), ("None", None), ("narrow", "narrow")])
+@pytest.mark.parametrize("text, value",
+                         [("16", 16), ("0.5", 0.5), ("False", False), ("None", None), ("narrow", "narrow")])
 def test_parameter_values_parse_like_papermill(text, value):
     assert run.parse_value(text) == value and type(run.parse_value(text)) is type(value)
 

@@ -1,5 +1,6 @@
-"""Lesson 08's helpers (lab.lessons.lesson08_the_quantization_toolbox.toolbox, lab.lessons.lesson08_the_quantization_toolbox.calibrators, lab.measure): real conversions of the digit reader with each
-knob, and the exercise's requirement."""
+"""Lesson 08's helpers (lab.lessons.lesson08_the_quantization_toolbox.toolbox,
+lab.lessons.lesson08_the_quantization_toolbox.calibrators, lab.measure): real conversions of the digit reader with
+each knob, and the exercise's requirement."""
 from __future__ import annotations
 
 import copy
@@ -177,7 +178,8 @@ def _same_bytes_as_calibrating_itself(source, folder, calibration, changes):
         record = tb.build(source, folder / f"{name}.onnx", calibration, change, scratch_dir=folder)
         direct = _calibrating_itself(source, folder / f"{name}.direct.onnx", calibration, change, folder)
         assert data.file_sha256(folder / f"{name}.onnx") == data.file_sha256(direct), name
-        assert (record.calibration_sha256, record.calibration_samples) == (data.data_sha256(calibration), len(calibration))
+        assert record.calibration_sha256 == data.data_sha256(calibration)
+        assert record.calibration_samples == len(calibration)
         again = tb.build(source, folder / f"{name}.again.onnx", calibration, change, scratch_dir=folder)
         assert data.file_sha256(folder / f"{name}.again.onnx") == data.file_sha256(direct), name
         assert again.output.endswith(f"{name}.again.onnx") and again.settings == record.settings

@@ -39,7 +39,8 @@ def test_load_module_names_the_line_of_a_broken_module(tmp_path):
     with pytest.raises(WorkspaceError, match=r"^metrics.py line 2: IndentationError: expected an indented block"):
         workspace.load_module(tmp_path, "metrics")
     (tmp_path / "metrics.py").write_text("import numpy\nLIMIT = undefined_name\n")
-    with pytest.raises(WorkspaceError, match=r"^importing metrics.py raised NameError on line 2: name 'undefined_name'"):
+    with pytest.raises(WorkspaceError,
+                       match=r"^importing metrics.py raised NameError on line 2: name 'undefined_name'"):
         workspace.load_module(tmp_path, "metrics")
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numbers
 import operator
 import re
-from typing import Callable
+from collections.abc import Callable
 
 Check = Callable[[object], bool]
 

@@ -181,7 +181,7 @@ def describe_failure(exc: BaseException, output: Path) -> Failure:
     """Name the failing cell (by source index and first line) and the error."""
     try:
         nb = nbformat.read(output, as_version=4)
-    except Exception:  # the engine may have died before writing anything
+    except Exception:  # noqa: BLE001 - the engine may have died before writing anything (or half of it)
         nb = None
     if isinstance(exc, PapermillExecutionError):
         index = exc.cell_index
@@ -282,7 +282,7 @@ def run_lesson(notebook: Path, out_dir: Path, parameters: dict[str, object],
             execution_timeout=timeout, start_timeout=START_TIMEOUT,
             log_output=False, progress_bar=False, engine_name=ENGINE, coalesce_streams=True,  # one text per stream
             kernel_manager_class=kernel_manager_logging_to(out_dir / KERNEL_LOG))
-    except Exception as exc:  # every failure becomes a value naming the cell
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a value naming the cell
         failure = describe_failure(exc, output)
     seconds = round(time.perf_counter() - start, 2)
     if failure is None:

@@ -12,9 +12,9 @@ import json
 import re
 import stat
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import onnx
 
@@ -298,7 +298,8 @@ CASES = [
     Case("reader_empty", "graded", "defines no class DigitReader", with_file("calibration_reader.py", "")),
     Case("metrics_transposed", "graded", "confusion is transposed", with_file("metrics.py", METRICS_TRANSPOSED)),
     Case("metrics_sleeps", "timeout", "metrics.py could not be run", with_file("metrics.py", METRICS_SLEEPS)),
-    Case("onnx_corrupt", "invalid", "right.onnx: not a readable ONNX file", with_file("right.onnx", b"\x08\x07garbage" * 50)),
+    Case("onnx_corrupt", "invalid", "right.onnx: not a readable ONNX file",
+         with_file("right.onnx", b"\x08\x07garbage" * 50)),
     Case("onnx_empty", "invalid", "right.onnx: the file is empty", with_file("right.onnx", b"")),
     Case("onnx_external_data", "invalid", "external file", with_model("right.onnx", _external)),
     Case("onnx_custom_domain", "invalid", "operator domain", with_model("wide.onnx", _domain)),
@@ -314,7 +315,8 @@ CASES = [
     Case("json_nan", "invalid", "is NaN, which is not valid JSON",
          with_json("results.json", lambda d: None,
                    raw=lambda t: re.sub(r'("max_abs_error": )[0-9.eE+-]+', r"\1NaN", t, count=1))),
-    Case("json_schema", "invalid", "does not match schema 'results'", with_json("results.json", lambda d: d.pop("sets"))),
+    Case("json_schema", "invalid", "does not match schema 'results'",
+         with_json("results.json", lambda d: d.pop("sets"))),
     Case("json_empty", "invalid", "results.json: the file is empty", with_file("results.json", "")),
     Case("hash_mismatch", "invalid", "does not match submission.json", _tamper),
     Case("zip_slip", "invalid", "zip slip", with_entry("../escape.py", b"print('out')")),
