@@ -2,8 +2,8 @@
 the settings, and the images every number was measured on. Each lesson adds its own fields after it."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from lab import convert
 from lab.data import Split, data_sha256, file_sha256

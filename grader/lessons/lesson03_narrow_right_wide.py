@@ -102,8 +102,8 @@ def _ruler_reported(ctx: Context, doc: dict, rulers: dict, refused: dict):
     numbers results.json reports about the model's rulers (``_ruler_numbers``)."""
     def judge(kind, r):
         rep = doc["sets"][kind]
-        s_rep, z_rep = number(rep["scale"]), rep["zero_point"]
-        ok = s_rep is not None and abs(s_rep - r.scale) <= SCALE_REL * r.scale and z_rep == r.zero_point
+        s_rep, z_rep = float(rep["scale"]), rep["zero_point"]
+        ok = abs(s_rep - r.scale) <= SCALE_REL * r.scale and z_rep == r.zero_point
         wrong = _ruler_numbers(ctx, f"{kind}.onnx", kind, rep, r)  # interval, round trip, hidden layer
         return (ok and not wrong, f"{kind}: reported scale {_g(s_rep)} / zero point {z_rep}, "
                 f"graph has {r.scale:.9g} / {r.zero_point}" + "".join(f"; {m}" for m, _ in wrong),
@@ -143,9 +143,9 @@ def _range_seen(ctx: Context, doc: dict, rulers: dict, refused: dict):
         if not ok:
             other_data.add(kind)
         # the model's own scale is not a number the student reported: the message names it
-        ev = [Evidence(f"{kind} range seen (scale x {r.steps})", number(rep["range_seen"]), r.range_seen,
+        ev = [Evidence(f"{kind} range seen (scale x {r.steps})", float(rep["range_seen"]), r.range_seen,
                        r.scale / 2, "scale/2: half a grid step")]
-        ok = ok and abs(number(rep["range_seen"]) - r.range_seen) <= r.scale / 2
+        ok = ok and abs(float(rep["range_seen"]) - r.range_seen) <= r.scale / 2
         prov_ok, prov_msg, prov_ev = provenance(kind, f"lab.data.calibration_set('{kind}')", calib,
                                                 rep["calibration_sha256"], rep["calibration_samples"])
         ev += prov_ev
@@ -169,10 +169,10 @@ def _max_abs_error(ctx: Context, doc: dict, rulers: dict, refused: dict):
     def judge(kind, r):
         rel, rep = f"{kind}.onnx", doc["sets"][kind]
         probs = ctx.outputs(rel)
-        err, err_rep = compare.max_abs_error(fp32_outputs(), probs), number(rep["max_abs_error"])
+        err, err_rep = compare.max_abs_error(fp32_outputs(), probs), float(rep["max_abs_error"])
         ok = abs(err_rep - err) <= SOFTMAX_STEP
         # a sample within the grid of a tie may flip on another CPU
-        acc, acc_rep, slack = float((probs.argmax(1) == labels).mean()), number(rep["accuracy"]), \
+        acc, acc_rep, slack = float((probs.argmax(1) == labels).mean()), float(rep["accuracy"]), \
             len(near_boundary(probs)) / len(x)
         acc_ok = abs(acc_rep - acc) <= slack + EPSILON
         return (ok and acc_ok, f"{kind}: max abs error {err:.4f} on the {len(x)} evaluation images (reported "
@@ -336,7 +336,7 @@ def _dynamic(ctx: Context, doc: dict):
     fmt = graph.quant_format(model)
     err = compare.max_abs_error(fp32_outputs(), ctx.outputs("dynamic.onnx"))
     rec = doc["dynamic"]
-    rep = number(rec["max_abs_error"])
+    rep = float(rec["max_abs_error"])
     ok = fmt == "dynamic" and abs(rep - err) <= SOFTMAX_STEP
     same_file = rec["model_sha256"] == ctx.sub.files.get("dynamic.onnx")
     msg = (f"dynamic.onnx is a {fmt} model; max abs error {err:.4f} (reported {_g(rep)})"
