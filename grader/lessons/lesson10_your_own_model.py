@@ -9,7 +9,6 @@ camera frames through ``lab.camera.preprocess`` must give the released model's i
 from __future__ import annotations
 
 import tempfile
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +16,7 @@ import numpy as np
 from grader import own_code, sandbox
 from grader.context import SOFTMAX_STEP, Context, check, close, value
 from grader.group import Group
-from lab import camera, graph
+from lab import camera, graph, variant
 from lab.convert import calibrated_ranges
 from lab.data import EPSILON, data_sha256, file_sha256
 from lab.lessons.lesson08_the_quantization_toolbox import toolbox
@@ -192,7 +191,7 @@ def _same_scenarios(rep, mine: dict, tol: float) -> bool:
     return True
 
 
-@lru_cache(maxsize=2)
+@variant.lru_cache(maxsize=2)  # each student's variant has its own
 def lesson_sets(family: str) -> dict:
     """The lesson's own two conversions (per-tensor QDQ, pre-processed, from the fixture), measured as ``family``:
     set -> input ruler, accuracy and max abs error on the evaluation frames."""
