@@ -146,7 +146,7 @@ def comparison(now: dict[str, dict], before: dict[str, dict], label: str) -> lis
     lines = [f"against {label}:", f"{'lesson':<{width}}  {'before s':>8}  {'ratio':>6}  {'now s':>6}  {'ratio':>6}"]
     for n in names:
         b, a = before[n], now[n]
-        fmt = lambda v, w, f: f"{v:>{w}{f}}" if v is not None else f"{'-':>{w}}"  # noqa: E731
+        fmt = lambda v, w, f: f"{v:>{w}{f}}" if v is not None else f"{'-':>{w}}"
         lines.append(f"{n:<{width}}  {fmt(b['seconds'], 8, '.1f')}  {fmt(b['ratio'], 6, '.2f')}  "
                      f"{fmt(a['seconds'], 6, '.1f')}  {fmt(a['ratio'], 6, '.2f')}")
     return lines
