@@ -97,7 +97,7 @@ def test_cli_names_the_lessons_still_to_run_and_warns_about_an_unfinished_exerci
     out = capsys.readouterr().out
     assert "not in the workspace yet, so the grader will score the checks that need them 0" in out
     lessons = re.findall(r"^  lesson (\d\d): ", out, re.M)
-    assert lessons == ["01", "04", "05", "06", "07", "08"] and "  lesson 04: growth.json\n" in out
+    assert lessons == ["01", "04", "05", "06", "07", "08", "09", "10"] and "  lesson 04: growth.json\n" in out
     assert "warning" not in out
     (work / "calibration_reader.py").write_text(f"class DigitReader:\n    def get_next(self):\n        {STUB}\n")
     assert main(["--student", "s1", "--work-dir", str(work), "--out", str(tmp_path)]) == 0
