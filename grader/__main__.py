@@ -159,7 +159,7 @@ def _regrade(args, limits: Limits, unsafe: bool | None) -> int:
 
 def _export(args) -> int:
     """``export`` (grader.export): no student code runs; a bad roster is exit code 2, naming file, row and field."""
-    from grader.export import RosterError, export
+    from grader.export import RosterError, export  # deferred: reads only CSV files; the other commands never need it
 
     if not (Path(args.out) / "gradebook.csv").is_file():
         print(f"export: {args.out} has no gradebook.csv; run `python -m grader batch DIR --out {args.out}` first",
