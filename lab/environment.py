@@ -203,7 +203,7 @@ FAMILY_MEANING = {
               "hand-in records."),
     "saturating": ("saturating: u8 x s8 products added in pairs into an int16 that clips (x86 AVX2 without VNNI). "
                    "Per-channel INT8 models can lose accuracy here that they keep on VNNI or ARM CPUs "
-                   "(lesson 08 shows it); the grader recomputes under the family your hand-in records."),
+                   "(lesson 06 shows it); the grader recomputes under the family your hand-in records."),
 }
 
 
