@@ -185,7 +185,11 @@ def check_families(by_family: Mapping[str, Sequence[ScenarioResult]], targets: S
     if failing:
         raise ReleaseError("the release does not pass under every target kernel family: " + "; ".join(
             f"{f}: " + ", ".join(f"{r.name} needs work ({r.note})" if r.note else f"{r.name} needs work" for r in rows)
-            for f, rows in failing.items()))
+            for f, rows in failing.items())
+            + ". The tuning images did not predict the acceptance set, so this release is not shipped. Do not change "
+              "the selection or the recipe until these images pass: that would make the acceptance set a tuning set. "
+              "Decide again from the tuning images (more of them, or more conditions), and judge the new release on "
+              "images no decision has seen")
 
 
 def recipe(release_id: str, source_model: str | Path, selection: Selection, settings: Mapping,
