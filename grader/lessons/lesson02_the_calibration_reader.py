@@ -253,7 +253,8 @@ def run(ctx: Context) -> list:
         msg = (f"the reader breaks {len(found)} rule(s) of the contract lesson 02's tests check "
                f"(1 point each, half for the subclass): "
                + " ".join(f"({i}) '{rule}': {why}." for i, (rule, why, _) in enumerate(found, 1))
-               + " Run lesson 02's test cell and lesson.check_reader(DigitReader(pixels)) to see each rule")
+               + " Run lesson 02's check cell (lesson.check_reader and lesson.check_other_input, which builds the "
+                 "reader with input_name='x' and float64 pixels) and its test cell to see each rule")
         problems = " ".join(report.get("problems", []))
         if "MemoryError" in problems:
             msg = f"the reader ran out of memory (limit {ctx.limits.memory >> 20} MiB). " + msg

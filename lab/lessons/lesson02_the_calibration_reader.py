@@ -102,15 +102,22 @@ def _one_pass(reader, report: ReaderReport | None, input_name: str, n_features: 
             return batches, samples, "raise StopIteration"
         except Exception as e:  # noqa: BLE001 - any exception is what we report
             return batches, samples, f"raise {type(e).__name__}: {e}"
-        if not item:
+        if item is None or (isinstance(item, (dict, list, tuple, str)) and not item):
             return batches, samples, "None" if item is None else f"empty {type(item).__name__}"
         batches += 1
         if report is not None:
             samples += _check_item(item, batches, report, input_name, n_features)
         else:
-            value = item.get(input_name) if isinstance(item, dict) else None
+            value = _served(item, input_name)
             samples += len(value) if hasattr(value, "__len__") else 0
     return batches, samples, f"no end after {max_batches} batches"
+
+
+def _served(item, input_name: str):
+    """The batch array in one ``get_next()`` result: under ``input_name``, or a one-key dict's only value."""
+    if not isinstance(item, dict):
+        return None
+    return item[input_name] if input_name in item else next(iter(item.values())) if len(item) == 1 else None
 
 
 def _check_item(item, number: int, report: ReaderReport, input_name: str, n_features: int) -> int:
@@ -120,17 +127,20 @@ def _check_item(item, number: int, report: ReaderReport, input_name: str, n_feat
             batches.append(number)
 
     if not isinstance(item, dict):
+        bare = (" (ONNX Runtime's loop tests `if not inputs`, which a bare array cannot answer: "
+                "'truth value of an array is ambiguous')" if isinstance(item, np.ndarray) else "")
         problem(f"it is a {type(item).__name__}; get_next() must return a dict "
-                f"like {{'{input_name}': array}} or None")
+                f"like {{'{input_name}': array}} or None{bare}")
         return 0
     for name in item:
         if name not in report.input_names:
             report.input_names.append(str(name))
     if input_name not in item:
-        problem(f"it has keys {sorted(map(str, item))}; the model's input is named "
-                f"'{input_name}', so return {{'{input_name}': array}}")
-        return 0
-    value = item[input_name]
+        problem(f"it has keys {sorted(map(str, item))}; the input it was asked for is named "
+                f"'{input_name}', so return {{self.input_name: array}} with the input_name given to __init__")
+        if len(item) != 1:
+            return 0
+    value = _served(item, input_name)  # a one-key dict under another name: its other rules are checked too
     if not isinstance(value, np.ndarray):
         problem(f"'{input_name}' is a {type(value).__name__}; return a numpy array "
                 f"(np.asarray(x, dtype=np.float32))")
@@ -174,6 +184,16 @@ def _second_pass(again: int, first: int) -> str:
         return ("ends at once (correct: a reader is a one-pass stream); the next conversion needs a fresh "
                 "reader or rewind()")
     return "yields nothing either: this reader is used up (mistake (b)); make a fresh one or call rewind()"
+
+
+def check_other_input(reader_class, pixels: np.ndarray, input_name: str = "x", n: int = 10,
+                      batch_size: int = 3) -> ReaderReport:
+    """``check_reader`` on ``reader_class`` built as the grader also builds it: ``n`` float64 pixels, a small
+    ``batch_size`` and another ``input_name``. It names the rules a reader fixed to 'pixels' or to the dtype it was
+    given breaks: the batches come under the name given to ``__init__``, and as float32 whatever came in."""
+    odd = np.asarray(pixels, dtype=np.float64)[:n]
+    return check_reader(reader_class(odd, batch_size=batch_size, input_name=input_name), input_name=input_name,
+                        expected_samples=len(odd))
 
 
 def check_reader(reader, input_name: str = INPUT_NAME, n_features: int = N_FEATURES,
