@@ -67,8 +67,14 @@ def quantize_both_formats(source: str | Path, out_dir: str | Path, calibration, 
 
     Calibration runs once, for the QDQ model, and writes ``<stem>.calibration.json``;
     the QOperator conversion loads those ranges from the cache and never sees the data.
-    ORT's warnings for each conversion are kept in the result's ``warnings``.
+    ORT's warnings for each conversion are kept in the result's ``warnings``. ``quant_format`` and
+    ``calibration_cache_path`` are this function's to set: passing one raises ``TypeError`` naming it.
     """
+    own = [name for name in ("quant_format", "calibration_cache_path") if name in settings]
+    if own:
+        raise TypeError(f"quantize_both_formats sets {' and '.join(own)} itself (QDQ first, then QOperator from the "
+                        f"same calibration cache): remove {', '.join(f'{n}={settings[n]!r}' for n in own)} from the "
+                        "call and pass only the settings both formats share")
     out_dir = Path(out_dir)
     cache = out_dir / f"{stem}.calibration.json"
     cache.unlink(missing_ok=True)

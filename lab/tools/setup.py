@@ -87,7 +87,8 @@ def setup(venv, requirements, also=(), folder="."):
     for path in tidy(venv, folder):
         print(f"  removed {path}")
     (Path(venv) / STAMP).write_text("set up by python -m lab.tools.setup\n", encoding="utf-8")
-    print(f"setup: done. Start JupyterLab with `{python} -m jupyter lab`.", flush=True)
+    print(f"setup: done. Start JupyterLab with `make jupyter` (without make: `{python} -m jupyter lab "
+          "--ServerApp.root_dir=.`).", flush=True)
 
 
 def main(argv=None):
