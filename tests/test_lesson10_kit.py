@@ -7,14 +7,9 @@ methods is left-stripped.
 """
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
-import nbformat
 import pytest
-from test_kit_wrong_answers import Wrong, _error, _text, _with_wrong_answer, kit, workspace  # noqa: F401 - fixtures
-
-from lab.tools import run
+import test_kit_wrong_answers as base
+from test_kit_wrong_answers import Wrong, kit, workspace  # noqa: F401 - the base test's fixtures
 
 LESSON = "10_your_own_model"
 CASES = {
@@ -39,18 +34,5 @@ CASES = {
 @pytest.mark.parametrize("name", list(CASES))
 def test_a_wrong_answer_in_lesson_10_gets_a_message_that_names_the_mistake(name, kit, workspace, tmp_path,  # noqa: F811
                                                                            monkeypatch):
-    case = CASES[name]
-    monkeypatch.setenv("PYTHONPATH", str(kit))
-    work = shutil.copytree(workspace, tmp_path / "workspace")
-    (work / "predictions.json").unlink()  # the first answer counts: the lesson's cell must be the first to answer
-    lesson = tmp_path / f"{case.lesson}.ipynb"
-    nbformat.write(_with_wrong_answer(kit / "notebooks" / f"{case.lesson}.ipynb", case), lesson)
-    got = run.run_lesson(lesson, tmp_path / "out", {"WORK_DIR": str(work), "INTERACTIVE": False}, cwd=kit / "notebooks")
-    text = _text(Path(got.output))
-    assert (got.error is not None) == case.fails, (got.error, text[-2000:])
-    for words in case.words:
-        assert words in text, (words, text[-3000:])
-    if case.fails:
-        shown = _error(Path(got.output))
-        assert "Traceback" not in shown and "File \"" not in shown, shown
-        assert len(shown.splitlines()) <= 12, f"one message, not a traceback wall:\n{shown}"
+    monkeypatch.setitem(base.CASES, name, CASES[name])  # the base test reads its case by name
+    base.test_a_wrong_answer_gets_a_message_that_names_the_mistake(name, kit, workspace, tmp_path, monkeypatch)
