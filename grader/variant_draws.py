@@ -10,8 +10,8 @@ it records the id. The solutions stay with the instructor: the kit holds only th
 
 Lessons 08 and 09 are not in the reference build. Lesson 08's exercise is checked too: its solution's method and
 options (notebook 08's ``METHOD`` and ``OPTIONS``) on the stuck-pixel set must meet the lesson's requirement
-(``outliers.check``; measured: draw 0 of one id missed it, max abs error 0.112 over 0.1). Lesson 09's choice is not
-checked per draw.
+(``outliers.check``, max abs error at most 0.1): measured, it held for 25 of 60 draws, so lesson 08's limit, set on
+the reference data, is what most often rules a draw out. Lesson 09's choice is not checked per draw.
 """
 from __future__ import annotations
 
@@ -29,7 +29,10 @@ from lab.errors import LabError
 from lab.lessons.lesson08_the_quantization_toolbox import outliers
 from lab.tools.submit import submit
 
-MAX_DRAWS = 16
+# Draws tried per id. Measured: lesson 08's requirement held for 25 of 60 draws (3 ids x 20; the misses' max abs
+# error 0.104 to 0.148 against its 0.1), the reference build for about 4 in 5: 64 draws all failing is unlikely
+MAX_DRAWS = 64
+OUTLIERS_MODEL = "variant-draws-outliers.onnx"  # lesson 08's check's model, in the workspace while it is built
 
 
 def graded(student: str | None, draw: int | None, tmp: Path, state: GraderState):
@@ -41,15 +44,16 @@ def graded(student: str | None, draw: int | None, tmp: Path, state: GraderState)
     if student is not None:  # what lesson 00 records, with this draw
         (work / workspace.VARIANT_FILE).write_text(json.dumps({"schema": "variant/1", "student": student,
                                                                "draw": draw or 0}) + "\n")
-    with variant.using(None):  # build() activates the workspace's own variant; the caller's context stays
+    with variant.using(None):  # make_workspace activates the workspace's own variant; the caller's context stays
+        workspace.make_workspace(work)
+        missed = outliers_hold(work)  # first: a tenth of a second, where the build takes seconds
+        if missed:
+            return None, f"lesson 08's outliers choice misses: {missed}"
         try:
             reference.build(work)
         except LabError as e:  # a lesson's own check refused this draw (lesson 07's release, say)
             return None, f"{type(e).__name__}: {e}"
-        with variant.using(*(variant.current() or (None,))):
-            missed = outliers_hold(work)
-        if missed:
-            return None, f"lesson 08's outliers choice misses: {missed}"
+        (work / OUTLIERS_MODEL).unlink()
         zip_path = submit(student or variant.REFERENCE, work, folder)
     return core.grade(zip_path, state=state), ""
 
@@ -60,19 +64,25 @@ def outliers_hold(work: Path) -> str:
     block = reference.solution("08_the_quantization_toolbox.ipynb", "METHOD")
     answers = {t.id: ast.literal_eval(node.value) for node in ast.parse(block).body if isinstance(node, ast.Assign)
                for t in node.targets if isinstance(t, ast.Name) and t.id in ("METHOD", "OPTIONS")}
-    path = work / "variant-draws-outliers.onnx"
+    path = work / OUTLIERS_MODEL
     outliers.build(work / "source.onnx", path, outliers.stuck_set(outliers.N_HOT, seed=reference.SEED),
                    answers["METHOD"], answers["OPTIONS"])
     return "; ".join(outliers.check(path, measure.evaluation(work / "source.onnx", "evaluation"))["unmet"])
 
 
-def choose(student: str, want: float, tmp: Path, state: GraderState, max_draws: int = MAX_DRAWS) -> int:
-    """The first draw of ``student`` whose reference hand-in scores ``want`` (the reference variant's score)."""
+def first_passing(student: str, want: float, tmp: Path, state: GraderState, max_draws: int = MAX_DRAWS):
+    """The first draw of ``student`` whose reference hand-in scores ``want`` (the reference variant's score), and
+    that hand-in's result (its workspace and zip are in ``tmp/<student>-<draw>/``)."""
     for draw in range(max_draws):
         result, _ = graded(student, draw, tmp, state)
         if result is not None and result.score == want:
-            return draw
+            return draw, result
     raise RuntimeError(f"no draw of {student!r} in 0..{max_draws - 1} grades like the reference; check the lessons")
+
+
+def choose(student: str, want: float, tmp: Path, state: GraderState, max_draws: int = MAX_DRAWS) -> int:
+    """The draw ``first_passing`` finds for ``student``."""
+    return first_passing(student, want, tmp, state, max_draws)[0]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -73,6 +73,12 @@ def fingerprints(v: variant.Variant | None) -> frozenset[str]:
         return frozenset(data.data_sha256(x) for x in sets)
 
 
+def same_for_all() -> frozenset[str]:
+    """The SHA-256 of the splits every variant shares (evaluation, held-out): calibrating on one is an honest
+    mistake lesson 03's checks name, and says nothing about whose variant the hand-in is."""
+    return frozenset(data.data_sha256(data.load_split(name).pixels) for name in ("evaluation", "heldout"))
+
+
 def reported_hashes(sub: Submission) -> tuple[set[str], set[str]]:
     """Every SHA-256 string anywhere in the hand-in's JSON files (already validated at intake), and those of them
     given as a ``calibration_sha256``."""
@@ -104,7 +110,7 @@ def made_for(sub: Submission) -> Finding:
     tried = list(dict.fromkeys([own, claimed, None]))
     hashes, calibration = reported_hashes(sub)
     hits = [v for v in tried if hashes & fingerprints(v)]
-    if not hits and calibration:
+    if not hits and calibration - same_for_all():  # an evaluation split's hash is a mistake, not a variant
         return Finding(own, UNKNOWN, "another student's variant: its reports' calibration hashes are no set of "
                                      + ", ".join(variant.describe(v) for v in tried))
     who = own if own in hits else hits[0] if hits else claimed

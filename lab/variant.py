@@ -44,9 +44,9 @@ _CURRENT: contextvars.ContextVar[object] = contextvars.ContextVar("lab_variant",
 def draws() -> dict[str, int]:
     """The instructor's table of draws (``fixtures/variants.json``: ``{"draws": {id: n}}``), empty when absent.
 
-    A draw is one seeded choice of 360 images for an id. Most draws keep every lesson's decisions; the instructor
-    picks, for each student of the roster, the first draw whose reference hand-in grades full marks
-    (``python -m grader.variant_draws``), and ships the table in the kit. An id not in it gets draw 0.
+    A draw is one seeded choice of 360 images for an id. Not every draw keeps every lesson's decisions (lesson 07's
+    release, lesson 08's stuck-pixel limit), so the instructor picks, for each student of the roster, the first
+    draw that does (``python -m grader.variant_draws``) and ships the table in the kit. An id not in it: draw 0.
     """
     from lab.data import fixtures_dir  # lab.data asks this module for the variant: imported when first needed
 

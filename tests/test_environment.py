@@ -70,7 +70,7 @@ def test_table_folds_matching_pins_and_shows_fixes():
 def test_this_checkout_passes_the_real_check():
     report = env.check()
     assert report.ok, report.table()
-    assert "fixtures: 9/9 match the manifest" in report.summary()
+    assert "fixtures: 10/10 match the manifest" in report.summary()
     python = next(c for c in report.checks if c.topic == "python")
     assert python.found == ".".join(map(str, sys.version_info[:3]))
     pins = [c for c in report.checks if c.topic == "versions"]

@@ -210,7 +210,7 @@ def test_two_graders_in_one_process_grade_independently(good_zip):
     assert ran.score > first.score == again.score
     assert [c.points for c in first.checks] == [c.points for c in again.checks]
     # each keeps its own caches: the evaluation split's read-only pixels are each state's own array
-    key = ("grader.context", "evaluation", ())
+    key = ("grader.context", "evaluation", (), None)  # per_worker keys end with the variant (None: the reference)
     assert refusing.reuse.values[key][0] is not unsafe.reuse.values[key][0]
     assert np.array_equal(refusing.reuse.values[key][0], unsafe.reuse.values[key][0])
     assert refusing.reuse.hits[cache.PREDICT] > unsafe.reuse.hits[cache.PREDICT] > 0  # it graded twice
