@@ -140,6 +140,25 @@ def similar_code(items: Items, scores: dict[str, str]) -> str:
             f"<th>their scores</th></tr></thead><tbody>{body}</tbody></table>")
 
 
+def variants(results: dict[str, dict], scores: dict[str, str]) -> str:
+    """The hand-ins whose files were not made for their own variant (``grader.variants``; the result's instructor-only
+    field): another student's (whose, when the grader could tell), or the instructor's reference data."""
+    e = html.escape
+    head = ("<h2>Variants</h2><p>Hand-ins whose models and reports were not made with the student's own variant of "
+            "the calibration data: another student's lose every check that reads them; the reference data's are "
+            "graded as made.</p>")
+    rows = []
+    for student, r in sorted(results.items()):
+        v = (r.get("instructor") or {}).get("variant") or {}
+        if v and v.get("made_for") != v.get("own"):
+            rows.append(f"<tr><td>{e(student)}</td><td>{e(str(v.get('made_for')))}</td>"
+                        f"<td>{e(str(v.get('evidence', '')))}</td><td>{e(scores.get(student, ''))}</td></tr>")
+    if not rows:
+        return head + '<p id="variants">Every graded hand-in was made with its own variant.</p>'
+    return (head + '<table id="variants"><thead><tr><th>student</th><th>made for</th><th>how the grader told</th>'
+            f"<th>score</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+
+
 def _score(v) -> str:
     try:
         return f"{float(v):g}"
@@ -148,7 +167,8 @@ def _score(v) -> str:
 
 
 def sections(results: dict[str, dict], rows: list[dict]) -> str:
-    """The four sections' HTML for a class's results (``OUT/results/*.json``) and gradebook rows."""
+    """The five sections' HTML for a class's results (``OUT/results/*.json``) and gradebook rows."""
     items = analyse(results)
     scores = {r["student"]: _score(r.get("score")) for r in rows}
-    return "\n".join([pass_rates(items), predictions(items), lesson_scores(items), similar_code(items, scores)])
+    return "\n".join([pass_rates(items), predictions(items), lesson_scores(items), similar_code(items, scores),
+                      variants(results, scores)])
