@@ -18,7 +18,6 @@ from lab.lessons import lesson05_qdq_vs_qoperator as lesson05
 from lab.lessons.lesson06_accept_or_reject import families
 from lab.lessons.lesson07_calibrate_the_deployed_representation import recipe, release, scenario_checks
 
-
 # --- lesson 07: a verdict one image cannot flip -------------------------------------------------------------------
 
 def _flipped(n: int, flips: int):
