@@ -124,7 +124,7 @@ def test_check_other_input_names_the_key_and_the_dtype_rule():
     report = lesson02.check_other_input(FixedReader, data.calibration_set("right"))
     text = "\n".join(report.problems)
     assert not report.ok and len(report.problems) == 2, report.problems
-    assert "named 'x'" in text and "input_name given to __init__" in text, text
+    assert "input is named 'x' (the input_name given to __init__)" in text, text
     assert "dtype is float64" in text and "float32" in text, text
     assert report.samples == 10 and "rewind" not in text  # no false rewind problem from the wrong key
 

@@ -136,8 +136,8 @@ def _check_item(item, number: int, report: ReaderReport, input_name: str, n_feat
         if name not in report.input_names:
             report.input_names.append(str(name))
     if input_name not in item:
-        problem(f"it has keys {sorted(map(str, item))}; the input it was asked for is named "
-                f"'{input_name}', so return {{self.input_name: array}} with the input_name given to __init__")
+        problem(f"it has keys {sorted(map(str, item))}; the input is named '{input_name}' (the input_name "
+                "given to __init__), so return {self.input_name: array}")
         if len(item) != 1:
             return 0
     value = _served(item, input_name)  # a one-key dict under another name: its other rules are checked too
