@@ -111,7 +111,9 @@ def test_gradebook_has_one_row_per_submission(corpus_run):
     assert "| right max abs error | 0.01 | 0.10" in md and "| **no** |" in md
     assert "Why this tolerance: one step of the Softmax output grid" in md
     # only the lost point has details: the summary table, then one entry
-    entries = [ln for ln in md.splitlines() if ln.startswith("### ") and "choice" not in ln]  # see not_in_reference
+    entries = [ln for ln in md.splitlines()  # lessons 08 and 09 are not in the reference: see not_in_reference
+               if ln.startswith("### ") and not ln.startswith(("### 08 ", "### 09 "))
+               and "your choice holds up on unseen data" not in ln]
     assert entries == ["### 03 narrow / right / wide: the reported max abs error and accuracy recompute (2 / 3)"], \
         entries
     # a refused submission is 0 out of the points on offer, not 0 / 0

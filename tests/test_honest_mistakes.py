@@ -369,10 +369,10 @@ MISTAKES = [
     # not the cache
     Mistake("formats_from_two_calibrations", lambda f: _lesson05(f, qoperator_apart=True), {"formats.same_scales": 1},
             ("that format was calibrated apart from the cache",)),
-    # lesson 07 run with a reader that drops the last partial batch: the release saw 396 of the recipe's 420 images
+    # lesson 07 run with a reader that drops the last partial batch: the release saw 432 of the recipe's 450 images
     Mistake("lab_run_with_a_reader_that_drops_the_last_batch", lambda f: _lab_run_with_reader(DROPS_LAST),
-            {"reader.contract": 1}, ("the last, partial batch must be served too", "recipe.json says 420 calibration "
-                                     "images, but your DigitReader serves 396", "not charged here: charged once, "
+            {"reader.contract": 1}, ("the last, partial batch must be served too", "recipe.json says 450 calibration "
+                                     "images, but your DigitReader serves 432", "not charged here: charged once, "
                                      "under 02 the calibration reader")),
     # lesson 08: the choice picked by the lowest error instead of the smallest file; size is charged once
     # (one of choice_meets' five parts: static, accuracy on each of the two families, size, latency)

@@ -75,7 +75,7 @@ def test_a_shown_figure_is_one_png_at_its_own_size_and_closed():
     to crop) and closes it, so the inline backend does not show it a second time."""
     import matplotlib.pyplot as plt
 
-    from lab.lessons.lesson08_the_quantization_toolbox import speed
+    from lab import speed
 
     fig = speed.plot_sweep([speed.WidthPoint(w, 64, 1.0, 1.0 / s) for w, s in ((64, 0.8), (256, 1.3), (1024, 2.4))])
     width, height = (int(round(v)) for v in fig.get_size_inches() * fig.dpi)
@@ -114,7 +114,7 @@ def test_the_round_trip_figure_fits_its_canvas_with_one_panel_or_two(panels):
 
 
 def test_the_digit_grid_and_the_speed_sweep_fit_their_canvas():
-    from lab.lessons.lesson08_the_quantization_toolbox import speed
+    from lab import speed
 
     split = data.load_split("evaluation")
     _assert_fits_its_canvas(plots.digit_grid_figure(split.raw, split.labels, split.labels,

@@ -80,7 +80,7 @@ def test_summary_shows_each_lessons_numbers_tolerantly(tmp_path):
     assert lines[3].split() == ["dynamic", "0.0420", "0.9750"]
     assert lines[4] == "07 the deployed representation  (release/scenarios.json)"
     assert lines[5].startswith("  (unreadable:")
-    assert lines[6] == "08 the toolbox  (toolbox.json)" and lines[7].startswith("  (unexpected layout:")
+    assert lines[6] == "09 choosing a recipe  (toolbox.json)" and lines[7].startswith("  (unexpected layout:")
     assert not any("growth" in line for line in lines)  # lessons that wrote nothing are left out
 
 
@@ -140,7 +140,7 @@ def test_a_failure_names_notebook_and_cell_keeps_partial_output_and_exits_nonzer
     assert code == 1
     assert "FAILED: 02_broken.ipynb, cell 4 (In [" in err and "raised ZeroDivisionError: division by zero" in err
     assert "line 2: z = 1 / 0" in err, err  # the statement that raised, not the cell's first line
-    assert "08 the toolbox" not in printed.out and "the lessons that ran to the end this time" in printed.out
+    assert "09 choosing a recipe" not in printed.out and "the lessons that ran to the end this time" in printed.out
     assert "1 later lesson(s) not run" in err and not (out / "03_after.ipynb").exists()
     partial = nbformat.read(out / "02_broken.ipynb", as_version=4)
     ran = [c for c in partial.cells if c.cell_type == "code" and c.source == "x = 1"]
