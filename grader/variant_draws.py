@@ -11,7 +11,8 @@ it records the id. The solutions stay with the instructor: the kit holds only th
 Lessons 08 and 09 are not in the reference build. Lesson 08's exercise is checked too: its solution's method and
 options (notebook 08's ``METHOD`` and ``OPTIONS``) on the stuck-pixel set must meet the lesson's requirement
 (``outliers.check``). With a limit of 0.1 it held for 25 of 60 draws (the misses measured 0.104 to 0.148); the
-limit is 0.16 now, so every one of those draws passes, and a draw is ruled out only by the reference build. Lesson 09's choice is not checked per draw.
+limit is 0.16 now, so every one of those draws passes, and a draw is ruled out only by the reference build.
+Lesson 09's choice is not checked per draw.
 """
 from __future__ import annotations
 

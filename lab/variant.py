@@ -28,6 +28,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from lab.fixture_files import fixtures_dir
+
 REFERENCE = "reference"  # the reserved id of the instructor's reference variant (as no id at all)
 # Hand-ins of the reference variant by design: the instructor's own runs (instructor.workbook hands in as this)
 RESERVED = frozenset({REFERENCE, "headless-run"})
@@ -48,8 +50,6 @@ def draws() -> dict[str, int]:
     release, lesson 08's stuck-pixel limit), so the instructor picks, for each student of the roster, the first
     draw that does (``python -m grader.variant_draws``) and ships the table in the kit. An id not in it: draw 0.
     """
-    from lab.data import fixtures_dir  # lab.data asks this module for the variant: imported when first needed
-
     path = fixtures_dir() / DRAWS_FILE
     if not path.exists():
         return {}

@@ -2,12 +2,29 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from types import MappingProxyType
 
 import numpy as np
 
-from grader.context import (RANGE_REL, SCALE_REL, SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, Missing, charged_under,
-                            check, close, common_claims, evaluation, fp32_outputs, near_boundary, number, provenance,
-                            value)
+from grader.context import (
+    RANGE_REL,
+    SCALE_REL,
+    SOFTMAX_STEP,
+    WHY_OUTPUT,
+    WHY_SCALE,
+    Context,
+    Missing,
+    charged_under,
+    check,
+    close,
+    common_claims,
+    evaluation,
+    fp32_outputs,
+    near_boundary,
+    number,
+    provenance,
+    value,
+)
 from grader.group import Group
 from grader.lessons.lesson02_the_calibration_reader import reader_batches_charged
 from grader.models import ModelRefused
@@ -30,12 +47,12 @@ def _ruler(ctx: Context, kind: str):
     return graph.input_ruler(ctx.model(f"{kind}.onnx"))
 
 
-HINTS = {"quantized": "each of narrow.onnx, right.onnx, wide.onnx must be a QDQ model from quantize_static, "
+HINTS = MappingProxyType({"quantized": "each of narrow.onnx, right.onnx, wide.onnx must be a QDQ model from quantize_static, "
                       "with lesson 03's settings (lab.lessons.lesson03_narrow_right_wide.SETTINGS)",
          "ruler_reported": "report the scale and zero point read back with lab.graph.input_ruler(model)",
          "range_seen": "each model must be calibrated on its own named set",
          "max_abs_error": "recompute with lab.compare.max_abs_error(fp32_out, int8_out) on the evaluation set, "
-                          "and the accuracy on the same images"}
+                          "and the accuracy on the same images"})
 
 
 def _load(ctx: Context) -> tuple[dict, dict]:

@@ -4,8 +4,23 @@ from __future__ import annotations
 import numpy as np
 from onnx import numpy_helper
 
-from grader.context import (SCALE_REL, SOFTMAX_STEP, WHY_OUTPUT, WHY_SCALE, Context, check, close, common_claims,
-                            evaluation, fp32_outputs, near_boundary, number, provenance, short, value)
+from grader.context import (
+    SCALE_REL,
+    SOFTMAX_STEP,
+    WHY_OUTPUT,
+    WHY_SCALE,
+    Context,
+    check,
+    close,
+    common_claims,
+    evaluation,
+    fp32_outputs,
+    near_boundary,
+    number,
+    provenance,
+    short,
+    value,
+)
 from grader.group import Group
 from grader.lessons.lesson02_the_calibration_reader import reader_batches_charged
 from grader.lessons.lesson03_narrow_right_wide import forbidden_settings

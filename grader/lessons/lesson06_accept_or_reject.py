@@ -12,8 +12,20 @@ import re
 import numpy as np
 
 from grader import own_code, sandbox
-from grader.context import (HIDDEN, MARGIN, SCALE_REL, Context, charged_under, check, common_claims, evaluation,
-                            fp32_outputs, near_boundary, number, value)
+from grader.context import (
+    HIDDEN,
+    MARGIN,
+    SCALE_REL,
+    Context,
+    charged_under,
+    check,
+    common_claims,
+    evaluation,
+    fp32_outputs,
+    near_boundary,
+    number,
+    value,
+)
 from grader.group import Group
 from grader.results import Evidence
 from lab import compare, data, graph

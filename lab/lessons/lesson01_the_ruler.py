@@ -8,8 +8,8 @@ The module of ``notebooks/01_the_ruler.ipynb``.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 

@@ -9,8 +9,8 @@ The module of ``notebooks/03_narrow_right_wide.ipynb``.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 

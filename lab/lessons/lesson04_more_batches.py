@@ -10,8 +10,8 @@ The module of ``notebooks/04_more_batches.ipynb``.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 

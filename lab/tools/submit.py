@@ -19,7 +19,7 @@ import platform
 import re
 import sys
 import zipfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from lab import __version__, contract, schemas, variant, workspace
@@ -68,7 +68,7 @@ def manifest(student: str, files: dict[str, Path], made_for: variant.Variant | N
     the instructor's reference variant, and no ``variant`` field)."""
     made = {"variant": made_for[0], "variant_draw": made_for[1]} if made_for else {}
     return {"schema": "submission/1", "student": student, **made,
-            "submitted_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "submitted_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "lab_version": __version__, "versions": versions(), "platform": platform.platform(),
             "kernel_family": target_family(),
             "missing": [rel for rel in contract.files("optional") if rel not in files],

@@ -6,8 +6,8 @@ A document that is missing is left out (the lesson did not run); one that cannot
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from lab import contract
 from lab.lessons import lesson03_narrow_right_wide as lesson03

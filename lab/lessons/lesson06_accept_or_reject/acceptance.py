@@ -6,9 +6,9 @@ uses them beside the student's own ``metrics.summarize`` (whose reference lives 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 

@@ -10,15 +10,14 @@ Every number here is computed for both families on one machine (``lab.compare.pr
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from lab import compare, graph, kernels, predictions, tables
-from lab import convert
+from lab import compare, convert, graph, kernels, predictions, tables
 from lab.errors import LabError
 
 ACTIVATION_MAX = 255  # the largest u8 activation the U8S8 kernel multiplies

@@ -9,9 +9,9 @@ FP32 model's (everything accumulated so far).
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 from onnxruntime.quantization import qdq_loss_debug as qd

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -23,13 +23,17 @@ from lab.graph import check_io, input_ruler, load, per_channel, quant_format, we
 from lab.kernels import check_family, target_family
 from lab.lessons.lesson06_accept_or_reject.acceptance import LIMIT
 from lab.lessons.lesson07_calibrate_the_deployed_representation import scenarios
-from lab.lessons.lesson07_calibrate_the_deployed_representation.scenario_checks import (MARGIN_FACTOR, ScenarioResult,
-                                                                                     computed_on)
+from lab.lessons.lesson07_calibrate_the_deployed_representation.scenario_checks import (
+    MARGIN_FACTOR,
+    ScenarioResult,
+    computed_on,
+)
+
+# the pool and the tuning images are the scenarios' (scenario_checks reads them too); named here, where selections are
+from lab.lessons.lesson07_calibrate_the_deployed_representation.scenarios import POOL_SIZE, TUNING
 from lab.workspace import atomic_write_text
 
 RELEASE_ID = "digits-int8-r1"  # the release lesson 07 writes: the model, its recipe and its scenario record
-POOL_SIZE = 300  # positions 0..299 of the calibration split: the pool a calibration selection draws from
-TUNING = slice(POOL_SIZE, 360)  # positions 300..359, held aside: they choose the fix and the recipe, never calibrate
 # The reference hand-in's release (grader.reference): per-channel QDQ with 7-bit weights, one of the recipes that hold
 # on both kernel families. The lesson releases the fastest of those on the machine that runs it (release.choose).
 RELEASE_SETTINGS = {"quant_format": "QDQ", "activation_type": "QInt8", "weight_type": "QInt8", "per_channel": True,
@@ -76,11 +80,6 @@ class Selection:
         return {"split": self.split, "count": len(self), "sha256": self.sha256,
                 "parts": [{"condition": c, "positions": list(p), "dataset_index": list(d)}
                           for (c, p), d in zip(self.parts, self.dataset_index)]}
-
-
-def pool_positions() -> range:
-    """The positions of the calibration split a selection may use: all but the ``TUNING`` images held aside."""
-    return range(POOL_SIZE)
 
 
 def tuning_set(split: str = "calibration") -> data.Split:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 import statistics
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 

@@ -5,8 +5,8 @@
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -16,6 +16,7 @@ from lab.data import EPSILON
 from lab.errors import LabError
 from lab.lessons.lesson06_accept_or_reject.acceptance import FLOOR, LIMIT
 from lab.lessons.lesson07_calibrate_the_deployed_representation import scenarios
+
 
 class SelectionCheckFailed(LabError):
     """Lesson 07's calibration selection does not fix the release."""
@@ -178,19 +179,17 @@ def selection_check(selection, results: Sequence[ScenarioResult] = ()) -> str:
 
     Returns the check's verdict as a line; raises ``SelectionCheckFailed`` naming what is wrong.
     """
-    from lab.lessons.lesson07_calibrate_the_deployed_representation import recipe  # deferred: recipe imports this
-
     if selection.split != "calibration":
         raise SelectionCheckFailed(f"the selection draws from the {selection.split!r} split; draw calibration "
                                    "images from the calibration split only")
     parts = dict(selection.parts)
-    pool = set(recipe.pool_positions())
+    pool = set(scenarios.pool_positions())
     held = sorted({p for positions in parts.values() for p in positions} - pool)
     if held:
         raise SelectionCheckFailed(f"the selection uses {len(held)} position(s) held aside for tuning "
-                                   f"({recipe.TUNING.start}..{recipe.TUNING.stop - 1}, e.g. {held[0]}): those images "
+                                   f"({scenarios.TUNING.start}..{scenarios.TUNING.stop - 1}, e.g. {held[0]}): those images "
                                    "choose the fix, so they must not calibrate it. Draw positions from "
-                                   "recipe.pool_positions() (None means all of them)")
+                                   "scenarios.pool_positions() (None means all of them)")
     missing = sorted(pool - set(parts.get("daylight", ())))
     if missing:
         have = ", ".join(f"{c} {len(p)}" for c, p in selection.parts)

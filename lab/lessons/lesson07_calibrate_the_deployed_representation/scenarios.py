@@ -5,12 +5,23 @@ pixels in [0, 1] (float32 [N, 64]) and returns pixels in [0, 1], the way the
 camera would deliver the same digits under another condition. Randomness is
 seeded, so a scenario is the same every run. Conditions in ``BEYOND_UNIT_RANGE``
 (flash) deliberately leave [0, 1]: the deployed path divides by 16 and never clips.
+
+Also here, because the scenario checks and the recipe both read it: which calibration positions a selection may
+draw from (``pool_positions``) and which are held aside as tuning images (``TUNING``).
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
+
+POOL_SIZE = 300  # positions 0..299 of the calibration split: the pool a calibration selection draws from
+TUNING = slice(POOL_SIZE, 360)  # positions 300..359, held aside: they choose the fix and the recipe, never calibrate
+
+
+def pool_positions() -> range:
+    """The positions of the calibration split a selection may use: all but the ``TUNING`` images held aside."""
+    return range(POOL_SIZE)
 
 
 def daylight(x: np.ndarray, seed: int = 0) -> np.ndarray:
