@@ -138,7 +138,7 @@ def kernel_family_note(recorded: str | None) -> tuple[str, str]:
     family = recorded or mine
 
     def cpu(f: str) -> str:
-        return f"the {f} INT8 kernel family ({kernels.DESCRIPTIONS[f]})"
+        return f"the {f} INT8 kernel family, {kernels.DESCRIPTIONS[f]}"
 
     if recorded is None:
         text = ("your hand-in records no INT8 kernel family; numbers recomputed as this grader's CPU computes them: "

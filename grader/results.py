@@ -354,7 +354,7 @@ def render_markdown(result: GradeResult, show_hidden: bool = True) -> str:
         lines += [f"_grader {result.grader_version}_", ""]
         return "\n".join(lines)
     parts = result.parts()
-    lines += ["| lesson | points | points lost on |", "|---|---|---|"]
+    lines += ["| lesson | points | checks not met (points lost) |", "|---|---|---|"]
     for part in _ordered_parts(result):
         p, m = parts[part]
         lost_on = [f"{_check_title(c)} (-{c.max_points - c.points:g})"
