@@ -111,7 +111,8 @@ def quant_format(model) -> str:
 
 
 def check_io(model, input_name: str = INPUT_NAME, output_name: str = OUTPUT_NAME) -> None:
-    """Raise ``ModelContractError`` unless the model takes float [N, 64] ``pixels`` and gives [N, 10] ``probabilities``."""
+    """Raise ``ModelContractError`` unless the model takes float [N, 64] ``pixels`` and gives [N, 10]
+    ``probabilities``."""
     m = load(model)
 
     def dims(vi):

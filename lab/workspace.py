@@ -127,7 +127,7 @@ def load_module(work_dir: str | Path, name: str):
     except SyntaxError as e:  # IndentationError included: name the line, not importlib's frames
         raise WorkspaceError(f"{path.name} line {e.lineno}: {type(e).__name__}: {e.msg}; fix that line in the "
                              f"exercise cell that writes {path.name}, run it again, then this cell") from None
-    except Exception as e:  # the module raised while it was being imported: name the line it raised on
+    except Exception as e:  # noqa: BLE001 - any error the student's module raises on import: name its line
         lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == str(path)]
         where = f" on line {lines[-1]}" if lines else ""
         raise WorkspaceError(f"importing {path.name} raised {type(e).__name__}{where}: {e}; fix the exercise cell "

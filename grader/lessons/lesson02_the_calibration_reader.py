@@ -263,7 +263,8 @@ def run(ctx: Context) -> list:
                "of 100 and of 3 with the last one partial; input name 'x'; float64 pixels served as float32; "
                "None again after the end; rewind() and a new reader serve the same batches")
     results = [check(PART, "contract", fraction, msg,
-                     [Evidence("samples served", None, report.get("samples"), len(pixels), "the calibration set size")])]
+                     [Evidence("samples served", None, report.get("samples"), len(pixels),
+                               "the calibration set size")])]
     first = child.arrays.get("lesson.first")
     served = first is not None and first.shape == pixels.shape and np.array_equal(first, pixels)
     results.append(_range_check(ctx, first if served else None, pixels))

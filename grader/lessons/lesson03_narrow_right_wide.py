@@ -47,8 +47,8 @@ def _ruler(ctx: Context, kind: str):
     return graph.input_ruler(ctx.model(f"{kind}.onnx"))
 
 
-HINTS = MappingProxyType({"quantized": "each of narrow.onnx, right.onnx, wide.onnx must be a QDQ model from quantize_static, "
-                      "with lesson 03's settings (lab.lessons.lesson03_narrow_right_wide.SETTINGS)",
+HINTS = MappingProxyType({"quantized": "each of narrow.onnx, right.onnx, wide.onnx must be a QDQ model from "
+                      "quantize_static, with lesson 03's settings (lab.lessons.lesson03_narrow_right_wide.SETTINGS)",
          "ruler_reported": "report the scale and zero point read back with lab.graph.input_ruler(model)",
          "range_seen": "each model must be calibrated on its own named set",
          "max_abs_error": "recompute with lab.compare.max_abs_error(fp32_out, int8_out) on the evaluation set, "

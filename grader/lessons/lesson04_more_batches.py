@@ -233,8 +233,8 @@ def _rows_and_verdict(ctx: Context, doc: dict, models: list, reported: dict, run
             row.update(calibration_sha256=sha, calibration_range=ruler.calibration_range(pixels))
         mine.append(row)
         slack = len(near_boundary(probs)) / len(probs) + EPSILON
-        tol = {"scale": SCALE_REL * r.scale, "range_seen": r.scale / 2, "max_abs_error": SOFTMAX_STEP, "accuracy": slack,
-               "calibration_range": 1e-6}
+        tol = {"scale": SCALE_REL * r.scale, "range_seen": r.scale / 2, "max_abs_error": SOFTMAX_STEP,
+               "accuracy": slack, "calibration_range": 1e-6}
         for key, want in row.items():
             if key in ("kind", "batches") or key not in rep or (
                     kind == "narrow" and n in picks and key in ("calibration_sha256", "range_seen", "max_abs_error")

@@ -72,7 +72,7 @@ def _hidden_rulers(ctx: Context, rels: dict, dtype: str) -> str:
     """
     tensors = value(ctx.doc(CACHE), "data")
     matmuls = [n.output[0] for n in graph.load(data.fixture_path("fp32.onnx")).graph.node if n.op_type == "MatMul"]
-    for name, rel in rels.items():
+    for rel in rels.values():
         inits = {i.name: i for i in ctx.model(rel).graph.initializer}
         for t in matmuls:
             if t not in tensors or f"{t}_scale" not in inits or f"{t}_zero_point" not in inits:

@@ -90,7 +90,8 @@ def _without_regression(ctx: Context) -> list:
                "Return correct / count in metrics.py, re-run lesson 06, then hand in again; "
                + charged_under(PART, "summarize_code"))
         return [check(PART, name, 1, why) for name in ("summaries", "probabilities", "decisions")]
-    why = f"{REGRESSION} is not in the submission: lesson 06 writes it into the workspace; run that lesson, then hand in again"
+    why = (f"{REGRESSION} is not in the submission: lesson 06 writes it into the workspace; run that lesson, "
+           "then hand in again")
     return [check(PART, name, 0, why) for name in ("summaries", "probabilities", "decisions")]
 
 
@@ -242,7 +243,8 @@ def _probabilities(doc: dict, probs: dict, paths: dict):
         msgs.append(f"{name}: min row sum {mins:.4f}, rules {'hold' if mine.ok else 'broken'}"
                     + ("" if good or wrong else f" (reported {rep})") + "".join(f"; {w}" for w in wrong))
     return check(PART, "probabilities", ok_count / len(probs), "; ".join(msgs)
-                 + ("" if ok_count == len(probs) else ". Report each model's minimum row sum as probabilities.min_sum"), ev)
+                 + ("" if ok_count == len(probs) else ". Report each model's minimum row sum as probabilities.min_sum"),
+                 ev)
 
 
 def _decisions(doc: dict, mine: dict, probs: dict):

@@ -202,7 +202,8 @@ def _record_problems(ctx: Context, record: dict, doc: dict, mine: dict) -> list[
         got = number(record.get(field))
         if got is None or abs(got - want) > 1e-12:
             wrong.append(f"{field} is {record.get(field)}; the lab's "
-                         f"(lab.lessons.lesson07_calibrate_the_deployed_representation.recipe.{field.upper()}) is {want}")
+                         f"(lab.lessons.lesson07_calibrate_the_deployed_representation.recipe.{field.upper()}) "
+                         f"is {want}")
     for field, rel in (("model_sha256", MODEL), ("recipe_sha256", RECIPE)):
         if record.get(field) != ctx.sub.files.get(rel):
             wrong.append(f"{field} is not the hash of {rel}")
@@ -277,7 +278,8 @@ def _families(doc: dict, model, acc_split) -> tuple[float, list[str], list]:
                 wrong.append(f"{family}/{key} reported {recorded[family].get(key)}, recomputed {want}")
         for r in results:
             rep = rows.get(r.name, {}).get("verdict")
-            ev.append(Evidence(f"{family}: {r.name} verdict", rep, r.verdict, None, "recomputed as that family computes"))
+            ev.append(Evidence(f"{family}: {r.name} verdict", rep, r.verdict, None,
+                               "recomputed as that family computes"))
             if rep != r.verdict:
                 wrong.append(f"{family}/{r.name} reported {rep}, recomputed {r.verdict}")
     failing = [f"{f}/{r.name}" for f, results in mine.items() for r in results if r.needs_work]

@@ -143,7 +143,8 @@ def verdict(rows: list[Row], wrong: str = "narrow", right: str = "right") -> dic
 
 def format_table(rows: list[Row]) -> str:
     """Rows as a fixed-width table, ranges to 4 decimals, errors to 3, accuracy to 3."""
-    head = f"{'set':<7} {'batches':>7} {'samples':>7} {'calib range':>11} {'range seen':>10} {'max abs err':>11} {'accuracy':>8}"
+    head = (f"{'set':<7} {'batches':>7} {'samples':>7} {'calib range':>11} {'range seen':>10} {'max abs err':>11} "
+            f"{'accuracy':>8}")
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(f"{r['kind']:<7} {r['batches']:>7d} {r['samples']:>7d} {r['calibration_range']:>11.4f} "
@@ -356,10 +357,12 @@ def judge_more_batches(answer, narrow_errors: Mapping[int, float], right_errors:
     rng = answer["largest_narrow_range"]
     parts = [(said == reaches,
               f"you said more narrow batches {'do' if said else 'never'} reach the right data's error; measured, "
-              f"the best narrow model ({best_narrow} batch{'' if best_narrow == 1 else 'es'}) has {narrow_errors[best_narrow]:.3f} against "
+              f"the best narrow model ({best_narrow} batch{'' if best_narrow == 1 else 'es'}) has "
+              f"{narrow_errors[best_narrow]:.3f} against "
               f"{right_errors[worst_right]:.3f} for {worst_right} right batch(es)"),
              (abs(rng - largest_range) <= PREDICTED_RANGE_REL * largest_range,
-              f"you said the largest narrow calibration sees a range of {rng:.4g}; its ruler spans {largest_range:.4g}")]
+              f"you said the largest narrow calibration sees a range of {rng:.4g}; its ruler spans "
+              f"{largest_range:.4g}")]
     return predictions.verdict("more_batches", parts,
                     "MinMax keeps the largest value the data holds. Every narrow image is dimmed to at most a quarter "
                     "of full scale, so no number of them ever holds a brighter pixel: the range stops below 0.25 and "

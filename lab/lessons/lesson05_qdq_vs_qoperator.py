@@ -206,7 +206,8 @@ def format_difference(report: dict) -> str:
         f"elements that differ       : {d['fraction_elements_differ']:.1%}",
         f"predictions that differ    : {d['predictions_differ']}",
         f"  identical                : {b['identical']:.1%}",
-        f"  within 2 steps ({b['grid_bound']:.4f})  : {b['within_grid']:.1%}   no more than the output grids alone can do",
+        f"  within 2 steps ({b['grid_bound']:.4f})  : {b['within_grid']:.1%}   "
+        "no more than the output grids alone can do",
         f"  beyond 2 steps           : {b['beyond_grid']:.1%}   the logits already differed",
     ])
 

@@ -157,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  lesson {lesson}: {', '.join(rels)}")
     stubs = unfinished({rel: work.resolve() / rel for rel in doc["files"]})
     if stubs:
-        print(f"warning: {', '.join(stubs)} still hold{'s' if len(stubs) == 1 else ''} `raise NotImplementedError`: finish the "
-              "exercise, re-run the cell that writes the file (and the lessons after it), then hand in again")
+        print(f"warning: {', '.join(stubs)} still hold{'s' if len(stubs) == 1 else ''} `raise NotImplementedError`: "
+              "finish the exercise, re-run the cell that writes the file (and the lessons after it), "
+              "then hand in again")
     return 0

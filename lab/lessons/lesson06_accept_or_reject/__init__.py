@@ -1,4 +1,5 @@
-"""Lesson 06, accept or reject a quantized model: ``acceptance`` (summaries, probability checks, evidence, the decision) and ``families`` (one INT8 model on both kernel families).
+"""Lesson 06, accept or reject a quantized model: ``acceptance`` (summaries, probability checks, evidence, the
+decision) and ``families`` (one INT8 model on both kernel families).
 
 The package of ``notebooks/06_accept_or_reject.ipynb``.
 """

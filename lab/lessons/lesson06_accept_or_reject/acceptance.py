@@ -353,7 +353,8 @@ def allclose_rows(reference: np.ndarray, outputs: Mapping[str, np.ndarray], atol
         out = np.asarray(out, dtype=np.float64)
         diff = np.abs(out - ref)
         rows.append({"model": name, "allclose": bool(np.allclose(ref, out, rtol=rtol, atol=atol)),
-                     "max_abs_difference": float(diff.max()), "beyond_atol": int((diff > atol + rtol * np.abs(out)).sum()),
+                     "max_abs_difference": float(diff.max()),
+                     "beyond_atol": int((diff > atol + rtol * np.abs(out)).sum()),
                      "values": int(diff.size), "answers_changed": int((out.argmax(1) != ref.argmax(1)).sum()),
                      "images": int(len(ref))})
     return rows

@@ -27,7 +27,8 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "reduce_range": ("7-bit weights (reduce_range=True)", {"reduce_range": True}),
     "per_tensor": ("one weight scale per tensor", {"per_channel": False}),
     "qoperator_s8": ("QOperator, QInt8 activations (S8S8)", {"quant_format": "QOperator", "activation_type": "QInt8"}),
-    "qoperator_u8": ("QOperator, QUInt8 activations (U8S8)", {"quant_format": "QOperator", "activation_type": "QUInt8"}),
+    "qoperator_u8": ("QOperator, QUInt8 activations (U8S8)",
+                     {"quant_format": "QOperator", "activation_type": "QUInt8"}),
     "u8u8": ("QUInt8 activations and weights (U8U8)", {"activation_type": "QUInt8", "weight_type": "QUInt8"}),
 }
 
@@ -97,7 +98,8 @@ def format_pairs(rows: Sequence[Mapping]) -> str:
     for r in rows:
         (a1, a2), (w1, w2) = r["activations"], r["weights"]
         verdict = "fits" if r["fits"] else f"saturates: the kernel keeps {r['saturating']:,}"
-        lines.append(f"{a1:>3} x {w1:>3} + {a2:>3} x {w2:>3} = {a1 * w1:>6,} + {a2 * w2:>6,} = {r['exact']:>6,}  {verdict}")
+        lines.append(f"{a1:>3} x {w1:>3} + {a2:>3} x {w2:>3} = {a1 * w1:>6,} + {a2 * w2:>6,} = {r['exact']:>6,}  "
+                     f"{verdict}")
     return "\n".join(lines)
 
 
@@ -122,7 +124,8 @@ def saturation_risk(model) -> list[dict]:
     rows = []
     for name, w in weight_matrices(model).items():
         risky = risky_pairs(w)
-        rows.append({"weights": name, "columns": int(w.shape[1]), "max_abs_weight": int(np.abs(w.astype(np.int64)).max()),
+        rows.append({"weights": name, "columns": int(w.shape[1]),
+                     "max_abs_weight": int(np.abs(w.astype(np.int64)).max()),
                      "full_columns": int((np.abs(w.astype(np.int64)).max(axis=0) >= 127).sum()),
                      "pairs": int(risky.size), "risky_pairs": int(risky.sum()),
                      "risky_columns": int(risky.any(axis=0).sum())})

@@ -180,7 +180,8 @@ class DebugCopyCheck:
 
     def __str__(self) -> str:
         head = (f"debug copy vs deployed model ({self.family} kernels, {self.computed_on}): max difference "
-                f"{self.max_difference:.4f} ({self.steps:.0f} output step(s)), {self.changed_predictions} answer(s) differ")
+                f"{self.max_difference:.4f} ({self.steps:.0f} output step(s)), {self.changed_predictions} "
+                "answer(s) differ")
         if self.same:
             return head + "\n  -> they agree: the SQNR table describes what the deployed model computes here"
         return (head + "\n  -> they disagree: qdq_loss_debug runs an unfused copy (float MatMuls, no int16 pairs), "

@@ -3,7 +3,8 @@
 A release is three files in ``WORK_DIR/release/``: ``model.onnx`` (its metadata carries the release id,
 the recipe's SHA-256 and the recipe itself), ``recipe.json`` (schema recipe/2) and ``scenarios.json``
 (schema scenarios/2). ``verify(model, recipe)`` says exactly what differs when they do not belong together.
-The per-scenario verdicts the recipe records come from ``lab.lessons.lesson07_calibrate_the_deployed_representation.scenario_checks``.
+The per-scenario verdicts the recipe records come from
+``lab.lessons.lesson07_calibrate_the_deployed_representation.scenario_checks``.
 """
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ NOT_COVERED = ("digits shifted in the frame, low-contrast (fog) and noisy scenes
                "any camera other than the deployed one (raw 0..16 divided by 16, no clipping)")
 
 RECIPE_SCHEMA, SCENARIOS_SCHEMA = "recipe/2", "scenarios/2"
-META_RELEASE, META_SHA, META_RECIPE = "calibration_lab.release_id", "calibration_lab.recipe_sha256", "calibration_lab.recipe"
+META_RELEASE, META_SHA, META_RECIPE = ("calibration_lab.release_id", "calibration_lab.recipe_sha256",
+                                      "calibration_lab.recipe")
 ACTIVATION_DTYPES = {"QInt8": "int8", "QUInt8": "uint8"}
 WEIGHT_DTYPES = {"QInt8": "INT8", "QUInt8": "UINT8"}
 
@@ -214,7 +216,8 @@ def recipe(release_id: str, source_model: str | Path, selection: Selection, sett
                                                   "reduce_range", "calibrate_method", "nodes_to_exclude",
                                                   "extra_options")},
         "versions": versions(),
-        "acceptance": {"split": acceptance.name, "count": len(acceptance), "sha256": data.data_sha256(acceptance.pixels),
+        "acceptance": {"split": acceptance.name, "count": len(acceptance),
+                       "sha256": data.data_sha256(acceptance.pixels),
                        "shared_rows_with_calibration": sum(shared_rows(selection.pixels, acceptance.pixels).values())},
         "scenarios": {"limit": LIMIT, "margin_factor": MARGIN_FACTOR,
                       "results": [r.to_dict() for r in results],
@@ -231,7 +234,8 @@ def scenarios_record(release_id: str, model: str | Path, recipe_path: str | Path
     """Assemble ``scenarios.json`` (schema scenarios/2) for the released model, as this machine computes it."""
     doc = {"schema": SCENARIOS_SCHEMA, "release_id": release_id,
            "model_sha256": data.file_sha256(model), "recipe_sha256": data.file_sha256(recipe_path),
-           "acceptance": {"split": acceptance.name, "count": len(acceptance), "sha256": data.data_sha256(acceptance.pixels)},
+           "acceptance": {"split": acceptance.name, "count": len(acceptance),
+                          "sha256": data.data_sha256(acceptance.pixels)},
            "limit": LIMIT, "margin_factor": MARGIN_FACTOR,
            "kernel_family": target_family(), **verdicts(results),
            "results": [r.to_dict() for r in results]}

@@ -1,7 +1,8 @@
 """Lesson 07's named scenarios: FP32 against INT8 under each condition, with a verdict per scenario.
 
 ``compare_scenarios`` runs both models on the acceptance set under every named condition of
-``lab.lessons.lesson07_calibrate_the_deployed_representation.scenarios``; ``judge`` gives each scenario its verdict; the tables and the figure show them.
+``lab.lessons.lesson07_calibrate_the_deployed_representation.scenarios``; ``judge`` gives each scenario its
+verdict; the tables and the figure show them.
 """
 from __future__ import annotations
 
@@ -187,8 +188,8 @@ def selection_check(selection, results: Sequence[ScenarioResult] = ()) -> str:
     held = sorted({p for positions in parts.values() for p in positions} - pool)
     if held:
         raise SelectionCheckFailed(f"the selection uses {len(held)} position(s) held aside for tuning "
-                                   f"({scenarios.TUNING.start}..{scenarios.TUNING.stop - 1}, e.g. {held[0]}): those images "
-                                   "choose the fix, so they must not calibrate it. Draw positions from "
+                                   f"({scenarios.TUNING.start}..{scenarios.TUNING.stop - 1}, e.g. {held[0]}): "
+                                   "those images choose the fix, so they must not calibrate it. Draw positions from "
                                    "scenarios.pool_positions() (None means all of them)")
     missing = sorted(pool - set(parts.get("daylight", ())))
     if missing:

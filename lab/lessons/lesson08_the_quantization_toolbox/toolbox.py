@@ -351,7 +351,8 @@ def sample_count_rows(source: str | Path, out_dir: str | Path, ev: Evaluation, c
     rows = []
     for n in counts:
         for d in range(1 if n >= len(calibration) else draws):
-            subset = calibration if n >= len(calibration) else calibration[rng.choice(len(calibration), n, replace=False)]
+            subset = (calibration if n >= len(calibration)
+                      else calibration[rng.choice(len(calibration), n, replace=False)])
             model = out / f"n{n:03d}-{d}.onnx"
             build(source, model, subset, {}, batch_size)  # one MinMax calibrator serves every draw
             rows.append({"n": int(min(n, len(calibration))), "draw": d, "input_range": input_interval(model),
