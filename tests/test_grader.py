@@ -68,7 +68,8 @@ def test_reference_run_grades_full_marks(good_zip):
     schemas.validate("grade", doc)
     assert {"reader", "calibration", "growth", "formats", "acceptance", "hidden"} <= set(doc["parts"])
     md = result.to_markdown()
-    assert f"Score: {result.score:g} / {result.max_score:g}" in md and "| lesson | points | checks not met (points lost) |" in md
+    assert f"Score: {result.score:g} / {result.max_score:g}" in md
+    assert "| lesson | points | checks not met (points lost) |" in md
     gs = result.to_gradescope()
     assert gs["score"] == result.score and len(gs["tests"]) == len(result.checks)
     assert all({"name", "number", "score", "max_score", "status", "output", "visibility"} <= set(t)
