@@ -36,6 +36,11 @@ def not_in_reference() -> float:
     return sum(points(part, name) for group in groups for part, name in group.declared())
 
 
+def not_handed_in_by_reference(message: str) -> bool:
+    """A check lost only because the reference leaves out lessons 08 and 09's files (see ``not_in_reference``)."""
+    return any(f"{rel} is not in the submission" in message for rel in ("toolbox.json", "outliers.json"))
+
+
 @pytest.fixture(scope="module")
 def good_zip(tmp_path_factory, reference_workspace) -> Path:
     work = reference_workspace(tmp_path_factory.mktemp("reference") / "workspace")
@@ -58,8 +63,7 @@ def corpus_run(good_zip, tmp_path_factory) -> tuple[Path, Path, list[corpus.Case
 def test_reference_run_grades_full_marks(good_zip):
     result = core.grade(good_zip)
     failed = [f"{c.part}.{c.name}: {c.message}" for c in result.checks
-              if not c.passed and "toolbox.json is not in the submission" not in c.message
-              and "outliers.json is not in the submission" not in c.message]
+              if not c.passed and not not_handed_in_by_reference(c.message)]
     assert result.status == "graded", result.reason
     assert not failed, failed
     assert [(c.part, c.name) for c in result.checks] == declared(), "the checks are not the ones the groups declare"

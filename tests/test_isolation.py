@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from bad_submissions import corpus
+from test_grader import not_handed_in_by_reference
 
 from grader import sandbox
 from grader.context import points
@@ -32,7 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 TIMEOUT = "5"
 IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 CODE_CHECKS = {("reader", "contract"), ("reader", "range_from_reader"), ("acceptance", "summarize_code"),
-               ("hidden", "secret_summarize")}
+               ("hidden", "secret_summarize"), ("camera", "camera_reader")}
 
 
 def need_bwrap() -> None:
@@ -155,7 +156,7 @@ def test_without_bubblewrap_no_student_code_runs(escape_class, markers, tmp_path
     # the rest of the honest hand-in is graded as usual: only the student-code checks are lost
     good = result(out, "good")
     assert all(c["passed"] for c in good["checks"] if (c["part"], c["name"]) not in CODE_CHECKS
-               and "toolbox.json is not in the submission" not in c["message"])
+               and not not_handed_in_by_reference(c["message"]))
     if sandbox.bwrap_available():  # bubblewrap installed: --resume grades the refused ones again
         proc = run_batch(escape_class, out, "--resume")
         assert "0 already graded" in proc.stderr
