@@ -28,7 +28,9 @@ from lab.data import FixturesNotFound, file_sha256, fixtures_dir
 
 # What the checks open: the FP32 model and the bad-calibration model (lessons 03-08), the three splits
 # (calibration for the rulers, evaluation for acceptance, held-out for the hidden checks).
-REQUIRED_FIXTURES = ("fp32.onnx", "bad-calibration.onnx", "calibration.npz", "evaluation.npz", "heldout.npz")
+REQUIRED_FIXTURES = ("fp32.onnx", "bad-calibration.onnx", "calibration.npz", "evaluation.npz", "heldout.npz",
+                     "calibration-pool.npz",  # the students' variants draw their calibration split from it
+                     "cnn-fp32.onnx", "cnn-calibration.npz", "cnn-evaluation.npz", "cnn-heldout.npz")  # lesson 10
 MANIFEST = "manifest.json"
 RUBRIC = "rubric.toml"
 NO_SECRET_ENV = "GRADER_NO_SECRET"

@@ -100,8 +100,8 @@ def test_the_release_check_refuses_the_attractive_set_and_the_saturating_overflo
 def test_the_prediction_is_judged_on_the_lessons_two_sets():
     measured = graded.lesson_sets("exact")
     assert measured["attractive"]["max_abs_error"] > measured["camera"]["max_abs_error"]
-    right = camera_path.judge_prediction({"larger_error": "attractive", "wider_ruler": "camera"}, measured)
-    wrong = camera_path.judge_prediction({"larger_error": "camera", "wider_ruler": "camera"}, measured)
+    right = camera_path.judge_attractive_photographs({"larger_error": "attractive", "wider_ruler": "camera"}, measured)
+    wrong = camera_path.judge_attractive_photographs({"larger_error": "camera", "wider_ruler": "camera"}, measured)
     assert right.ok and wrong.score == 0.5 and "you said camera, measured attractive" in wrong.message
     with pytest.raises(Exception, match="expected one of 'camera', 'attractive'"):
         camera_path.PREDICTION.normalise({"larger_error": "photos", "wider_ruler": "camera"})

@@ -176,7 +176,7 @@ def _attractive_photographs(answer):
     """Lesson 10: the lesson's two per-tensor conversions of the CNN (camera frames, attractive photographs)."""
     from grader.lessons.lesson10_your_own_model import lesson_sets  # deferred: lesson 10's module imports ORT's
 
-    return camera_path.judge_prediction(answer, lesson_sets(kernels.target_family()))
+    return camera_path.judge_attractive_photographs(answer, lesson_sets(kernels.target_family()))
 
 
 JUDGES = {"clip_or_squash": _clip_or_squash, "input_rulers": _input_rulers, "more_batches": _more_batches,

@@ -199,7 +199,7 @@ PREDICTION = predictions.Question(
     '{"larger_error": "attractive", "wider_ruler": "camera"}', _form)
 
 
-def judge_prediction(answer, measured: dict) -> predictions.Verdict:
+def judge_attractive_photographs(answer, measured: dict) -> predictions.Verdict:
     """The prediction against ``compare_sets``' rows (``measured``: set -> row), on this machine's family."""
     said = PREDICTION.normalise(answer)
     err = max(SETS, key=lambda k: measured[k]["max_abs_error"])
