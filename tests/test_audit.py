@@ -17,21 +17,14 @@ import numpy as np
 import onnx
 import pytest
 from onnx import helper, numpy_helper, version_converter
-from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
 from lab import audit, camera, data, graph, kernels
+from lab.readers import ArrayReader
 from lab.tools import audit as audit_tool
 
 TORCH_CONV = Path(onnx.__file__).parent / "backend" / "test" / "data" / "pytorch-converted" / "test_Conv2d_padding"
-
-
-class Batches(CalibrationDataReader):
-    def __init__(self, name, x, size=36):
-        self.items = iter([{name: x[i:i + size]} for i in range(0, len(x), size)])
-
-    def get_next(self):
-        return next(self.items, None)
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +35,9 @@ def cnn(tmp_path_factory) -> dict[str, Path]:
     shutil.copy(camera.model_path(), source)
     quant_pre_process(str(source), str(pre), skip_symbolic_shape=True)
     calibration = camera.load_split("calibration").image
-    quantize_static(str(source), str(folder / "qdq.onnx"), Batches(camera.INPUT_NAME, calibration),
+    quantize_static(str(source), str(folder / "qdq.onnx"), ArrayReader(calibration, 36, camera.INPUT_NAME),
                     quant_format=QuantFormat.QDQ, per_channel=True)
-    quantize_static(str(pre), str(folder / "qop.onnx"), Batches(camera.INPUT_NAME, calibration),
+    quantize_static(str(pre), str(folder / "qop.onnx"), ArrayReader(calibration, 36, camera.INPUT_NAME),
                     quant_format=QuantFormat.QOperator, per_channel=True, activation_type=QuantType.QUInt8)
     evaluation = camera.load_split("evaluation")
     np.savez(folder / "evaluation.npz", image=evaluation.image, labels=evaluation.labels)
@@ -155,7 +148,7 @@ def torch_conv(tmp_path_factory) -> dict[str, Path]:
     onnx.save(model, folder / "fp32.onnx")
     rng = np.random.default_rng(7)
     x = rng.normal(0, 1, (64, 3, 6, 6)).astype(np.float32)
-    quantize_static(str(folder / "fp32.onnx"), str(folder / "qdq.onnx"), Batches("0", x[:32], 8),
+    quantize_static(str(folder / "fp32.onnx"), str(folder / "qdq.onnx"), ArrayReader(x[:32], 8, "0"),
                     quant_format=QuantFormat.QDQ, per_channel=True)
     np.save(folder / "x.npy", x)
     return {"fp32": folder / "fp32.onnx", "int8": folder / "qdq.onnx", "data": folder / "x.npy"}

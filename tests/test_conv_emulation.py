@@ -26,11 +26,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper, version_converter
-from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
 from lab import camera, data, graph, kernels
 from lab.kernels import EXACT, SATURATING, ConvShape, EmulationError
+from lab.readers import ArrayReader
 
 RUN_ANY_MODELS = kf.TESTS_DIR / "run_any_models.py"
 TORCH_MODELS = Path(onnx.__file__).parent / "backend" / "test" / "data" / "pytorch-converted"
@@ -53,16 +54,8 @@ CNN_KINDS = {
 TORCH_KINDS = {k: CNN_KINDS[k][1] for k in ("qdq_tensor", "qdq_channel", "qop_u8_channel")}
 
 
-class Batches(CalibrationDataReader):
-    def __init__(self, name: str, x: np.ndarray, size: int):
-        self.items = iter([{name: x[i:i + size]} for i in range(0, len(x), size)])
-
-    def get_next(self):
-        return next(self.items, None)
-
-
 def quantize(source: Path, out: Path, name: str, calibration: np.ndarray, size: int, options: dict) -> Path:
-    quantize_static(str(source), str(out), Batches(name, calibration, size), **options)
+    quantize_static(str(source), str(out), ArrayReader(calibration, size, name), **options)
     return out
 
 
