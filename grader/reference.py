@@ -130,7 +130,7 @@ def _python_cells(notebook: str, notebooks: Path = NOTEBOOKS, with_solution: boo
 
 def _imported(notebook: str, notebooks: Path = NOTEBOOKS) -> dict[str, str]:
     """name -> the module path a notebook's ``import`` and ``from ... import`` statements bind it to."""
-    bound = {}
+    bound: dict[str, str] = {}
     for tree in _python_cells(notebook, notebooks):
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module:

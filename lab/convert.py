@@ -9,6 +9,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 import onnx
@@ -50,6 +51,22 @@ class QuantRecord:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+class QuantizeSettings(TypedDict, total=False):
+    """``quantize``'s keyword settings as one value (``convert.quantize(src, out, data, **settings)``), so that a
+    lesson's settings dict is checked against ``quantize``'s parameters."""
+
+    quant_format: str
+    activation_type: str
+    weight_type: str
+    per_channel: bool
+    reduce_range: bool
+    calibrate_method: str
+    batch_size: int
+    nodes_to_exclude: list[str] | None
+    extra_options: dict | None
+    calibration_cache_path: str | Path | None
 
 
 def _enum(kind, value):

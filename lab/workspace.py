@@ -120,6 +120,7 @@ def load_module(work_dir: str | Path, name: str):
     if not path.exists():
         raise WorkspaceError(f"{path} does not exist yet; run the exercise cell that writes {path.name}")
     spec = importlib.util.spec_from_file_location(f"workspace_{name}", path)
+    assert spec is not None and spec.loader is not None, path  # a .py path always has a spec and a source loader
     module = importlib.util.module_from_spec(spec)
     sys.modules.pop(spec.name, None)
     try:

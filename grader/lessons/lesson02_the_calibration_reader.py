@@ -293,7 +293,8 @@ def _range_check(ctx: Context, first: np.ndarray | None, pixels: np.ndarray):
     rel = abs(got.scale - float(scale)) / float(scale)
     ok = rel <= SCALE_REL and got.zero_point == zp
     source = "the 'right' set" if instead else "your reader's batches"
-    ev = []  # right.onnx's ruler is the model's, not a number the student reported: the message names both
+    # right.onnx's ruler is the model's, not a number the student reported: the message names both
+    ev: list[Evidence] = []
     if not ok and _other_data(ctx, got, pixels):
         return check(PART, "range_from_reader", 1.0, instead + (
             f"right.onnx's input ruler (scale {got.scale:.6g}, zero point {got.zero_point}) is not the one ORT's "

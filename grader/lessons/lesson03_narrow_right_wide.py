@@ -1,6 +1,7 @@
 """Lesson 03: narrow / right / wide (and dynamic), every number recomputed from the models handed in."""
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from functools import lru_cache
 from types import MappingProxyType
 
@@ -309,7 +310,7 @@ def _fractions(doc: dict, kind: str, r) -> list[tuple[str, Evidence]]:
     return wrong
 
 
-def _diagnosis(ctx: Context, doc: dict, rulers: dict, other_data: set[str] = frozenset()):
+def _diagnosis(ctx: Context, doc: dict, rulers: dict, other_data: AbstractSet[str] = frozenset()):
     """narrow clips and wide squashes, as reported and as the models show, with the clipped and used fractions
     behind each diagnosis; a model calibrated on other data than its set is charged under range_seen, and its
     diagnosis is not judged (it shows that data, not the set). right's fractions wrong cost half a point."""

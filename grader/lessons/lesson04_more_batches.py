@@ -1,6 +1,8 @@
 """Lesson 04: more batches of the narrow set against a few of the right data, recomputed from the models handed in."""
 from __future__ import annotations
 
+from collections.abc import Collection
+from collections.abc import Set as AbstractSet
 from pathlib import PurePosixPath
 
 import numpy as np
@@ -70,7 +72,7 @@ def stream_sha256(n_batches: int, batch_size: int, seed: int) -> str:
     return _kept_sha256(n_batches, batch_size, seed)
 
 
-def _kind_and_count(name: str) -> tuple[str, str]:
+def _kind_and_count(name: str) -> tuple[str, ...]:
     """``("narrow", "016")`` from ``growth/narrow-016.onnx`` (or ``("narrow", "NNN")`` from the contract's name)."""
     return tuple(PurePosixPath(name).stem.rsplit("-", 1))
 
@@ -120,7 +122,7 @@ def _record_problems(doc: dict, rows: list[dict], stream) -> list[str]:
                         f"batch_size {value(spec, 'batch_size')}: one lesson run has one batch size")
     for i, r in enumerate(rows):
         n, rbs, samples = (integer(value(r, k)) for k in ("batches", "batch_size", "samples"))
-        if rbs != bs or n is None or samples != n * rbs:
+        if rbs != bs or n is None or rbs is None or samples != n * rbs:
             problems.append(f"growth.json rows/{i} ({value(r, 'kind')} x {value(r, 'batches')}): batch_size "
                             f"{value(r, 'batch_size')} and samples {value(r, 'samples')}; the run's batch size is "
                             f"{bs}, and samples = batches x batch_size")
@@ -211,7 +213,7 @@ def _verdict_problems(reported_verdict: dict, mine: list[dict], count: int) -> l
 
 
 def _rows_and_verdict(ctx: Context, doc: dict, models: list, reported: dict, run_bs, seed,
-                      picks: list[int] = (), other_data: set = frozenset()) -> list[str]:
+                      picks: Collection[int] = (), other_data: AbstractSet = frozenset()) -> list[str]:
     """Every row of growth.json, its verdict, right_data and settings/per_channel, recomputed from the growth/
     models and the stream with the lab calls lesson 04 makes (graph.input_ruler, ruler.calibration_range, data_sha256,
     compare.max_abs_error, lesson04_more_batches.verdict): one message per wrong field, reported vs recomputed.

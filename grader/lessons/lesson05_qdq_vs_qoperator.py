@@ -1,6 +1,8 @@
 """Lesson 05: QDQ vs QOperator from one calibration, recomputed from the two models and the cache handed in."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from onnx import numpy_helper
 
@@ -53,9 +55,9 @@ def _cache_range(ctx: Context, doc: dict) -> tuple[tuple[float, float] | None, s
         return None, (f"{CACHE} field 'data' holds no ranges (expected one per tensor, 'pixels' among them); "
                       "re-run lesson 05, which writes it with its quantize_both_formats")
     for name, entry in tensors.items():
-        lo, hi = (value(entry, f"{end}.data") for end in ("lowest", "highest"))
-        ok = all(isinstance(v, list) and len(v) == 1 and number(v[0]) is not None for v in (lo, hi))
-        if not ok or number(lo[0]) > number(hi[0]):
+        low, high = (number(v[0]) if isinstance(v, list) and len(v) == 1 else None
+                     for v in (value(entry, f"{end}.data") for end in ("lowest", "highest")))
+        if low is None or high is None or low > high:
             return None, (f"{CACHE} field 'data/{name}' is not a range: expected lowest/data and highest/data, "
                           "one finite number each, lowest <= highest")
     if "pixels" not in tensors:
@@ -98,7 +100,7 @@ def _formats_reported(ctx: Context, doc: dict, rels: dict, formats: dict) -> lis
                             ("size_bytes", path.stat().st_size), ("quant_format", formats[name])):
             got = value(rep, field)
             if got != want or isinstance(got, bool):
-                shown, has = (f"{got}"[:20], want[:20]) if field == "sha256" else (got, want)
+                shown, has = (f"{got}"[:20], str(want)[:20]) if field == "sha256" else (got, want)
                 wrong.append(f"formats/{name}/{field} is {shown!r}, {rel} has {has!r}")
     reported_pc = value(doc, "settings.per_channel")
     graph_pc = {name: graph.per_channel(ctx.sub.path(rel)) for name, rel in rels.items()}
@@ -281,7 +283,7 @@ def run(ctx: Context) -> list:
             _elementwise(ctx, doc, QDQ, QOPERATOR, wrong_diff)]
 
 
-def _elementwise(ctx: Context, doc: dict, qdq_rel: str, qop_rel: str, wrong: list[str] = ()):
+def _elementwise(ctx: Context, doc: dict, qdq_rel: str, qop_rel: str, wrong: Sequence[str] = ()):
     """The largest elementwise difference and the count of predictions that differ, recomputed; ``wrong``: the
     rest of formats.json's difference and bands, recomputed (one message each)."""
     a, b = ctx.outputs(qdq_rel), ctx.outputs(qop_rel)

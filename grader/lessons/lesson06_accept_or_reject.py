@@ -303,19 +303,21 @@ def _decisions(doc: dict, mine: dict, probs: dict):
 def _own_decisions(doc: dict) -> tuple[bool, bool] | None:
     """The decisions the student's own reported accuracies imply (None if they are not all there)."""
     acc = {name: number(value(_reported(doc, name), "accuracy")) for name in NAMES}
-    if any(v is None for v in acc.values()):
+    fp32, candidate, bad = acc["fp32"], acc["candidate"], acc["bad"]
+    if fp32 is None or candidate is None or bad is None:
         return None
     floor = number(value(doc, "floor")) or FLOOR
     limit = number(value(doc, "limit")) or LIMIT
-    return (acceptance.decide(acc["fp32"], acc["candidate"], floor=floor, limit=limit).accept,
-            not acceptance.decide(acc["fp32"], acc["bad"], floor=floor, limit=limit).accept)
+    return (acceptance.decide(fp32, candidate, floor=floor, limit=limit).accept,
+            not acceptance.decide(fp32, bad, floor=floor, limit=limit).accept)
 
 
 # ----- hidden checks: held-out data and the instructor's secret -----
 
 def summarize_cases(seed_text: str | None) -> list[dict]:
     """Short lists for summarize(): the lesson's example, the transposition trap, the errors it must raise."""
-    cases = [{"name": "example", "labels": [1, 2, 1, 0, 9], "predictions": [2, 2, 1, 0, 8]},
+    cases: list[dict] = [
+             {"name": "example", "labels": [1, 2, 1, 0, 9], "predictions": [2, 2, 1, 0, 8]},
              {"name": "mismatched lengths", "labels": [1, 2, 3], "predictions": [1, 2], "must_raise": True},
              {"name": "label outside 0-9", "labels": [1, 12], "predictions": [1, 2], "must_raise": True},
              {"name": "prediction outside 0-9", "labels": [1, 2], "predictions": [1, -1], "must_raise": True},
@@ -503,7 +505,7 @@ def run_summarize(ctx: Context) -> list:
 def _as_percentage(problem: str) -> bool:
     """Whether ``_same``'s accuracy problem reports 100 x the expected ratio."""
     got = re.search(r"accuracy is ([-0-9.e+]+), expected ([0-9.]+)", problem)
-    return bool(got) and abs(float(got.group(1)) - 100 * float(got.group(2))) <= 0.01 + 1e-9
+    return got is not None and abs(float(got.group(1)) - 100 * float(got.group(2))) <= 0.01 + 1e-9
 
 
 def run_heldout(ctx: Context) -> list:

@@ -84,7 +84,7 @@ def lesson_growth(family: str) -> tuple[dict, dict, float]:
     """Lesson 04 as CPUs of ``family`` compute it: narrow and right max abs errors per batch count, and the
     range the largest narrow calibration sees."""
     models = _growth_models()
-    errors = {"narrow": {}, "right": {}}
+    errors: dict[str, dict[int, float]] = {"narrow": {}, "right": {}}
     for (kind, n), model in models.items():
         errors[kind][n] = compare.max_abs_error(fp32_outputs(), compare.predict(model, evaluation()[0],
                                                                                 family=family))

@@ -209,7 +209,8 @@ PREDICTION = predictions.Question(
     '{"narrow": {"scale": <a number>, "zero_point": <an integer>}, "right": {...}, "wide": {...}}', _input_rulers)
 
 
-def judge_input_rulers(answer, rulers: Mapping[str, object], measured: str = "the graph has") -> predictions.Verdict:
+def judge_input_rulers(answer, rulers: Mapping[str, ruler.InputRuler],
+                       measured: str = "the graph has") -> predictions.Verdict:
     """``rulers``: kind -> the input ruler read back from that set's model (``graph.input_ruler``), or the one its
     range gives (``ruler.ruler_for``); ``measured`` says which, in the message."""
     answer = PREDICTION.normalise(answer)

@@ -164,7 +164,7 @@ def hidden_rulers(source: str | Path, models: dict, x: np.ndarray, tensors: Iter
     rows = []
     for t in tensors:
         v = values[t]
-        row = {"tensor": t, "values_reach": [float(v.min()), float(v.max())]}
+        row: dict[str, object] = {"tensor": t, "values_reach": [float(v.min()), float(v.max())]}
         for label, model in models.items():
             r = graph.input_ruler(model, t)
             stats = ruler.ruler_stats(v, *r.interval)
@@ -350,8 +350,8 @@ def judge_more_batches(answer, narrow_errors: Mapping[int, float], right_errors:
     """Errors are max abs errors against FP32 per batch count; ``largest_range`` is the largest narrow model's
     ruler width (scale x 255)."""
     answer = PREDICTION.normalise(answer)
-    best_narrow = min(narrow_errors, key=narrow_errors.get)
-    worst_right = max(right_errors, key=right_errors.get)
+    best_narrow = min(narrow_errors, key=narrow_errors.__getitem__)
+    worst_right = max(right_errors, key=right_errors.__getitem__)
     reaches = narrow_errors[best_narrow] <= right_errors[worst_right]
     said = answer["narrow_reaches_right"]
     rng = answer["largest_narrow_range"]

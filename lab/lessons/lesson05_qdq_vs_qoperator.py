@@ -13,6 +13,7 @@ import contextlib
 import logging
 from collections.abc import Mapping
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -23,7 +24,8 @@ from lab.lessons.lesson03_narrow_right_wide import graph_settings_problem, setti
 from lab.report import header
 
 # the settings lesson 03 used, except the format: both formats come from one calibration, so they differ only there
-FORMAT_SETTINGS = {k: v for k, v in SETTINGS.items() if k != "quant_format"}
+# (cast: a comprehension keeps no key's type; what it holds is SETTINGS' keys, each one of quantize's settings)
+FORMAT_SETTINGS = cast(convert.QuantizeSettings, {k: v for k, v in SETTINGS.items() if k != "quant_format"})
 CALIBRATION_SET = "right"  # one calibration of the deployed distribution, shared by both formats
 STEM = "model"  # quantize_both_formats writes model.qdq.onnx, model.qoperator.onnx, model.calibration.json
 FOLDER = "formats"  # the workspace folder they go in

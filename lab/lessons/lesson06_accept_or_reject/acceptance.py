@@ -12,14 +12,15 @@ from pathlib import Path
 
 import numpy as np
 
-from lab import compare, data, graph, ruler, schemas, tables
+from lab import compare, convert, data, graph, ruler, schemas, tables
 from lab.data import EPSILON, N_CLASSES, file_sha256
 from lab.errors import LabError
 from lab.workspace import atomic_write_text
 
 # The candidate, the model you would ship: lesson 03's settings (QDQ, signed 8-bit activations and weights) with one
 # weight scale per output channel, so each output's weights get a ruler of their own instead of the widest column's
-CANDIDATE_SETTINGS = {"quant_format": "QDQ", "activation_type": "QInt8", "weight_type": "QInt8", "per_channel": True}
+CANDIDATE_SETTINGS: convert.QuantizeSettings = {"quant_format": "QDQ", "activation_type": "QInt8",
+                                                "weight_type": "QInt8", "per_channel": True}
 FLOOR = 0.95  # the FP32 model must reach this accuracy before any candidate is judged against it
 LIMIT = 0.01  # the largest accuracy loss we accept: one percentage point, absolute
 FLOAT_SUM_TOLERANCE = 1e-4  # an FP32 Softmax sums to 1 within float32 rounding over 10 terms
@@ -249,7 +250,8 @@ def regression(models: Mapping[str, Mapping], evaluation_sha256: str,
            "loss": cand.loss, "bad_loss": bad.loss,
            "accept_candidate": cand.accept, "reject_bad": not bad.accept,
            "reasons": {"candidate": str(cand), "bad": str(bad)}}
-    return schemas.validate("regression", doc)
+    schemas.validate("regression", doc)
+    return doc
 
 
 def write_regression(path: str | Path, doc: Mapping) -> Path:
@@ -266,10 +268,11 @@ class SummarizeCheckError(LabError):
 
 SUMMARIZE_EXAMPLE = ([2, 2, 1, 0, 8], [1, 2, 1, 0, 9])  # predictions, then labels: 1 read as 2, 9 read as 8
 # (arguments, what is wrong with them, the value the ValueError message must name or None)
-SUMMARIZE_REFUSALS = ((([1, 2], [1]), "mismatched lengths", None),
-                      (([], []), "empty input", None),
-                      (([1, 2], [1, 10]), "a label outside 0-9", "10"),
-                      (([-1], [3]), "a prediction outside 0-9", "-1"))
+SUMMARIZE_REFUSALS: tuple[tuple[tuple[list[int], list[int]], str, str | None], ...] = (
+    (([1, 2], [1]), "mismatched lengths", None),
+    (([], []), "empty input", None),
+    (([1, 2], [1, 10]), "a label outside 0-9", "10"),
+    (([-1], [3]), "a prediction outside 0-9", "-1"))
 
 
 def _call(summarize, args) -> str:

@@ -63,7 +63,7 @@ def changed_predictions(model, x: np.ndarray, labels: np.ndarray) -> list[dict]:
              kernels.SATURATING: int(saturating[i])} for i in np.flatnonzero(exact != saturating)]
 
 
-def format_side_by_side(rows: Sequence[Mapping]) -> str:
+def format_side_by_side(rows: Sequence[dict]) -> str:
     """``side_by_side``'s rows as a table."""
     return tables.format_rows(list(rows), [("family", "kernel family", ""), ("computed_on", "computed on", ""),
                                             ("accuracy", "accuracy", ".4f"), ("max_abs_error", "max abs error", ".3f"),
@@ -76,7 +76,9 @@ def pair_sum(activations: Sequence[int], weights: Sequence[int], family: str) ->
     """sum_k a[k] x w[k] as ``family`` adds it (u8 activations, s8 weights, zero points 0)."""
     a = np.asarray([activations], np.int64)
     w = np.asarray(weights, np.int64).reshape(-1, 1)
-    return int(kernels.int_matmul(a, w, 0, 0, saturate_pairs=kernels.check_family(family) == kernels.SATURATING)[0, 0])
+    zero = np.asarray(0, np.int64)
+    saturate = kernels.check_family(family) == kernels.SATURATING
+    return int(kernels.int_matmul(a, w, zero, zero, saturate_pairs=saturate)[0, 0])
 
 
 EXAMPLE_PAIRS = (((255, 255), (127, 127)), ((255, 40), (127, 127)), ((255, 255), (64, 64)), ((120, 120), (127, 127)))
@@ -151,7 +153,7 @@ def weights_figure(models: Mapping[str, object]):
 
     fig = Figure(figsize=(8.5, 4))
     ax = fig.subplots()
-    bins = np.arange(0, 129) - 0.5
+    bins = (np.arange(0, 129) - 0.5).tolist()
     for i, (name, model) in enumerate(models.items()):
         values = np.concatenate([np.abs(w.astype(np.int64)).ravel() for w in weight_matrices(model).values()])
         ax.hist(values, bins=bins, histtype="step", lw=1.6, color=f"C{i}", label=name)
@@ -225,7 +227,7 @@ def kernel_kind(model) -> str:
     return "S8S8" if graph.quant_format(model) == "QOperator" and s8_activations else "U8S8"
 
 
-def format_cures(rows: Sequence[Mapping]) -> str:
+def format_cures(rows: Sequence[dict]) -> str:
     """``cures_table``'s rows as a table, both families side by side."""
     e, s = kernels.EXACT, kernels.SATURATING
     return tables.format_rows(list(rows), [

@@ -261,7 +261,8 @@ def document(*, ev: Evaluation, speed: dict, candidates_: list[dict], choice: di
     speed = {**speed, "machine_family": kernels.machine_family()}
     doc = {"schema": SCHEMA, "versions": versions(), "evaluation": evaluation_record(ev), "requirement": requirement(),
            "speed": speed, "candidates": candidates_, "choice": choice}
-    return validate("toolbox", doc)
+    validate("toolbox", doc)
+    return doc
 
 
 def summary_lines(doc: dict) -> list[str]:
