@@ -154,7 +154,7 @@ def int_matmul(a: np.ndarray, b: np.ndarray, a_zero: np.ndarray, b_zero: np.ndar
     a, b = np.asarray(a), np.asarray(b)
     za, zb = np.asarray(a_zero, np.int64), np.asarray(b_zero, np.int64).reshape(1, -1)
     n, k = a.shape
-    raw = _saturated_pairs_matmul(a, b) if saturate_pairs else exact_matmul(a.astype(np.int64), b.astype(np.int64))
+    raw = _saturated_pairs_matmul(a, b) if saturate_pairs else exact_matmul(a, b)
     return (raw - za * b.sum(axis=0, keepdims=True, dtype=np.int64)
             - a.sum(axis=1, keepdims=True, dtype=np.int64) * zb + k * za * zb)
 
@@ -162,17 +162,24 @@ def int_matmul(a: np.ndarray, b: np.ndarray, a_zero: np.ndarray, b_zero: np.ndar
 FLOAT32_EXACT = 1 << 24  # every integer up to this magnitude is a float32, and so is every sum that stays below it
 
 
+def _abs_max(x: np.ndarray, axis: int | None = None):
+    """max |x| without an int64 copy of ``x`` (int8's -128 included): the extremes in ``x``'s own dtype, then cast."""
+    lo, hi = x.min(axis=axis, initial=0), x.max(axis=axis, initial=0)
+    return np.maximum(np.abs(np.asarray(lo, np.int64)), np.asarray(hi, np.int64))
+
+
 def exact_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a @ b for int64 a [N, K] and b [K, M], exactly, as int64.
+    """a @ b for integer a [N, K] and b [K, M] (any integer dtypes), exactly, as int64.
 
     Summed in float32 by numpy's einsum loops (1.5-2 times faster than numpy's integer matmul on the lessons'
     layers), in blocks of K short enough that no partial sum can pass 2**24, below which float32 counts exactly.
     Not BLAS, whose idle threads would spin on the other core after each product. Operands whose single products
-    pass 2**24 are multiplied as integers.
+    pass 2**24 are multiplied as integers. ``a`` is never copied to int64 (a convolution's is the size of the
+    input times the kernel's taps).
     """
-    bound = int(np.abs(a).max(initial=0)) * int(np.abs(b).max(initial=0))
+    bound = int(_abs_max(a)) * int(_abs_max(b))
     if bound >= FLOAT32_EXACT:
-        return a @ b
+        return a.astype(np.int64) @ b.astype(np.int64)
     step = FLOAT32_EXACT // max(bound, 1)
     a32, bt32 = a.astype(np.float32), np.ascontiguousarray(b.T, np.float32)  # rows of b.T: each a dot product
     out = np.zeros((a.shape[0], b.shape[1]), np.int64)
@@ -191,14 +198,19 @@ def _saturated_pairs_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """
     if a.shape[1] % 2:
         a, b = np.pad(a, ((0, 0), (0, 1))), np.pad(b, ((0, 1), (0, 0)))
-    a64, b64 = a.astype(np.int64), b.astype(np.int64)
-    out = exact_matmul(a64, b64)
-    top = np.abs(a64).max(axis=0, initial=0)
+    b64 = b.astype(np.int64)
+    out = exact_matmul(a, b64)
+    top = _abs_max(a, axis=0)
     bound = top[0::2, None] * np.abs(b64[0::2]) + top[1::2, None] * np.abs(b64[1::2])  # [K/2, M]
     for j in np.flatnonzero((bound > INT16_MAX).any(axis=1)):
         cols = np.flatnonzero(bound[j] > INT16_MAX)
-        pair = a64[:, 2 * j, None] * b64[2 * j, cols] + a64[:, 2 * j + 1, None] * b64[2 * j + 1, cols]
-        out[:, cols] -= pair - np.clip(pair, INT16_MIN, INT16_MAX)
+        a0, a1 = a[:, 2 * j].astype(np.int64), a[:, 2 * j + 1].astype(np.int64)
+        # only the rows whose own two values can pass the int16 range with these columns' weights
+        w0, w1 = np.abs(b64[2 * j, cols]).max(), np.abs(b64[2 * j + 1, cols]).max()
+        rows = np.flatnonzero(np.abs(a0) * w0 + np.abs(a1) * w1 > INT16_MAX)
+        if rows.size:
+            pair = a0[rows, None] * b64[2 * j, cols] + a1[rows, None] * b64[2 * j + 1, cols]
+            out[np.ix_(rows, cols)] -= pair - np.clip(pair, INT16_MIN, INT16_MAX)
     return out
 
 
