@@ -3,7 +3,9 @@
 JupyterLab serves the folder above notebooks/, as `make jupyter` does. Runs lesson 01 through the UI, moves the
 range explorer's slider and checks the numbers change, then runs lesson 00 and checks no output holds an error.
 Then runs lesson 02 with a broken reader and checks the student sees the contract error as a message, not a
-traceback. Screenshots go to artifacts/browser/.
+traceback. Then runs lesson 10 (the camera CNN) in the same workspace: no error, its visible checks (the reader
+check, the release check, the release) printed, every figure it outputs rendered. Screenshots go to
+artifacts/browser/.
 Skipped when Chromium is absent, except in CI (CI=true), where that is a failure.
 """
 from __future__ import annotations
@@ -33,6 +35,7 @@ NOTEBOOKS = REPO / "notebooks"
 ARTIFACTS = REPO / "artifacts" / "browser"
 KERNEL = "calibration-lab"
 RULER = "01_the_ruler.ipynb"
+OWN_MODEL = "10_your_own_model.ipynb"  # needs no earlier lesson's files: make_workspace copies its model in
 BROKEN = "02_broken_reader.ipynb"  # lesson 02 with a student's broken reader, written into the temp copy
 PANEL = "#jp-main-dock-panel .jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook on screen
 RUN_TIMEOUT_S = 420        # one lesson, all cells, on a busy 2-core machine
@@ -400,3 +403,87 @@ def test_broken_reader_reads_as_a_message(jupyter, lab_root, page, capsys):
         raise
     finally:
         say(capsys, f"broken-reader check wall time {time.monotonic() - t0:.0f} s")
+
+
+# --- lesson 10: the camera CNN, run as a student runs it ---------------------------------------
+
+# What lesson 10's visible checks print when they pass, found by the call each check cell makes; each check raises
+# (an error output) instead when it fails.
+OWN_MODEL_CHECKS = {"camera_path.check_reader(": "reader ok: ",      # exercise 1: the FrameReader
+                    "release.refuse(": "\nreleasable: ",              # exercise 2: the release's requirements
+                    "release.release(": "released "}                 # the release written, stamped and read back
+IMAGE_MIMES = ("image/png", "image/svg+xml", "image/jpeg")
+RENDERED_IMAGES = f"""() => [...document.querySelectorAll('{PANEL} .jp-OutputArea-output')]
+  .filter(o => /^image\\//.test(o.dataset.mimeType || ''))
+  .map(o => {{ const img = o.querySelector('img, svg');
+              return img ? (img.naturalWidth ?? img.getBoundingClientRect().width) : 0; }})"""
+
+
+def cell_text(cell: dict) -> str:
+    """Everything a code cell printed (streams and text results), as the student reads it."""
+    parts = []
+    for out in cell.get("outputs", []):
+        text = out.get("text") if out.get("output_type") == "stream" else out.get("data", {}).get("text/plain")
+        parts.append("".join(text) if isinstance(text, list) else (text or ""))
+    return "".join(parts)
+
+
+def check_outputs(notebook: dict, checks: dict[str, str], name: str) -> list[str]:
+    """For each check call, the one cell that makes it must have printed its pass line."""
+    missing = []
+    for call, passed in checks.items():
+        cells = [c for c in notebook["cells"] if c["cell_type"] == "code" and call in "".join(c["source"])]
+        if len(cells) != 1:
+            missing.append(f"{name}: {len(cells)} code cells call {call}...), expected 1")
+        elif passed not in cell_text(cells[0]):
+            missing.append(f"{name}: the cell calling {call}...) did not print {passed.strip()!r}; it printed "
+                           f"{cell_text(cells[0])[-300:]!r}")
+    return missing
+
+
+def image_outputs(notebook: dict) -> int:
+    return sum(1 for c in notebook["cells"] for o in c.get("outputs", [])
+               if any(m in o.get("data", {}) for m in IMAGE_MIMES))
+
+
+@pytest.mark.timeout(600)
+def test_your_own_model_in_jupyterlab(jupyter, lab_root, page, capsys):
+    """Lesson 10 through the UI: every cell runs, no error, its checks pass, its figures render, it releases."""
+    page, errors = page
+    if not (lab_root / OWN_MODEL).is_file():
+        skip_unless_ci(f"notebooks/{OWN_MODEL} does not exist yet")
+    t0 = time.monotonic()
+    try:
+        open_notebook(page, jupyter, OWN_MODEL)
+        run_all_cells(page)
+        wait_until_run(page)
+        saved = save_and_read(page, lab_root, OWN_MODEL)
+        problems = output_problems(page, saved, OWN_MODEL)
+        assert not problems, "cells show errors:\n" + "\n".join(problems)
+        assert not unexecuted(saved), f"{OWN_MODEL}: code cells {unexecuted(saved)} did not run"
+        missing = check_outputs(saved, OWN_MODEL_CHECKS, OWN_MODEL)
+        assert not missing, "lesson 10's visible checks:\n" + "\n".join(missing)
+
+        figures = image_outputs(saved)
+        rendered = page.evaluate(RENDERED_IMAGES)
+        assert len(rendered) == figures and all(w > 0 for w in rendered), \
+            f"{OWN_MODEL}: {figures} figure outputs saved, the page shows {len(rendered)} with widths {rendered}"
+        assert not widget_errors(errors), f"console errors from the lab's widgets: {widget_errors(errors)}"
+        # The release lands in the workspace the earlier lessons share, beside the lessons.
+        workspace = lab_root.parent / "workspace"
+        released = [workspace / "camera-release.onnx", workspace / "camera-release.json"]
+        assert all(p.is_file() for p in released), f"lesson 10 did not write {[str(p) for p in released]}"
+
+        release_cell = next(i for i, c in enumerate(saved["cells"]) if "release.refuse(" in "".join(c["source"]))
+        target = page.locator(f"{PANEL} .jp-Cell").nth(release_cell)
+        target.scroll_into_view_if_needed()
+        png = shot(page, "10-your-own-model.png")
+        say(capsys, f"{OWN_MODEL} ran clean in {time.monotonic() - t0:.0f} s: checks "
+                    f"{[v.strip() for v in OWN_MODEL_CHECKS.values()]} printed, {figures} figure(s) rendered; "
+                    f"screenshot {png}")
+    except BaseException:
+        say(capsys, f"failed; page screenshot {shot(page, 'failure-your-own-model.png')}; "
+                    f"server log {jupyter.log_path}")
+        raise
+    finally:
+        say(capsys, f"lesson 10 wall time {time.monotonic() - t0:.0f} s")

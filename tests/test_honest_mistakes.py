@@ -308,6 +308,66 @@ def _edit_json(files: corpus.Files, rel: str, change) -> bytes:
     return corpus.pack({**files, rel: json.dumps(doc, indent=1).encode()})
 
 
+# ----- lesson 10: the camera CNN -----
+
+CAMERA_READER = reference.CAMERA_READER_SOURCE
+CAMERA_DOC, CAMERA_MODEL = "camera-release.json", "camera-release.onnx"
+# The reader's own copy of the deployed path that forgets the mean/std step: crop, resize, /255, NCHW. Lesson 10's
+# check cell refuses it ("a second copy of the preprocessing is not the deployed path").
+_OWN_PATH = """
+
+def _my_preprocess(batch):
+    window = batch[:, camera.CROP_START:camera.CROP_START + camera.CROP,
+                   camera.CROP_START:camera.CROP_START + camera.CROP].astype(np.float32)
+    small = np.einsum("ij,njk,lk->nil", camera._RESIZE, window, camera._RESIZE)
+    return np.ascontiguousarray((small / np.float32(255))[:, None], np.float32)
+"""
+
+
+def camera_reader(src: str):
+    return corpus.with_file("camera_reader.py", src)
+
+
+def _camera_reader_serves(expression: str, extra: str = "") -> str:
+    """The reference FrameReader whose get_next() returns ``expression`` of the batch instead of the deployed path."""
+    src = CAMERA_READER.replace("return {self.input_name: camera.preprocess(batch)}",
+                                f"return {{self.input_name: {expression}}}")
+    assert src != CAMERA_READER, "lesson 10's reader no longer returns camera.preprocess(batch)"
+    return src.replace("from lab import camera\n", "import numpy as np\n\nfrom lab import camera\n" + extra, 1)
+
+
+def _camera_rereleased(edit: Callable[[dict], None]):
+    """camera-release.json edited (as a student types into the record before releasing), then released as
+    ``release.release`` does: the document written, the model stamped with the edited document's SHA-256."""
+    def make(files: corpus.Files) -> bytes:
+        import tempfile
+
+        from lab.lessons.lesson10_your_own_model import release
+
+        doc = json.loads(files[CAMERA_DOC])
+        edit(doc)
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp)
+            draft = work / "draft.onnx"
+            draft.write_bytes(files[CAMERA_MODEL])
+            paths = release.release(work, draft, doc)
+            new = {CAMERA_DOC: paths["document"].read_bytes(), CAMERA_MODEL: paths["model"].read_bytes()}
+        return corpus.pack({**files, **new})
+    return make
+
+
+def _recipe_flag_flipped(key: str):
+    def edit(doc: dict) -> None:
+        doc["recipe"][key] = not doc["recipe"][key]
+    return edit
+
+
+def _first_verdict_changed(doc: dict) -> None:
+    """The exact family's first scenario reported with another verdict than the lesson's table printed."""
+    row = doc["scenarios"]["exact"][0]
+    row["verdict"] = "needs work" if row["verdict"] == "pass" else "pass"
+
+
 BASES = {"reference": lambda files: files, "toolbox": lambda files: _toolbox_files(files, GOOD_CHOICE)}
 
 
@@ -391,6 +451,35 @@ MISTAKES = [
             lambda f: _edit_json(_toolbox_files(f, GOOD_CHOICE), "outliers.json",
                                  lambda d: d["options"].update(CalibPercentile=99.99)),
             {"outliers.outliers_reported": 0.5}, ("method and options (ORT's calibrator",), base="toolbox"),
+
+    # lesson 10: a FrameReader that lays the batch out NHWC [n, 16, 16, 1]: one contract finding, half its point
+    Mistake("camera_reader_serves_nhwc",
+            camera_reader(_camera_reader_serves("camera.preprocess(batch).transpose(0, 2, 3, 1).copy()")),
+            {"camera.camera_reader": 0.5}, ("FrameReader breaks the contract", "its batches have shapes",
+                                            "expected [n, 1, 16, 16]")),
+    # lesson 10: the sensor frames handed over as they come (uint8 [n, 32, 32]): the shape and the dtype
+    Mistake("camera_reader_serves_raw_frames", camera_reader(_camera_reader_serves("batch")),
+            {"camera.camera_reader": 1}, ("its batches have shapes", "expected float32")),
+    # lesson 10: the release's recipe says per-tensor for a per-channel model (RECIPE retyped after the build)
+    Mistake("camera_recipe_does_not_match_its_model", _camera_rereleased(_recipe_flag_flipped("per_channel")),
+            {"camera.camera_reported": 0.5},
+            ("camera-release.json does not match camera-release.onnx in: recipe (against the graph",
+             "per_channel=True")),
+    # lesson 10: the recipe says pre_process is off for a model whose BatchNorms are folded
+    Mistake("camera_recipe_says_not_pre_processed", _camera_rereleased(_recipe_flag_flipped("pre_process")),
+            {"camera.camera_reported": 0.5}, ("recipe (against the graph", "pre_process=True")),
+    # lesson 10: one scenario's verdict typed against what the verdict table (and the model) show
+    Mistake("camera_scenario_verdict_misreported", _camera_rereleased(_first_verdict_changed),
+            {"camera.camera_reported": 0.5}, ("scenarios (verdicts and accuracies, both families)",)),
+]
+
+# Lesson 10 mistakes the grader does not charge as it should (reported to the lesson's owner): each fails today.
+CAMERA_GAPS = [
+    # The reader's own copy of the path without the mean/std step. Lesson 10's check cell refuses it, but the
+    # grader's sandbox records only sizes, shapes, dtypes and keys, so camera_reader gives it the full point.
+    Mistake("camera_reader_skips_normalisation",
+            camera_reader(_camera_reader_serves("_my_preprocess(batch)", extra=_OWN_PATH)),
+            {"camera.camera_reader": 0.5}, ("lab.camera.preprocess",)),
 ]
 
 # What a seeded fuzz of the reference hand-in found unchecked: each now recomputed, or refused by its schema.
@@ -439,42 +528,63 @@ FUZZ_FINDINGS = [
             words=("results.json: not valid JSON (key 'sets/narrow/max_abs_error' appears twice",),
             status="invalid"),
 ]
-ALL = MISTAKES + FUZZ_FINDINGS
+ALL = MISTAKES + FUZZ_FINDINGS + CAMERA_GAPS
+XFAIL = {m.name: m for m in CAMERA_GAPS}
+
+
+class Graded:
+    """The reference hand-in and each mistake made from it, graded when a test first asks (``-k`` grades only what
+    it selects): ``base(name)`` and ``result(mistake)``, both cached for the module."""
+
+    def __init__(self, files: corpus.Files, folder: Path):
+        self.files, self.folder = files, folder
+        self.bases: dict[str, tuple[corpus.Files, core.GradeResult]] = {}
+        self.results: dict[str, core.GradeResult] = {}
+
+    def applies(self, m: Mistake) -> bool:
+        return not (m.name.startswith(("scenario", "fuzz_scenarios", "fuzz_carried"))
+                    and "release/scenarios.json" not in self.files)
+
+    def base(self, name: str):
+        if name not in self.bases:
+            base = BASES[name](dict(self.files))
+            path = self.folder / f"base-{name}.zip"
+            path.write_bytes(corpus.pack(base))
+            self.bases[name] = (base, core.grade(path))
+        return self.bases[name]
+
+    def result(self, m: Mistake):
+        if m.name not in self.results:
+            path = self.folder / f"{m.name}.zip"
+            path.write_bytes(m.make(dict(self.base(m.base)[0])))
+            self.results[m.name] = core.grade(path)
+        return self.results[m.name]
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
+def graded(tmp_path_factory) -> Graded:
     if not sandbox.bwrap_available():
         pytest.skip("student code runs only under bubblewrap")
     work = reference.build(tmp_path_factory.mktemp("reference") / "workspace")
     good_zip = submit("reference", work, tmp_path_factory.mktemp("handed-in"))
-    files = corpus.read_zip(good_zip)
-    folder = tmp_path_factory.mktemp("mistakes")
-    bases, out = {}, {}
-    for m in ALL:
-        if m.name.startswith(("scenario", "fuzz_scenarios", "fuzz_carried")) and "release/scenarios.json" not in files:
-            continue
-        if m.base not in bases:
-            base = BASES[m.base](dict(files))
-            path = folder / f"base-{m.base}.zip"
-            path.write_bytes(corpus.pack(base))
-            bases[m.base] = (base, core.grade(path))
-        path = folder / f"{m.name}.zip"
-        path.write_bytes(m.make(dict(bases[m.base][0])))
-        out[m.name] = core.grade(path)
-    return {k: r for k, (_, r) in bases.items()}, out
+    return Graded(corpus.read_zip(good_zip), tmp_path_factory.mktemp("mistakes"))
 
 
 def _points(result) -> dict:
     return {f"{c.part}.{c.name}": c.points for c in result.checks}
 
 
-@pytest.mark.parametrize("mistake", ALL, ids=[m.name for m in ALL])
+def _params(mistakes: list[Mistake]) -> list:
+    return [pytest.param(m, id=m.name, marks=pytest.mark.xfail(
+        strict=True, reason="not charged by lesson 10's camera_reader today: its sandbox run records no values"))
+        if m.name in XFAIL else pytest.param(m, id=m.name) for m in mistakes]
+
+
+@pytest.mark.parametrize("mistake", _params(ALL))
 def test_each_honest_mistake_loses_its_points_once_and_says_why(graded, mistake):
-    bases, results = graded
-    if mistake.name not in results:
+    if not graded.applies(mistake):
         pytest.skip("that lesson is not in this lab")
-    result, good = results[mistake.name], bases[mistake.base]
+    result, good = graded.result(mistake), graded.base(mistake.base)[1]
     if mistake.base != "reference":  # a base made here must itself earn full marks (the reference's test is elsewhere)
         assert all(c.passed for c in good.checks), [c.message for c in good.checks if not c.passed]
     assert result.status == mistake.status, result.reason
@@ -489,15 +599,14 @@ def test_each_honest_mistake_loses_its_points_once_and_says_why(graded, mistake)
 
 
 def test_reference_scores_whole_or_half_points_only(graded):
-    bases, results = graded
-    for r in [*bases.values(), *results.values()]:
+    results = [graded.result(m) for m in ALL if graded.applies(m)]
+    for r in [*(b for _, b in graded.bases.values()), *results]:
         assert all(c.points * 2 == int(c.points * 2) for c in r.checks)
         assert "1.33" not in r.to_markdown() and "0.67" not in r.to_markdown()
 
 
 def test_feedback_names_checks_by_what_they_ask(graded):
-    _, results = graded
-    md = results["summarize_transposed"].to_markdown()
+    md = graded.result(next(m for m in ALL if m.name == "summarize_transposed")).to_markdown()
     assert "summarize() counts right, with actual digits as rows" in md and "`summarize_code`" not in md
 
 
