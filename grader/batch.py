@@ -330,7 +330,7 @@ def _grade(out: Path, todo: list[Path], students: list[str], rows: dict[str, dic
                             d = package(died)
                             pending_paths = [futures[f] for f in not_done]
                             not_done = set()
-                        except Exception as e:  # noqa: BLE001  (Dask: KilledWorker after a worker died repeatedly)
+                        except Exception as e:  # noqa: BLE001 - Dask: KilledWorker after a worker died repeatedly
                             d = package(GradeResult.without_results(student, "error", f"{type(e).__name__}: {e}",
                                                                     grader_version=__version__, possible=_possible()))
                         t0 = time.perf_counter()

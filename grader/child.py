@@ -64,7 +64,7 @@ class _Recorder:
         self.passes: list[list[dict]] = [[]]
         if not callable(getattr(reader, "rewind", None)):
             # a reader without rewind() is recorded by one without it: check_reader asks for rewind as the reader has it
-            self.rewind = None  # type: ignore[method-assign,assignment]
+            self.rewind = None  # type: ignore[method-assign,assignment]  # no rewind, as the reader has none
 
     def get_next(self):
         item = self.reader.get_next()

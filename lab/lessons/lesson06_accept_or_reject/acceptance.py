@@ -318,7 +318,7 @@ def check_summarize(summarize) -> list[str]:
     lines = [f"{call}: count 5, correct 3, accuracy 0.6, rows actual and columns predicted: ok"]
     try:
         on_arrays = summarize(np.array(preds), np.array(labels))
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 - whatever the student's summarize raises on arrays: name it
         raise SummarizeCheckError(f"summarize on numpy arrays raised {type(e).__name__}: {e}; the models' "
                                   "predictions are numpy arrays (convert them with list() first)") from None
     if not isinstance(on_arrays, dict) or on_arrays.get("correct") != 3:
@@ -334,7 +334,7 @@ def check_summarize(summarize) -> list[str]:
                                           f"that names the bad value {named}") from None
             lines.append(f"{what:<24} -> ValueError: {e}")
             continue
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - any error but ValueError breaks the rule: name it
             rule = f"{what} must raise ValueError" + (f" naming the bad value {named}" if named else "")
             raise SummarizeCheckError(f"{call} raised {type(e).__name__} ({e}) instead: {rule}") from None
         raise SummarizeCheckError(f"{call} returned without an error: {what} must raise ValueError")
