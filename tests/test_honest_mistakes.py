@@ -29,7 +29,8 @@ READER = corpus.READER_HEAD + corpus.GOOD_NEXT
 class Mistake:
     name: str
     make: Callable[[corpus.Files], bytes]
-    lost: dict = field(default_factory=dict)  # "part.check" -> points lost
+    lost: dict | Callable[[], dict] = field(default_factory=dict)  # "part.check" -> points lost (or, where the
+    # mistake's cost is the lesson's own verdict on the model it makes, a function of that verdict, called after make)
     words: tuple[str, ...] = ()
     base: str = "reference"  # the hand-in it is made from, and graded against: a key of BASES
     status: str = "graded"   # "invalid": refused at intake, the words in the reason
@@ -356,6 +357,59 @@ def _camera_rereleased(edit: Callable[[dict], None]):
     return make
 
 
+_RELEASED_ANYWAY: dict[str, list[str]] = {}  # mistake name -> what lesson 10's refuse() named for that model
+
+
+def _released_despite_the_refusal(calibration: str):
+    """Lesson 10's release with RECIPE's calibration set to ``calibration``: section 8's check cell refuses it, and
+    the student runs the release cell by hand anyway (draft, record, daylight and by_family were set before the
+    refusal). camera-release.json is written honestly from that run."""
+    name = f"camera_released_on_{calibration}_despite_the_refusal"
+
+    def make(files: corpus.Files) -> bytes:
+        import tempfile
+
+        from lab import camera, workspace
+        from lab.lessons.lesson10_your_own_model import release
+
+        old = json.loads(files[CAMERA_DOC])
+        recipe, seed = {**old["recipe"], "calibration": calibration}, old["acceptance"]["seed"]
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp)
+            (work / "camera_reader.py").write_bytes(files["camera_reader.py"])
+            reader_cls = workspace.load_module(work, "camera_reader").FrameReader
+            source, ev = release.workspace_source(work), camera.load_split("evaluation")
+            draft, record = release.build(source, work / "camera", recipe, reader_cls)
+            daylight = release.measured(source, draft, ev.image, ev.labels)
+            by_family = release.scenarios(source, draft, ev.frames, ev.labels, seed=seed)
+            _RELEASED_ANYWAY[name] = release.unmet(recipe, by_family, daylight)
+            doc = release.document(source=source, model=draft, recipe=recipe, record=record, by_family=by_family,
+                                   daylight=daylight, justification=old["justification"], frames=ev.frames, seed=seed)
+            paths = release.release(work, draft, doc)
+            new = {CAMERA_DOC: paths["document"].read_bytes(), CAMERA_MODEL: paths["model"].read_bytes()}
+        return corpus.pack({**files, **new})
+
+    def lost() -> dict:
+        """camera_release's share for each requirement the lesson's own refusal named (the stamp always holds):
+        the calibration, each family whose daylight error is over the limit, each family with a scenario that
+        needs work, out of its six parts, rounded down to half points as the grader's feedback shows them."""
+        import math
+
+        from grader.rubric import points
+
+        named = _RELEASED_ANYWAY[name]
+        families = {w: {line.split("(")[1].split(" family")[0] for line in named if line.startswith(w)}
+                    for w in ("error (", "scenario ")}
+        missed = 1 + len(families["error ("]) + len(families["scenario "])
+        full = points("camera", "camera_release")
+        return {"camera.camera_release": full - math.floor(full * (6 - missed) / 6 * 2 + 1e-9) / 2}
+
+    return name, make, lost
+
+
+_ATTRACTIVE = _released_despite_the_refusal("attractive")
+
+
 def _recipe_flag_flipped(key: str):
     def edit(doc: dict) -> None:
         doc["recipe"][key] = not doc["recipe"][key]
@@ -471,6 +525,10 @@ MISTAKES = [
     # lesson 10: one scenario's verdict typed against what the verdict table (and the model) show
     Mistake("camera_scenario_verdict_misreported", _camera_rereleased(_first_verdict_changed),
             {"camera.camera_reported": 0.5}, ("scenarios (verdicts and accuracies, both families)",)),
+    # lesson 10: the attractive photographs chosen for the release; the check cell refuses it and the student runs
+    # the release cell by hand anyway. camera_release loses a part for each requirement the refusal named.
+    Mistake(_ATTRACTIVE[0], _ATTRACTIVE[1], lost=_ATTRACTIVE[2],
+            words=("the released model, measured here, misses: calibrated on the camera's frames",)),
 ]
 
 # Lesson 10 mistakes the grader does not charge as it should (reported to the lesson's owner): each fails today.
@@ -591,7 +649,8 @@ def test_each_honest_mistake_loses_its_points_once_and_says_why(graded, mistake)
     if mistake.status == "graded":
         before, after = _points(good), _points(result)
         lost = {k: round(before[k] - after.get(k, 0), 4) for k in before if round(before[k] - after.get(k, 0), 4)}
-        assert lost == mistake.lost, (lost, [c.message for c in result.checks if not c.passed])
+        expected = mistake.lost() if callable(mistake.lost) else mistake.lost
+        assert lost == expected, (lost, [c.message for c in result.checks if not c.passed])
     text = (result.reason + result.to_markdown() + "\n".join(c.message for c in result.checks)
             + "\n".join(result.notes))
     for words in mistake.words:
