@@ -7,8 +7,10 @@ calibrated on (lesson 03's ``results.json``, lesson 05's ``formats.json``, ...),
 own. The variants tried are the hand-in's own, the one ``submission.json`` names (``variant``, from the workspace's
 ``variant.json``) and the reference; the own wins when its sets are named at all (a report with an honest mistake
 beside it is the student's own). A hand-in whose reports give calibration hashes (``calibration_sha256``) none of
-which is a set of those variants was made for another student's, whose the grader cannot say (``UNKNOWN``: a copy
-whose ``variant.json`` was deleted or edited); one whose reports give none is taken at ``submission.json``'s word.
+which is a set of those variants was made for another student's: given the class's ids (``classmates``), the
+grader tries each of them and names the one whose sets they are; else, or when none is, it cannot say whose
+(``UNKNOWN``: a copy whose ``variant.json`` was deleted or edited, from outside the class). One whose reports give
+none is taken at ``submission.json``'s word.
 
 Every check that reads one of a foreign hand-in's models or reports scores 0 (``foreign``), with feedback that says
 the files were made for another student's variant; whose is for the instructor only (``GradeResult.instructor``).
@@ -19,6 +21,7 @@ be told apart).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from grader.results import Check
@@ -103,16 +106,27 @@ def reported_hashes(sub: Submission) -> tuple[set[str], set[str]]:
     return found, calibration
 
 
-def made_for(sub: Submission) -> Finding:
-    """Whose variant ``sub``'s files were made for (see the module docstring)."""
+def made_for(sub: Submission, classmates: Iterable[str] = ()) -> Finding:
+    """Whose variant ``sub``'s files were made for (see the module docstring).
+
+    The variants tried first are three: the hand-in's own, the one ``submission.json`` names and the reference.
+    When none of them made the files, each id of ``classmates`` (the class's roster or batch, draw as
+    ``lab.variant.key`` gives it) is tried too, so the instructor learns whose files they are; each try hashes one
+    variant's four calibration sets (``fingerprints``, through ``lab.cache``), milliseconds apiece."""
     claimed = variant.key(sub.variant, sub.variant_draw or 0) if sub.variant else None
     own = claimed if claimed is not None and claimed[0] == sub.student else variant.key(sub.student)
     tried = list(dict.fromkeys([own, claimed, None]))
     hashes, calibration = reported_hashes(sub)
     hits = [v for v in tried if hashes & fingerprints(v)]
     if not hits and calibration - same_for_all():  # an evaluation split's hash is a mistake, not a variant
+        for sid in dict.fromkeys(classmates):
+            v = variant.key(sid)
+            if v not in tried and hashes & fingerprints(v):
+                return Finding(own, v, f"{variant.describe(v)}, by its reports' calibration hashes (found among "
+                                       "the class's ids)")
         return Finding(own, UNKNOWN, "another student's variant: its reports' calibration hashes are no set of "
-                                     + ", ".join(variant.describe(v) for v in tried))
+                                     + ", ".join(variant.describe(v) for v in tried)
+                                     + (" nor of the class's other ids" if classmates else ""))
     who = own if own in hits else hits[0] if hits else claimed
     how = ("its reports' calibration hashes" if hits else
            "submission.json's variant field (no report gives a calibration hash)")

@@ -231,3 +231,20 @@ def test_one_variant_through_the_real_notebooks(tmp_path):
         (c.name, c.message[:160]) for c in result.checks if c.points < c.max_points]
     assert result.instructor["variant"]["made_for"] == result.instructor["variant"]["own"]
     assert result.instructor["variant"]["own"].startswith("carol")
+
+
+def test_the_owner_of_a_copy_is_named_among_the_class_ids(tmp_path):
+    """A copy whose variant.json was deleted (submission.json names no variant): the three variants tried first
+    (own, claimed, reference) do not know it; the class's ids do, and name the owner (the instructor's field)."""
+    from grader.submission import Submission
+
+    with variant.using("student07"):
+        theirs = data.data_sha256(data.calibration_set("right"))
+    (tmp_path / "results.json").write_text(json.dumps({"right": {"calibration_sha256": theirs}}))
+    sub = Submission(tmp_path, "student03", {"student": "student03"}, {"results.json": "0" * 64})
+    assert variants.made_for(sub).made_for == variants.UNKNOWN
+    alone = variants.made_for(sub, classmates=["student01", "student03"])
+    assert alone.made_for == variants.UNKNOWN and "class's other ids" in alone.evidence
+    found = variants.made_for(sub, classmates=["student01", "student03", "student07", "student09"])
+    assert found.foreign and found.made_for == ("student07", 0)
+    assert found.instructor()["variant"]["made_for"] == "student07"
