@@ -1,12 +1,14 @@
 """Thin wrappers over ONNX Runtime's converters that record everything that decided the result."""
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import platform
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TypedDict
@@ -23,6 +25,34 @@ from lab.readers import ArrayReader, RecordingReader
 # ORT logs "Please consider to run pre-processing" on every unprocessed model; the
 # lessons teach pre-processing in lesson 08, so keep the hint out of every cell.
 logging.getLogger().setLevel(logging.ERROR)
+
+
+class _Keep(logging.Handler):
+    """Keeps each record's message in ``messages``, printing nothing."""
+
+    def __init__(self, messages: list[str]):
+        super().__init__(logging.WARNING)
+        self.messages = messages
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def ort_warnings() -> Iterator[list[str]]:
+    """Within the block, collect the warnings ONNX Runtime's quantizer logs (through the root logger, which this
+    module keeps at ERROR, so they would be dropped): yields the list each message is appended to, in order. The
+    root's own handlers (a notebook's stderr) are set aside meanwhile, so nothing is also printed."""
+    root = logging.getLogger()
+    messages: list[str] = []
+    level, handlers = root.level, root.handlers[:]
+    root.handlers = [_Keep(messages)]
+    root.setLevel(logging.WARNING)
+    try:
+        yield messages
+    finally:
+        root.setLevel(level)
+        root.handlers = handlers
 
 
 def versions() -> dict[str, str]:

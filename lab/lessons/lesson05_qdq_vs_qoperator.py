@@ -9,8 +9,6 @@ The module of ``notebooks/05_qdq_vs_qoperator.ipynb``.
 """
 from __future__ import annotations
 
-import contextlib
-import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import cast
@@ -38,30 +36,6 @@ class BothFormats(dict):
     warnings: dict[str, list[str]]
 
 
-class _Collect(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.WARNING)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
-@contextlib.contextmanager
-def converter_warnings():
-    """Collect the warnings ONNX Runtime's converter logs on the root logger (``lab.convert`` keeps it at ERROR, so
-    they would be dropped): yields the list the messages are appended to. The root's own handlers are set aside
-    meanwhile, so nothing reaches stderr."""
-    root, handler = logging.getLogger(), _Collect()
-    level, handlers = root.level, root.handlers[:]
-    root.handlers = [handler]
-    root.setLevel(logging.WARNING)
-    try:
-        yield handler.messages
-    finally:
-        root.setLevel(level)
-        root.handlers = handlers
-
 
 def quantize_both_formats(source: str | Path, out_dir: str | Path, calibration, *,
                           stem: str = "model", **settings) -> BothFormats:
@@ -81,10 +55,10 @@ def quantize_both_formats(source: str | Path, out_dir: str | Path, calibration, 
     cache = out_dir / f"{stem}.calibration.json"
     cache.unlink(missing_ok=True)
     warned = {}
-    with converter_warnings() as warned["QDQ"]:
+    with convert.ort_warnings() as warned["QDQ"]:
         qdq = convert.quantize(source, out_dir / f"{stem}.qdq.onnx", calibration, quant_format="QDQ",
                                calibration_cache_path=cache, **settings)
-    with converter_warnings() as warned["QOperator"]:
+    with convert.ort_warnings() as warned["QOperator"]:
         qop = convert.quantize(source, out_dir / f"{stem}.qoperator.onnx", None, quant_format="QOperator",
                                calibration_cache_path=cache, **settings)
     qop.calibration_sha256, qop.calibration_samples = qdq.calibration_sha256, qdq.calibration_samples

@@ -9,14 +9,13 @@ checks the same numbers the lesson states.
 from __future__ import annotations
 
 import itertools
-import logging
 from pathlib import Path
 
 import numpy as np
 
 from lab import graph, kernels, speed
 from lab.compare import max_abs_error
-from lab.convert import versions
+from lab.convert import ort_warnings, versions
 from lab.data import BATCH_SIZE, EPSILON, INPUT_NAME
 from lab.errors import LabError
 from lab.lessons.lesson08_the_quantization_toolbox.toolbox import (
@@ -66,24 +65,10 @@ def dynamic_batches(model: str | Path, ev: Evaluation, batch_sizes: tuple[int, .
 
 def conversion_warnings(convert) -> list[str]:
     """Run ``convert()`` and return the warnings ONNX Runtime's converter logged (the lab keeps its root logger at
-    ERROR, so they are not printed otherwise), each once, in order."""
-    records: list[str] = []
-
-    class _Keep(logging.Handler):
-        def emit(self, record):
-            if record.getMessage() not in records:
-                records.append(record.getMessage())
-
-    root = logging.getLogger()
-    level, handlers = root.level, root.handlers[:]
-    root.handlers[:] = [_Keep(logging.WARNING)]  # only kept, not also printed by the handlers already there
-    root.setLevel(logging.WARNING)
-    try:
+    ERROR, so they are not printed otherwise), each once, in order (``lab.convert.ort_warnings``)."""
+    with ort_warnings() as messages:
         convert()
-    finally:
-        root.setLevel(level)
-        root.handlers[:] = handlers
-    return records
+    return list(dict.fromkeys(messages))
 
 
 def describe(settings: dict) -> dict:
