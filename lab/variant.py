@@ -4,9 +4,10 @@ Every honest hand-in then holds models of its own (each is calibrated on its own
 teaches the same thing: the counts (360 calibration images in batches of 36, 400 evaluation), the evaluation and
 held-out splits, the FP32 model and the three sets' recipes (narrow, right, wide) are the same for everyone. Only
 WHICH training images make up the calibration split changes: a variant draws its 360 from the pool of the FP32
-model's training images (``fixtures/calibration-pool.npz``), seeded by the id and a draw number. A variant is the
-pair (id, draw): the draw is the instructor's choice for that id (``draws``: the first whose reference hand-in grades
-full marks; most ids keep draw 0), recorded once in the workspace by lesson 00.
+model's training images (``fixtures/calibration-pool.npz``, never one of lesson 07's 400 tuning images,
+``tuning_positions``), seeded by the id and a draw number. A variant is the pair (id, draw): draw 0 unless the
+instructor's table (``draws``) says otherwise, recorded once in the workspace by lesson 00. Every draw measured keeps
+every lesson's decisions (40 random ids, draw 0, both kernel families), so the table is optional.
 
 The variant is found the way ``lab.kernels.computing_as`` finds the kernel family: the lab's data functions ask
 ``current()`` themselves. Inside ``using(student)``: that student's (the grader, for each hand-in). Otherwise the
@@ -35,6 +36,8 @@ REFERENCE = "reference"  # the reserved id of the instructor's reference variant
 RESERVED = frozenset({REFERENCE, "headless-run"})
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # what lab submit accepts
 SALT = "calibration-lab variant/1"  # changing it gives every student another variant: never, once a course runs
+TUNING_COUNT = 400  # the tuning images: as many as the acceptance set, so a verdict forgives 4 images as it does
+TUNING_SALT = "calibration-lab tuning/1"  # which of the pool's images are the tuning images: the same for everyone
 DRAWS_FILE = "variants.json"  # in the fixtures: student id -> draw, written by the instructor (grader.variant_draws)
 
 Variant = tuple[str, int]  # (student id, draw): the draw'th seeded choice of images for that id
@@ -46,9 +49,10 @@ _CURRENT: contextvars.ContextVar[object] = contextvars.ContextVar("lab_variant",
 def draws() -> dict[str, int]:
     """The instructor's table of draws (``fixtures/variants.json``: ``{"draws": {id: n}}``), empty when absent.
 
-    A draw is one seeded choice of 360 images for an id. Not every draw keeps every lesson's decisions (lesson 07's
-    release, lesson 08's stuck-pixel limit), so the instructor picks, for each student of the roster, the first
-    draw that does (``python -m grader.variant_draws``) and ships the table in the kit. An id not in it: draw 0.
+    A draw is one seeded choice of 360 images for an id. Lesson 07 decides on tuning images the draws never use and
+    lesson 08's limit leaves room for the variants' spread, so draw 0 keeps every lesson's decisions for the ids
+    measured; ``python -m grader.variant_draws`` checks a roster before a course (it should give draw 0 for
+    everyone) and writes the table, which only an id whose draw 0 failed would need. An id not in it: draw 0.
     """
     path = fixtures_dir() / DRAWS_FILE
     if not path.exists():
@@ -114,12 +118,38 @@ def seed(v: Variant) -> int:
     return int.from_bytes(hashlib.sha256(f"{SALT}:{student}:{draw}".encode()).digest()[:8], "little")
 
 
+def tuning_positions() -> np.ndarray:
+    """Which of the pool's images are lesson 07's tuning images, sorted: ``TUNING_COUNT`` of those the reference
+    split does not hold, chosen once by a fixed seed. The same for every variant (no draw ever calibrates on them),
+    so the images that decide lesson 07's fix and release do not change from student to student."""
+    return _tuning_positions(str(fixtures_dir()))
+
+
+@functools.lru_cache(maxsize=4)
+def _tuning_positions(folder: str) -> np.ndarray:
+    with np.load(f"{folder}/calibration-pool.npz") as f:
+        index = f["index"]
+    with np.load(f"{folder}/calibration.npz") as f:
+        reference = f["index"]
+    free = np.flatnonzero(~np.isin(index, reference))
+    rng = np.random.default_rng(int.from_bytes(hashlib.sha256(TUNING_SALT.encode()).digest()[:8], "little"))
+    chosen = np.sort(rng.choice(free, TUNING_COUNT, replace=False))
+    chosen.setflags(write=False)
+    return chosen
+
+
 def positions(v: Variant, pool_size: int, n: int) -> np.ndarray:
     """Which ``n`` of the pool's ``pool_size`` images make up variant ``v``'s calibration split, sorted (so position
-    order follows the pool's, as the reference split's follows the digits set's)."""
-    if n > pool_size:
-        raise ValueError(f"a variant draws {n} images from a pool of {pool_size}; the pool is too small")
-    return np.sort(np.random.default_rng(seed(v)).choice(pool_size, n, replace=False))
+    order follows the pool's, as the reference split's follows the digits set's). Never a tuning image
+    (``tuning_positions``)."""
+    held = tuning_positions()
+    if held.size and held.max() >= pool_size:
+        raise ValueError(f"the tuning images reach pool position {held.max()}, past the pool's {pool_size} images")
+    drawable = np.setdiff1d(np.arange(pool_size), held)
+    if n > drawable.size:
+        raise ValueError(f"a variant draws {n} images from the {drawable.size} of the pool that are not tuning "
+                         "images; the pool is too small")
+    return np.sort(np.random.default_rng(seed(v)).choice(drawable, n, replace=False))
 
 
 def lru_cache(maxsize: int) -> Callable[[Callable[..., T]], Callable[..., T]]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from lab import data, schemas
+from lab import data, schemas, variant
 from lab.convert import versions
 from lab.errors import LabError
 from lab.graph import check_io, input_ruler, load, per_channel, quant_format, weight_dtypes
@@ -85,9 +85,17 @@ class Selection:
 
 
 def tuning_set(split: str = "calibration") -> data.Split:
-    """The calibration split's ``TUNING`` images, held aside: they choose the fix, the acceptance set judges it."""
-    s = data.load_split(split)
-    return data.Split(f"{split}[{TUNING.start}:{TUNING.stop}]", s.raw[TUNING], s.labels[TUNING], s.index[TUNING])
+    """The tuning images: they choose the fix, the acceptance set judges it.
+
+    ``lab.variant.TUNING_COUNT`` (400) training images of the pool that no calibration split holds (the reference's
+    or any student's), the same for every variant: a verdict on them forgives as many images as one on the
+    acceptance set does, so one image cannot flip the lesson's decisions from one student's variant to another's.
+    ``split`` is kept for callers that name it; only ``"calibration"`` has tuning images."""
+    if split != "calibration":
+        raise ValueError(f"tuning images are held aside for the calibration split only, not {split!r}")
+    with np.load(data.fixture_path(f"{data.POOL}.npz")) as f:
+        pos = variant.tuning_positions()
+        return data.Split("tuning", f["raw"][pos], f["labels"][pos], f["index"][pos])
 
 
 def select(parts: Sequence[tuple[str, Sequence[int] | slice | None]], split: str = "calibration",
@@ -95,8 +103,9 @@ def select(parts: Sequence[tuple[str, Sequence[int] | slice | None]], split: str
     """Build a calibration selection from ``(condition, positions)`` pairs over the calibration pool.
 
     ``positions`` index the pool (``pool_positions()``, the split's first ``POOL_SIZE`` images; None or a slice
-    for many); the condition is applied to those images' deployed pixels. The ``TUNING`` images are never
-    selected. Example: ``select([("daylight", None), ("flash", slice(0, None, 2))])``.
+    for many); the condition is applied to those images' deployed pixels. Positions ``TUNING`` (300..359) are
+    never selected, and the tuning images (``tuning_set``) are in no calibration split.
+    Example: ``select([("daylight", None), ("flash", slice(0, None, 2))])``.
     """
     try:
         s = data.load_split(split)
@@ -115,7 +124,7 @@ def select(parts: Sequence[tuple[str, Sequence[int] | slice | None]], split: str
             pos = np.asarray(positions, dtype=np.int64).ravel()
         if pos.size == 0 or pos.min() < 0 or pos.max() >= pool:
             raise ValueError(f"positions for {condition!r} must be 0..{pool - 1} (the calibration pool; positions "
-                             f"{TUNING.start}..{TUNING.stop - 1} are held aside for tuning) and not empty")
+                             f"{TUNING.start}..{TUNING.stop - 1} are held aside) and not empty")
         chunks.append(conditions[condition](s.pixels[pos], seed))
         rec.append((condition, tuple(int(p) for p in pos)))
         idx.append(tuple(int(i) for i in s.index[pos]))

@@ -187,9 +187,10 @@ def selection_check(selection, results: Sequence[ScenarioResult] = ()) -> str:
     pool = set(scenarios.pool_positions())
     held = sorted({p for positions in parts.values() for p in positions} - pool)
     if held:
-        raise SelectionCheckFailed(f"the selection uses {len(held)} position(s) held aside for tuning "
-                                   f"({scenarios.TUNING.start}..{scenarios.TUNING.stop - 1}, e.g. {held[0]}): "
-                                   "those images choose the fix, so they must not calibrate it. Draw positions from "
+        raise SelectionCheckFailed(f"the selection uses {len(held)} position(s) outside the calibration "
+                                   f"pool ({scenarios.TUNING.start}..{scenarios.TUNING.stop - 1}, e.g. {held[0]}): "
+                                   "the pool is the split's first 300 images, the same count for everyone. Draw "
+                                   "positions from "
                                    "scenarios.pool_positions() (None means all of them)")
     missing = sorted(pool - set(parts.get("daylight", ())))
     if missing:
@@ -359,5 +360,5 @@ def judge_failing_scenarios(answer, measured: Sequence[ScenarioResult]) -> predi
             + (f" ({'; '.join(wrong)})" if wrong else ""))
     return predictions.verdict("failing_scenarios", [(not wrong, text)],
                                "the daylight selection spans [0, 1]: dim, low contrast and noise stay inside that "
-                               "range, so their pixels keep their resolution; a flash pushes strokes to 1.5, past the "
+                               "range, so their pixels keep their resolution; a flash pushes strokes to 1.75, past the "
                                "ruler's end, and they clip. A scenario FP32 cannot read is not judged at all")

@@ -7,7 +7,7 @@ seeded, so a scenario is the same every run. Conditions in ``BEYOND_UNIT_RANGE``
 (flash) deliberately leave [0, 1]: the deployed path divides by 16 and never clips.
 
 Also here, because the scenario checks and the recipe both read it: which calibration positions a selection may
-draw from (``pool_positions``) and which are held aside as tuning images (``TUNING``).
+draw from (``pool_positions``) and which it may not (``TUNING``); the tuning images are ``recipe.tuning_set``'s.
 """
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ from collections.abc import Callable
 import numpy as np
 
 POOL_SIZE = 300  # positions 0..299 of the calibration split: the pool a calibration selection draws from
-TUNING = slice(POOL_SIZE, 360)  # positions 300..359, held aside: they choose the fix and the recipe, never calibrate
+# positions 300..359, which a selection may not use. They were the tuning images; those are now 400 images no
+# calibration split holds, the same for every variant (``recipe.tuning_set``, ``lab.variant.tuning_positions``)
+TUNING = slice(POOL_SIZE, 360)
 
 
 def pool_positions() -> range:
@@ -75,9 +77,15 @@ def describe() -> dict[str, str]:
     return {name: (fn.__doc__ or "").strip().splitlines()[0] for name, fn in SCENARIOS.items()}
 
 
+FLASH_GAIN = 1.75
+"""How far a flash overexposes. At 1.5 the daylight draft's flash defect was about one image in 100 (4 or 5 confident
+changes on the 400 tuning images), right at the verdict's tolerance, so a student's variant could pass or fail it; at
+1.75 it measured 6 for the reference and 6 students' variants, the fixed selection's candidates 3 or fewer."""
+
+
 def flash(x: np.ndarray, seed: int = 0) -> np.ndarray:
-    """Camera flash: strokes overexposed to 1.5 x; the deployed path (raw / 16) never clips, so pixels reach 1.5."""
-    return (np.asarray(x, np.float32) * np.float32(1.5)).astype(np.float32)
+    """Camera flash: strokes overexposed to 1.75 x; the deployed path (raw / 16) never clips, so pixels reach 1.75."""
+    return (np.asarray(x, np.float32) * np.float32(FLASH_GAIN)).astype(np.float32)
 
 
 BEYOND_UNIT_RANGE: dict[str, Callable[..., np.ndarray]] = {"flash": flash}

@@ -27,12 +27,13 @@ MAX_INPUT_TOP = 1.5
 """The input ruler's top may not pass 1.5: the deployed pixels end at 1.0, the stuck ones at 12.5."""
 MIN_INPUT_TOP = 0.9
 """...and must reach 0.9: a ruler that ends lower clips the strokes of every clean image."""
-MAX_ERROR = 0.16
+MAX_ERROR = 0.2
 """Max abs error of the probabilities on the clean evaluation images, on each kernel family. A method that cuts the
-stuck pixels measured 0.076 on the reference data and 0.104 to 0.148 on students' variants (60 draws), so the limit
-holds for every variant; MinMax on the stuck-pixel set measured 0.188, and its ruler fails the input check anyway."""
+stuck pixels measured 0.076 on the reference data and up to 0.176 on 40 students' variants (a tail statistic: one
+image decides it), so the limit leaves room for every variant; MinMax on the stuck-pixel set measured 0.188, and its
+ruler fails the input check, which is what rules it out."""
 REQUIREMENT = ("a model calibrated on the stuck-pixel set whose input ruler ends between 0.9 and 1.5, with a max abs "
-               "error of at most 0.16 and an accuracy loss of at most 0.005 against FP32 on both kernel families")
+               "error of at most 0.2 and an accuracy loss of at most 0.005 against FP32 on both kernel families")
 # quantize_static's calibration options (extra_options) and the calibrator's names for them (quantize.py's table)
 CALIBRATOR_KEYS = {"CalibTensorRangeSymmetric": "symmetric", "CalibMovingAverage": "moving_average",
                    "CalibMovingAverageConstant": "averaging_constant", "CalibPercentile": "percentile"}
