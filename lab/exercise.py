@@ -6,12 +6,17 @@ the same settings: written once here, read by all of them.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from lab.errors import LabError
+
+if TYPE_CHECKING:  # a type only: lab.convert imports ONNX Runtime, which this module does not need
+    from lab.convert import QuantizeSettings
 
 # ORT's defaults spelled out (QDQ, signed 8 bits, one scale per tensor, MinMax), so the only thing that changes
 # between the three-way lesson's models, and along the growth lesson's series, is the calibration data
-SETTINGS = {"quant_format": "QDQ", "activation_type": "QInt8", "weight_type": "QInt8", "per_channel": False,
-            "calibrate_method": "MinMax"}
+SETTINGS: QuantizeSettings = {"quant_format": "QDQ", "activation_type": "QInt8", "weight_type": "QInt8",
+                               "per_channel": False, "calibrate_method": "MinMax"}
 
 
 class ExerciseCheckFailed(LabError):
