@@ -66,8 +66,10 @@ def test_the_stuck_pixels_set_minmax_s_ruler_and_percentile_leaves_them_out(stuc
     _, _, models, ev = stuck_models
     trap, good = outliers.check(models["minmax"], ev), outliers.check(models["p999"], ev)
     assert trap["input_range"][1] == pytest.approx(12.5, abs=0.05)
-    assert [p.split(":")[0] for p in trap["unmet"]] == ["input ruler", "error (exact family)",
-                                                        "error (saturating family)"]
+    # the ruler rules MinMax out; its error (0.188 on the reference data) is under the limit, which leaves room for
+    # the students' variants, but larger than the good choice's on each family
+    assert [p.split(":")[0] for p in trap["unmet"]] == ["input ruler"]
+    assert all(trap["by_family"][f]["max_abs_error"] > good["by_family"][f]["max_abs_error"] for f in kernels.FAMILIES)
     with pytest.raises(outliers.OutlierChoiceError, match=r"input ruler: it ends at 12\.5"):
         outliers.refuse_unmet(trap)
     assert good["unmet"] == [] and set(good["by_family"]) == set(kernels.FAMILIES)
