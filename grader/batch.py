@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import io
 import json
 import sys
@@ -54,14 +55,30 @@ def find_submissions(folder: Path, out: Path | None = None) -> list[Path]:
 
 JOURNAL = "journal.jsonl"
 GRADEBOOK_EVERY_S = 10.0
+# Not grading state but the process's one turnstile: each thread keeps its own GraderState (grader.state), yet a job
+# is sized for a whole worker process (student code up to Limits.memory_mib, a fork server, the fixtures' caches), so
+# a worker with several threads (a Dask worker started without --nthreads 1) grades one hand-in at a time. It must be
+# per process, not per state: a lock inside each thread's state would let the threads run at once.
 _ONE_JOB_AT_A_TIME = threading.Lock()
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchOptions:
+    """How a batch grades (``batch``'s keyword arguments), one value passed down from ``batch`` to each job."""
+
+    jobs: int = 2  # local worker processes (ignored with an executor or ``dask``)
+    resume: bool = False  # skip hand-ins this grader version already graded with the same input hash
+    limits: Limits | None = None  # each student-code run's limits (None: ``Limits()``)
+    progress: bool = True  # the tqdm bar on stderr
+    unsafe_no_sandbox: bool | None = None  # None: GRADER_UNSAFE_NO_SANDBOX decides
+    dask: str | None = None  # a Dask scheduler address or ``local:N`` instead of ``jobs`` processes
 
 
 def job(path: str, limits: Limits | None = None, unsafe_no_sandbox: bool | None = None) -> dict:
     """The pure per-submission job: path in, result dict out. Never raises.
 
-    One job at a time per process: the sandbox's run record and fork server are per process, so
-    a worker with several threads (a Dask worker started without ``--nthreads 1``) grades in turn.
+    One job at a time per process (``_ONE_JOB_AT_A_TIME``, above): a worker with several threads (a Dask worker
+    started without ``--nthreads 1``) grades in turn, each thread with its own state.
     """
     with _ONE_JOB_AT_A_TIME:
         state = grader_state.for_policy(Policy(limits or Limits(), unsafe_no_sandbox))  # this worker's, kept
@@ -250,6 +267,8 @@ def batch(folder: str | Path, out: str | Path, jobs: int = 2, resume: bool = Fal
     work; ``None`` leaves it to ``GRADER_UNSAFE_NO_SANDBOX``; otherwise such code is refused.
     ``dask`` (a scheduler address or ``local:N``) grades on a Dask cluster instead of ``jobs`` processes.
     """
+    options = BatchOptions(jobs=jobs, resume=resume, limits=limits, progress=progress,
+                           unsafe_no_sandbox=unsafe_no_sandbox, dask=dask)
     folder, out = Path(folder), Path(out)
     out.mkdir(parents=True, exist_ok=True)
     subs = find_submissions(folder, out)
@@ -258,9 +277,9 @@ def batch(folder: str | Path, out: str | Path, jobs: int = 2, resume: bool = Fal
         dupes = sorted({s for s in students if students.count(s) > 1})
         raise SystemExit(f"two submissions for the same student: {dupes}; keep one of each")
     with contextlib.ExitStack() as stack:
-        if dask:
-            executor = stack.enter_context(dask_executor(dask))
-        rows = _batch(out, subs, students, jobs, resume, limits, executor, progress, unsafe_no_sandbox)
+        if options.dask:
+            executor = stack.enter_context(dask_executor(options.dask))
+        rows = _batch(out, subs, students, options, executor)
     report_after(out)
     return rows
 
@@ -274,8 +293,9 @@ def report_after(out: Path) -> None:
               f"`python -m grader report {out}` retries", file=sys.stderr)
 
 
-def _batch(out: Path, subs: list[Path], students: list[str], jobs: int, resume: bool, limits: Limits | None,
-           executor: Executor | None, progress: bool, unsafe_no_sandbox: bool | None) -> list[dict]:
+def _batch(out: Path, subs: list[Path], students: list[str], options: BatchOptions,
+           executor: Executor | None) -> list[dict]:
+    resume = options.resume
     rows: dict[str, dict] = {}
     journal = read_journal(out) if resume else {}
     todo = []
@@ -286,33 +306,33 @@ def _batch(out: Path, subs: list[Path], students: list[str], jobs: int, resume: 
         else:
             rows[s] = row
     del journal
-    workers = getattr(executor, "workers_label", None) or f"{jobs} worker(s)"
+    workers = getattr(executor, "workers_label", None) or f"{options.jobs} worker(s)"
     print(f"grader {__version__}: {len(subs)} submission(s), {len(subs) - len(todo)} already graded, "
-          f"{len(todo)} to grade with {workers}; sandbox: {sandbox.sandbox_kind(unsafe_no_sandbox)}",
+          f"{len(todo)} to grade with {workers}; sandbox: {sandbox.sandbox_kind(options.unsafe_no_sandbox)}",
           file=sys.stderr)
     write_gradebook(out, students, rows)
     # one line per result, appended as it is written; a fresh batch starts a new journal
     with open(out / JOURNAL, "a" if resume else "w", encoding="utf-8") as jf:
         try:
-            return _grade(out, todo, students, rows, jobs, limits, executor, progress, unsafe_no_sandbox, jf)
+            return _grade(out, todo, students, rows, options, executor, jf)
         except BaseException:
             write_gradebook(out, students, rows)  # Ctrl-C: every result written so far is in it
             raise
 
 
-def _grade(out: Path, todo: list[Path], students: list[str], rows: dict[str, dict], jobs: int,
-           limits: Limits | None, executor: Executor | None, progress: bool, unsafe_no_sandbox: bool | None,
-           jf) -> list[dict]:
+def _grade(out: Path, todo: list[Path], students: list[str], rows: dict[str, dict], options: BatchOptions,
+           executor: Executor | None, jf) -> list[dict]:
     own = executor is None
     pending_paths = list(todo)
     bookkeeping = 0.0
     started = time.perf_counter()
     last_gradebook = time.monotonic()
-    with progress_bar(len(todo), progress) as bar:
+    with progress_bar(len(todo), options.progress) as bar:
         while pending_paths:
-            pool = executor or ProcessPoolExecutor(max_workers=jobs)
+            pool = executor or ProcessPoolExecutor(max_workers=options.jobs)
             try:
-                futures = {pool.submit(job, str(p), limits, unsafe_no_sandbox): p for p in pending_paths}
+                futures = {pool.submit(job, str(p), options.limits, options.unsafe_no_sandbox): p
+                           for p in pending_paths}
                 pending_paths = []
                 not_done = set(futures)
                 while not_done:

@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.lock_down:
         lock_down()
-        import grader.core  # noqa: F401 - deferred: importing it is the check that the image can grade
+        import grader.core  # noqa: F401 # deferred: importing it is the check that the image can grade
         print("grader imports; private files locked")
         return 0
     run(args.root)
