@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import onnx
@@ -235,7 +236,7 @@ def recipe(release_id: str, source_model: str | Path, selection: Selection, sett
                       + [f"{r.name}: not judged; {r.note}" for r in results if not r.judged]},
         "kernel_families": kernel_families(by_family),
     }
-    return schemas.validate("recipe", doc)
+    return cast(dict, schemas.validate("recipe", doc))
 
 
 def scenarios_record(release_id: str, model: str | Path, recipe_path: str | Path, acceptance: data.Split,
@@ -248,7 +249,7 @@ def scenarios_record(release_id: str, model: str | Path, recipe_path: str | Path
            "limit": LIMIT, "margin_factor": MARGIN_FACTOR,
            "kernel_family": target_family(), **verdicts(results),
            "results": [r.to_dict() for r in results]}
-    return schemas.validate("scenarios", doc)
+    return cast(dict, schemas.validate("scenarios", doc))
 
 
 def stamp(model_in: str | Path, model_out: str | Path, release_id: str, recipe_path: str | Path) -> Path:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any, cast
 
 import numpy as np
 
@@ -281,7 +282,7 @@ def scenario_figure(runs: Mapping[str, Sequence[ScenarioResult]]):
     names = [r.name for r in first]
     x = np.arange(len(names))
     fig = plt.figure(figsize=(11, 6.6))
-    top, bottom = fig.subfigures(2, 1, height_ratios=[1.1, 1])
+    top, bottom = cast("Sequence[Any]", fig.subfigures(2, 1, height_ratios=[1.1, 1]))
     acc = top.subplots()
     width = 0.8 / (len(runs) + 1)
     for i, r in enumerate(first):

@@ -21,6 +21,7 @@ import onnx
 from onnx import numpy_helper
 from onnxruntime.quantization import CalibrationMethod
 from onnxruntime.quantization.calibrate import (
+    CalibraterBase,
     CalibrationCacheEncoder,
     HistogramCollector,
     TensorsData,
@@ -318,7 +319,7 @@ def calibrate(source: str | Path, calibration: np.ndarray, method: str = "Entrop
     return _CALIBRATIONS[key]
 
 
-_CALIBRATORS: dict[tuple, object] = {}
+_CALIBRATORS: dict[tuple, CalibraterBase] = {}
 
 
 def _calibrator(source: str | Path, method: str, options: dict):
@@ -352,7 +353,7 @@ def _calibrate(source: str | Path, calibration: np.ndarray, method: str, options
         calibrator.collect_data(ArrayReader(calibration, batch_size))
         collector = getattr(calibrator, "collector", None)
         bins = {name: int(h[0].size) for name, h in collector.histogram_dict.items()} if collector else {}
-        if method == "Entropy":
+        if method == "Entropy" and collector is not None:  # Entropy's calibrator always has one
             # ORT's compute_entropy loop, with its per-tensor search replaced by the vectorised copy
             collector.get_entropy_threshold = entropy_threshold
         start = time.perf_counter()

@@ -9,6 +9,7 @@ limits and functions. Part of ``notebooks/08_the_quantization_toolbox.ipynb``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -111,7 +112,7 @@ def document(*, ev: Evaluation, model: str | Path, calibration: np.ndarray, meth
                            "batch_size": int(batch_size)},
            "method": method, "options": dict(options), "file": Path(model).name, "sha256": file_sha256(model),
            "input_range": result["input_range"], "by_family": result["by_family"], "justification": justification}
-    return validate("outliers", doc)
+    return cast(dict, validate("outliers", doc))
 
 
 def requirement() -> dict:

@@ -15,6 +15,7 @@ import json
 import tempfile
 from dataclasses import replace
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 from onnx import numpy_helper
@@ -39,7 +40,7 @@ TABLES_SCHEMA = "toolbox-tables/2"  # the exploration tables: written to the wor
 BASELINE = {"quant_format": "QDQ", "per_channel": False, "activation_type": "QInt8", "weight_type": "QInt8",
             "reduce_range": False, "activation_symmetric": False, "preprocess": False}
 
-SETTING_ROWS = {
+SETTING_ROWS: dict[str, dict[str, object]] = {
     "baseline (QDQ, per-tensor, asymmetric QInt8)": {},
     "per-channel weights": {"per_channel": True},
     "symmetric activations": {"activation_symmetric": True},
@@ -419,4 +420,4 @@ def tables(*, ev: Evaluation, methods: list[dict], entropy: dict, outliers: list
                                                    "kernel_family": family()},
            "methods": methods, "entropy": entropy, "outliers": outliers, "moving_average": moving_average,
            "settings": settings, "excluded": excluded, "sensitivity": sensitivity_}
-    return validate("toolbox-tables", doc)
+    return cast(dict, validate("toolbox-tables", doc))
