@@ -248,3 +248,46 @@ def test_the_owner_of_a_copy_is_named_among_the_class_ids(tmp_path):
     found = variants.made_for(sub, classmates=["student01", "student03", "student07", "student09"])
     assert found.foreign and found.made_for == ("student07", 0)
     assert found.instructor()["variant"]["made_for"] == "student07"
+
+
+@pytest.mark.slow
+def test_forty_random_ids_keep_lesson_07s_decisions_at_draw_0(tmp_path):
+    """Lesson 07's functions, as its notebook and the reference hand-in call them, for 40 random ids at draw 0: on
+    the tuning images (the same 400 for everyone) the daylight draft needs work on flash alone on both families
+    (the prediction's truth), the solution's daylight + flash selection needs work nowhere, and the reference
+    hand-in's recipe (reduce_range) holds there and passes the acceptance set on both families."""
+    from lab import convert
+    from lab.lessons.lesson07_calibrate_the_deployed_representation import recipe, release, scenario_checks
+    from lab.readers import ArrayReader
+
+    rng = np.random.default_rng(28)
+    ids = [f"s{n:06d}" for n in rng.choice(10**6, 40, replace=False)]
+    tuning, evaluation = recipe.tuning_set(), data.load_split("evaluation")
+    with variant.using("someone"):
+        assert set(recipe.tuning_set().index.tolist()) == set(tuning.index.tolist())  # the same for every variant
+    failed = {}
+    for sid in ids:
+        work = tmp_path / sid
+        with variant.using(None):
+            workspace.make_workspace(work, student=sid)
+            assert not set(data.load_split("calibration").index.tolist()) & set(tuning.index.tolist())
+            source = work / "source.onnx"
+
+            def verdicts(selection, name, x, labels, source=source, work=work, **settings):
+                convert.quantize(source, work / name, ArrayReader(selection.pixels, batch_size=data.BATCH_SIZE),
+                                 **settings)
+                by = scenario_checks.compare_families(source, work / name, x, labels, kernels.FAMILIES)
+                return {f: [r.name for r in rows if r.needs_work] for f, rows in by.items()}
+
+            day = verdicts(recipe.select([("daylight", None)]), "day.onnx", tuning.pixels, tuning.labels,
+                           per_channel=True)
+            fixed_selection = recipe.select([("daylight", None), ("flash", slice(0, None, 2))])
+            fixed = verdicts(fixed_selection, "fixed.onnx", tuning.pixels, tuning.labels, per_channel=True)
+            chosen = release.settings_of("reduce_range")
+            on_tuning = verdicts(fixed_selection, "rr.onnx", tuning.pixels, tuning.labels, **chosen)
+            accepted = verdicts(fixed_selection, "rr.onnx", evaluation.pixels, evaluation.labels, **chosen)
+        got = (day, fixed, on_tuning, accepted)
+        want = ({f: ["flash"] for f in kernels.FAMILIES},) + ({f: [] for f in kernels.FAMILIES},) * 3
+        if got != want:
+            failed[sid] = got
+    assert not failed, failed
