@@ -246,7 +246,7 @@ def _margin_problems(where: str, rec: dict, results: list) -> list[str]:
     rows = [("margin", rec.get("margin"))] + [(f"results/{r.get('name')}/margin", r.get("margin"))
                                              for r in rec.get("results", []) if isinstance(r, dict)]
     return [f"{where} {field} is {got!r}; recomputed {want:.4f} (twice INT8's largest change on daylight)"
-            for field, got in rows if number(got) is None or abs(number(got) - want) > 2 * SOFTMAX_STEP]
+            for field, got in rows if (n := number(got)) is None or abs(n - want) > 2 * SOFTMAX_STEP]
 
 
 def _note_claims(note) -> tuple:
