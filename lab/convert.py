@@ -85,7 +85,8 @@ class QuantRecord:
 
 class QuantizeSettings(TypedDict, total=False):
     """``quantize``'s keyword settings as one value (``convert.quantize(src, out, data, **settings)``), so that a
-    lesson's settings dict is checked against ``quantize``'s parameters."""
+    lesson's settings dict is checked against ``quantize``'s parameters. Not ``batch_size``: how the calibration
+    data is served is each call's own, passed beside the settings."""
 
     quant_format: str
     activation_type: str
@@ -93,7 +94,6 @@ class QuantizeSettings(TypedDict, total=False):
     per_channel: bool
     reduce_range: bool
     calibrate_method: str
-    batch_size: int
     nodes_to_exclude: list[str] | None
     extra_options: dict | None
     calibration_cache_path: str | Path | None

@@ -193,7 +193,7 @@ def format_hidden_rulers(rows: list[dict]) -> str:
 
 def growth_report(source: str | Path, rows: list[Row], stream: np.ndarray, evaluation: Split, *,
                   max_batches: int, seed: int, batch_size: int = BATCH_SIZE,
-                  right_batches: Iterable[int] | None = None, settings: dict = SETTINGS,
+                  right_batches: Iterable[int] | None = None, settings: Mapping[str, object] = SETTINGS,
                   folder: str = FOLDER) -> dict:
     """Lesson 04's ``growth.json``, from what the lesson produced: the ``rows`` of its two ``grow`` calls, the
     narrow ``stream`` they drew from (``narrow_batches(max_batches, batch_size, seed)``) and the settings
