@@ -32,7 +32,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_a_wrong_answer_in_lesson_10_gets_a_message_that_names_the_mistake(name, kit, workspace, tmp_path,  # noqa: F811
+def test_a_wrong_answer_in_lesson_10_gets_a_message_that_names_the_mistake(name, kit, workspace, tmp_path,  # noqa: F811 - kit, workspace: the base test's fixtures
                                                                            monkeypatch):
     monkeypatch.setitem(base.CASES, name, CASES[name])  # the base test reads its case by name
     base.test_a_wrong_answer_gets_a_message_that_names_the_mistake(name, kit, workspace, tmp_path, monkeypatch)
