@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 
 from lab import data, schemas, variant
-from lab.convert import versions
+from lab.convert import QuantizeSettings, versions
 from lab.errors import LabError
 from lab.graph import check_io, input_ruler, load, per_channel, quant_format, weight_dtypes
 from lab.kernels import check_family, target_family
@@ -38,8 +38,8 @@ from lab.workspace import atomic_write_text
 RELEASE_ID = "digits-int8-r1"  # the release lesson 07 writes: the model, its recipe and its scenario record
 # The reference hand-in's release (grader.reference): per-channel QDQ with 7-bit weights, one of the recipes that hold
 # on both kernel families. The lesson releases the fastest of those on the machine that runs it (release.choose).
-RELEASE_SETTINGS = {"quant_format": "QDQ", "activation_type": "QInt8", "weight_type": "QInt8", "per_channel": True,
-                    "reduce_range": True}
+RELEASE_SETTINGS: QuantizeSettings = {"quant_format": "QDQ", "activation_type": "QInt8", "weight_type": "QInt8",
+                                      "per_channel": True, "reduce_range": True}
 # What the release's calibration does not represent, recorded in its recipe
 NOT_COVERED = ("digits shifted in the frame, low-contrast (fog) and noisy scenes: FP32 itself reads fewer than 95 % of "
                "them, so they are not judged and no calibration can help; dim scenes fall inside the calibrated ranges "
