@@ -206,7 +206,7 @@ def lesson_sets(family: str) -> dict:
             camera_path.quantize_cnn(toolbox.preprocessed(source, Path(tmp) / "pre.onnx"), model,
                                      ArrayReader(x, camera_path.BATCH_SIZE, camera_path.INPUT))
             out[kind] = {"input_range": camera_path.input_range(model),
-                         **release.measured(source, model, ev.image, ev.labels)[family]}
+                         **release.measured(source, model, ev.image, ev.labels, (family,))[family]}
     return out
 
 

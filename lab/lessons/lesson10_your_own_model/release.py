@@ -90,12 +90,12 @@ def build(source: str | Path, out_dir: str | Path, recipe: Mapping, reader_cls) 
     return out / name, rec
 
 
-def measured(source, model, x: np.ndarray, labels: np.ndarray) -> dict:
-    """Accuracy, accuracy loss and max abs error against FP32 on ``x``, per kernel family."""
+def measured(source, model, x: np.ndarray, labels: np.ndarray, families: Sequence[str] = kernels.FAMILIES) -> dict:
+    """Accuracy, accuracy loss and max abs error against FP32 on ``x``, per kernel family (``families``)."""
     fp32 = predict(source, x, kernels.EXACT)
     fa = float(np.mean(fp32.argmax(1) == labels))
     out = {}
-    for family in kernels.FAMILIES:
+    for family in families:
         q = predict(model, x, family)
         acc = float(np.mean(q.argmax(1) == labels))
         out[family] = {"accuracy": round(acc, 4), "accuracy_loss": round(fa - acc, 4),
