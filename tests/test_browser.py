@@ -263,16 +263,23 @@ def test_ruler_explorer_and_start_here_in_jupyterlab(jupyter, lab_root, page, ca
         say(capsys, f"browser test wall time {time.monotonic() - t0:.0f} s")
 
 
+def run_without_errors(page, jupyter: JupyterServer, lab_root: Path, name: str) -> dict:
+    """Open lesson ``name``, run all its cells through the menu and save it: the saved notebook, once no output
+    shows an error and every code cell ran."""
+    open_notebook(page, jupyter, name)
+    run_all_cells(page)
+    wait_until_run(page)
+    saved = save_and_read(page, lab_root, name)
+    problems = output_problems(page, saved, name)
+    assert not problems, "cells show errors:\n" + "\n".join(problems)
+    assert not unexecuted(saved), f"{name}: code cells {unexecuted(saved)} did not run"
+    return saved
+
+
 def drive_lessons(page, errors: list[str], jupyter: JupyterServer, lab_root: Path, start_here: str, capsys) -> None:
     t0 = time.monotonic()
     # Lesson 01: run everything through the menu, then use the range explorer.
-    open_notebook(page, jupyter, RULER)
-    run_all_cells(page)
-    wait_until_run(page)
-    saved = save_and_read(page, lab_root, RULER)
-    problems = output_problems(page, saved, RULER)
-    assert not problems, "cells show errors:\n" + "\n".join(problems)
-    assert not unexecuted(saved), f"{RULER}: code cells {unexecuted(saved)} did not run"
+    run_without_errors(page, jupyter, lab_root, RULER)
     say(capsys, f"{RULER} ran all cells in {time.monotonic() - t0:.0f} s")
 
     explorer = page.locator(".cl-range-explorer").first
@@ -454,13 +461,7 @@ def test_your_own_model_in_jupyterlab(jupyter, lab_root, page, capsys):
         skip_unless_ci(f"notebooks/{OWN_MODEL} does not exist yet")
     t0 = time.monotonic()
     try:
-        open_notebook(page, jupyter, OWN_MODEL)
-        run_all_cells(page)
-        wait_until_run(page)
-        saved = save_and_read(page, lab_root, OWN_MODEL)
-        problems = output_problems(page, saved, OWN_MODEL)
-        assert not problems, "cells show errors:\n" + "\n".join(problems)
-        assert not unexecuted(saved), f"{OWN_MODEL}: code cells {unexecuted(saved)} did not run"
+        saved = run_without_errors(page, jupyter, lab_root, OWN_MODEL)
         missing = check_outputs(saved, OWN_MODEL_CHECKS, OWN_MODEL)
         assert not missing, "lesson 10's visible checks:\n" + "\n".join(missing)
 
