@@ -4,9 +4,14 @@ Invoked as ``python -I child.py TASK.json`` with the scratch folder as the worki
 Writes ``result.json`` (plain JSON) and, for the reader, ``batches.npz`` (float32 arrays, no
 pickle) into the scratch folder. Nothing here is trusted by the grader beyond what it
 re-checks itself: the student's code runs in this same process.
+
+Of every pass (up to its first end) the reader task reports the SHA-256 of the served values, the batches'
+float32 bytes in order (``lab.data.data_sha256`` of them all, whatever the batching), and the first batch's mean
+and standard deviation: what lets the grader tell served values from the deployed path's without shipping them.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import math
@@ -54,17 +59,33 @@ def _load(module: str):
 class _Recorder:
     """Pass a reader's answers through, and record each one: keys, dtype, shape, size and a float32 copy.
 
-    Answers are kept per pass: ``rewind()`` starts a new one. The batch is the value under
-    ``input_name`` or, when the reader used another key, its only value, so a wrong key is one
+    Answers are kept per pass: ``rewind()`` starts a new one. Each pass also hashes its batches' values as float32
+    bytes, in order, up to its first end (``hashes``: what ``_summary`` reports as ``sha256``). The batch is the
+    value under ``input_name`` or, when the reader used another key, its only value, so a wrong key is one
     finding and the sizes and images can still be judged. ``rewind`` exists only when the reader's does.
     """
 
     def __init__(self, reader, input_name: str, keep_rows: int):
         self.reader, self.input_name, self.keep_rows = reader, input_name, keep_rows
         self.passes: list[list[dict]] = [[]]
+        self.hashes = [hashlib.sha256()]
+        self.ended = [False]
         if not callable(getattr(reader, "rewind", None)):
             # a reader without rewind() is recorded by one without it: check_reader asks for rewind as the reader has it
             self.rewind = None  # type: ignore[method-assign,assignment]  # no rewind, as the reader has none
+
+    def _digest(self, value: np.ndarray, event: dict) -> None:
+        """Hash the batch's values into the pass (before its first end) and note the first batch's mean and std."""
+        if self.ended[-1]:
+            return
+        try:
+            x = np.ascontiguousarray(value, dtype=np.float32)
+        except (TypeError, ValueError):  # values that are no numbers: the dtype finding names them
+            event["values"] = "not numbers"
+            return
+        self.hashes[-1].update(x.tobytes())
+        if not any("mean" in e for e in self.passes[-1]) and x.size:
+            event.update(mean=_plain(x.mean(dtype=np.float64)), std=_plain(x.std(dtype=np.float64)))
 
     def get_next(self):
         item = self.reader.get_next()
@@ -73,10 +94,13 @@ class _Recorder:
 
     def rewind(self):  # noqa: F811 - replaced by None on readers without one
         self.passes.append([])
+        self.hashes.append(hashlib.sha256())
+        self.ended.append(False)
         return self.reader.rewind()
 
     def _event(self, item) -> dict:
         if not item:
+            self.ended[-1] = True
             return {"end": True}
         if not isinstance(item, dict):
             return {"type": type(item).__name__}
@@ -87,6 +111,7 @@ class _Recorder:
         event: dict[str, object] = {"keys": keys}
         if isinstance(value, np.ndarray):
             event.update(dtype=str(value.dtype), shape=[int(d) for d in value.shape[:4]])
+            self._digest(value, event)
             kept = sum(len(e["rows"]) for e in self.passes[-1] if "rows" in e)
             if value.ndim == 2 and value.shape[1] == 64 and kept < self.keep_rows:
                 event["rows"] = np.array(value[:self.keep_rows - kept], dtype=np.float32, copy=True)
@@ -104,14 +129,16 @@ def _first_pass(events: list) -> tuple[list, bool | None]:
     return events, None
 
 
-def _summary(events: list) -> dict:
+def _summary(events: list, digest: str = "") -> dict:
     sizes = [e["shape"][0] if e.get("shape") else -1 for e in events]
     return {"sizes": sizes[:2000], "batches": len(events),
             "keys": sorted({tuple(e["keys"]) for e in events if "keys" in e})[:5],
             "dtypes": sorted({e["dtype"] for e in events if "dtype" in e}),
             "shapes": sorted({tuple(e["shape"]) for e in events if "shape" in e and
                               (len(e["shape"]) != 2 or e["shape"][1] != 64)})[:3],
-            "types": sorted({e["type"] for e in events if "type" in e})[:3]}
+            "types": sorted({e["type"] for e in events if "type" in e})[:3],
+            "sha256": digest,
+            "first_batch": next(({"mean": e["mean"], "std": e["std"]} for e in events if "mean" in e), {})}
 
 
 def _rows(events: list):
@@ -131,19 +158,19 @@ def drive_reader(cls, pixels, drive: dict, max_batches: int, arrays: dict, fresh
                          drive["input_name"], keep)
     report = check_reader(recorder, input_name=drive["input_name"], expected_samples=n, max_batches=max_batches)
     first, after_none = _first_pass(recorder.passes[0])
-    out = {"name": name, "report": report.to_dict(), "first": _summary(first), "after_none": after_none,
-           "has_rewind": recorder.rewind is not None, "lines": report.lines()}
+    out = {"name": name, "report": report.to_dict(), "first": _summary(first, recorder.hashes[0].hexdigest()),
+           "after_none": after_none, "has_rewind": recorder.rewind is not None, "lines": report.lines()}
     arrays[f"{name}.first"] = _rows(first)
     if len(recorder.passes) > 1:
         again, _ = _first_pass(recorder.passes[1])
-        out["rewind"] = _summary(again)
+        out["rewind"] = _summary(again, recorder.hashes[1].hexdigest())
         arrays[f"{name}.rewind"] = _rows(again)
     if fresh:  # a second reader on the same pixels: position kept on the instance, not the class
         other = _Recorder(cls(data.copy(), batch_size=drive["batch_size"], input_name=drive["input_name"]),
                           drive["input_name"], keep)
         check_reader(other, input_name=drive["input_name"], expected_samples=n, max_batches=max_batches)
         again, _ = _first_pass(other.passes[0])
-        out["fresh"] = _summary(again)
+        out["fresh"] = _summary(again, other.hashes[0].hexdigest())
         arrays[f"{name}.fresh"] = _rows(again)
     return out
 

@@ -515,6 +515,13 @@ MISTAKES = [
     # lesson 10: the sensor frames handed over as they come (uint8 [n, 32, 32]): the shape and the dtype
     Mistake("camera_reader_serves_raw_frames", camera_reader(_camera_reader_serves("batch")),
             {"camera.camera_reader": 1}, ("its batches have shapes", "expected float32")),
+    # lesson 10: the reader's own copy of the path without the mean/std step (crop, resize, /255, NCHW): the shapes
+    # and dtype are right, the values are not; the sandbox's reader task reports their SHA-256 (issue 26)
+    Mistake("camera_reader_skips_normalisation",
+            camera_reader(_camera_reader_serves("_my_preprocess(batch)", extra=_OWN_PATH)),
+            {"camera.camera_reader": 0.5},
+            ("FrameReader breaks the contract: its batches are not lab.camera.preprocess of the frames (values "
+             "differ from the deployed path's: the first batch's mean", "lab.camera.preprocess's")),
     # lesson 10: the release's recipe says per-tensor for a per-channel model (RECIPE retyped after the build)
     Mistake("camera_recipe_does_not_match_its_model", _camera_rereleased(_recipe_flag_flipped("per_channel")),
             {"camera.camera_reported": 0.5},
@@ -530,15 +537,6 @@ MISTAKES = [
     # the release cell by hand anyway. camera_release loses a part for each requirement the refusal named.
     Mistake(_ATTRACTIVE[0], _ATTRACTIVE[1], lost=_ATTRACTIVE[2],
             words=("the released model, measured here, misses: calibrated on the camera's frames",)),
-]
-
-# Lesson 10 mistakes the grader does not charge as it should (reported to the lesson's owner): each fails today.
-CAMERA_GAPS = [
-    # The reader's own copy of the path without the mean/std step. Lesson 10's check cell refuses it, but the
-    # grader's sandbox records only sizes, shapes, dtypes and keys, so camera_reader gives it the full point.
-    Mistake("camera_reader_skips_normalisation",
-            camera_reader(_camera_reader_serves("_my_preprocess(batch)", extra=_OWN_PATH)),
-            {"camera.camera_reader": 0.5}, ("lab.camera.preprocess",)),
 ]
 
 # What a seeded fuzz of the reference hand-in found unchecked: each now recomputed, or refused by its schema.
@@ -587,8 +585,7 @@ FUZZ_FINDINGS = [
             words=("results.json: not valid JSON (key 'sets/narrow/max_abs_error' appears twice",),
             status="invalid"),
 ]
-ALL = MISTAKES + FUZZ_FINDINGS + CAMERA_GAPS
-XFAIL = {m.name: m for m in CAMERA_GAPS}
+ALL = MISTAKES + FUZZ_FINDINGS
 
 
 class Graded:
@@ -633,13 +630,7 @@ def _points(result) -> dict:
     return {f"{c.part}.{c.name}": c.points for c in result.checks}
 
 
-def _params(mistakes: list[Mistake]) -> list:
-    return [pytest.param(m, id=m.name, marks=pytest.mark.xfail(
-        strict=True, reason="not charged by lesson 10's camera_reader today: its sandbox run records no values"))
-        if m.name in XFAIL else pytest.param(m, id=m.name) for m in mistakes]
-
-
-@pytest.mark.parametrize("mistake", _params(ALL))
+@pytest.mark.parametrize("mistake", ALL, ids=[m.name for m in ALL])
 def test_each_honest_mistake_loses_its_points_once_and_says_why(graded, mistake):
     if not graded.applies(mistake):
         pytest.skip("that lesson is not in this lab")

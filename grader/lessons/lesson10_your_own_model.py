@@ -2,9 +2,12 @@
 kernel families and camera-release.json recomputed from the fixtures. ``lesson_sets`` (the lesson's own two
 conversions) is what grader.lessons.predictions judges lesson 10's prediction against.
 
-The sandbox's reader task records batch sizes, shapes, dtypes and keys, not the served values (it keeps rows only
-for the MLP's [N, 64] pixels), so what the reader served is proven through the model: ORT's calibrator on the
-camera frames through ``lab.camera.preprocess`` must give the released model's input ruler.
+The sandbox's reader task records batch sizes, shapes, dtypes and keys, and of the served values their SHA-256 (the
+float32 bytes of every batch, in order) and the first batch's mean and std, not the values themselves (it keeps rows
+only for the MLP's [N, 64] pixels). ``camera_reader`` compares that hash with ``lab.camera.preprocess`` of the same
+frames: the deployed path is deterministic numpy, per batch or all at once the same bytes, so a reader with its own
+copy of the path (one that skips the mean/std step, say) is told apart. The released model is proven through its
+ruler too: ORT's calibrator on the camera frames through ``lab.camera.preprocess`` must give its input ruler.
 """
 from __future__ import annotations
 
@@ -43,8 +46,10 @@ def runs_planned(ctx: Context) -> list:
     return [_request(ctx, camera_path.camera_frames())]
 
 
-def reader_findings(drive: dict, n: int) -> list[str]:
-    """What the drive's record says the reader broke: sizes, shapes, dtype, key, the end, rewind and a fresh reader."""
+def reader_findings(drive: dict, n: int, frames: np.ndarray | None = None) -> list[str]:
+    """What the drive's record says the reader broke: sizes, shapes, dtype, key, the end, rewind and a fresh reader;
+    given the ``frames`` it was driven on, also the served values against ``lab.camera.preprocess`` of them (judged
+    only when the shapes, dtype and frame count are right: else those findings already name the mistake)."""
     b = camera_path.BATCH_SIZE
     sizes = [min(b, n - i) for i in range(0, n, b)]
     want_shapes = sorted({(s, 1, camera.SIZE, camera.SIZE) for s in sizes})
@@ -59,12 +64,34 @@ def reader_findings(drive: dict, n: int) -> list[str]:
         out.append(f"its batches are {first.get('dtypes')}; expected float32")
     if [list(k) for k in first.get("keys", [])] != [[camera_path.INPUT]]:
         out.append(f"its batches are keyed {first.get('keys')}; expected {camera_path.INPUT!r} (input_name)")
+    comparable = (sorted(tuple(s) for s in first.get("shapes", [])) == want_shapes
+                  and first.get("dtypes") == ["float32"] and sum(first.get("sizes", [])) == n)
+    if frames is not None and comparable:
+        out += _values_findings(first, frames)
     if drive.get("after_none") is not False:
         out.append("get_next() did not keep returning None after the end")
     for again in ("rewind", "fresh"):
-        if drive.get(again, {}).get("sizes") != sizes:
+        got = drive.get(again, {})
+        if got.get("sizes") != sizes or got.get("sha256", first.get("sha256")) != first.get("sha256"):
             out.append(f"{'rewind()' if again == 'rewind' else 'a second FrameReader'} did not serve the same batches")
     return out
+
+
+def _values_findings(first: dict, frames: np.ndarray) -> list[str]:
+    """The served values' hash against ``lab.camera.preprocess`` of the frames, with the first batch's mean and std
+    beside the deployed path's when they differ."""
+    if first.get("sha256") == camera_path.served_sha256(frames):
+        return []
+    want = camera.preprocess(frames[:camera_path.BATCH_SIZE]).astype(np.float64)
+    got = first.get("first_batch") or {}
+
+    def num(v) -> str:
+        return f"{v:.4g}" if isinstance(v, (int, float)) else str(v)
+
+    return [f"its batches are not lab.camera.preprocess of the frames (values differ from the deployed path's: the "
+            f"first batch's mean {num(got.get('mean'))} and std {num(got.get('std'))}, lab.camera.preprocess's "
+            f"{want.mean():.4g} and {want.std():.4g}); call lab.camera.preprocess on each batch of frames, not a "
+            "copy of its steps"]
 
 
 def _reader(ctx: Context):
@@ -76,7 +103,7 @@ def _reader(ctx: Context):
     if child.status != "ok" or not child.data.get("ok"):
         return check(PART, "camera_reader", 0, f"the camera reader could not be run: "
                      f"{child.message or child.data.get('error', '')}")
-    found = reader_findings(child.data["drives"][0], len(camera_path.camera_frames()))
+    found = reader_findings(child.data["drives"][0], len(camera_path.camera_frames()), camera_path.camera_frames())
     return check(PART, "camera_reader", max(0.0, 1 - 0.5 * len(found)),
                  "FrameReader serves the camera's frames as lesson 10 asks" if not found else
                  "FrameReader breaks the contract: " + "; ".join(found)
