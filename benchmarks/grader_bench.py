@@ -1,11 +1,13 @@
 """Grader benchmark: a class of 100 submissions, graded with ``grader batch -j 2``, against a floor.
 
-The class: copies of the reference run with lesson 08 run into it (every lesson handed in, full marks), about
-20 % broken in different ways (from the bad corpus, minus the cases built to hit the time limit). The floor: one
-process per submission that starts Python, imports onnxruntime and evaluates the handed-in models once, two at a
-time. Floor and batch run in ``PAIRS`` back-to-back pairs (the order alternating), and the ratio is the median of
-the pairs' ratios: the machine's speed drifts within a run, a pair's two runs drift together. Also reported: a
-worker's peak memory, the per-child cost of the sandbox, and the anchor a user would otherwise pick:
+The class: honest hand-ins, each made for its own student's variant of the lab's data (``lab.variant``: every model
+file differs, so no per-process cache of one hand-in's results serves the next), every lesson run (full marks), up
+to ``VARIANTS`` of them (a larger class's other hand-ins are copies of theirs under other ids); about 20 % broken in
+different ways (from the bad corpus, minus the cases built to hit the time limit), made from the reference run. The
+floor: one process per submission that starts Python, imports onnxruntime and evaluates the handed-in models once,
+two at a time. Floor and batch run in ``PAIRS`` back-to-back pairs (the order alternating), and the ratio is the
+median of the pairs' ratios: the machine's speed drifts within a run, a pair's two runs drift together. Also
+reported: a worker's peak memory, the per-child cost of the sandbox, and the anchor a user would otherwise pick:
 nbgrader-style grading that re-executes each student's notebooks (measured for one student, scaled to the class).
 
 At scale (``--scale N``, default 2,000): N copies of one cheap hand-in (the corpus's
@@ -53,6 +55,8 @@ SCALE_CASE = "hash_mismatch"
 SCALE_FLOOR_SAMPLE = 40
 QUICK_ENV = "BENCH_QUICK"  # set by ``python -m benchmarks --quick``: a class of QUICK_N, no anchor, no scale run
 QUICK_N = 20
+HONEST = ("good", "copy")  # make_class's kinds that are not a broken case
+VARIANTS = 20  # honest hand-ins built, each its own variant (about 20 s each); a larger class's others are copies
 SINGLE_REPEATS = 3
 PAIRS = 3  # floor and batch, back to back; the median of the pairs' ratios is reported
 PHASE_REPEATS = 4  # gradings of one hand-in in one process: the first pays the one-off costs, the rest do not
@@ -89,27 +93,35 @@ print(json.dumps({"seconds": time.perf_counter() - start, "n": len(paths),
 '''
 
 
-def make_class(folder: Path, n: int = N_STUDENTS, broken: float = BROKEN_FRACTION) -> dict[str, str]:
-    """``n`` submissions in ``folder``: the reference run, with about ``broken`` of them broken. Returns id -> kind."""
+def make_class(folder: Path, n: int = N_STUDENTS, broken: float = BROKEN_FRACTION,
+               variants: int = VARIANTS) -> dict[str, str]:
+    """``n`` submissions in ``folder``, about ``broken`` of them broken; the others honest, each made for its own
+    student id's variant (the first ``variants``; later ones copy theirs under their own ids). Returns id -> kind."""
     sys.path.insert(0, str(REPO / "tests"))
     from bad_submissions import corpus  # deferred: the corpus lives in tests/, put on the path just above
 
-    work = with_lesson_08(reference.build(folder.parent / "reference-workspace"))
-    good = submit("reference", work, folder.parent)
-    files = corpus.read_zip(good)
-    good_bytes = good.read_bytes()
+    made = folder.parent / "made"
+    files = corpus.read_zip(submit("reference", reference.build(made / "reference"), made))
     cases = [c for c in corpus.CASES if c.status != "timeout"]
     n_broken = round(n * broken)
-    kinds = {}
+    kinds: dict[str, str] = {}
+    honest: list[bytes] = []
     for i in range(n):
         student = f"student{i:03d}"
-        if i % round(1 / broken) == 0 and len([k for k in kinds.values() if k != "good"]) < n_broken:
-            case = cases[len([k for k in kinds.values() if k != "good"]) % len(cases)]
+        n_bad = sum(k not in HONEST for k in kinds.values())
+        if i % round(1 / broken) == 0 and n_bad < n_broken:
+            case = cases[n_bad % len(cases)]
             (folder / f"{student}.zip").write_bytes(case.make(dict(files)))
             kinds[student] = case.name
-        else:
-            (folder / f"{student}.zip").write_bytes(good_bytes)
+            continue
+        if len(honest) < variants:
+            work = with_lesson_08(reference.build(made / student, student=student))
+            honest.append(submit(student, work, made).read_bytes())
             kinds[student] = "good"
+        else:  # a copy of an earlier student's hand-in: graded in full, its artifacts refused as another's
+            honest.append(honest[len(honest) % variants])
+            kinds[student] = "copy"
+        (folder / f"{student}.zip").write_bytes(honest[-1])
     return kinds
 
 
@@ -345,7 +357,8 @@ def main(argv: list[str] | None = None) -> int:
             folder = tmp / "class"
             folder.mkdir()
             kinds = make_class(folder, args.n)
-            broken = sum(k != "good" for k in kinds.values())
+            broken = sum(k not in HONEST for k in kinds.values())
+            copies = sum(k == "copy" for k in kinds.values())
             runs = alternating_pairs(PAIRS, lambda i: time_floor(folder),
                                      lambda i: time_batch(folder, tmp / f"out-{i}"))
             summary = runs[-1][1][1]  # the batch's own last line (the same class every time)
@@ -362,7 +375,8 @@ def main(argv: list[str] | None = None) -> int:
             phases = phase_profile(ref)
         scale_lines = scale(tmp, args.scale, reference_zip(tmp / "scale-ref")) if args.scale else []
     if not args.only_scale:
-        print(f"class: {args.n} submissions, {broken} broken in {len(set(kinds.values())) - 1} ways; "
+        print(f"class: {args.n} submissions, {args.n - broken - copies} honest, each its own variant, {copies} "
+              f"copies of them, {broken} broken in {len(set(kinds.values()) - set(HONEST))} ways; "
               f"sandbox: {sandbox.sandbox_kind()}")
         print(f"{PAIRS} pairs, back to back: floor (python + onnxruntime + each model once, {JOBS} at a time) and "
               f"grader batch -j {JOBS}: " + "; ".join(f"{p['floor']:.1f} s and {p['batch']:.1f} s "
@@ -392,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {"benchmark": "grader", "sandbox": sandbox.sandbox_kind(), "scale": scale_lines,
               "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}}
     if not args.only_scale:
-        report.update({"class": {"n": args.n, "broken": broken, "jobs": JOBS, "floor_seconds": floor,
+        report.update({"class": {"n": args.n, "broken": broken, "copies": copies, "jobs": JOBS, "floor_seconds": floor,
                                  "pairs": pairs, "batch_seconds": batch_s, "ratio": ratio,
                                  "aim_ratio": AIM_BATCH_RATIO, "met": ratio <= AIM_BATCH_RATIO},
                        "single": single, "phases": phases, "floor_per_hand_in_seconds": floor * JOBS / args.n,
