@@ -43,6 +43,7 @@ from grader.rubric import rubric
 from grader.sandbox import Limits, Policy
 from grader.submission import sha256_of_input, student_from_path
 from grader.version import __version__
+from lab import variant
 from lab.workspace import atomic_write_text
 
 
@@ -72,30 +73,34 @@ class BatchOptions:
     progress: bool = True  # the tqdm bar on stderr
     unsafe_no_sandbox: bool | None = None  # None: GRADER_UNSAFE_NO_SANDBOX decides
     dask: str | None = None  # a Dask scheduler address or ``local:N`` instead of ``jobs`` processes
+    classmates: tuple[str, ...] = ()  # the batch's student ids: whose variant a foreign hand-in was made for
 
 
-def job(path: str, limits: Limits | None = None, unsafe_no_sandbox: bool | None = None) -> dict:
-    """The pure per-submission job: path in, result dict out. Never raises.
+def job(path: str, limits: Limits | None = None, unsafe_no_sandbox: bool | None = None,
+        classmates: tuple[str, ...] = ()) -> dict:
+    """The pure per-submission job: path in, result dict out. Never raises. ``classmates``: the batch's student ids
+    (``grader.core.grade``'s), so the instructor's field names whose variant a copied hand-in was made for.
 
     One job at a time per process (``_ONE_JOB_AT_A_TIME``, above): a worker with several threads (a Dask worker
     started without ``--nthreads 1``) grades in turn, each thread with its own state.
     """
     with _ONE_JOB_AT_A_TIME:
         state = grader_state.for_policy(Policy(limits or Limits(), unsafe_no_sandbox))  # this worker's, kept
-        d = package(*grade_one(path, state=state))
+        d = package(*grade_one(path, state=state, classmates=classmates))
         if d["checks"]:  # past intake: the class report's answers and code fingerprints (grader.items)
             d["handin"] = handin_record(path)
         return d
 
 
-def grade_one(path: str | Path, limits: Limits | None = None,
-              state: grader_state.GraderState | None = None) -> tuple[GradeResult, str]:
+def grade_one(path: str | Path, limits: Limits | None = None, state: grader_state.GraderState | None = None,
+              classmates: tuple[str, ...] = ()) -> tuple[GradeResult, str]:
     """``grader.core.grade`` with ``state`` (default ``grader.state.current()``), plus how its student code ran
     (``isolation_label``) and a note if it was refused."""
     state = state or grader_state.current()
     state.runs.take()
     state.runs.warm_up()  # the fork server preloads while intake and the model checks run
-    result = grade(path, limits, state)  # one session per model; the fixtures' data and predictions once per worker
+    # one session per model; the fixtures' data and predictions once per worker
+    result = grade(path, limits, state, classmates)
     runs = state.runs.take()
     if "refused" in runs:
         result.notes.append(sandbox.REFUSED_NOTE)
@@ -267,8 +272,6 @@ def batch(folder: str | Path, out: str | Path, jobs: int = 2, resume: bool = Fal
     work; ``None`` leaves it to ``GRADER_UNSAFE_NO_SANDBOX``; otherwise such code is refused.
     ``dask`` (a scheduler address or ``local:N``) grades on a Dask cluster instead of ``jobs`` processes.
     """
-    options = BatchOptions(jobs=jobs, resume=resume, limits=limits, progress=progress,
-                           unsafe_no_sandbox=unsafe_no_sandbox, dask=dask)
     folder, out = Path(folder), Path(out)
     out.mkdir(parents=True, exist_ok=True)
     subs = find_submissions(folder, out)
@@ -276,12 +279,26 @@ def batch(folder: str | Path, out: str | Path, jobs: int = 2, resume: bool = Fal
     if len(set(students)) != len(students):
         dupes = sorted({s for s in students if students.count(s) > 1})
         raise SystemExit(f"two submissions for the same student: {dupes}; keep one of each")
+    options = BatchOptions(jobs=jobs, resume=resume, limits=limits, progress=progress,
+                           unsafe_no_sandbox=unsafe_no_sandbox, dask=dask, classmates=class_ids(students))
     with contextlib.ExitStack() as stack:
         if options.dask:
             executor = stack.enter_context(dask_executor(options.dask))
         rows = _batch(out, subs, students, options, executor)
     report_after(out)
     return rows
+
+
+def class_ids(students: list[str]) -> tuple[str, ...]:
+    """The batch's student ids a variant can be drawn for (``lab.variant.key``: not a reserved id, a valid one)."""
+    ids = []
+    for s in students:
+        try:
+            if variant.key(s) is not None:
+                ids.append(s)
+        except ValueError:  # a file name that is no student id (the intake says so): no variant to try
+            continue
+    return tuple(ids)
 
 
 def report_after(out: Path) -> None:
@@ -331,7 +348,7 @@ def _grade(out: Path, todo: list[Path], students: list[str], rows: dict[str, dic
         while pending_paths:
             pool = executor or ProcessPoolExecutor(max_workers=options.jobs)
             try:
-                futures = {pool.submit(job, str(p), options.limits, options.unsafe_no_sandbox): p
+                futures = {pool.submit(job, str(p), options.limits, options.unsafe_no_sandbox, options.classmates): p
                            for p in pending_paths}
                 pending_paths = []
                 not_done = set(futures)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +98,7 @@ def run_groups(ctx: Context, finding: variants.Finding | None = None) -> list:
                                    f"{safe_text(e, 500)}). This is the grader's fault, not a problem "
                                    "found in your files: tell your instructor")
         if finding is not None and finding.foreign:
-            got = variants.foreign(got, ctx.touched or list(group.needs), ctx.sub.student)
+            got = variants.foreign(got, ctx.touched or list(group.needs), ctx.sub.student, finding.reference)
         checks += got
     return checks
 
@@ -153,24 +154,27 @@ def kernel_family_note(recorded: str | None) -> tuple[str, str]:
 
 def variant_notes(finding: variants.Finding, student: str) -> list[str]:
     """The feedback's line on the variant, when the files are not the student's own (never whose they are)."""
+    if finding.reference:
+        return [variants.REFERENCE_NOTE.format(student=student)]
     if finding.foreign:
         return ["your hand-in's files were made for another student's variant of the lab's data, not yours: every "
                 "check that reads one of its models or reports scores 0"]
-    if finding.made_for is None and finding.own is not None:
-        return [variants.REFERENCE_NOTE.format(student=student)]
     return []
 
 
 def grade(path: str | Path, limits: Limits | None = None,
-          state: grader_state.GraderState | None = None) -> GradeResult:
+          state: grader_state.GraderState | None = None, classmates: Iterable[str] = ()) -> GradeResult:
     """Grade one submission (a zip or a folder) with ``state`` (default ``grader.state.current()``); ``limits``
-    (default the state's policy's) bound each student-code run. Never raises for anything the submission holds."""
+    (default the state's policy's) bound each student-code run. ``classmates``: the class's student ids (a batch's),
+    so that a hand-in made for another student's variant names whose in the instructor's field
+    (``grader.variants.made_for``); alone, the grader tries the hand-in's own, claimed and reference variants.
+    Never raises for anything the submission holds."""
     state = state or grader_state.current()
     with state.active(), state.reuse.hand_in():
-        return _grade(Path(path), limits or state.policy.limits, state)
+        return _grade(Path(path), limits or state.policy.limits, state, tuple(classmates))
 
 
-def _grade(path: Path, limits: Limits, state: grader_state.GraderState) -> GradeResult:
+def _grade(path: Path, limits: Limits, state: grader_state.GraderState, classmates: tuple[str, ...]) -> GradeResult:
     start = time.monotonic()
     student = student_from_path(path)
     rubric()  # a broken rubric is the instructor's error: raise it, do not blame the student
@@ -185,7 +189,7 @@ def _grade(path: Path, limits: Limits, state: grader_state.GraderState) -> Grade
         except (SubmissionInvalid, ModelRefused) as e:
             return GradeResult.without_results(student, "invalid", str(e), seconds=time.monotonic() - start,
                                                **common)
-        finding = variants.made_for(sub)  # whose variant of the lab's data the files were made for
+        finding = variants.made_for(sub, classmates)  # whose variant of the lab's data the files were made for
         family_note, family = kernel_family_note(sub.kernel_family)
         with variant.using(*finding.grade_under):
             state.runs.plan(planned_runs(ctx))  # past intake: its code runs in the sandbox while lessons are checked

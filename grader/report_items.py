@@ -145,8 +145,8 @@ def variants(results: dict[str, dict], scores: dict[str, str]) -> str:
     field): another student's (whose, when the grader could tell), or the instructor's reference data."""
     e = html.escape
     head = ("<h2>Variants</h2><p>Hand-ins whose models and reports were not made with the student's own variant of "
-            "the calibration data: another student's lose every check that reads them; the reference data's are "
-            "graded as made.</p>")
+            "the calibration data: another student's (named when the class's ids tell whose) or the instructor's "
+            "reference data (lesson 00 run without a STUDENT_ID); each loses every check that reads them.</p>")
     rows = []
     for student, r in sorted(results.items()):
         v = (r.get("instructor") or {}).get("variant") or {}

@@ -14,9 +14,12 @@ none is taken at ``submission.json``'s word.
 
 Every check that reads one of a foreign hand-in's models or reports scores 0 (``foreign``), with feedback that says
 the files were made for another student's variant; whose is for the instructor only (``GradeResult.instructor``).
-The reference variant is the instructor's (no id): a hand-in made with it under a student's id is graded as made,
-and flagged to the student and the instructor (every reference hand-in is the same bytes, so copies of one cannot
-be told apart).
+The reference variant is the instructor's (no id, or a reserved one: ``lab.variant.RESERVED``). A hand-in made with
+it under a student's id is foreign too: every honest student who forgot the id writes the same bytes, so a copy of
+one cannot be told from the original, and grading them as made would leave copying one open. Its checks that read a
+model or report score 0 with feedback that names the fix (``REFERENCE_MESSAGE``: STUDENT_ID in lesson 00 of a new
+workspace, the lessons again, hand in again); the instructor sees ``reference`` as ``made_for``. A hand-in under a
+reserved id (the instructor's own runs) is graded as made.
 """
 from __future__ import annotations
 
@@ -37,9 +40,15 @@ FOREIGN_MESSAGE = ("0 points: the files this check reads ({files}) were made for
                    "lab's data, not for yours: every model and report is recomputed from your own id's calibration "
                    "images. Run the lessons in your own workspace (lesson 00 with STUDENT_ID = {student!r}), "
                    "then hand in again")
-REFERENCE_NOTE = ("your files were made with the instructor's reference data, not your own variant (lesson 00 ran "
-                  "with STUDENT_ID empty); they are graded as made, and your instructor sees this. Next time set "
-                  "STUDENT_ID = {student!r} in lesson 00 in a new workspace")
+REFERENCE_FIX = ("in lesson 00 of a new WORK_DIR set STUDENT_ID = {student!r}, run the lessons again (each writes its "
+                 "files for your own variant), then hand in again")
+REFERENCE_MESSAGE = ("0 points: the files this check reads ({files}) were made with the instructor's reference data "
+                     "(lesson 00 ran with STUDENT_ID empty), not your own variant: every model and report is "
+                     "recomputed from your own id's calibration images. To fix it, " + REFERENCE_FIX)
+REFERENCE_NOTE = ("your hand-in's files were made with the instructor's reference data (lesson 00 ran with STUDENT_ID "
+                  "empty), not your own variant of the lab's data: every check that reads one of its models or "
+                  "reports scores 0, as a hand-in made for another student's variant does (every hand-in made with "
+                  "the reference data is the same bytes). To fix it, " + REFERENCE_FIX)
 
 
 @dataclass(frozen=True)
@@ -52,13 +61,18 @@ class Finding:
 
     @property
     def foreign(self) -> bool:
-        """Made for another student's variant than the hand-in's own (the reference is not another student's)."""
-        return self.made_for is not None and self.made_for != self.own
+        """Made for another variant than the hand-in's own: another student's, or the reference under a student's id."""
+        return self.made_for != self.own
+
+    @property
+    def reference(self) -> bool:
+        """Made with the instructor's reference data under a student's id (foreign, with its own feedback)."""
+        return self.made_for is None and self.own is not None
 
     @property
     def grade_under(self) -> tuple:
-        """``variant.using``'s arguments for the checks: the reference for a reference hand-in, else the own."""
-        return (None,) if self.made_for is None or self.own is None else self.own
+        """``variant.using``'s arguments for the checks: the hand-in's own variant (the reference for a reserved id)."""
+        return (None,) if self.own is None else self.own
 
     def instructor(self) -> dict:
         """The result's instructor-only fields (never in the student's feedback)."""
@@ -138,11 +152,12 @@ def is_artifact(rel: str) -> bool:
     return rel.endswith(ARTIFACT_SUFFIXES)
 
 
-def foreign(checks: list[Check], files: list[str], student: str) -> list[Check]:
-    """A group's checks when the hand-in is foreign: each scores 0 if the group read a model or report."""
+def foreign(checks: list[Check], files: list[str], student: str, reference: bool = False) -> list[Check]:
+    """A group's checks when the hand-in is foreign: each scores 0 if the group read a model or report (``reference``:
+    made with the reference data, and the feedback says so and how to fix it)."""
     read = list(dict.fromkeys(f for f in files if is_artifact(f)))
     if not read:
         return checks
     shown = ", ".join(read[:4]) + (" ..." if len(read) > 4 else "")
-    message = FOREIGN_MESSAGE.format(files=shown, student=student)
+    message = (REFERENCE_MESSAGE if reference else FOREIGN_MESSAGE).format(files=shown, student=student)
     return [replace(c, points=0.0, message=message, evidence=[]) for c in checks]

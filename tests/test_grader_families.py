@@ -35,12 +35,12 @@ def handed_in(tmp_path_factory, family: str, student: str) -> Path:
 
 @pytest.fixture(scope="module")
 def mine_zip(tmp_path_factory) -> Path:
-    return handed_in(tmp_path_factory, MINE, "made-here")
+    return handed_in(tmp_path_factory, MINE, "reference")
 
 
 @pytest.fixture(scope="module")
 def other_zip(tmp_path_factory) -> Path:
-    return handed_in(tmp_path_factory, OTHER, "made-elsewhere")
+    return handed_in(tmp_path_factory, OTHER, "reference")
 
 
 def manifest(zip_path: Path) -> dict:

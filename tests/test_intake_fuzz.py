@@ -490,7 +490,7 @@ def write_fuzz(files: Files, folder: Path, examples: dict[str, int] = FUZZ_EXAMP
 @pytest.fixture(scope="module")
 def reference_files(tmp_path_factory, reference_workspace) -> Files:
     work = reference_workspace(tmp_path_factory.mktemp("reference") / "workspace")
-    return read_zip(submit("ref", work, tmp_path_factory.mktemp("handed-in")))
+    return read_zip(submit("reference", work, tmp_path_factory.mktemp("handed-in")))
 
 
 @pytest.fixture(scope="module")

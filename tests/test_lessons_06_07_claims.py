@@ -116,7 +116,7 @@ def test_the_grader_charges_a_flash_only_release_under_recipe_and_names_it(tmp_p
                         recipe.NOT_COVERED, by_family=by_family)
     shutil.rmtree(work / "release")
     recipe.write_release(work / "release", draft, doc, ev, here)
-    result = core.grade(submit("flash-only", work, tmp_path / "zip"))
+    result = core.grade(submit("reference", work, tmp_path / "zip"))
     checks = {f"{c.part}.{c.name}": c for c in result.checks}
     lost = {k: c.max_points - c.points for k, c in checks.items() if c.points < c.max_points and _up_to_07(k)}
     assert list(lost) == ["release.recipe"], lost
@@ -137,7 +137,7 @@ def test_summarize_in_percent_is_charged_once_and_regression_json_is_named_as_it
     (work / "metrics.py").write_text(metrics.replace('"accuracy": correct / len(labels)',
                                                      '"accuracy": 100 * correct / len(labels)'))
     (work / "regression.json").unlink()
-    result = core.grade(submit("percent", work, tmp_path / "zip"))
+    result = core.grade(submit("reference", work, tmp_path / "zip"))
     checks = {f"{c.part}.{c.name}": c for c in result.checks}
     lost = {k: c.max_points - c.points for k, c in checks.items() if c.points < c.max_points and _up_to_07(k)}
     assert list(lost) == ["acceptance.summarize_code"], lost

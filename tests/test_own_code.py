@@ -97,7 +97,7 @@ def delegating_grade(tmp_path_factory, reference_workspace):
     work = reference_workspace(tmp_path_factory.mktemp("delegating") / "workspace")
     (work / "calibration_reader.py").write_text(DELEGATING_READER)
     (work / "metrics.py").write_text(DELEGATING_METRICS)
-    zipped = submit("delegator", work, tmp_path_factory.mktemp("handed-in"))
+    zipped = submit("reference", work, tmp_path_factory.mktemp("handed-in"))
     shutil.rmtree(work)
     return core.grade(zipped)
 

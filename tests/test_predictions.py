@@ -30,7 +30,7 @@ def work(tmp_path_factory) -> Path:
 
 def _graded(work: Path, tmp: Path, family: str | None = None) -> dict:
     """The predictions part of a grade, as ``family``'s CPUs compute it: check name -> (points, message)."""
-    zip_path = submit("student", work, tmp)
+    zip_path = submit("reference", work, tmp)
     ctx = Context(open_submission(zip_path, tmp / "opened"))
     with kernels.computing_as(family):
         return {c.name: (c.points, c.message) for c in check.run(ctx)}
@@ -45,7 +45,7 @@ def test_the_reference_predictions_earn_full_marks_on_every_kernel_family(work, 
 
 
 def test_the_predictions_part_counts_in_the_full_grade(work, tmp_path):
-    result = core.grade(submit("student", work, tmp_path))
+    result = core.grade(submit("reference", work, tmp_path))
     part = [c for c in result.checks if c.part == "predictions"]
     assert [c.name for c in part] == list(check.NAMES) and all(c.passed for c in part), [c.message for c in part]
 
@@ -92,7 +92,7 @@ def test_a_wrong_model_does_not_cost_a_right_prediction(work, tmp_path):
     for model, kind in (("right", "wide"), ("narrow", "right")):
         convert.quantize(copy / "source.onnx", copy / f"{model}.onnx", data.calibration_set(kind), batch_size=36)
     assert graph.input_ruler(copy / "right.onnx").range_seen > 15, "right.onnx now holds the wide set's ruler"
-    result = core.grade(submit("student", copy, tmp_path))
+    result = core.grade(submit("reference", copy, tmp_path))
     range_seen = next(c for c in result.checks if (c.part, c.name) == ("calibration", "range_seen"))
     assert range_seen.points == range_seen.max_points - 2, range_seen.message
     part = {c.name: c for c in result.checks if c.part == "predictions"}

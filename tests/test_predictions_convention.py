@@ -32,7 +32,7 @@ def _doc(work: Path) -> dict:
 
 def _graded(work: Path, tmp: Path) -> dict:
     """The predictions part of a grade of ``work``: check name -> (points, message)."""
-    ctx = Context(open_submission(submit("student", work, tmp), tmp / "opened"))
+    ctx = Context(open_submission(submit("reference", work, tmp), tmp / "opened"))
     return {c.name: (c.points, c.message) for c in check.run(ctx)}
 
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -81,6 +82,24 @@ def test_workspace_records_the_id_once(tmp_path):
     with pytest.raises(WorkspaceError, match="STUDENT_ID"):
         workspace.make_workspace(tmp_path / "bad", student="no spaces allowed")
     workspace.make_workspace(tmp_path / "ref")
+
+
+def test_lab_submit_says_plainly_what_the_reference_data_under_a_student_id_costs(tmp_path, capsys):
+    from lab.tools.submit import main
+
+    with variant.using(None):
+        made_with_reference = workspace.make_workspace(tmp_path / "no-id")
+        own = workspace.make_workspace(tmp_path / "dana", student="dana")
+    for work in (made_with_reference, own):
+        (work / "results.json").write_text("{}")
+    said = {}
+    for student, work in (("cleo", made_with_reference), (variant.REFERENCE, made_with_reference), ("dana", own)):
+        assert main(["--student", student, "--work-dir", str(work), "--out", str(tmp_path / "out" / student)]) == 0
+        said[student] = capsys.readouterr().err
+        assert (tmp_path / "out" / student / f"{student}.zip").is_file()  # packed all the same: its code's checks count
+    assert "the grader will score every check that reads its models and reports 0" in said["cleo"]
+    assert "in lesson 00 of a new WORK_DIR set STUDENT_ID = 'cleo', run the lessons again" in said["cleo"]
+    assert "warning" not in said[variant.REFERENCE] and "warning" not in said["dana"]
 
 
 # ----- 20 students, both families: slow --------------------------------------------------------------------------
@@ -291,3 +310,70 @@ def test_forty_random_ids_keep_lesson_07s_decisions_at_draw_0(tmp_path):
         if got != want:
             failed[sid] = got
     assert not failed, failed
+
+
+# ----- a class batch: a copy named among the class's ids, the reference data under a student's id ---------------
+
+@pytest.fixture(scope="module")
+def class_batch(tmp_path_factory, reference_workspace):
+    """One batch of four hand-ins: ``anna``'s own; ``ben`` handing in anna's workspace (variant.json deleted, so
+    submission.json names no variant); ``cleo`` handing in a workspace made with the reference data (lesson 00's
+    STUDENT_ID empty); and that same workspace under the reserved id ``reference``. Returns out folder, results."""
+    from grader import sandbox
+    from grader.batch import batch
+
+    if not sandbox.bwrap_available():
+        pytest.skip("student code runs only under bubblewrap")
+    tmp = tmp_path_factory.mktemp("class")
+    folder = tmp / "handed-in"
+    with variant.using(None):
+        anna = reference.build(tmp / "anna", student="anna")
+    submit("anna", anna, folder)
+    copy = shutil.copytree(anna, tmp / "ben")
+    (copy / workspace.VARIANT_FILE).unlink()
+    submit("ben", copy, folder)
+    made_with_reference = reference_workspace(tmp / "no-id")
+    submit("cleo", made_with_reference, folder)
+    submit(variant.REFERENCE, made_with_reference, folder)
+    out = tmp / "graded"
+    batch(folder, out, jobs=1, progress=False)
+    return out, {p.stem: json.loads(p.read_text()) for p in (out / "results").glob("*.json")}
+
+
+def _lost_only_to_missing_lessons(result: dict) -> list:
+    """The checks a reference build loses for other reasons than lessons 08 and 09's files left out of it."""
+    return [(c["name"], c["message"][:120]) for c in result["checks"] if c["points"] < c["max_points"]
+            and not any(f"{rel} is not in the submission" in c["message"] for rel in ("toolbox.json", "outliers.json"))]
+
+
+def test_a_batch_names_the_classmate_whose_workspace_was_handed_in(class_batch):
+    out, results = class_batch
+    assert results["anna"]["instructor"]["variant"]["made_for"] == "anna"
+    ben = results["ben"]["instructor"]["variant"]
+    assert ben["own"] == "ben" and ben["made_for"] == "anna", ben  # alone, the grader could not say: unknown
+    assert "found among the class's ids" in ben["evidence"]
+    assert "anna" not in (out / "feedback" / "ben.md").read_text()  # whose: the instructor's only
+    html = (out / "report.html").read_text()
+    section = html[html.index("<h2>Variants</h2>"):]
+    assert "<tr><td>ben</td><td>anna</td>" in section and "<tr><td>cleo</td><td>reference</td>" in section
+
+
+def test_the_reference_data_under_a_student_id_loses_every_artifact_check(class_batch):
+    out, results = class_batch
+    cleo = results["cleo"]
+    assert cleo["status"] == "graded"
+    assert cleo["instructor"]["variant"] == {**cleo["instructor"]["variant"], "own": "cleo", "made_for": "reference"}
+    fix = "in lesson 00 of a new WORK_DIR set STUDENT_ID = 'cleo', run the lessons again"
+    kept = [c for c in cleo["checks"] if c["points"] > 0]
+    assert all(not _reads_artifacts(SimpleNamespace(**c)) for c in kept), [(c["name"], c["message"][:80])
+                                                                            for c in kept]
+    zeroed = [c for c in cleo["checks"] if "made with the instructor's reference data" in c["message"]]
+    assert len(zeroed) > 20 and all(c["points"] == 0 and fix in c["message"] for c in zeroed)
+    assert any("scores 0" in n and fix in n for n in cleo["notes"])
+    assert cleo["score"] < results[variant.REFERENCE]["score"] / 4
+    # the same files under the reserved id: the instructor's own run, graded as made
+    ref = results[variant.REFERENCE]
+    assert ref["instructor"]["variant"]["made_for"] == ref["instructor"]["variant"]["own"] == variant.REFERENCE
+    assert not _lost_only_to_missing_lessons(ref), _lost_only_to_missing_lessons(ref)
+    assert not any("reference data" in n for n in ref["notes"])
+

@@ -10,6 +10,12 @@ an empty file, a symbolic link, a file over the size cap, a student id it cannot
 for another student id (``variant.json``: its data is that student's variant, ``lab.variant``). A lesson whose files
 are missing does not stop the hand-in: the command names each such lesson and says that the grader scores
 the checks that need those files 0 (the grader says the same in its feedback).
+
+A workspace made with the instructor's reference data (lesson 00 ran with STUDENT_ID empty) handed in under a
+student's id is packed, with a warning that the grader will score every check that reads its models and reports 0
+and how to fix it (``REFERENCE_WARNING``). Packed, not refused: the zip still earns its code's checks, a refusal an
+hour before a deadline would leave the student with no hand-in at all, and the kit's ``make submit`` has no option
+to say "anyway"; the grader's score is the same whichever way the zip was made.
 """
 from __future__ import annotations
 
@@ -31,6 +37,12 @@ from lab.kernels import target_family
 
 STUB = "raise NotImplementedError("  # the kit's exercise stub, with or without a message
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+REFERENCE_WARNING = ("warning: this workspace was made with the instructor's reference data (lesson 00 ran with "
+                     "STUDENT_ID empty), not {student!r}'s own variant: the grader will score every check that reads "
+                     "its models and reports 0 (only your code's checks count). To fix it, in lesson 00 of a new "
+                     "WORK_DIR set STUDENT_ID = {student!r}, run the lessons again, then hand in again")
 
 
 class SubmitError(LabError):
@@ -147,8 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     n = len(doc["files"])
     print(f"wrote {path} ({n} file{'' if n == 1 else 's'} from {work.resolve()}); hand in this zip as it is")
     if "variant" not in doc and variant.key(args.student) is not None:
-        print(f"note: this workspace holds the instructor's reference data, not {args.student!r}'s own variant (lesson "
-              "00 ran with STUDENT_ID empty); your instructor sees that in the grade", file=sys.stderr)
+        print(REFERENCE_WARNING.format(student=args.student), file=sys.stderr)
     missing = contract.missing_by_lesson(doc["files"])
     if missing:
         print("not in the workspace yet, so the grader will score the checks that need them 0 "
