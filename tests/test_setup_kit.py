@@ -21,7 +21,9 @@ from instructor import kit as kit_builder
 from lab.tools import setup
 
 FOLDER = ("Cours d'été", "Zoë Ñandú kit")
-STUDENT = "s-001"
+# make lab runs lesson 00 with STUDENT_ID empty (the reference data): handed in under a student's id its models
+# would score 0 (grader/README.md, "variants"), so it is handed in under the reserved id, as the instructor would
+STUDENT = "reference"
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800),
               pytest.mark.skipif(not shutil.which("make"), reason="make is not installed")]
