@@ -93,14 +93,15 @@ def job(path: str, limits: Limits | None = None, unsafe_no_sandbox: bool | None 
 
 
 def grade_one(path: str | Path, limits: Limits | None = None, state: grader_state.GraderState | None = None,
-              classmates: tuple[str, ...] = ()) -> tuple[GradeResult, str]:
+              classmates: tuple[str, ...] = (), student: str | None = None,
+              credited: bool = True) -> tuple[GradeResult, str]:
     """``grader.core.grade`` with ``state`` (default ``grader.state.current()``), plus how its student code ran
-    (``isolation_label``) and a note if it was refused."""
+    (``isolation_label``) and a note if it was refused. ``student``, ``credited``: whose grade it is (``grade``'s)."""
     state = state or grader_state.current()
     state.runs.take()
     state.runs.warm_up()  # the fork server preloads while intake and the model checks run
     # one session per model; the fixtures' data and predictions once per worker
-    result = grade(path, limits, state, classmates)
+    result = grade(path, limits, state, classmates, student, credited)
     runs = state.runs.take()
     if "refused" in runs:
         result.notes.append(sandbox.REFUSED_NOTE)

@@ -98,7 +98,8 @@ def run_groups(ctx: Context, finding: variants.Finding | None = None) -> list:
                                    f"{safe_text(e, 500)}). This is the grader's fault, not a problem "
                                    "found in your files: tell your instructor")
         if finding is not None and finding.foreign:
-            got = variants.foreign(got, ctx.touched or list(group.needs), ctx.sub.student, finding.reference)
+            got = variants.foreign(got, ctx.touched or list(group.needs), finding.student or ctx.sub.student,
+                                   finding.reference)
         checks += got
     return checks
 
@@ -162,21 +163,38 @@ def variant_notes(finding: variants.Finding, student: str) -> list[str]:
     return []
 
 
+def id_note(claimed: str, student: str, finding: variants.Finding, given: bool) -> str:
+    """The feedback's line when ``submission.json`` names another student than the one the grade is credited to.
+    A foreign hand-in's names no id but the student's own (whose files they were is the instructor's only)."""
+    credit = f"the grade is credited to {student!r}" if given else f"the file is named {student!r}"
+    if finding.student != student:  # a reserved or no student id credited: the manifest's student stands
+        return f"submission.json names student {claimed!r}; {credit}"
+    return (f"submission.json names another student than {student!r} ({credit}): every check is recomputed under "
+            f"{student!r}'s variant of the lab's data, the grade's own")
+
+
 def grade(path: str | Path, limits: Limits | None = None,
-          state: grader_state.GraderState | None = None, classmates: Iterable[str] = ()) -> GradeResult:
+          state: grader_state.GraderState | None = None, classmates: Iterable[str] = (),
+          student: str | None = None, credited: bool = True) -> GradeResult:
     """Grade one submission (a zip or a folder) with ``state`` (default ``grader.state.current()``); ``limits``
     (default the state's policy's) bound each student-code run. ``classmates``: the class's student ids (a batch's),
     so that a hand-in made for another student's variant names whose in the instructor's field
     (``grader.variants.made_for``); alone, the grader tries the hand-in's own, claimed and reference variants.
-    Never raises for anything the submission holds."""
+
+    ``student``: the id the grade is credited to (the result's ``student``; default the file or folder name,
+    ``student_from_path``, as a batch files it). Its variant is the hand-in's own: ``submission.json``'s student is
+    only a claim. ``credited=False``: no credited id is known (Gradescope without a roster id), so
+    ``submission.json``'s student stands, as the instructor's field says. Never raises for anything the submission
+    holds."""
     state = state or grader_state.current()
     with state.active(), state.reuse.hand_in():
-        return _grade(Path(path), limits or state.policy.limits, state, tuple(classmates))
+        return _grade(Path(path), limits or state.policy.limits, state, tuple(classmates), student, credited)
 
 
-def _grade(path: Path, limits: Limits, state: grader_state.GraderState, classmates: tuple[str, ...]) -> GradeResult:
+def _grade(path: Path, limits: Limits, state: grader_state.GraderState, classmates: tuple[str, ...],
+           given: str | None = None, credited: bool = True) -> GradeResult:
     start = time.monotonic()
-    student = student_from_path(path)
+    student = given or student_from_path(path)
     rubric()  # a broken rubric is the instructor's error: raise it, do not blame the student
     scratch = Path(tempfile.mkdtemp(prefix="grader-sub-"))
     common: dict[str, Any] = {"grader_version": __version__, "possible": possible_points()}
@@ -189,15 +207,16 @@ def _grade(path: Path, limits: Limits, state: grader_state.GraderState, classmat
         except (SubmissionInvalid, ModelRefused) as e:
             return GradeResult.without_results(student, "invalid", str(e), seconds=time.monotonic() - start,
                                                **common)
-        finding = variants.made_for(sub, classmates)  # whose variant of the lab's data the files were made for
+        # whose variant of the lab's data the files were made for, graded for the id the grade is credited to
+        finding = variants.made_for(sub, classmates, student if credited else None)
         family_note, family = kernel_family_note(sub.kernel_family)
         with variant.using(*finding.grade_under):
             state.runs.plan(planned_runs(ctx))  # past intake: its code runs in the sandbox while lessons are checked
             with kernels.computing_as(family):
                 checks = run_groups(ctx, finding)
-        notes = list(sub.notes) + [family_note] + variant_notes(finding, sub.student) + list(ctx.notes)
-        if sub.student != student:
-            notes.append(f"submission.json names student {sub.student!r}; the file is named {student!r}")
+        notes = list(sub.notes) + [family_note] + variant_notes(finding, finding.student) + list(ctx.notes)
+        if sub.student != student and credited:
+            notes.append(id_note(sub.student, student, finding, given is not None))
         status = "timeout" if ctx.timed_out else "graded"
         reason = ("student code hit its time limit; the checks that needed it scored 0"
                   if ctx.timed_out else "")

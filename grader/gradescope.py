@@ -199,6 +199,54 @@ def submission_path(folder: Path) -> Path:
     return folder
 
 
+METADATA = "submission_metadata.json"  # Gradescope's, beside submission/: who handed in (users[], each with its sid)
+
+
+def roster_id(metadata: Path, handed_in: Path) -> str | None:
+    """The roster's student id of who handed in (``submission_metadata.json``'s ``users[i]["sid"]``), or None.
+
+    Gradescope documents ``users`` (email, id, name; several in a group submission); the roster's Student ID comes as
+    ``sid`` when the roster gives one (a number or a string; missing or empty otherwise). In a group the member whose
+    id ``submission.json`` claims is the one credited (each member gets the grade), else the first."""
+    try:
+        users = json.loads(metadata.read_text(encoding="utf-8")).get("users") or []
+    except (OSError, ValueError, AttributeError):
+        return None
+    sids = [str(u["sid"]).strip() for u in users if isinstance(u, dict) and u.get("sid") not in (None, "")
+            and not isinstance(u.get("sid"), (bool, dict, list))]
+    sids = [s for s in sids if s]
+    if not sids:
+        return None
+    claimed = _claimed_student(handed_in)
+    return claimed if claimed in sids else sids[0]
+
+
+def _claimed_student(handed_in: Path) -> str | None:
+    """``submission.json``'s student, read without trusting it (only to pick a group's member)."""
+    try:
+        if handed_in.is_dir():
+            text = (handed_in / "submission.json").read_text(encoding="utf-8")
+        else:
+            with zipfile.ZipFile(handed_in) as zf:
+                names = [n for n in zf.namelist() if n.rsplit("/", 1)[-1] == "submission.json" and n.count("/") <= 1]
+                if len(names) != 1 or zf.getinfo(names[0]).file_size > 1 << 20:
+                    return None
+                text = zf.read(names[0]).decode("utf-8")
+        student = json.loads(text).get("student")
+    except Exception:  # noqa: BLE001 - only picks a group's member; the intake names whatever is wrong with it
+        return None
+    return student if isinstance(student, str) else None
+
+
+def instructor_line(result: GradeResult) -> str:
+    """Whose variant the hand-in was graded under and made for (``GradeResult.instructor``), on one line."""
+    v = result.instructor.get("variant")
+    if not v:
+        return "variant: not determined (the hand-in did not reach its checks)"
+    return (f"variant: own {v.get('own')} ({v.get('own_from')}); made for {v.get('made_for')} "
+            f"({v.get('evidence')})")
+
+
 def run(root: str | Path) -> dict:
     """Grade ``root/submission`` into ``root/results/results.json``; a crash is an ``error`` result, never none."""
     root = Path(root)
@@ -223,10 +271,12 @@ def run(root: str | Path) -> dict:
         found = preflight.fixture_problems() + preflight.rubric_problems()
         if found:
             raise preflight.PreflightError(preflight.message(found, "run_autograder"))
-        result, isolation = grade_one(submission_path(root / "submission"), Limits())
-        # Gradescope names the folder, and knows who handed in: the grader's note that submission.json names
-        # another student than the file is noise here
-        result.notes = [n for n in result.notes if not n.endswith(f"the file is named {result.student!r}")]
+        sid = roster_id(root / METADATA, submission_path(root / "submission"))
+        # the grade is the roster student's: their variant is the hand-in's own (without a roster id the grader
+        # knows no credited id, and submission.json's student stands: the instructor's field says so)
+        result, isolation = grade_one(submission_path(root / "submission"), Limits(), student=sid,
+                                      credited=sid is not None)
+        print(instructor_line(result))  # run_autograder's stdout: the instructor's only (stdout_visibility hidden)
     except Exception as e:  # noqa: BLE001 - Gradescope must get a results.json whatever happened
         try:
             from grader.core import possible_points  # deferred: the stack may be what failed to import

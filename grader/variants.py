@@ -1,16 +1,21 @@
 """Whose variant of the lab's data a hand-in was made for (``lab.variant``), and what a foreign one costs.
 
-The grader recomputes every check under the hand-in's own variant: the one its student id selects. A hand-in made
-for another variant (a classmate's workspace handed in under one's own id) is told apart by its own files, not by
-what ``submission.json`` claims: the reports the lessons write carry the SHA-256 of the calibration sets they were
-calibrated on (lesson 03's ``results.json``, lesson 05's ``formats.json``, ...), and each variant's sets have their
-own. The variants tried are the hand-in's own, the one ``submission.json`` names (``variant``, from the workspace's
-``variant.json``) and the reference; the own wins when its sets are named at all (a report with an honest mistake
-beside it is the student's own). A hand-in whose reports give calibration hashes (``calibration_sha256``) none of
-which is a set of those variants was made for another student's: given the class's ids (``classmates``), the
-grader tries each of them and names the one whose sets they are; else, or when none is, it cannot say whose
-(``UNKNOWN``: a copy whose ``variant.json`` was deleted or edited, from outside the class). One whose reports give
-none is taken at ``submission.json``'s word.
+The grader recomputes every check under the hand-in's own variant: the one selected by the id the grade is credited
+to (``credited``: in a batch or ``grader grade`` the file or folder name, on Gradescope the roster's student id),
+not the id ``submission.json`` names: its ``student`` and ``variant`` fields are the copier's to write, so they are
+a claim. Files made for the claimed variant when it is not the credited id's are another student's. Where no
+credited id is known (Gradescope without a roster id; a file name that is no student id) or the credited id is
+reserved (``lab.variant.RESERVED``: the instructor's own file), ``submission.json``'s student stands, as the
+instructor-only field says. A hand-in made for another variant (a classmate's workspace handed in under one's own
+id) is told apart by its own files, not by what ``submission.json`` claims: the reports the lessons write carry the
+SHA-256 of the calibration sets they were calibrated on (lesson 03's ``results.json``, lesson 05's ``formats.json``,
+...), and each variant's sets have their own. The variants tried are the hand-in's own, the one ``submission.json``
+names (``variant``, from the workspace's ``variant.json``) and the reference; the own wins when its sets are named
+at all (a report with an honest mistake beside it is the student's own). A hand-in whose reports give calibration
+hashes (``calibration_sha256``) none of which is a set of those variants was made for another student's: given the
+class's ids (``classmates``), the grader tries each of them and names the one whose sets they are; else, or when
+none is, it cannot say whose (``UNKNOWN``: a copy whose ``variant.json`` was deleted or edited, from outside the
+class). One whose reports give none is taken at ``submission.json``'s word.
 
 Every check that reads one of a foreign hand-in's models or reports scores 0 (``foreign``), with feedback that says
 the files were made for another student's variant; whose is for the instructor only (``GradeResult.instructor``).
@@ -58,6 +63,8 @@ class Finding:
     own: variant.Variant | None  # the hand-in's own (its student id's; None: the reference)
     made_for: variant.Variant | str | None  # None: the reference; UNKNOWN: another student's the grader cannot name
     evidence: str  # how it was told, for the instructor
+    student: str = ""  # the id the checks are graded for (the credited one, else submission.json's): the feedback's
+    own_from: str = ""  # where the own variant's id came from, for the instructor
 
     @property
     def foreign(self) -> bool:
@@ -80,7 +87,8 @@ class Finding:
             return variant.REFERENCE if v is None else v if isinstance(v, str) else f"{v[0]}" + (
                 f" (draw {v[1]})" if v[1] else "")
 
-        return {"variant": {"own": name(self.own), "made_for": name(self.made_for), "evidence": self.evidence}}
+        return {"variant": {"own": name(self.own), "made_for": name(self.made_for), "evidence": self.evidence,
+                            "own_from": self.own_from}}
 
 
 def fingerprints(v: variant.Variant | None) -> frozenset[str]:
@@ -120,31 +128,56 @@ def reported_hashes(sub: Submission) -> tuple[set[str], set[str]]:
     return found, calibration
 
 
-def made_for(sub: Submission, classmates: Iterable[str] = ()) -> Finding:
-    """Whose variant ``sub``'s files were made for (see the module docstring).
+def graded_as(sub: Submission, credited: str | None) -> tuple[str, str]:
+    """The id whose variant ``sub``'s checks are recomputed under, and where it came from (for the instructor).
+
+    ``credited``: the id the grade is credited to (the file name, the roster's id), None when none is known. It wins
+    over ``submission.json``'s ``student`` (the copier's claim) unless it is reserved (the instructor's own file: the
+    manifest's student stands, as before ids were credited) or no student id at all (a file name such as
+    ``Ann Lee.zip``: no variant can be drawn for it)."""
+    if credited is None:
+        return sub.student, "submission.json's student (no credited id known: Gradescope gave no roster id)"
+    try:
+        key = variant.key(credited)
+    except ValueError:
+        return sub.student, f"submission.json's student (the credited name {credited!r} is no student id)"
+    if key is None:
+        return sub.student, (f"submission.json's student (the credited id {credited!r} is reserved: the "
+                             "instructor's own file, graded as made)")
+    return credited, "the credited id (file name or roster), not submission.json's claim"
+
+
+def made_for(sub: Submission, classmates: Iterable[str] = (), credited: str | None = None) -> Finding:
+    """Whose variant ``sub``'s files were made for (see the module docstring), graded for ``credited`` (the id the
+    grade is credited to; None: none known, ``submission.json``'s student stands).
 
     The variants tried first are three: the hand-in's own, the one ``submission.json`` names and the reference.
     When none of them made the files, each id of ``classmates`` (the class's roster or batch, draw as
     ``lab.variant.key`` gives it) is tried too, so the instructor learns whose files they are; each try hashes one
     variant's four calibration sets (``fingerprints``, through ``lab.cache``), milliseconds apiece."""
+    student, own_from = graded_as(sub, credited)
     claimed = variant.key(sub.variant, sub.variant_draw or 0) if sub.variant else None
-    own = claimed if claimed is not None and claimed[0] == sub.student else variant.key(sub.student)
+    own = claimed if claimed is not None and claimed[0] == student else variant.key(student)
     tried = list(dict.fromkeys([own, claimed, None]))
     hashes, calibration = reported_hashes(sub)
     hits = [v for v in tried if hashes & fingerprints(v)]
+
+    def found(who: variant.Variant | str | None, evidence: str) -> Finding:
+        return Finding(own, who, evidence, student, own_from)
+
     if not hits and calibration - same_for_all():  # an evaluation split's hash is a mistake, not a variant
         for sid in dict.fromkeys(classmates):
             v = variant.key(sid)
             if v not in tried and hashes & fingerprints(v):
-                return Finding(own, v, f"{variant.describe(v)}, by its reports' calibration hashes (found among "
-                                       "the class's ids)")
-        return Finding(own, UNKNOWN, "another student's variant: its reports' calibration hashes are no set of "
-                                     + ", ".join(variant.describe(v) for v in tried)
-                                     + (" nor of the class's other ids" if classmates else ""))
+                return found(v, f"{variant.describe(v)}, by its reports' calibration hashes (found among the "
+                                "class's ids)")
+        return found(UNKNOWN, "another student's variant: its reports' calibration hashes are no set of "
+                              + ", ".join(variant.describe(v) for v in tried)
+                              + (" nor of the class's other ids" if classmates else ""))
     who = own if own in hits else hits[0] if hits else claimed
     how = ("its reports' calibration hashes" if hits else
            "submission.json's variant field (no report gives a calibration hash)")
-    return Finding(own, who, f"{variant.describe(who)}, by {how}")
+    return found(who, f"{variant.describe(who)}, by {how}")
 
 
 def is_artifact(rel: str) -> bool:

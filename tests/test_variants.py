@@ -22,7 +22,7 @@ import pytest
 from grader import core, reference, variant_draws, variants
 from grader.state import GraderState
 from lab import camera, data, kernels, variant, workspace
-from lab.errors import WorkspaceError
+from lab.errors import LabError, WorkspaceError
 from lab.tools.submit import SubmitError, submit
 
 STUDENTS = tuple(f"student{i:02d}" for i in range(20))
@@ -377,3 +377,116 @@ def test_the_reference_data_under_a_student_id_loses_every_artifact_check(class_
     assert not _lost_only_to_missing_lessons(ref), _lost_only_to_missing_lessons(ref)
     assert not any("reference data" in n for n in ref["notes"])
 
+
+
+# ----- the id the grade is credited to: the file name (a batch, grader grade) or Gradescope's roster -------------
+
+OWNERS = ("anna", "s001", "s002", "s003", "s004")  # the first whose draw 0 the lessons accept is the owner
+
+
+@pytest.fixture(scope="module")
+def owned(tmp_path_factory) -> tuple[str, Path]:
+    """A student's own hand-in (the reference build for their variant: lessons 00-07 and 10), as lab submit packs it,
+    and the student's id: the first of ``OWNERS`` whose draw 0 lesson 10's release accepts (an id whose draw 0 a
+    lesson refuses gets another draw from the instructor's table: ``grader.variant_draws``)."""
+    tmp = tmp_path_factory.mktemp("owner")
+    refused = []
+    for owner in OWNERS:
+        with variant.using(None):
+            try:
+                work = reference.build(tmp / owner / "workspace", student=owner)
+            except LabError as e:
+                refused.append(f"{owner}: {str(e)[:120]}")
+                continue
+        return owner, submit(owner, work, tmp / owner / "handed-in")
+    pytest.fail(f"no id of {OWNERS} builds at draw 0: {refused}")
+
+
+def _copied(zip_path: Path, name: str, out: Path) -> Path:
+    """The zip itself, byte for byte, under another name (a classmate's hand-in renamed)."""
+    out.mkdir(parents=True, exist_ok=True)
+    return Path(shutil.copyfile(zip_path, out / f"{name}.zip"))
+
+
+def _edited(zip_path: Path, out: Path, **fields) -> Path:
+    """The zip with submission.json's fields changed (the other files' hashes still match), named for ``student``."""
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / f"{fields['student']}.zip"
+    with zipfile.ZipFile(zip_path) as src, zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as dst:
+        for name in src.namelist():
+            body = src.read(name)
+            if name == "submission.json":
+                body = json.dumps({**json.loads(body), **fields}).encode()
+            dst.writestr(name, body)
+    return target
+
+
+def _artifact_checks_lost(result, owner: str) -> None:
+    kept = [c for c in result.checks if c.points > 0]
+    assert result.status == "graded" and kept, result.reason
+    assert all(not _reads_artifacts(c) for c in kept), [(c.name, c.message[:80]) for c in kept]
+    zeroed = [c for c in result.checks if "were made for another student's variant" in c.message]
+    assert len(zeroed) > 20 and all(c.points == 0 for c in zeroed)
+    assert any("made for another student's variant" in n for n in result.notes)
+    assert f"'{owner}'" not in result.to_markdown()  # whose: the instructor's only
+
+
+def test_the_honest_hand_in_keeps_its_marks(owned):
+    owner, zip_path = owned
+    result = core.grade(zip_path)
+    assert result.student == owner and not _lost_only_to_missing_lessons(result.to_dict())
+    v = result.instructor["variant"]
+    assert v["own"] == v["made_for"] == owner and "credited id" in v["own_from"]
+
+
+def test_a_classmates_zip_under_another_name_loses_every_artifact_check(owned, tmp_path):
+    """The owner's zip, byte for byte, handed in as ben.zip: submission.json still names the owner, but the grade
+    is ben's, so the files are another student's."""
+    owner, zip_path = owned
+    result = core.grade(_copied(zip_path, "ben", tmp_path))
+    assert result.student == "ben"
+    _artifact_checks_lost(result, owner)
+    assert result.score < core.grade(zip_path).score / 4
+    assert result.instructor["variant"] == {**result.instructor["variant"], "own": "ben", "made_for": owner}
+    assert any("every check is recomputed under 'ben''s variant" in n for n in result.notes)
+
+
+@pytest.mark.parametrize("claim", ["student", "student and variant"])
+def test_an_edited_submission_json_is_only_a_claim(owned, tmp_path, claim):
+    """submission.json's student (and variant) edited to ben's, the zip named ben.zip: still the owner's files."""
+    owner, zip_path = owned
+    fields = {"student": "ben"} if claim == "student" else {"student": "ben", "variant": "ben", "variant_draw": 0}
+    edited = _edited(zip_path, tmp_path, **fields)
+    result = core.grade(edited)
+    _artifact_checks_lost(result, owner)
+    assert result.instructor["variant"]["own"] == "ben"
+    # the variant field still names the owner: named; edited too, the class's ids name them
+    assert result.instructor["variant"]["made_for"] == (owner if claim == "student" else variants.UNKNOWN)
+    in_class = core.grade(edited, classmates=[owner, "ben", "cleo"])
+    assert in_class.instructor["variant"]["made_for"] == owner and in_class.score == result.score
+
+
+def test_a_reserved_name_is_the_instructors_own_file_graded_as_made(owned, tmp_path):
+    """The owner's zip named reference.zip (the instructor's own run, credited to no student): graded as made."""
+    owner, zip_path = owned
+    result = core.grade(_copied(zip_path, variant.REFERENCE, tmp_path))
+    assert not _lost_only_to_missing_lessons(result.to_dict())
+    v = result.instructor["variant"]
+    assert v["own"] == v["made_for"] == owner and "reserved" in v["own_from"]
+
+
+def test_no_credited_id_leaves_submission_json_s_student(owned, tmp_path):
+    """Gradescope without a roster id (credited=False), or a file name that is no student id: the claim stands, and
+    the instructor's field says where the id came from; with a roster id (student=...) the grade is that id's."""
+    owner, zip_path = owned
+    alone = core.grade(_copied(zip_path, "ben", tmp_path / "a"), credited=False)
+    assert alone.instructor["variant"]["own"] == owner and "no credited id" in alone.instructor["variant"]["own_from"]
+    assert not _lost_only_to_missing_lessons(alone.to_dict())
+    assert not any("names student" in n or "names another student" in n for n in alone.notes)
+    named = core.grade(_copied(zip_path, "Ben Lee", tmp_path / "b"))
+    assert named.instructor["variant"]["own"] == owner and "no student id" in named.instructor["variant"]["own_from"]
+    assert named.score == alone.score
+    roster = core.grade(_copied(zip_path, "upload", tmp_path / "c"), student="ben")  # Gradescope's sid: ben's grade
+    assert roster.student == "ben" and roster.instructor["variant"]["own"] == "ben"
+    _artifact_checks_lost(roster, owner)
+    assert any("the grade is credited to 'ben'" in n for n in roster.notes)
