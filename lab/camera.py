@@ -189,8 +189,8 @@ def dim(frames: np.ndarray, seed: int = 0) -> np.ndarray:
 
 
 def small_distant(frames: np.ndarray, seed: int = 0) -> np.ndarray:
-    """The digit twice as far away: half its size on the sensor, centred."""
-    return _resample(frames, 0.5, 0.0, 0.0)
+    """The digit farther away: 0.7 of its size on the sensor, centred."""
+    return _resample(frames, 0.7, 0.0, 0.0)
 
 
 def off_centre(frames: np.ndarray, seed: int = 0) -> np.ndarray:
@@ -199,9 +199,9 @@ def off_centre(frames: np.ndarray, seed: int = 0) -> np.ndarray:
 
 
 def noisy(frames: np.ndarray, seed: int = 0) -> np.ndarray:
-    """A noisy sensor (high gain): Gaussian noise, sigma 25 sensor values."""
+    """A noisy sensor (high gain): Gaussian noise, sigma 18 sensor values."""
     f = as_frames(frames).astype(np.float32)
-    return _to_uint8(f + np.random.default_rng(seed).normal(0.0, 25.0, f.shape))
+    return _to_uint8(f + np.random.default_rng(seed).normal(0.0, 18.0, f.shape))
 
 
 def flash(frames: np.ndarray, seed: int = 0) -> np.ndarray:

@@ -9,6 +9,7 @@ from sklearn.datasets import load_digits
 
 from fixtures import build, build_cnn
 from lab import camera, data, graph
+from lab.lessons.lesson06_accept_or_reject.acceptance import FLOOR
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +86,8 @@ def test_the_conditions_do_what_they_say(evaluation):
     assert abs(camera.dim(frames).mean() / frames.mean() - 0.5) < 0.01
     assert (camera.flash(frames) == 255).mean() > (frames == 255).mean() + 0.05
     np.testing.assert_allclose(ink_centre(camera.off_centre(frames)) - ink_centre(frames), 4.0, atol=0.6)
-    assert np.median(ink_spread(camera.small_distant(frames)) / ink_spread(frames)) < 0.4
-    assert 20 < (camera.noisy(frames).astype(float) - frames).std() < 26   # sigma 25, a few clipped at 0 or 255
+    assert 0.4 < np.median(ink_spread(camera.small_distant(frames)) / ink_spread(frames)) < 0.6  # 0.7 x 0.7 of it
+    assert 16 < (camera.noisy(frames).astype(float) - frames).std() < 19   # sigma 18, a few clipped at 0 or 255
 
 
 def test_an_unknown_condition_is_named():
@@ -121,6 +122,17 @@ def test_the_cnn_reads_its_evaluation_frames(evaluation):
     assert float((out.argmax(axis=1) == evaluation.labels).mean()) >= 0.95
 
 
+@pytest.mark.parametrize("split", ["evaluation", "heldout"])
+def test_the_cnn_reads_every_condition_at_lesson_06s_floor(split):
+    """Trained on frames from every condition, FP32 reaches the floor under each: lesson 10 judges every scenario."""
+    frames = camera.load_split(split)
+    session = graph.session(camera.model_path())
+    for name in camera.CONDITIONS:
+        x = camera.preprocess(camera.condition(name, frames.frames))
+        accuracy = float((session.run(None, {camera.INPUT_NAME: x})[0].argmax(axis=1) == frames.labels).mean())
+        assert accuracy >= FLOOR, (split, name, accuracy)
+
+
 def test_the_cnn_has_batchnorm_as_exported():
     model = camera.model_path()
     assert graph.op_counts(model) == {"BatchNormalization": 2, "Conv": 2, "Flatten": 1, "Gemm": 1,
@@ -136,8 +148,8 @@ def test_the_cnn_fixture_is_small():
 
 @pytest.mark.slow
 def test_a_rebuild_gives_the_same_frames_and_the_same_accuracy(tmp_path):
-    """``python -m fixtures.build_cnn`` (2-4 minutes): the same frames, labels and rows; the weights may differ in
-    the last bits on another CPU (BLAS), so the accuracy is held to within one image in a hundred."""
+    """``python -m fixtures.build_cnn`` (about 4 minutes): the same frames, labels and rows; the weights may differ
+    in the last bits on another CPU (BLAS), so the accuracy is held to within one image in a hundred."""
     build_cnn.build(tmp_path)
     for name in camera.SPLITS:
         with np.load(tmp_path / f"cnn-{name}.npz") as new, np.load(data.fixture_path(f"cnn-{name}.npz")) as old:
