@@ -41,6 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     rg.add_argument("--never-lower", action="store_true", help="publish the higher of the new score and the grade "
                     "published before (the gradebook's 'published' column, which `grader export` reads)")
     for p in (g, b, rg):
+        p.add_argument("--ids-from-submission-json", action="store_true",
+                       help="credit each hand-in to the student its submission.json names, not its file name: for "
+                            "the instructor's own test hand-ins only (submission.json is the student's to write, so "
+                            "in a class a copy renamed to another id would grade as its owner's)")
         p.add_argument("--unsafe-no-sandbox", action="store_true",
                        help="where bubblewrap does not work, run student code anyway, with rlimits alone: it can "
                             "then read and write whatever you can and reach the network (default: refuse to "
@@ -93,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         sandbox.allow_unsafe(unsafe)
         print(f"sandbox: {sandbox.sandbox_kind()}", file=sys.stderr)
-        result, isolation = grade_one(args.path, limits)
+        result, isolation = grade_one(args.path, limits, credited=not args.ids_from_submission_json)
         if args.json:
             print(json.dumps(dict(result.to_dict(), isolation=isolation), indent=2, allow_nan=False))
         else:
@@ -111,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"batch: {args.folder} is not a folder of submissions", file=sys.stderr)
         return 2
     rows = batch(args.folder, args.out, args.jobs, args.resume, limits, progress=not args.no_progress,
-                 unsafe_no_sandbox=unsafe, dask=args.dask)
+                 unsafe_no_sandbox=unsafe, dask=args.dask, ids_from_submission=args.ids_from_submission_json)
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
@@ -149,7 +153,8 @@ def _regrade(args, limits: Limits, unsafe: bool | None) -> int:
               f"({args.out}); run `python -m grader batch` first", file=sys.stderr)
         return 2
     here, changes = regrade(args.folder, args.out, args.never_lower, jobs=args.jobs, limits=limits,
-                            progress=not args.no_progress, unsafe_no_sandbox=unsafe, dask=args.dask)
+                            progress=not args.no_progress, unsafe_no_sandbox=unsafe, dask=args.dask,
+                            ids_from_submission=args.ids_from_submission_json)
     moved = [c for c in changes if c.moved]
     print(f"{len(changes)} hand-in(s) regraded, {len(moved)} changed"
           + (f", {sum(c.held for c in changes)} published grade(s) kept (never lower)" if args.never_lower else "")

@@ -74,10 +74,11 @@ class BatchOptions:
     unsafe_no_sandbox: bool | None = None  # None: GRADER_UNSAFE_NO_SANDBOX decides
     dask: str | None = None  # a Dask scheduler address or ``local:N`` instead of ``jobs`` processes
     classmates: tuple[str, ...] = ()  # the batch's student ids: whose variant a foreign hand-in was made for
+    ids_from_submission: bool = False  # credit submission.json's student, not the file name (test hand-ins only)
 
 
 def job(path: str, limits: Limits | None = None, unsafe_no_sandbox: bool | None = None,
-        classmates: tuple[str, ...] = ()) -> dict:
+        classmates: tuple[str, ...] = (), ids_from_submission: bool = False) -> dict:
     """The pure per-submission job: path in, result dict out. Never raises. ``classmates``: the batch's student ids
     (``grader.core.grade``'s), so the instructor's field names whose variant a copied hand-in was made for.
 
@@ -86,7 +87,7 @@ def job(path: str, limits: Limits | None = None, unsafe_no_sandbox: bool | None 
     """
     with _ONE_JOB_AT_A_TIME:
         state = grader_state.for_policy(Policy(limits or Limits(), unsafe_no_sandbox))  # this worker's, kept
-        d = package(*grade_one(path, state=state, classmates=classmates))
+        d = package(*grade_one(path, state=state, classmates=classmates, credited=not ids_from_submission))
         if d["checks"]:  # past intake: the class report's answers and code fingerprints (grader.items)
             d["handin"] = handin_record(path)
         return d
@@ -266,12 +267,17 @@ def dask_executor(address: str):
 
 def batch(folder: str | Path, out: str | Path, jobs: int = 2, resume: bool = False,
           limits: Limits | None = None, executor: Executor | None = None, progress: bool = True,
-          unsafe_no_sandbox: bool | None = None, dask: str | None = None) -> list[dict]:
+          unsafe_no_sandbox: bool | None = None, dask: str | None = None,
+          ids_from_submission: bool = False) -> list[dict]:
     """Grade every submission in ``folder`` into ``out``; return the gradebook rows as dicts.
 
     ``unsafe_no_sandbox=True`` runs student code with rlimits alone where bubblewrap does not
     work; ``None`` leaves it to ``GRADER_UNSAFE_NO_SANDBOX``; otherwise such code is refused.
     ``dask`` (a scheduler address or ``local:N``) grades on a Dask cluster instead of ``jobs`` processes.
+    Each hand-in is credited to its file or folder name, whose variant is its own (``grader.variants``);
+    ``ids_from_submission=True`` credits the student its ``submission.json`` names instead, for the instructor's own
+    test hand-ins (copies of one hand-in under many names): never for a class, where it lets a renamed copy grade as
+    its owner's.
     """
     folder, out = Path(folder), Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -281,7 +287,8 @@ def batch(folder: str | Path, out: str | Path, jobs: int = 2, resume: bool = Fal
         dupes = sorted({s for s in students if students.count(s) > 1})
         raise SystemExit(f"two submissions for the same student: {dupes}; keep one of each")
     options = BatchOptions(jobs=jobs, resume=resume, limits=limits, progress=progress,
-                           unsafe_no_sandbox=unsafe_no_sandbox, dask=dask, classmates=class_ids(students))
+                           unsafe_no_sandbox=unsafe_no_sandbox, dask=dask, classmates=class_ids(students),
+                           ids_from_submission=ids_from_submission)
     with contextlib.ExitStack() as stack:
         if options.dask:
             executor = stack.enter_context(dask_executor(options.dask))
@@ -349,8 +356,8 @@ def _grade(out: Path, todo: list[Path], students: list[str], rows: dict[str, dic
         while pending_paths:
             pool = executor or ProcessPoolExecutor(max_workers=options.jobs)
             try:
-                futures = {pool.submit(job, str(p), options.limits, options.unsafe_no_sandbox, options.classmates): p
-                           for p in pending_paths}
+                futures = {pool.submit(job, str(p), options.limits, options.unsafe_no_sandbox, options.classmates,
+                                       options.ids_from_submission): p for p in pending_paths}
                 pending_paths = []
                 not_done = set(futures)
                 while not_done:

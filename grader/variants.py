@@ -136,7 +136,8 @@ def graded_as(sub: Submission, credited: str | None) -> tuple[str, str]:
     manifest's student stands, as before ids were credited) or no student id at all (a file name such as
     ``Ann Lee.zip``: no variant can be drawn for it)."""
     if credited is None:
-        return sub.student, "submission.json's student (no credited id known: Gradescope gave no roster id)"
+        return sub.student, ("submission.json's student (no credited id known: Gradescope gave no roster id, or "
+                             "the grader was told --ids-from-submission-json)")
     try:
         key = variant.key(credited)
     except ValueError:

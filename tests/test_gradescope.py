@@ -122,8 +122,9 @@ def autograder(world, bundle, python_bin):
     """Run ``run_autograder`` on a hand-in (a zip's bytes) in a fresh /autograder-like root; results.json back."""
     roots = []
 
-    def grade(handin, **env) -> tuple[dict, subprocess.CompletedProcess]:
-        """``handin``: a zip's bytes, or a function of the root that returns them (a probe names paths in it)."""
+    def grade(handin, metadata: dict | None = None, **env) -> tuple[dict, subprocess.CompletedProcess]:
+        """``handin``: a zip's bytes, or a function of the root that returns them (a probe names paths in it);
+        ``metadata``: Gradescope's ``submission_metadata.json`` beside ``submission/`` (who handed in)."""
         root = Path(tempfile.mkdtemp(prefix="root-", dir=world))
         roots.append(root)
         if callable(handin):
@@ -136,6 +137,8 @@ def autograder(world, bundle, python_bin):
         shutil.copy2(root / "source" / "run_autograder", root / "run_autograder")
         (root / "submission").mkdir()
         (root / "results").mkdir()
+        if metadata is not None:
+            (root / gradescope.METADATA).write_text(json.dumps(metadata))
         zip_path = world / "handin.zip"
         zip_path.write_bytes(handin)
         with zipfile.ZipFile(zip_path) as zf:
@@ -319,3 +322,66 @@ def test_the_probe_is_live_as_root(autograder, good_zip, world):
     assert probes and all("secret=READ" in p and "heldout=READ" in p for p in probes)
     assert BUNDLE_SECRET in text and RUNTIME_SECRET in text
 
+
+
+# ----- whose grade it is: the roster's sid in submission_metadata.json ------------------------------------------
+
+OWNERS = ("anna", "s001", "s002", "s003", "s004")  # the first whose draw 0 the lessons accept (as in test_variants)
+
+
+@pytest.fixture(scope="module")
+def owned_zip(tmp_path_factory) -> tuple[str, Path]:
+    """A student's own hand-in (the reference build for their variant), and the student's id."""
+    from grader import reference
+    from lab import variant
+    from lab.errors import LabError
+
+    tmp = tmp_path_factory.mktemp("owned")
+    for owner in OWNERS:
+        with variant.using(None):
+            try:
+                work = reference.build(tmp / owner / "workspace", student=owner)
+            except LabError:  # lesson 10's release refuses this id's draw 0: the next id
+                continue
+        return owner, submit(owner, work, tmp / owner / "handed-in")
+    pytest.fail(f"no id of {OWNERS} builds at draw 0")
+
+
+def _metadata(*sids) -> dict:
+    """Gradescope's submission_metadata.json (its documented fields), each user with the roster's sid."""
+    return {"id": 1, "created_at": "2026-12-01T12:00:00.000000-08:00", "assignment": {"id": 2, "title": "Lab"},
+            "submission_method": "upload", "previous_submissions": [],
+            "users": [{"email": f"{s}@example.edu", "id": 100 + i, "name": f"Student {s}", "sid": s}
+                      for i, s in enumerate(sids)]}
+
+
+def test_the_roster_sid_is_whose_grade_it_is(autograder, owned_zip):
+    """The owner's zip handed in by ben (the roster's sid): every artifact check 0, feedback says another student's
+    variant, and run_autograder's stdout (the instructor's only) names the owner. By the owner: full marks; in a group
+    with ben, the member submission.json names is credited."""
+    owner, zip_path = owned_zip
+    theirs, proc = autograder(zip_path.read_bytes(), metadata=_metadata(owner))
+    validate(theirs)
+    assert theirs["extra_data"]["status"] == "graded"
+    assert theirs["score"] == theirs["extra_data"]["max_score"] - not_in_reference(), theirs["output"]
+    assert f"variant: own {owner} (the credited id" in proc.stdout
+    copied, proc = autograder(zip_path.read_bytes(), metadata=_metadata("ben"))
+    validate(copied)
+    assert copied["score"] < theirs["score"] / 4
+    zeroed = [t for t in copied["tests"] if "were made for another student's variant" in t["output"]]
+    assert len(zeroed) > 20 and all(t["score"] == 0 for t in zeroed)
+    assert "STUDENT_ID = 'ben'" in zeroed[0]["output"]
+    assert "variant: own ben (the credited id" in proc.stdout and f"made for {owner} (" in proc.stdout
+    assert f"'{owner}'" not in json.dumps(copied)  # whose: the instructor's only (stdout is hidden from students)
+    group, _ = autograder(zip_path.read_bytes(), metadata=_metadata("ben", owner))
+    assert group["score"] == theirs["score"]
+
+
+def test_without_a_roster_sid_submission_json_s_student_stands(autograder, owned_zip):
+    """No sid (a roster without Student IDs): the grader knows no credited id and says so to the instructor."""
+    owner, zip_path = owned_zip
+    meta = _metadata("x")
+    del meta["users"][0]["sid"]
+    doc, proc = autograder(zip_path.read_bytes(), metadata=meta)
+    assert doc["score"] == doc["extra_data"]["max_score"] - not_in_reference(), doc["output"]
+    assert f"variant: own {owner} (submission.json's student (no credited id known" in proc.stdout
