@@ -77,7 +77,8 @@ def test_same_hand_in_same_result_in_any_batch(tmp_path, monkeypatch, reference_
             out = tmp_path / f"out-{folder.name}-j{jobs}"
             t = time.monotonic()
             proc = subprocess.run([sys.executable, "-m", "grader", "batch", str(folder), "--out", str(out),
-                                   "-j", jobs, "--timeout", TIMEOUT, "--no-progress"], cwd=REPO, env=env,
+                                   "-j", jobs, "--timeout", TIMEOUT, "--no-progress", "--ids-from-submission-json"],
+                                  cwd=REPO, env=env,
                                   capture_output=True, text=True, timeout=900)
             assert proc.returncode == 0, proc.stderr[-3000:]
             return out, time.monotonic() - t
@@ -92,7 +93,8 @@ def test_same_hand_in_same_result_in_any_batch(tmp_path, monkeypatch, reference_
             runs[label] = (out, what, seconds)
 
         def alone(path: Path) -> dict:
-            proc = subprocess.run([sys.executable, "-m", "grader", "grade", str(path), "--json", "--timeout", TIMEOUT],
+            proc = subprocess.run([sys.executable, "-m", "grader", "grade", str(path), "--json", "--timeout", TIMEOUT,
+                                   "--ids-from-submission-json"],
                                   cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
             return json.loads(proc.stdout)
 

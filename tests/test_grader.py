@@ -54,7 +54,8 @@ def corpus_run(good_zip, tmp_path_factory) -> tuple[Path, Path, list[corpus.Case
     (folder / "good.zip").write_bytes(good_zip.read_bytes())
     out = tmp_path_factory.mktemp("graded")
     proc = subprocess.run([sys.executable, "-m", "grader", "batch", str(folder), "--out", str(out), "-j", "2",
-                           "--timeout", TIMEOUT, "--no-progress"], cwd=REPO, capture_output=True, text=True,
+                           "--timeout", TIMEOUT, "--no-progress",
+                           "--ids-from-submission-json"], cwd=REPO, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return folder, out, cases
@@ -267,7 +268,8 @@ def test_batch_killed_midway_resumes_without_regrading(good_zip, tmp_path):
     folder.mkdir()
     for i in range(6):
         (folder / f"s{i}.zip").write_bytes(good_zip.read_bytes())
-    cmd = [sys.executable, "-m", "grader", "batch", str(folder), "--out", str(out), "-j", "1", "--no-progress"]
+    cmd = [sys.executable, "-m", "grader", "batch", str(folder), "--out", str(out), "-j", "1", "--no-progress",
+           "--ids-from-submission-json"]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     deadline = time.monotonic() + 120
@@ -326,7 +328,7 @@ def test_lesson_06s_probability_sums_are_judged_within_the_labs_tolerance(good_z
     rec["min_sum"] -= steps * rec["tolerance"]
     zip_path = tmp_path / "moved.zip"
     zip_path.write_bytes(corpus.pack({**files, "regression.json": json.dumps(doc, indent=2).encode()}))
-    result = core.grade(zip_path)
+    result = core.grade(zip_path, credited=False)  # moved.zip: the reference hand-in, edited, graded as made
     (probabilities,) = [c for c in result.checks if (c.part, c.name) == ("acceptance", "probabilities")]
     assert probabilities.passed is kept, probabilities.message
 

@@ -606,14 +606,14 @@ class Graded:
             base = BASES[name](dict(self.files))
             path = self.folder / f"base-{name}.zip"
             path.write_bytes(corpus.pack(base))
-            self.bases[name] = (base, core.grade(path))
+            self.bases[name] = (base, core.grade(path, credited=False))  # the reference's, under its name
         return self.bases[name]
 
     def result(self, m: Mistake):
         if m.name not in self.results:
             path = self.folder / f"{m.name}.zip"
             path.write_bytes(m.make(dict(self.base(m.base)[0])))
-            self.results[m.name] = core.grade(path)
+            self.results[m.name] = core.grade(path, credited=False)
         return self.results[m.name]
 
 

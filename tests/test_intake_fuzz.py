@@ -505,7 +505,8 @@ def fuzz_batch(reference_files, tmp_path_factory):
     fuzzed += ["name_not_utf8_\\udcff", "name_with_escape_\\x1b[2J"]
     out = tmp_path_factory.mktemp("fuzz-graded")
     proc = subprocess.run([sys.executable, "-m", "grader", "batch", str(folder), "--out", str(out), "-j", "2",
-                           "--timeout", "5", "--no-progress"], cwd=REPO, capture_output=True, timeout=600)
+                           "--timeout", "5", "--no-progress",
+                           "--ids-from-submission-json"], cwd=REPO, capture_output=True, timeout=600)
     return folder, out, proc, list(NAMED) + fuzzed
 
 

@@ -91,7 +91,7 @@ def grader_env(**extra: str) -> dict[str, str]:
 def run_batch(folder: Path, out: Path, *args: str, env: dict | None = None, prefix: list[str] = (),
               jobs: str = "2") -> subprocess.CompletedProcess:
     cmd = [*prefix, sys.executable, "-m", "grader", "batch", str(folder), "--out", str(out), "-j", jobs,
-           "--timeout", TIMEOUT, "--no-progress", *args]
+           "--timeout", TIMEOUT, "--no-progress", "--ids-from-submission-json", *args]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, env=env or grader_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc

@@ -64,7 +64,8 @@ def graded(tmp_path_factory, reference_workspace) -> Path:
     corpus.build(good, folder, [c for c in corpus.CASES if c.name in (*MISTAKES, "onnx_empty")])
     out = tmp_path_factory.mktemp("graded")
     proc = subprocess.run([sys.executable, "-m", "grader", "batch", str(folder), "--out", str(out), "-j", "2",
-                           "--timeout", "5", "--no-progress"], cwd=REPO, capture_output=True, text=True, timeout=900)
+                           "--timeout", "5", "--no-progress",
+                           "--ids-from-submission-json"], cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return out
 

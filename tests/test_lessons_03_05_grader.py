@@ -136,7 +136,7 @@ def test_each_mistake_is_charged_once_where_it_was_made_and_named(graded, name):
     make, lost_expected, words = CASES[name]
     path = folder / f"{name}.zip"
     path.write_bytes(make(dict(files)))
-    result = core.grade(path)
+    result = core.grade(path, credited=False)  # the reference hand-in under the case's name, graded as made
     assert result.status == "graded", result.reason
     before, after = _points(good), _points(result)
     lost = {k: round(before[k] - after.get(k, 0), 4) for k in before if round(before[k] - after.get(k, 0), 4)}

@@ -38,7 +38,7 @@ def graded(good_zip, tmp_path) -> tuple[Path, Path]:
     for s in ("g1", "g2"):
         (folder / f"{s}.zip").write_bytes(good_zip.read_bytes())
     with ThreadPoolExecutor(1) as ex:
-        batch(folder, out, executor=ex, progress=False)
+        batch(folder, out, executor=ex, progress=False, ids_from_submission=True)  # copies of one hand-in
     return folder, out
 
 
@@ -62,7 +62,7 @@ def book(out: Path) -> dict[str, dict]:
 
 def regraded(folder: Path, out: Path, never_lower: bool):
     with ThreadPoolExecutor(1) as ex:
-        return regrade(folder, out, never_lower, executor=ex, progress=False)
+        return regrade(folder, out, never_lower, executor=ex, progress=False, ids_from_submission=True)
 
 
 def test_a_regrade_after_a_rubric_change_writes_the_change_report(graded, changed_rubric):

@@ -315,8 +315,9 @@ def test_forty_random_ids_keep_lesson_07s_decisions_at_draw_0(tmp_path):
 # ----- a class batch: a copy named among the class's ids, the reference data under a student's id ---------------
 
 @pytest.fixture(scope="module")
-def class_batch(tmp_path_factory, reference_workspace):
-    """One batch of four hand-ins: ``anna``'s own; ``ben`` handing in anna's workspace (variant.json deleted, so
+def class_batch(tmp_path_factory, reference_workspace, owned):
+    """One batch of four hand-ins: the owner's own (``anna``, else the first of ``OWNERS`` the lessons accept);
+    ``ben`` handing in the owner's workspace (variant.json deleted, so
     submission.json names no variant); ``cleo`` handing in a workspace made with the reference data (lesson 00's
     STUDENT_ID empty); and that same workspace under the reserved id ``reference``. Returns out folder, results."""
     from grader import sandbox
@@ -326,9 +327,8 @@ def class_batch(tmp_path_factory, reference_workspace):
         pytest.skip("student code runs only under bubblewrap")
     tmp = tmp_path_factory.mktemp("class")
     folder = tmp / "handed-in"
-    with variant.using(None):
-        anna = reference.build(tmp / "anna", student="anna")
-    submit("anna", anna, folder)
+    owner, _, anna = owned
+    submit(owner, anna, folder)
     copy = shutil.copytree(anna, tmp / "ben")
     (copy / workspace.VARIANT_FILE).unlink()
     submit("ben", copy, folder)
@@ -337,7 +337,7 @@ def class_batch(tmp_path_factory, reference_workspace):
     submit(variant.REFERENCE, made_with_reference, folder)
     out = tmp / "graded"
     batch(folder, out, jobs=1, progress=False)
-    return out, {p.stem: json.loads(p.read_text()) for p in (out / "results").glob("*.json")}
+    return out, {p.stem: json.loads(p.read_text()) for p in (out / "results").glob("*.json")}, owner
 
 
 def _lost_only_to_missing_lessons(result: dict) -> list:
@@ -347,19 +347,19 @@ def _lost_only_to_missing_lessons(result: dict) -> list:
 
 
 def test_a_batch_names_the_classmate_whose_workspace_was_handed_in(class_batch):
-    out, results = class_batch
-    assert results["anna"]["instructor"]["variant"]["made_for"] == "anna"
+    out, results, anna = class_batch
+    assert results[anna]["instructor"]["variant"]["made_for"] == anna
     ben = results["ben"]["instructor"]["variant"]
-    assert ben["own"] == "ben" and ben["made_for"] == "anna", ben  # alone, the grader could not say: unknown
+    assert ben["own"] == "ben" and ben["made_for"] == anna, ben  # alone, the grader could not say: unknown
     assert "found among the class's ids" in ben["evidence"]
-    assert "anna" not in (out / "feedback" / "ben.md").read_text()  # whose: the instructor's only
+    assert anna not in (out / "feedback" / "ben.md").read_text()  # whose: the instructor's only
     html = (out / "report.html").read_text()
     section = html[html.index("<h2>Variants</h2>"):]
-    assert "<tr><td>ben</td><td>anna</td>" in section and "<tr><td>cleo</td><td>reference</td>" in section
+    assert f"<tr><td>ben</td><td>{anna}</td>" in section and "<tr><td>cleo</td><td>reference</td>" in section
 
 
 def test_the_reference_data_under_a_student_id_loses_every_artifact_check(class_batch):
-    out, results = class_batch
+    out, results, _ = class_batch
     cleo = results["cleo"]
     assert cleo["status"] == "graded"
     assert cleo["instructor"]["variant"] == {**cleo["instructor"]["variant"], "own": "cleo", "made_for": "reference"}
@@ -385,10 +385,10 @@ OWNERS = ("anna", "s001", "s002", "s003", "s004")  # the first whose draw 0 the 
 
 
 @pytest.fixture(scope="module")
-def owned(tmp_path_factory) -> tuple[str, Path]:
-    """A student's own hand-in (the reference build for their variant: lessons 00-07 and 10), as lab submit packs it,
-    and the student's id: the first of ``OWNERS`` whose draw 0 lesson 10's release accepts (an id whose draw 0 a
-    lesson refuses gets another draw from the instructor's table: ``grader.variant_draws``)."""
+def owned(tmp_path_factory) -> tuple[str, Path, Path]:
+    """The student's id, their own hand-in (the reference build for their variant: lessons 00-07 and 10) as lab
+    submit packs it, and its workspace: the first of ``OWNERS`` whose draw 0 lesson 10's release accepts (an id whose
+    draw 0 a lesson refuses gets another draw from the instructor's table: ``grader.variant_draws``)."""
     tmp = tmp_path_factory.mktemp("owner")
     refused = []
     for owner in OWNERS:
@@ -398,7 +398,7 @@ def owned(tmp_path_factory) -> tuple[str, Path]:
             except LabError as e:
                 refused.append(f"{owner}: {str(e)[:120]}")
                 continue
-        return owner, submit(owner, work, tmp / owner / "handed-in")
+        return owner, submit(owner, work, tmp / owner / "handed-in"), work
     pytest.fail(f"no id of {OWNERS} builds at draw 0: {refused}")
 
 
@@ -428,11 +428,11 @@ def _artifact_checks_lost(result, owner: str) -> None:
     zeroed = [c for c in result.checks if "were made for another student's variant" in c.message]
     assert len(zeroed) > 20 and all(c.points == 0 for c in zeroed)
     assert any("made for another student's variant" in n for n in result.notes)
-    assert f"'{owner}'" not in result.to_markdown()  # whose: the instructor's only
+    assert owner not in result.to_markdown()  # whose: the instructor's only
 
 
 def test_the_honest_hand_in_keeps_its_marks(owned):
-    owner, zip_path = owned
+    owner, zip_path, _ = owned
     result = core.grade(zip_path)
     assert result.student == owner and not _lost_only_to_missing_lessons(result.to_dict())
     v = result.instructor["variant"]
@@ -442,7 +442,7 @@ def test_the_honest_hand_in_keeps_its_marks(owned):
 def test_a_classmates_zip_under_another_name_loses_every_artifact_check(owned, tmp_path):
     """The owner's zip, byte for byte, handed in as ben.zip: submission.json still names the owner, but the grade
     is ben's, so the files are another student's."""
-    owner, zip_path = owned
+    owner, zip_path, _ = owned
     result = core.grade(_copied(zip_path, "ben", tmp_path))
     assert result.student == "ben"
     _artifact_checks_lost(result, owner)
@@ -454,7 +454,7 @@ def test_a_classmates_zip_under_another_name_loses_every_artifact_check(owned, t
 @pytest.mark.parametrize("claim", ["student", "student and variant"])
 def test_an_edited_submission_json_is_only_a_claim(owned, tmp_path, claim):
     """submission.json's student (and variant) edited to ben's, the zip named ben.zip: still the owner's files."""
-    owner, zip_path = owned
+    owner, zip_path, _ = owned
     fields = {"student": "ben"} if claim == "student" else {"student": "ben", "variant": "ben", "variant_draw": 0}
     edited = _edited(zip_path, tmp_path, **fields)
     result = core.grade(edited)
@@ -468,7 +468,7 @@ def test_an_edited_submission_json_is_only_a_claim(owned, tmp_path, claim):
 
 def test_a_reserved_name_is_the_instructors_own_file_graded_as_made(owned, tmp_path):
     """The owner's zip named reference.zip (the instructor's own run, credited to no student): graded as made."""
-    owner, zip_path = owned
+    owner, zip_path, _ = owned
     result = core.grade(_copied(zip_path, variant.REFERENCE, tmp_path))
     assert not _lost_only_to_missing_lessons(result.to_dict())
     v = result.instructor["variant"]
@@ -478,7 +478,7 @@ def test_a_reserved_name_is_the_instructors_own_file_graded_as_made(owned, tmp_p
 def test_no_credited_id_leaves_submission_json_s_student(owned, tmp_path):
     """Gradescope without a roster id (credited=False), or a file name that is no student id: the claim stands, and
     the instructor's field says where the id came from; with a roster id (student=...) the grade is that id's."""
-    owner, zip_path = owned
+    owner, zip_path, _ = owned
     alone = core.grade(_copied(zip_path, "ben", tmp_path / "a"), credited=False)
     assert alone.instructor["variant"]["own"] == owner and "no credited id" in alone.instructor["variant"]["own_from"]
     assert not _lost_only_to_missing_lessons(alone.to_dict())
