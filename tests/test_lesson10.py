@@ -109,21 +109,40 @@ def test_the_prediction_is_judged_on_the_lessons_two_sets():
 
 def test_the_release_grades_full_and_a_tampered_record_is_named(released, tmp_path):
     work, doc = released
-    assert doc["not_judged"] == ["dim", "small_distant", "off_centre", "noisy", "flash"]  # FP32 below the floor
-    assert all(r["verdict"] == "pass" for f in doc["scenarios"].values() for r in f if r["name"] == "daylight")
+    assert doc["not_judged"] == []   # trained on every condition: FP32 reaches the floor under each
+    assert all(r["verdict"] == "pass" for f in doc["scenarios"].values() for r in f)
+    assert [r["name"] for r in doc["scenarios"]["exact"]] == list(camera.CONDITIONS)
     ctx = Context(open_submission(submit("s", work, tmp_path / "a"), tmp_path / "opened"))
     got = {c.name: (c.points, c.max_points, c.message) for c in graded.run(ctx)}
     assert all(p == m for p, m, _ in got.values()), got
-    # a record that claims the model passes 'dim' (FP32 cannot read it): the recomputed verdict names the field
+    # a record that hides 'flash' (the closest call) as not judged: the recomputed verdicts name the field
     tampered = shutil.copytree(work, tmp_path / "tampered")
     d = json.loads((tampered / release.FILE).read_text())
     for rows in d["scenarios"].values():
-        next(r for r in rows if r["name"] == "dim")["verdict"] = "pass"
+        next(r for r in rows if r["name"] == "flash")["verdict"] = "not judged"
+    d["not_judged"] = ["flash"]
     (tampered / release.FILE).write_text(json.dumps(d))
     ctx = Context(open_submission(submit("t", tampered, tmp_path / "b"), tmp_path / "opened-t"))
     got = {c.name: (c.points, c.message) for c in graded.run(ctx)}
     assert "scenarios (verdicts and accuracies, both families)" in got["camera_reported"][1]
     assert "metadata names camera-release.json" in got["camera_release"][1], "the model no longer names the record"
+
+
+def test_section_8s_forms_judged_per_scenario_fail_where_the_lesson_says(tmp_path, reader_module):
+    """Section 8's table: per-channel QDQ without reduce_range needs work on the saturating family only, the
+    attractive set on both; the release's recipe passes every scenario on both families."""
+    source = release.workspace_source(tmp_path)
+    ev = camera.load_split("evaluation")
+    recipes = {"per-channel QDQ": {**GOOD, "reduce_range": False}, "solution": GOOD,
+               "attractive": {**release.PER_TENSOR, "calibration": "attractive"}}
+    models = {k: release.build(source, tmp_path / "camera", r, reader_module.FrameReader)[0]
+              for k, r in recipes.items()}
+    rows = {(r["name"], r["family"]): r for r in release.form_scenarios(source, models, ev.frames, ev.labels)}
+    work = {key: [c for c in camera.CONDITIONS if r[c].endswith("WORK")] for key, r in rows.items()}
+    assert work[("per-channel QDQ", "exact")] == [] and work[("per-channel QDQ", "saturating")], work
+    assert work[("attractive", "exact")] and work[("attractive", "saturating")], work
+    assert work[("solution", "exact")] == work[("solution", "saturating")] == [], work
+    assert all(float(rows[("FP32", "-")][c]) >= release.FLOOR for c in camera.CONDITIONS)   # every one judged
 
 
 def test_reader_findings_name_each_broken_rule():
