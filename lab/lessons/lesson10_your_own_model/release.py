@@ -136,7 +136,7 @@ def form_scenarios(source, models: Mapping[str, Path], frames: np.ndarray, label
                    seed: int = 0) -> list[dict]:
     """Every model judged under every condition on both families (``scenarios``): one row per (model, family),
     each condition's INT8 accuracy and verdict as ``"0.973 pass"``; FP32's accuracy per condition first."""
-    rows = []
+    rows: list[dict] = []
     for name, model in models.items():
         for family, results in scenarios(source, model, frames, labels, seed).items():
             if not rows:
