@@ -143,7 +143,9 @@ def test_regression_accepts_the_candidate_and_rejects_the_bad_model(three_models
     entries, sha = _entries(models)
     doc = acceptance.regression(entries, sha)
     assert doc["accept_candidate"] and doc["reject_bad"]
-    assert doc["loss"] <= acceptance.LIMIT and doc["bad_loss"] > 0.3
+    # at the limit is accepted (decide's rule): on the saturating family the candidate loses exactly 4 of 400 images,
+    # 0.010000000000000009 in floats
+    assert doc["loss"] <= acceptance.LIMIT + acceptance.EPSILON and doc["bad_loss"] > 0.3
     bad, cand = doc["models"]["bad"]["evidence"], doc["models"]["candidate"]["evidence"]
     assert abs(bad["size_bytes"] - cand["size_bytes"]) < 0.05 * cand["size_bytes"]  # size cannot tell them apart
     assert bad["weight_dtypes"] == cand["weight_dtypes"] and bad["kernels"] == cand["kernels"]
