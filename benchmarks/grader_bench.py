@@ -40,8 +40,7 @@ import numpy as np
 from benchmarks import alternating_pairs, median_pair
 from grader import reference, sandbox
 from grader.batch import write_gradebook
-from lab import data, variant
-from lab.errors import LabError
+from lab import data
 from lab.tools.submit import submit
 
 REPO = Path(__file__).resolve().parent.parent
@@ -116,15 +115,9 @@ def make_class(folder: Path, n: int = N_STUDENTS, broken: float = BROKEN_FRACTIO
             kinds[student] = case.name
             continue
         if len(honest) < variants:
-            try:
-                work = with_lesson_08(reference.build(made / student, student=student))
-            except LabError:  # an id whose draw 0 lesson 10 refuses (grader.variant_draws gives it another)
-                work = with_lesson_08(reference.build(made / f"{student}-ref"))
-                honest.append(submit(variant.REFERENCE, work, made).read_bytes())
-                kinds[student] = "copy"
-            else:
-                honest.append(submit(student, work, made).read_bytes())
-                kinds[student] = "good"
+            work = with_lesson_08(reference.build(made / student, student=student))  # every id's lessons hold
+            honest.append(submit(student, work, made).read_bytes())
+            kinds[student] = "good"
         else:  # a copy of an earlier student's hand-in: graded in full, its artifacts refused as another's
             honest.append(honest[len(honest) % variants])
             kinds[student] = "copy"

@@ -237,7 +237,7 @@ def _release(work: Path, reader, evaluation: data.Split) -> None:
                                                  kernels.FAMILIES, seed=SEED)
     here = by_family[kernels.target_family()]
     doc = recipe.recipe(recipe.RELEASE_ID, source, selection, record.settings, data.BATCH_SIZE, evaluation, here,
-                        draft, recipe.NOT_COVERED, by_family=by_family)
+                        draft, recipe.NOT_COVERED, by_family=by_family, seed=SEED)
     recipe.write_release(work / "release", draft, doc, evaluation, here)
 
 
@@ -248,7 +248,7 @@ def _camera(work: Path) -> None:
     (work / "camera_reader.py").write_text(sys.modules[__name__].CAMERA_READER_SOURCE)
     reader = workspace.load_module(work, "camera_reader")
     source, ev = lesson10.workspace_source(work), camera.load_split("evaluation")
-    sets = lesson10.sets_measured(source, work / "camera", reader.FrameReader, ev.image, ev.labels)
+    sets = lesson10.sets_measured(source, work / "camera", reader.FrameReader, ev.image, ev.labels, ev.frames, SEED)
     forms = {n: lesson10.build(source, work / "camera", {"calibration": "camera", "pre_process": True,
                                                           **lesson10.FORMS[n]}, reader.FrameReader)[0]
              for n in ("per-channel QDQ", "per-channel QDQ + reduce_range")}

@@ -23,7 +23,7 @@ wrong model is charged once, in its own lesson).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -157,11 +157,16 @@ def record(work: str | Path, question: Question, answer) -> str:
 
 # ----- judging: the answer against a measurement (each lesson's judge_<question> calls this) -------------
 
-def verdict(question: str, parts: list[tuple[bool, str]], why: str) -> Verdict:
-    """The share of ``parts`` (right?, what was said against what was measured) that was right; ``why`` is told
-    only when a part was wrong."""
-    score = sum(ok for ok, _ in parts) / len(parts)
-    lines = "; ".join(text for _, text in parts)
+NOT_JUDGED = "within noise, not judged"
+
+
+def verdict(question: str, parts: Sequence[tuple[bool | None, str]], why: str) -> Verdict:
+    """The share of ``parts`` (right?, what was said against what was measured) that was not wrong; ``why`` is told
+    only when a part was wrong. A part whose truth the run cannot tell from noise (``None``) is shown with its
+    evidence and never counted wrong."""
+    score = sum(ok is not False for ok, _ in parts) / len(parts)
+    lines = "; ".join(text + (f" ({NOT_JUDGED})" if ok is None else "") for ok, text in parts)
     if score >= 1:
-        return Verdict(question, 1.0, f"prediction right: {lines}")
+        word = "right" if all(ok for ok, _ in parts) else "not wrong"
+        return Verdict(question, 1.0, f"prediction {word}: {lines}")
     return Verdict(question, score, f"prediction wrong: {lines}. Why: {why}")

@@ -5,9 +5,8 @@ teaches the same thing: the counts (360 calibration images in batches of 36, 400
 held-out splits, the FP32 model and the three sets' recipes (narrow, right, wide) are the same for everyone. Only
 WHICH training images make up the calibration split changes: a variant draws its 360 from the pool of the FP32
 model's training images (``fixtures/calibration-pool.npz``, never one of lesson 07's 400 tuning images,
-``tuning_positions``), seeded by the id and a draw number. A variant is the pair (id, draw): draw 0 unless the
-instructor's table (``draws``) says otherwise, recorded once in the workspace by lesson 00. Every draw measured keeps
-every lesson's decisions (40 random ids, draw 0, both kernel families), so the table is optional.
+``tuning_positions``), seeded by the id (and a draw number, 0 for every student; recorded for older workspaces).
+Every lesson holds for every id, so no id needs another draw.
 
 The variant is found the way ``lab.kernels.computing_as`` finds the kernel family: the lab's data functions ask
 ``current()`` themselves. Inside ``using(student)``: that student's (the grader, for each hand-in). Otherwise the
@@ -22,7 +21,6 @@ import contextlib
 import contextvars
 import functools
 import hashlib
-import json
 import re
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -38,7 +36,6 @@ STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # what lab submit
 SALT = "calibration-lab variant/1"  # changing it gives every student another variant: never, once a course runs
 TUNING_COUNT = 400  # the tuning images: as many as the acceptance set, so a verdict forgives 4 images as it does
 TUNING_SALT = "calibration-lab tuning/1"  # which of the pool's images are the tuning images: the same for everyone
-DRAWS_FILE = "variants.json"  # in the fixtures: student id -> draw, written by the instructor (grader.variant_draws)
 
 Variant = tuple[str, int]  # (student id, draw): the draw'th seeded choice of images for that id
 T = TypeVar("T")
@@ -46,33 +43,16 @@ _UNSET = object()
 _CURRENT: contextvars.ContextVar[object] = contextvars.ContextVar("lab_variant", default=_UNSET)
 
 
-def draws() -> dict[str, int]:
-    """The instructor's table of draws (``fixtures/variants.json``: ``{"draws": {id: n}}``), empty when absent.
-
-    A draw is one seeded choice of 360 images for an id. Lesson 07 decides on tuning images the draws never use and
-    lesson 08's limit leaves room for the variants' spread, so draw 0 keeps every lesson's decisions for the ids
-    measured; ``python -m grader.variant_draws`` checks a roster before a course (it should give draw 0 for
-    everyone) and writes the table, which only an id whose draw 0 failed would need. An id not in it: draw 0.
-    """
-    path = fixtures_dir() / DRAWS_FILE
-    if not path.exists():
-        return {}
-    table = json.loads(path.read_text(encoding="utf-8")).get("draws", {})
-    if not isinstance(table, dict) or not all(isinstance(v, int) and v >= 0 for v in table.values()):
-        raise ValueError(f"{path}: field 'draws' should map each student id to a draw number >= 0")
-    return table
-
-
 def key(student: str | None, draw: int | None = None) -> Variant | None:
     """The variant an id selects: None for the reference variant (no id, ``""`` or a reserved id), else the id and
-    its draw (``draw``, else the instructor's table's, else 0)."""
+    its draw (``draw``, else 0)."""
     if student is None or student == "" or student in RESERVED:
         return None
     if not isinstance(student, str) or not STUDENT_ID.fullmatch(student):
         raise ValueError(f"student id {student!r}: use letters, digits, '_', '.' or '-' (at most 64), starting "
                          "with a letter or digit")
     if draw is None:
-        draw = draws().get(student, 0)
+        draw = 0
     if not isinstance(draw, int) or isinstance(draw, bool) or draw < 0:
         raise ValueError(f"draw {draw!r} of student {student!r}: expected an integer >= 0")
     return (student, draw)

@@ -12,7 +12,7 @@ from grader import own_code, reference
 from grader.context import Context
 from grader.lessons import lesson10_your_own_model as graded
 from grader.submission import open_submission
-from lab import camera, workspace
+from lab import camera, evidence, workspace
 from lab.lessons.lesson10_your_own_model import camera_path, release
 from lab.tools.submit import submit
 
@@ -98,13 +98,30 @@ def test_the_release_check_refuses_the_attractive_set_and_the_saturating_overflo
 
 
 def test_the_prediction_is_judged_on_the_lessons_two_sets():
-    measured = graded.lesson_sets("exact")
-    assert measured["attractive"]["max_abs_error"] > measured["camera"]["max_abs_error"]
-    right = camera_path.judge_attractive_photographs({"larger_error": "attractive", "wider_ruler": "camera"}, measured)
-    wrong = camera_path.judge_attractive_photographs({"larger_error": "camera", "wider_ruler": "camera"}, measured)
+    measured, labels = graded.lesson_sets("exact")
+    ev = evidence.paired(labels, measured["camera"]["under_conditions"], measured["attractive"]["under_conditions"])
+    assert ev.beyond_noise and ev.difference < 0 and ev.broken > 4 * ev.fixed  # the attractive set misreads more
+    right = camera_path.judge_attractive_photographs({"larger_error": "attractive", "wider_ruler": "camera"}, measured,
+                                                     labels)
+    wrong = camera_path.judge_attractive_photographs({"larger_error": "camera", "wider_ruler": "camera"}, measured,
+                                                     labels)
     assert right.ok and wrong.score == 0.5 and "you said camera, measured attractive" in wrong.message
     with pytest.raises(Exception, match="expected one of 'camera', 'attractive'"):
         camera_path.PREDICTION.normalise({"larger_error": "photos", "wider_ruler": "camera"})
+
+
+def test_a_larger_error_within_noise_is_shown_and_never_judged_wrong():
+    """Two sets that differ by one frame each way: neither misreads more beyond the noise, so either answer keeps
+    its point, and the message says so with the evidence."""
+    labels = np.zeros(400, np.int64)
+    camera_answers, attractive_answers = labels.copy(), labels.copy()
+    camera_answers[0], attractive_answers[1] = 1, 1
+    measured = {"camera": {"input_range": [-1.0, 4.0], "under_conditions": camera_answers},
+                "attractive": {"input_range": [-0.5, 3.0], "under_conditions": attractive_answers}}
+    for said in ("camera", "attractive"):
+        v = camera_path.judge_attractive_photographs({"larger_error": said, "wider_ruler": "camera"}, measured, labels)
+        assert v.score == 1.0 and "1 fixed, 1 broken: within noise" in v.message, v.message
+        assert "within noise, not judged" in v.message
 
 
 def test_the_release_grades_full_and_a_tampered_record_is_named(released, tmp_path):

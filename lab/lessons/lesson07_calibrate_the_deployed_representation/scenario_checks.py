@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from lab import kernels, predictions, tables
+from lab import evidence, kernels, predictions, tables
 from lab.compare import predict
 from lab.data import EPSILON
 from lab.errors import LabError
@@ -58,6 +58,14 @@ class ScenarioResult:
     verdict: str
     note: str
     margin: float
+    fixed: int = 0
+    """Images FP32 misread that INT8 reads right."""
+    broken: int = 0
+    """Images FP32 read right that INT8 misreads."""
+    p_value: float = 1.0
+    """Exact McNemar test of ``fixed`` against ``broken`` (``lab.evidence.paired``)."""
+    evidence: str = ""
+    """``fixed``, ``broken`` and whether the accuracy difference is beyond noise, in words."""
 
     @property
     def passed(self) -> bool:
@@ -114,10 +122,11 @@ def judge(name: str, fp32: np.ndarray, int8: np.ndarray, labels: np.ndarray, mar
     if fa + EPSILON < FLOOR:
         verdict, problems = NOT_JUDGED, [f"FP32 itself reads only {fa:.0%} here (floor {FLOOR:.0%}): a model limit, "
                                          "not judged"]
+    pairs = evidence.paired(labels, f, q)
     return ScenarioResult(name, description, int(len(labels)), fa, qa, loss, int(changed.sum()),
                           int(changed.sum()) - defects, defects,
                           float(np.max(np.abs(fp32.astype(np.float64) - int8))), verdict, "; ".join(problems),
-                          float(margin))
+                          float(margin), pairs.fixed, pairs.broken, pairs.p_value, pairs.words())
 
 
 def compare_scenarios(float_model, int8_model, x: np.ndarray, labels: np.ndarray,
@@ -247,6 +256,8 @@ def format_scenarios(results: Sequence[ScenarioResult]) -> str:
         lines.append(f"{r.name:<13}{_fp32(r):>8}{r.int8_accuracy:>6.3f}{r.loss:>+9.4f}{r.changed:>9d}"
                      f"{r.accepted_differences:>9d}{r.defects:>8d}{r.max_abs_error:>8.3f}  {r.verdict}"
                      + (f": {problems}" if problems else ""))
+    lines += ["", "INT8 against FP32, image by image (fixed: FP32 wrong, INT8 right; broken: the reverse):"]
+    lines += [f"  {r.name:<15}{r.evidence}" for r in results]
     return "\n".join(lines + _footnote(results))
 
 

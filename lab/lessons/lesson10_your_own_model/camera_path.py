@@ -18,7 +18,7 @@ from onnx import numpy_helper
 from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 from onnxruntime.quantization.operators import conv
 
-from lab import camera, data, graph, predictions
+from lab import camera, data, evidence, graph, predictions
 from lab.data import data_sha256, file_sha256
 from lab.errors import LabError
 from lab.readers import RecordingReader
@@ -195,20 +195,23 @@ def _form(q: predictions.Question, answer) -> dict:
 
 PREDICTION = predictions.Question(
     "attractive_photographs", "10", "which calibration set, the camera's frames or the attractive photographs, gives "
-    "the larger max abs error on the camera's evaluation frames, and whose input ruler is wider",
-    '{"larger_error": "attractive", "wider_ruler": "camera"}', _form)
+    "the larger error (more digits misread) on the camera's evaluation frames under its operating conditions, and "
+    "whose input ruler is wider", '{"larger_error": "attractive", "wider_ruler": "camera"}', _form)
 
 
-def judge_attractive_photographs(answer, measured: dict) -> predictions.Verdict:
-    """The prediction against ``compare_sets``' rows (``measured``: set -> row), on this machine's family."""
+def judge_attractive_photographs(answer, measured: dict, labels: np.ndarray) -> predictions.Verdict:
+    """The prediction against ``release.sets_measured``' rows for one family (``measured``: set -> its input ruler
+    and its answers ``under_conditions``, whose true digits are ``labels``). The larger error is the set that misreads
+    more frames, decided pair by pair (``lab.evidence.paired``); within noise it is shown and not judged."""
     said = PREDICTION.normalise(answer)
-    err = max(SETS, key=lambda k: measured[k]["max_abs_error"])
+    ev = evidence.paired(labels, measured["camera"]["under_conditions"], measured["attractive"]["under_conditions"])
+    err = None if not ev.beyond_noise else ("attractive" if ev.difference < 0 else "camera")
     width = max(SETS, key=lambda k: measured[k]["input_range"][1] - measured[k]["input_range"][0])
-    errors = ", ".join(f"{k} {measured[k]['max_abs_error']:.3f}" for k in SETS)
     rulers = ", ".join(f"{k} {measured[k]['input_range']}" for k in SETS)
     return predictions.verdict("attractive_photographs", [
-        (said["larger_error"] == err, f"larger max abs error: you said {said['larger_error']}, measured {err} "
-         f"({errors})"),
+        (None if err is None else said["larger_error"] == err,
+         f"larger error: you said {said['larger_error']}, measured "
+         f"{err or 'neither beyond noise'} (attractive against camera: {ev.words()})"),
         (said["wider_ruler"] == width, f"wider input ruler: you said {said['wider_ruler']}, measured {width} "
          f"({rulers})")],
         "clean photographs never show the camera's dark paper, bright strokes or noise: their ruler is narrower, "

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lab import camera, compare, graph, kernels, schemas, tables
+from lab import camera, compare, evidence, graph, kernels, schemas, tables
 from lab.convert import versions
 from lab.data import EPSILON, data_sha256, file_sha256
 from lab.errors import LabError
@@ -265,14 +265,52 @@ def workspace_source(work: str | Path) -> Path:
     return source
 
 
-def sets_measured(source, out_dir, reader_cls, x: np.ndarray, labels: np.ndarray) -> dict:
-    """Section 2's two per-tensor conversions: set -> model, input ruler and each family's numbers on ``x``."""
+def pooled(frames: np.ndarray, labels: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The frames under every operating condition, through the deployed path, stacked: (images, labels)."""
+    xs = [fn(frames, seed) for fn in conditions().values()]
+    return np.concatenate(xs), np.tile(np.asarray(labels), len(xs))
+
+
+def sets_measured(source, out_dir, reader_cls, x: np.ndarray, labels: np.ndarray,
+                  frames: np.ndarray | None = None, seed: int = 0) -> dict:
+    """Section 2's two per-tensor conversions: set -> model, input ruler and each family's numbers on ``x``; with
+    the evaluation ``frames``, each family's answers under every condition too (``under_conditions``)."""
     out = {}
+    every = pooled(frames, labels, seed) if frames is not None else None
     for kind in camera_path.SETS:
         model, _ = build(source, out_dir, {"calibration": kind, **PER_TENSOR}, reader_cls)
         out[kind] = {"model": model, "input_range": camera_path.input_range(model),
                      **measured(source, model, x, labels)}
+        if every is not None:
+            for family in kernels.FAMILIES:
+                answers = predict(model, every[0], family).argmax(1)
+                out[kind][family]["under_conditions"] = answers
+                out[kind][family]["conditions_accuracy"] = round(float(np.mean(answers == every[1])), 4)
     return out
+
+
+def set_rows(sets: Mapping[str, dict]) -> list[dict]:
+    """``sets_measured`` as table rows: one per (set, family)."""
+    return [{"set": k, "input_range": v["input_range"], "family": f, **v[f]} for k, v in sets.items()
+            for f in kernels.FAMILIES]
+
+
+SET_COLUMNS = [("set", "calibration set", ""), ("input_range", "input ruler", ""), ("family", "family", ""),
+               ("computed_on", "computed on", ""), ("accuracy", "daylight acc", ".4f"),
+               ("max_abs_error", "daylight max err", ".3f"), ("conditions_accuracy", "every condition acc", ".4f")]
+
+
+def sets_evidence(sets: Mapping[str, dict], labels: np.ndarray) -> dict[str, evidence.Paired]:
+    """Per family: the attractive set's answers against the camera set's on the same frames under every condition
+    (``labels``: ``pooled``'s), pair by pair: frames the attractive set fixed, and broke."""
+    return {f: evidence.paired(labels, sets["camera"][f]["under_conditions"], sets["attractive"][f]["under_conditions"])
+            for f in kernels.FAMILIES}
+
+
+def sets_evidence_lines(sets: Mapping[str, dict], labels: np.ndarray) -> str:
+    """One line per family: how many frames the attractive set misread that the camera set read, and back."""
+    return "\n".join(f"{f:<10}: attractive against camera on the {len(labels):,} frames of every condition: "
+                     f"{ev.words()}" for f, ev in sets_evidence(sets, labels).items())
 
 
 PER_TENSOR = {"pre_process": True, "quant_format": "QDQ", "per_channel": False, "reduce_range": False}
@@ -291,3 +329,58 @@ def release_workspace(work: str | Path, reader_cls, recipe: Mapping, justificati
                    justification=justification, frames=ev.frames, seed=seed)
     release(work, draft, doc)
     return doc
+
+
+# --- the prose each section prints from the run (lab.prose.say shows it) --------------------------------------------
+
+def sets_sentence(sets: Mapping[str, dict], labels: np.ndarray) -> str:
+    """Section 2 from the run: each family's accuracy under every condition per set, and whether the difference is
+    beyond noise."""
+    parts = []
+    for f, ev in sets_evidence(sets, labels).items():
+        c, a = sets["camera"][f]["conditions_accuracy"], sets["attractive"][f]["conditions_accuracy"]
+        verdict = ("the attractive set misreads more" if ev.beyond_noise and ev.difference < 0 else
+                   "the camera set misreads more" if ev.beyond_noise else "no set misreads more beyond the noise")
+        parts.append(f"{f} family: under every condition the camera set reads {c:.4f} of the frames and the "
+                     f"attractive set {a:.4f}: {verdict} ({ev.words()})")
+    return "**Your run.** " + "; ".join(parts) + "."
+
+
+def forms_sentence(rows: Sequence[Mapping]) -> str:
+    """Section 6 from the run: the per-channel forms' max abs error per family against per-tensor QDQ's."""
+    err = {(r["name"], r["family"]): r["max_abs_error"] for r in rows}
+    pcs = [n for n in FORMS if n.startswith("per-channel")]
+    lo, hi = (min(err[n, kernels.EXACT] for n in pcs), max(err[n, kernels.EXACT] for n in pcs))
+    pt = err["per-tensor QDQ", kernels.EXACT]
+    sat, rr = err["per-channel QDQ", kernels.SATURATING], err["per-channel QDQ + reduce_range", kernels.SATURATING]
+    return (f"**Your run.** On the exact family the per-channel forms' max abs errors span {lo:.3f} to {hi:.3f} "
+            f"and per-tensor QDQ's is {pt:.3f} ({pt / hi:.1f} x the largest of them). On the saturating family "
+            f"per-channel QDQ's grows from {err['per-channel QDQ', kernels.EXACT]:.3f} to {sat:.3f}; with "
+            f"`reduce_range` it is {rr:.3f}.")
+
+
+def judged_sentence(rows: Sequence[Mapping]) -> str:
+    """Section 8 from the run (``form_scenarios``' rows): FP32's range over the conditions, and every (form,
+    family, condition) that needs work, with its INT8 accuracy."""
+    fp32 = next(r for r in rows if r["name"] == "FP32")
+    accs = [float(fp32[c]) for c in camera.CONDITIONS]
+    work: dict[tuple[str, str], list[str]] = {}
+    for r in rows[1:]:
+        for c in camera.CONDITIONS:
+            acc, word = str(r[c]).split(" ", 1)
+            if word == VERDICT_WORDS["needs work"]:
+                work.setdefault((r["name"], c), []).append(f"{r['family']} {acc}")
+    found = [f"{name} under {c} ({', '.join(fams)})" for (name, c), fams in work.items()]
+    return (f"**Your run.** FP32 reads {min(accs):.3f} to {max(accs):.3f} of each condition's frames. Needs work: "
+            + ("; ".join(found) if found else "nothing") + ".")
+
+
+def closest_call(by_family: Mapping[str, Sequence]) -> str:
+    """The release's closest judged call, from the run: the scenario with the largest loss on either family, its
+    confident changes against the tolerated count, and its paired evidence."""
+    family, r = max(((f, r) for f, rows in by_family.items() for r in rows if r.judged),
+                    key=lambda fr: (fr[1].loss, fr[1].defects))
+    tolerated = scenario_checks.tolerated_defects(r.count)
+    return (f"**Your run.** The closest call is {r.name} on the {family} family: INT8 loses {r.loss:.4f} there "
+            f"against the limit of {LIMIT}, with {r.defects} confident answer(s) changed of the {tolerated} "
+            f"tolerated ({r.evidence}).")
