@@ -1,7 +1,8 @@
 """Every measured number a lesson's prose states must come from that lesson's own run, on both kernel families.
 
-A number in a markdown cell is *measured* when it has a decimal point (``0.975``), is a percentage (``9 %``) or is
-an integer of 100 or more (``2,554``); it must then appear among the numbers the executed lesson printed (stream
+A number in a markdown cell is *measured* when it has a decimal point (``0.975``), is a percentage (``9 %``), is
+an integer of 100 or more (``2,554``), or is a count of what a run measures, in digits or words (``15 times``,
+``two frames``, ``3 confident answers``); it must then appear among the numbers the executed lesson printed (stream
 output, ``text/plain`` and ``text/markdown`` results) in every run given, one per kernel family. A decimal matches an
 output that rounds to it at the prose's precision; a percentage also matches an output fraction (``0.092`` for
 ``9 %``); a big integer matches exactly.
@@ -35,7 +36,13 @@ STRUCTURAL = {127, 128, 255, 256, 254, 512, 1024, 32767, 32768, 65536, 360, 400,
 # Keep this short: a number a run can print belongs in the run.
 NOT_MEASURED = {
     "01": {"127.5": "0.5 x 255, the grid arithmetic of the example"},
-    "03": {"4080": "16 x 255, the grid arithmetic of the wide ruler"},
+    "03": {"4080": "16 x 255, the grid arithmetic of the wide ruler", "three times": "the lesson's three conversions",
+           "16 times": "raw 0..16 pixels against the deployed 0..1: the wide set's recipe"},
+    "04": {"16 images": "two batches of 8, the lesson's setting", "Eight images": "one batch of 8"},
+    "05": {"two digits": "an FP32 output unsure between its top two"},
+    "06": {"five answers": "the exercise's five test answers"},
+    "07": {"two answers": "FP32's top two answers"},
+    "10": {"three times": "conv2's weight scales: the fixture's weights, the same for every id and family"},
     "06": {"250": "254 - 4 roundings, arithmetic", "258": "254 + 4 roundings, arithmetic"},
     "08": {"99.999 %": "ORT's default Percentile setting", "0.001 %": "100 % - ORT's default Percentile setting",
            "1000": "the ORT guide's suggested sample count, quoted",
@@ -51,6 +58,11 @@ NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)(\s*%)?(?![\w]
 OPERATOR = r"\s*(?:x|×|\*|/|\+|-|−)\s*"
 EQUATION = re.compile(rf"(?<![\w.])(?:\d[\d,.]*{OPERATOR})+\d[\d,.]*\s*=\s*\d[\d,.]*")
 OUTPUT_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+NUMBER_WORDS = {"two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10,
+                "eleven": 11, "twelve": 12, "fifteen": 15, "twenty": 20}
+# a small count of what a run measures: "15 times the right ruler's", "two frames", "3 confident answers"
+COUNT = re.compile(r"(?<![\w.])(\d{1,2}|" + "|".join(NUMBER_WORDS) + r")\s+(?:more\s+|fewer\s+)?"
+                   r"(times|frames?|images?|confident|answers?|digits?)\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -104,6 +116,12 @@ def claims(lesson: str, nb: nbformat.NotebookNode) -> list[Claim]:
                 continue
             if decimals or percent or (value >= 100 and value not in STRUCTURAL):
                 found.append(Claim(lesson, index, m.group(0).strip(), value, decimals, percent))
+        text = prose(cell.source)
+        for m in COUNT.finditer(text):
+            if m.group(0).strip() in NOT_MEASURED.get(lesson, {}) or text[:m.start()].endswith("lesson "):
+                continue  # quoted, or "lesson 09 times both": a lesson's number and a verb
+            token = m.group(1).lower()
+            found.append(Claim(lesson, index, m.group(0).strip(), float(NUMBER_WORDS.get(token) or token), 0, False))
     return found
 
 
