@@ -165,7 +165,8 @@ def loss_interval(labels: npt.ArrayLike, reference_predicted: npt.ArrayLike, pre
 
 @dataclass(frozen=True)
 class Timing:
-    """A timing repeated ``rounds`` times: the median decides, the spread says how far to trust it."""
+    """A timing repeated ``rounds`` times: the median decides; ``low`` and ``high``, the rounds' first and third
+    quartiles, say how far to trust it (one round slowed by another process moves neither much)."""
 
     median: float
     low: float
@@ -174,7 +175,7 @@ class Timing:
 
     @property
     def spread(self) -> float:
-        """The range of the samples as a fraction of the median."""
+        """The interquartile range of the rounds as a fraction of the median."""
         if self.high == self.low:
             return 0.0
         return (self.high - self.low) / self.median if self.median > 0 else float("inf")
@@ -190,11 +191,12 @@ class Timing:
 
 
 def timing(samples: npt.ArrayLike) -> Timing:
-    """The median and range of measured seconds (at least one sample)."""
+    """The median and quartiles of measured seconds (at least one sample)."""
     s = _vector("samples", samples, "seconds").astype(np.float64)
     if not np.all(np.isfinite(s)) or np.any(s < 0):
         raise ValueError(f"samples: expected finite non-negative seconds, got {s.tolist()}")
-    return Timing(median=float(np.median(s)), low=float(s.min()), high=float(s.max()), rounds=len(s))
+    low, median, high = np.percentile(s, [25, 50, 75])
+    return Timing(median=float(median), low=float(low), high=float(high), rounds=len(s))
 
 
 def repeat(fn: Callable[[], object], rounds: int = 5) -> Timing:

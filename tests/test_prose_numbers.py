@@ -17,7 +17,6 @@ from prose_numbers import backed, claims, printed_numbers, prose, unbacked
 from lab import kernels
 from lab.tools import run
 
-
 STUDENT_IDS = {kernels.EXACT: "prose-ann", kernels.SATURATING: "prose-bo"}  # two variants, one per family
 
 

@@ -143,12 +143,15 @@ def _release(ctx: Context) -> list:
 
 def _meets(doc: dict, path, daylight: dict, by_family: dict):
     """camera_release: the released model, measured here: stamped with its record, calibrated on the camera's frames,
-    daylight error within the limit and no judged scenario needing work, on both families."""
+    of the form the lesson measured (folded, per-channel, QDQ: read from the graph), daylight error within the limit
+    and no judged scenario needing work, on both families."""
     release_id, sha = release.stamp_of(path)
     on_camera, ruler_text = _calibrated_on_camera(path)
     parts = {"the model's metadata names camera-release.json (release id and SHA-256)":
                  release_id == release.RELEASE_ID and sha == file_sha256_of_doc(path),
              f"calibrated on the camera's frames ({ruler_text})": on_camera}
+    for problem in release.form_problems(_recipe_in_graph(path)):
+        parts[f"the form the lesson measured ({problem}, as the graph shows)"] = False
     for f, v in daylight.items():
         parts[f"daylight max abs error {v['max_abs_error']:.3f} within {release.MAX_ERROR} ({f} family)"] = \
             v["max_abs_error"] <= release.MAX_ERROR + EPSILON

@@ -10,6 +10,7 @@ with lesson 07's ``judge`` (a condition FP32 itself reads below the floor is "no
 from __future__ import annotations
 
 import json
+import re
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -61,8 +62,37 @@ def predict(model, x: np.ndarray, family: str) -> np.ndarray:
     return _PREDICTED[key]
 
 
-def check_recipe(recipe: Mapping, justification: str) -> dict:
-    """The recipe as a plain dict; ``ReleaseRefused`` naming a key or value that is not one the exercise offers."""
+CITED = re.compile(r"(?<![\w.])\d+\.\d+")
+
+
+def table_numbers(*tables_: object) -> list[float]:
+    """Every float in the lesson's tables (dicts and lists of rows, nested): what a justification may cite."""
+    out: list[float] = []
+    stack = list(tables_)
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            stack += list(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack += list(item)
+        elif isinstance(item, float):
+            out.append(item)
+    return out
+
+
+def cites(justification: str, printed: Sequence[float]) -> list[str]:
+    """The decimals in ``justification`` that one of ``printed`` rounds to at the decimal's own precision."""
+    found = []
+    for token in CITED.findall(justification):
+        half = 0.5 * 10 ** -len(token.split(".")[1]) + 1e-9
+        if any(abs(float(token) - v) <= half for v in printed):
+            found.append(token)
+    return found
+
+
+def check_recipe(recipe: Mapping, justification: str, printed: Sequence[float] | None = None) -> dict:
+    """The recipe as a plain dict; ``ReleaseRefused`` naming a key or value that is not one the exercise offers, or
+    a justification that cites no number of the run's tables (``printed``, from ``table_numbers``)."""
     if not isinstance(recipe, Mapping):
         raise ReleaseRefused(f"RECIPE is a {type(recipe).__name__}; expected a dict with keys {list(RECIPE_KEYS)}")
     if sorted(recipe) != sorted(RECIPE_KEYS):
@@ -72,6 +102,10 @@ def check_recipe(recipe: Mapping, justification: str) -> dict:
             raise ReleaseRefused(f"RECIPE[{key!r}] is {recipe[key]!r}; expected one of {list(options)}")
     if not isinstance(justification, str) or not any(ch.isdigit() for ch in justification):
         raise ReleaseRefused("JUSTIFICATION must say why, citing numbers the lesson printed")
+    if printed is not None and not cites(justification, printed):
+        raise ReleaseRefused("JUSTIFICATION cites no number of your tables above (" + (", ".join(
+            CITED.findall(justification)) or "no decimal") + "): quote your own run's accuracies, errors or times, "
+            "not the numbers of someone else's run")
     return dict(recipe)
 
 
@@ -151,9 +185,52 @@ def form_scenario_columns() -> list[tuple[str, str, str]]:
     return [("name", "form", ""), ("family", "family", "")] + [(c, c, "") for c in camera.CONDITIONS]
 
 
+def form_problems(recipe: Mapping) -> list[str]:
+    """The lesson's rules on the recipe's form, each with the section that measured why: BatchNorm folded, one
+    weight grid per output channel, QDQ (the QOperator form runs ORT's slow S8S8 kernels on x86-64)."""
+    out = []
+    if not recipe["pre_process"]:
+        out.append("pre_process: False leaves each BatchNormalization unfolded, a float op and an extra rounding per "
+                   "layer (section 3); fold it first")
+    if not recipe["per_channel"]:
+        out.append("per_channel: False measures every Conv filter on the largest one's grid (sections 4 and 6); "
+                   "give each output channel its own")
+    if recipe["quant_format"] != "QDQ":
+        out.append("quant_format: 'QOperator' with QInt8 activations runs ORT's S8S8 kernels, which its converter "
+                   "warns are slow on x86-64 (section 6's timing); use QDQ")
+    return out
+
+
+TIME_BATCH, TIME_ROUNDS = 256, 7
+
+
+def timed(source, models: Mapping[str, Path], x: np.ndarray) -> list[dict]:
+    """Each model's time for one batch of ``TIME_BATCH`` frames on this CPU (one thread, median of
+    ``TIME_ROUNDS`` after a warm-up), and its ratio to FP32's with the range the rounds' spread allows."""
+    batch = np.ascontiguousarray(x[:TIME_BATCH], np.float32)
+
+    def timing(model) -> evidence.Timing:
+        sess = compare.session(model)
+        sess.run(None, {camera_path.INPUT: batch})
+        return evidence.repeat(lambda: sess.run(None, {camera_path.INPUT: batch}), TIME_ROUNDS)
+
+    fp32 = timing(source)
+    rows = []
+    for name, model in {"FP32": source, **models}.items():
+        t = fp32 if name == "FP32" else timing(model)
+        ratio, low, high = evidence.ratio(t, fp32)
+        rows.append({"name": name, "ms": 1e3 * t.median, "spread": t.spread, "ratio": ratio,
+                     "range": f"{low:.2f}-{high:.2f}"})
+    return rows
+
+
+TIME_COLUMNS = [("name", "form", ""), ("ms", "ms per batch", ".2f"), ("spread", "spread", ".0%"),
+                ("ratio", "time / FP32's", ".2f"), ("range", "range", "")]
+
+
 def unmet(recipe: Mapping, by_family: Mapping[str, Sequence], daylight: Mapping[str, dict]) -> list[str]:
     """What the release requires that this recipe's model misses, each with its number and its limit."""
-    out = []
+    out = form_problems(recipe)
     if recipe["calibration"] != "camera":
         out.append(f"calibration: {recipe['calibration']!r} frames skipped the camera; the release is calibrated "
                    "on the camera's own frames, through the deployed path")
@@ -384,3 +461,12 @@ def closest_call(by_family: Mapping[str, Sequence]) -> str:
     return (f"**Your run.** The closest call is {r.name} on the {family} family: INT8 loses {r.loss:.4f} there "
             f"against the limit of {LIMIT}, with {r.defects} confident answer(s) changed of the {tolerated} "
             f"tolerated ({r.evidence}).")
+
+
+def timing_sentence(rows: Sequence[Mapping]) -> str:
+    """Section 6's timing, from the run: the slowest and the fastest INT8 form on this CPU against FP32."""
+    int8 = [r for r in rows if r["name"] != "FP32"]
+    slow, fast = max(int8, key=lambda r: r["ratio"]), min(int8, key=lambda r: r["ratio"])
+    return (f"**Your run, this CPU.** The slowest form is {slow['name']} at {slow['ratio']:.2f} x FP32's time "
+            f"(range {slow['range']}), the fastest {fast['name']} at {fast['ratio']:.2f} x ({fast['range']}). "
+            "Where two ranges overlap, the difference is within this machine's noise.")
