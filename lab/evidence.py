@@ -77,9 +77,15 @@ def paired(labels: npt.ArrayLike, a_predicted: npt.ArrayLike, b_predicted: npt.A
     b = _vector("b_predicted", b_predicted, "class indices")
     _same_length(labels=y, a_predicted=a, b_predicted=b)
     a_right, b_right = a == y, b == y
-    fixed, broken = int(np.sum(~a_right & b_right)), int(np.sum(a_right & ~b_right))
+    return from_counts(len(y), int(np.sum(~a_right & b_right)), int(np.sum(a_right & ~b_right)))
+
+
+def from_counts(n: int, fixed: int, broken: int) -> Paired:
+    """``Paired`` from the counts alone (a report's, say): the same exact test ``paired`` runs."""
+    if not all(isinstance(v, int) and v >= 0 for v in (n, fixed, broken)) or fixed + broken > n:
+        raise ValueError(f"expected counts 0 <= fixed + broken <= n, got n={n!r}, fixed={fixed!r}, broken={broken!r}")
     p = float(binomtest(fixed, fixed + broken, 0.5).pvalue) if fixed + broken else 1.0
-    return Paired(n=len(y), fixed=fixed, broken=broken, p_value=p)
+    return Paired(n=n, fixed=fixed, broken=broken, p_value=p)
 
 
 def paired_from_probabilities(labels: npt.ArrayLike, a_probs: npt.ArrayLike, b_probs: npt.ArrayLike) -> Paired:

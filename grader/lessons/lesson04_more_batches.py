@@ -93,16 +93,37 @@ def _series(doc: dict) -> list[dict]:
     return doc["rows"]
 
 
-def _narrow_stream(doc: dict):
-    """The narrow stream growth.json names (max batches, batch size, seed), rebuilt; None if it names none."""
+def _stream_spec(doc: dict) -> tuple[int, int, int] | None:
+    """(max batches, batch size, seed) of the narrow stream growth.json names, within what the grader rebuilds;
+    None if it names none."""
     spec = value(doc, "narrow_stream") or {}
     try:
         n, bs, seed = (int(spec[k]) for k in ("max_batches", "batch_size", "seed"))
-        if not (0 < n <= 4096 and 0 < bs <= 1024):
-            return None
-        return narrow_batches(n, bs, seed=seed)
     except (KeyError, TypeError, ValueError):
         return None
+    return (n, bs, seed) if 0 < n <= 4096 and 0 < bs <= 1024 else None
+
+
+def _narrow_stream(doc: dict):
+    """The narrow stream growth.json names (max batches, batch size, seed), rebuilt; None if it names none."""
+    spec = _stream_spec(doc)
+    try:
+        return None if spec is None else narrow_batches(*spec)
+    except ValueError:  # a seed numpy refuses (negative): no stream the lesson can have drawn
+        return None
+
+
+PREDICTION_SAMPLES = 1 << 16  # the longest stream a prediction's truth is rebuilt from (16 times the lesson's)
+
+
+def recorded_stream(doc: dict) -> tuple[int, int, int] | None:
+    """The run's narrow stream as growth.json records it, (MAX_BATCHES, batch size, SEED), for the lesson's
+    prediction: only when the record hashes that very stream (its ``sha256``) and it is one the lesson can have drawn
+    (a seed >= 0, at most ``PREDICTION_SAMPLES`` samples); None otherwise (the lesson's defaults then)."""
+    spec = _stream_spec(doc)
+    if spec is None or spec[2] < 0 or spec[0] * spec[1] > PREDICTION_SAMPLES:
+        return None
+    return spec if value(doc, "narrow_stream.sha256") == stream_sha256(*spec) else None
 
 
 def _record_problems(doc: dict, rows: list[dict], stream) -> list[str]:

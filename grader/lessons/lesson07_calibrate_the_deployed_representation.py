@@ -1,11 +1,16 @@
-"""Lesson 07: the release record. Hashes against the fixtures, disjoint sets, metadata, scenarios recomputed."""
+"""Lesson 07: the release record. Hashes against the fixtures, disjoint sets, metadata, scenarios recomputed.
+
+Every scenario is recomputed with the seed the release recorded (``recipe.json`` ``scenarios.seed``, the notebook's
+``SEED``; the selection's own is ``calibration.seed``), 0 in a recipe written before the seed was recorded: the
+noisy scene's numbers follow it.
+"""
 from __future__ import annotations
 
 from grader.context import SCALE_REL, SOFTMAX_STEP, WHY_OUTPUT, Context, charged_under, check, number, value
 from grader.group import Group
 from grader.lessons import lesson02_the_calibration_reader
 from grader.results import Evidence
-from lab import data, graph, kernels, ruler, variant
+from lab import data, evidence, graph, kernels, ruler, variant
 from lab.data import EPSILON
 from lab.lessons.lesson07_calibrate_the_deployed_representation import recipe, scenario_checks
 
@@ -14,21 +19,29 @@ MODEL, RECIPE, SCENARIOS = "release/model.onnx", "release/recipe.json", "release
 NEEDS = (MODEL, RECIPE, SCENARIOS)
 
 
-def acceptance_row_hashes(split: str) -> dict[str, frozenset[str]]:
-    """``recipe.condition_row_hashes`` of the acceptance split, once per worker (keyed by the fixture file's size and
-    mtime): the lab's split under every condition, the same for every hand-in (about 4 ms each)."""
+def acceptance_row_hashes(split: str, seed: int = 0) -> dict[str, frozenset[str]]:
+    """``recipe.condition_row_hashes`` of the acceptance split with the scenarios' ``seed``, once per worker and seed
+    (keyed by the fixture file's size and mtime): the lab's split under every condition, the same for every hand-in
+    of that seed (about 4 ms each)."""
     st = data.fixture_path(f"{split}.npz").stat()
-    return dict(_acceptance_row_hashes(split, st.st_size, st.st_mtime_ns))
+    return dict(_acceptance_row_hashes(split, st.st_size, st.st_mtime_ns, seed))
 
 
 @variant.lru_cache(maxsize=4)  # the calibration split is each student's variant's own
-def _acceptance_row_hashes(split: str, size: int, mtime_ns: int) -> dict[str, frozenset[str]]:
-    return recipe.condition_row_hashes(data.load_split(split).pixels)
+def _acceptance_row_hashes(split: str, size: int, mtime_ns: int, seed: int) -> dict[str, frozenset[str]]:
+    return recipe.condition_row_hashes(data.load_split(split).pixels, seed=seed)
+
+
+def scenario_seed(doc: dict) -> int:
+    """The seed recipe.json's scenarios were computed with (``scenarios.seed``: the notebook's ``SEED``); 0, the
+    lesson's default, in a recipe written before the seed was recorded."""
+    return int(doc["scenarios"].get("seed", 0))
 
 
 def _selection(doc: dict):
     cal = doc["calibration"]
-    return recipe.select([(p["condition"], list(p["positions"])) for p in cal["parts"]], split=cal["split"])
+    return recipe.select([(p["condition"], list(p["positions"])) for p in cal["parts"]], split=cal["split"],
+                         seed=int(cal.get("seed", 0)))
 
 
 def _served(ctx: Context, doc: dict, sel, ev: list) -> list[tuple[str, bool]]:
@@ -136,7 +149,7 @@ def _disjoint(doc: dict, sel):
     if sel is None:
         return check(PART, "disjoint", 1, "not checked: the calibration selection cannot be rebuilt from the "
                                           f"recipe's parts ({charged_under(PART, 'recipe')})")
-    shared = recipe.shared_with(sel.pixels, acceptance_row_hashes(doc["acceptance"]["split"]))
+    shared = recipe.shared_with(sel.pixels, acceptance_row_hashes(doc["acceptance"]["split"], scenario_seed(doc)))
     total = sum(shared.values())
     rep = value(doc, "acceptance.shared_rows_with_calibration")
     ok = total == 0 and rep == total
@@ -167,15 +180,15 @@ def _scenario_row(name: str, s, rep: dict) -> tuple[bool, str, list]:
 
 
 def _scenarios(ctx: Context, doc: dict, record: dict):
-    """Row ``scenarios``: every scenario recomputed on the released model, the kernel families, and the record's
-    own fields."""
-    acc_split = data.load_split(doc["acceptance"]["split"])
+    """Row ``scenarios``: every scenario recomputed on the released model (with the recipe's seed), the kernel
+    families, and the record's own fields."""
+    acc_split, seed = data.load_split(doc["acceptance"]["split"]), scenario_seed(doc)
     mine = {s.name: s for s in scenario_checks.compare_scenarios(data.fixture_path("fp32.onnx"), ctx.sub.path(MODEL),
-                                                                 acc_split.pixels, acc_split.labels)}
+                                                                 acc_split.pixels, acc_split.labels, seed=seed)}
     rows = {row["name"]: row for row in record["results"]}
     judged = [_scenario_row(name, s, rows.get(name, {})) for name, s in mine.items()]
     ok_count, msgs, ev = sum(g for g, _, _ in judged), [m for _, m, _ in judged], [e for _, _, es in judged for e in es]
-    fam_ok, fam_msgs, fam_ev = _families(doc, ctx.sub.path(MODEL), acc_split)
+    fam_ok, fam_msgs, fam_ev = _families(doc, ctx.sub.path(MODEL), acc_split, seed)
     record_wrong = _record_problems(ctx, record, doc, mine)
     if record_wrong:
         msgs.append("scenarios.json does not match the release: " + "; ".join(record_wrong))
@@ -193,11 +206,15 @@ def run(ctx: Context) -> list:
 
 
 def _record_problems(ctx: Context, record: dict, doc: dict, mine: dict) -> list[str]:
-    """scenarios.json's own fields: the lab's limit and margin factor, the model and recipe it describes, the verdicts.
+    """scenarios.json's own fields: the lab's limit and margin factor, the model and recipe it describes (and the
+    recipe's seed), the verdicts.
 
     The limit decides every verdict: a record that raised it to pass a scenario is not the lab's release.
     """
     wrong = []
+    if record.get("seed", 0) != scenario_seed(doc):
+        wrong.append(f"seed is {record.get('seed', 0)}; recipe.json's scenarios/seed, which every scenario was "
+                     f"recomputed with, is {scenario_seed(doc)} (one release, one seed: re-run lesson 07's last cells)")
     for field, want in (("limit", recipe.LIMIT), ("margin_factor", recipe.MARGIN_FACTOR)):
         got = number(record.get(field))
         if got is None or abs(got - want) > 1e-12:
@@ -215,7 +232,7 @@ def _record_problems(ctx: Context, record: dict, doc: dict, mine: dict) -> list[
     for name, s in mine.items():  # the rest of each row, as lesson 07's scenario_checks computes it
         rep, want = rows.get(name, {}), s.to_dict()
         slack = max(1, s.changed)  # near-boundary policy: the images whose answer changed may flip on another CPU
-        for key in ("count", "changed", "accepted_differences", "defects", "description"):
+        for key in ("count", "changed", "accepted_differences", "defects", "fixed", "broken", "description"):
             if key not in rep:
                 continue
             got = rep[key]
@@ -226,6 +243,7 @@ def _record_problems(ctx: Context, record: dict, doc: dict, mine: dict) -> list[
             if not ok:
                 wrong.append(f"results/{name}/{key} is {got!r}, lab.lessons."
                              f"lesson07_calibrate_the_deployed_representation.scenario_checks gives {want[key]!r}")
+        wrong += _evidence_problems(name, rep)
         if "note" in rep and _note_claims(rep["note"]) != _note_claims(want["note"]):
             wrong.append(f"results/{name}/note is {rep['note']!r}; the recomputed scenario "
                          + (f"notes {want['note']!r}" if want["note"] else "has nothing to note"))
@@ -237,6 +255,23 @@ def _record_problems(ctx: Context, record: dict, doc: dict, mine: dict) -> list[
     if record.get("not_judged") != unjudged:
         wrong.append(f"not_judged is {record.get('not_judged')}, but FP32 itself reads below the floor on {unjudged}")
     return wrong
+
+
+def _evidence_problems(name: str, rep: dict) -> list[str]:
+    """A row's p_value and evidence words are the exact test of its own count, fixed and broken (lab.evidence)."""
+    if not {"p_value", "evidence"} & set(rep):
+        return []
+    try:
+        want = evidence.from_counts(rep.get("count", 0), rep.get("fixed", 0), rep.get("broken", 0))
+    except ValueError as e:
+        return [f"results/{name}: {e}"]
+    out = []
+    if "p_value" in rep and not (isinstance(rep["p_value"], float) and abs(rep["p_value"] - want.p_value) <= 1e-9):
+        out.append(f"results/{name}/p_value is {rep['p_value']!r}; the exact test of its fixed and broken gives "
+                   f"{want.p_value:.4g}")
+    if "evidence" in rep and rep["evidence"] != want.words():
+        out.append(f"results/{name}/evidence is {rep['evidence']!r}; its fixed and broken read {want.words()!r}")
+    return out
 
 
 def _margin_problems(where: str, rec: dict, results: list) -> list[str]:
@@ -255,8 +290,9 @@ def _note_claims(note) -> tuple:
     return (any(not p.startswith("FP32 itself") for p in parts), [p for p in parts if p.startswith("FP32 itself")])
 
 
-def _families(doc: dict, model, acc_split) -> tuple[float, list[str], list]:
-    """The recipe's verdicts under each target kernel family, recomputed (emulated where this CPU differs).
+def _families(doc: dict, model, acc_split, seed: int = 0) -> tuple[float, list[str], list]:
+    """The recipe's verdicts under each target kernel family, recomputed (emulated where this CPU differs) with the
+    recipe's ``seed``.
 
     Scores 1 when both families were recorded, every recorded verdict is the recomputed one, and all
     pass; a release never evaluated under a family, or failing under one, scores 0.
@@ -267,7 +303,7 @@ def _families(doc: dict, model, acc_split) -> tuple[float, list[str], list]:
         return 0.0, [f"the recipe was never evaluated under kernel family {', '.join(missing)} "
                      "(recipe.json kernel_families): a release must pass on every CPU its users have"], []
     mine = scenario_checks.compare_families(data.fixture_path("fp32.onnx"), model, acc_split.pixels,
-                                            acc_split.labels, kernels.FAMILIES)
+                                            acc_split.labels, kernels.FAMILIES, seed=seed)
     wrong, ev = [], []
     for family, results in mine.items():
         rows = {row.get("name"): row for row in recorded[family].get("results", []) if isinstance(row, dict)}

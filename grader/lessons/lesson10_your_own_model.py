@@ -222,12 +222,12 @@ def _same_scenarios(rep, mine: dict, tol: float) -> bool:
 
 
 @variant.lru_cache(maxsize=2)  # each student's variant has its own
-def lesson_sets(family: str) -> tuple[dict, np.ndarray]:
+def lesson_sets(family: str, seed: int = 0) -> tuple[dict, np.ndarray]:
     """The lesson's own two conversions (per-tensor QDQ, pre-processed, from the fixture), measured as ``family``:
-    set -> input ruler and its answers on the evaluation frames under every condition (the lesson's default seed),
-    and those frames' labels."""
+    set -> input ruler and its answers on the evaluation frames under every condition (``seed``: the run's SEED, the
+    noisy condition's), and those frames' labels."""
     ev = camera.load_split("evaluation")
-    x, labels = release.pooled(ev.frames, ev.labels)
+    x, labels = release.pooled(ev.frames, ev.labels, seed)
     out = {}
     with tempfile.TemporaryDirectory(prefix="grader-l10-") as tmp:
         source = Path(tmp) / "cnn-fp32.onnx"

@@ -5,6 +5,11 @@ the recipe's SHA-256 and the recipe itself), ``recipe.json`` (schema recipe/2) a
 (schema scenarios/2). ``verify(model, recipe)`` says exactly what differs when they do not belong together.
 The per-scenario verdicts the recipe records come from
 ``lab.lessons.lesson07_calibrate_the_deployed_representation.scenario_checks``.
+
+Both files record the seed of the scenarios' randomness (the notebook's ``SEED``: the sensor noise of ``noisy``):
+``recipe.json`` as ``scenarios.seed`` (and the selection's own as ``calibration.seed``), ``scenarios.json`` as
+``seed``; the grader recomputes every scenario with it. A file without one (written before the seed was recorded)
+was computed with 0, the lesson's default.
 """
 from __future__ import annotations
 
@@ -61,12 +66,14 @@ class ReleaseError(LabError):
 
 @dataclass(frozen=True)
 class Selection:
-    """Calibration samples: which images of which split, under which condition, in order."""
+    """Calibration samples: which images of which split, under which condition, in order, and the seed the
+    conditions drew their randomness from (only ``noisy`` draws any)."""
 
     split: str
     parts: tuple[tuple[str, tuple[int, ...]], ...]  # (condition, positions in the split)
     pixels: np.ndarray = field(repr=False, compare=False)
     dataset_index: tuple[tuple[int, ...], ...] = field(repr=False, compare=False)
+    seed: int = 0
 
     @property
     def sha256(self) -> str:
@@ -80,7 +87,7 @@ class Selection:
         return len(self.pixels)
 
     def to_dict(self) -> dict:
-        return {"split": self.split, "count": len(self), "sha256": self.sha256,
+        return {"split": self.split, "count": len(self), "sha256": self.sha256, "seed": int(self.seed),
                 "parts": [{"condition": c, "positions": list(p), "dataset_index": list(d)}
                           for (c, p), d in zip(self.parts, self.dataset_index)]}
 
@@ -105,7 +112,8 @@ def select(parts: Sequence[tuple[str, Sequence[int] | slice | None]], split: str
 
     ``positions`` index the pool (``pool_positions()``, the split's first ``POOL_SIZE`` images; None or a slice
     for many); the condition is applied to those images' deployed pixels. Positions ``TUNING`` (300..359) are
-    never selected, and the tuning images (``tuning_set``) are in no calibration split.
+    never selected, and the tuning images (``tuning_set``) are in no calibration split. ``seed`` seeds the
+    conditions' randomness (``noisy``'s); the selection records it.
     Example: ``select([("daylight", None), ("flash", slice(0, None, 2))])``.
     """
     try:
@@ -129,7 +137,7 @@ def select(parts: Sequence[tuple[str, Sequence[int] | slice | None]], split: str
         chunks.append(conditions[condition](s.pixels[pos], seed))
         rec.append((condition, tuple(int(p) for p in pos)))
         idx.append(tuple(int(i) for i in s.index[pos]))
-    return Selection(split, tuple(rec), np.concatenate(chunks).astype(np.float32), tuple(idx))
+    return Selection(split, tuple(rec), np.concatenate(chunks).astype(np.float32), tuple(idx), int(seed))
 
 
 def condition_row_hashes(acceptance: np.ndarray, conditions: Mapping[str, Callable] | None = None,
@@ -206,11 +214,14 @@ def check_families(by_family: Mapping[str, Sequence[ScenarioResult]], targets: S
 def recipe(release_id: str, source_model: str | Path, selection: Selection, settings: Mapping,
            batch_size: int, acceptance: data.Split, results: Sequence[ScenarioResult], model: str | Path,
            not_covered: str, reader: str = "calibration_reader.DigitReader",
-           by_family: Mapping[str, Sequence[ScenarioResult]] | None = None) -> dict:
+           by_family: Mapping[str, Sequence[ScenarioResult]] | None = None, seed: int = 0) -> dict:
     """Assemble ``recipe.json`` (schema recipe/2): everything that decided the released model.
 
     ``results`` are the scenarios as this machine computes them; ``by_family`` the same scenarios under
     each target kernel family (``scenario_checks.compare_families``), recorded in ``kernel_families``.
+    ``seed`` is the one those scenarios were computed with (the notebook's ``SEED``), recorded as
+    ``scenarios.seed``: the grader recomputes them with it, and counts the rows shared with the acceptance set
+    under each condition with it.
     """
     ruler = input_ruler(model)
     by_family = dict(by_family) if by_family else {target_family(): list(results)}
@@ -228,8 +239,9 @@ def recipe(release_id: str, source_model: str | Path, selection: Selection, sett
         "versions": versions(),
         "acceptance": {"split": acceptance.name, "count": len(acceptance),
                        "sha256": data.data_sha256(acceptance.pixels),
-                       "shared_rows_with_calibration": sum(shared_rows(selection.pixels, acceptance.pixels).values())},
-        "scenarios": {"limit": LIMIT, "margin_factor": MARGIN_FACTOR,
+                       "shared_rows_with_calibration": sum(shared_rows(selection.pixels, acceptance.pixels,
+                                                                       seed=seed).values())},
+        "scenarios": {"limit": LIMIT, "margin_factor": MARGIN_FACTOR, "seed": int(seed),
                       "results": [r.to_dict() for r in results],
                       "accepted": [f"{r.name}: {r.accepted_differences} changed answer(s) where FP32's top-two gap "
                                    f"was under {r.margin:.3f}" for r in results if r.passed and r.accepted_differences]
@@ -240,9 +252,10 @@ def recipe(release_id: str, source_model: str | Path, selection: Selection, sett
 
 
 def scenarios_record(release_id: str, model: str | Path, recipe_path: str | Path, acceptance: data.Split,
-                     results: Sequence[ScenarioResult]) -> dict:
-    """Assemble ``scenarios.json`` (schema scenarios/2) for the released model, as this machine computes it."""
-    doc = {"schema": SCENARIOS_SCHEMA, "release_id": release_id,
+                     results: Sequence[ScenarioResult], seed: int = 0) -> dict:
+    """Assemble ``scenarios.json`` (schema scenarios/2) for the released model, as this machine computes it;
+    ``seed`` is the one ``results`` were computed with."""
+    doc = {"schema": SCENARIOS_SCHEMA, "release_id": release_id, "seed": int(seed),
            "model_sha256": data.file_sha256(model), "recipe_sha256": data.file_sha256(recipe_path),
            "acceptance": {"split": acceptance.name, "count": len(acceptance),
                           "sha256": data.data_sha256(acceptance.pixels)},
@@ -266,7 +279,8 @@ def stamp(model_in: str | Path, model_out: str | Path, release_id: str, recipe_p
 
 def write_release(release_dir: str | Path, draft_model: str | Path, recipe_doc: Mapping,
                   acceptance: data.Split, results: Sequence[ScenarioResult]) -> dict[str, Path]:
-    """Write ``recipe.json``, then ``model.onnx`` stamped with its hash, then ``scenarios.json``.
+    """Write ``recipe.json``, then ``model.onnx`` stamped with its hash, then ``scenarios.json`` (with the recipe's
+    ``scenarios.seed``: ``results`` were computed with it).
 
     Refuses (``ReleaseError``) a recipe whose target kernel families do not all pass.
     """
@@ -278,7 +292,8 @@ def write_release(release_dir: str | Path, draft_model: str | Path, recipe_doc: 
                            f"(recipe kernel_families); fix the model before releasing it")
     recipe_path = atomic_write_text(out / "recipe.json", json.dumps(recipe_doc, indent=2) + "\n")
     model = stamp(draft_model, out / "model.onnx", recipe_doc["release_id"], recipe_path)
-    record = scenarios_record(recipe_doc["release_id"], model, recipe_path, acceptance, results)
+    record = scenarios_record(recipe_doc["release_id"], model, recipe_path, acceptance, results,
+                              seed=recipe_doc["scenarios"].get("seed", 0))
     scen = atomic_write_text(out / "scenarios.json", json.dumps(record, indent=2) + "\n")
     return {"model": model, "recipe": recipe_path, "scenarios": scen}
 

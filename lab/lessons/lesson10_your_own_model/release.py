@@ -262,7 +262,7 @@ def not_judged(by_family: Mapping[str, Sequence]) -> list[str]:
 def document(*, source, model, recipe: Mapping, record: Mapping, by_family: Mapping[str, Sequence],
              daylight: Mapping[str, dict], justification: str, frames: np.ndarray, seed: int = 0) -> dict:
     """The ``camera-release/1`` document: the recipe, what it was calibrated on, and what it measures."""
-    cal = camera_path.frames_of(recipe["calibration"], seed)
+    cal = camera_path.frames_of(recipe["calibration"])  # as build() serves them; ``seed`` is the scenarios' noise
     doc = {"schema": SCHEMA, "release_id": RELEASE_ID, "versions": versions(),
            "source_model": {"file": Path(source).name, "sha256": file_sha256(source)},
            "preprocessing": {"module": "lab.camera.preprocess", "frame": camera.FRAME, "crop": camera.CROP,
