@@ -9,9 +9,9 @@ from __future__ import annotations
 def say(*paragraphs: str) -> None:
     """Show ``paragraphs`` as Markdown in a notebook, or print them."""
     text = "\n\n".join(p for p in paragraphs if p)
-    try:  # deferred: IPython matters only where a notebook shows the text
-        from IPython import get_ipython
-        from IPython.display import Markdown, display
+    try:
+        from IPython import get_ipython  # deferred: IPython matters only where a notebook shows the text
+        from IPython.display import Markdown, display  # deferred: as above
     except ImportError:  # pragma: no cover - the lab's environment has IPython
         print(text)
         return
