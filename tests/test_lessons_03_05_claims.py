@@ -78,6 +78,15 @@ def test_lesson_03_check_names_a_setting_the_prose_fixes(tmp_path):
         == "", "an ORT enum recorded by its name is the same setting"
 
 
+def test_lesson_03_check_refuses_models_converted_from_arrays(tmp_path):
+    """Three right models made from lab.data.calibration_set arrays bypass the student's DigitReader: named."""
+    shutil.copyfile(data.fixture_path("fp32.onnx"), tmp_path / "source.onnx")
+    records = {kind: convert.quantize(tmp_path / "source.onnx", tmp_path / f"{kind}.onnx", data.calibration_set(kind),
+                                      batch_size=data.BATCH_SIZE, **lesson03.SETTINGS) for kind in data.KINDS}
+    with pytest.raises(lesson03.ExerciseCheckFailed, match="converted from an array.*pass your DigitReader"):
+        lesson03.check_three_conversions(tmp_path, records)
+
+
 def test_moving_average_keeps_a_shorter_narrow_range(work):
     stream = lesson04.narrow_batches(64, lesson04.BATCH_SIZE, seed=0)
     kept = {m: lesson04.range_kept(work / "source.onnx", ArrayReader(stream, lesson04.BATCH_SIZE), m)

@@ -74,6 +74,10 @@ def check_three_conversions(work: str | Path, records: dict, kinds=KINDS, batch_
         fmt = graph.quant_format(path)
         if fmt != "QDQ":
             raise ExerciseCheckFailed(f"{path.name} is a {fmt} model: use quant_format='QDQ'")
+        if "batch_size" in records[kind].settings:  # lab.convert.quantize records it only when given an array
+            raise ExerciseCheckFailed(f"{path.name} was converted from an array, served by the lab's own reader: "
+                                      "pass your DigitReader (calibration_reader.DigitReader over the set, "
+                                      "batch_size=BATCH_SIZE) to lab.convert.quantize, as the exercise asks")
         wrong = (settings_problem(path.name, records[kind].settings) or graph_settings_problem(path))
         if wrong:
             raise ExerciseCheckFailed(wrong)
