@@ -34,13 +34,14 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="speed-bench-") as tmp:
         work = make_workspace(tmp)
         timings = digit_reader_timings(work)
-    print("digit reader (64-64-32-10 MLP), 1 thread, median of repeated runs")
+    print("digit reader (64-64-32-10 MLP), 1 thread, median of repeated runs (one round)")
     print(speed.format_timings(timings))
     points = speed.width_sweep(WIDTHS, batch=SWEEP_BATCH, threads=1, warmup=3, repeats=15)
     cross = speed.crossover(points)
     print(f"\nsynthetic 3-layer MLP, QDQ U8S8 vs FP32, batch {SWEEP_BATCH}, 1 thread")
     print(speed.format_sweep(points))
-    print(f"crossover (INT8 at least 1.1x faster from this width on): {cross if cross else 'none in these widths'}")
+    print("crossover (INT8 faster beyond the noise of its rounds from this width on): "
+          f"{cross if cross else 'none in these widths'}")
     return 0
 
 

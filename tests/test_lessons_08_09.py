@@ -3,6 +3,7 @@ lesson 08's stuck-pixel exercise: its checks, its refusals, and the grader's rec
 from __future__ import annotations
 
 import itertools
+import json
 import re
 
 import onnx
@@ -13,6 +14,7 @@ from grader.lessons import lesson09_choosing_a_recipe as grader09
 from lab import data, graph, kernels, measure
 from lab.lessons.lesson08_the_quantization_toolbox import outliers
 from lab.lessons.lesson08_the_quantization_toolbox import toolbox as tb
+from lab.speed import TimeRatio
 from lab.workspace import make_workspace
 
 
@@ -118,3 +120,56 @@ def test_a_per_channel_preprocessed_qoperator_choice_keeps_its_points(tmp_path):
     checks = {(c.part, c.name): c for c in core.grade(handed, credited=False).checks}
     reported = checks[("toolbox", "choice_reported")]
     assert reported.passed, reported.message
+
+
+# --- lesson 09's time: read from toolbox.json, charged only beyond the noise -----------------------------------------
+
+@pytest.mark.parametrize("time, charged, words", [
+    (TimeRatio(0.81, 0.80, 0.82, 5), False, "0.81 (0.80-0.82) <= 2"),
+    (TimeRatio(2.05, 1.95, 2.15, 5), False, "within noise of the limit 2, not charged"),
+    (TimeRatio(3.41, 3.39, 3.47, 5), True, "over the limit beyond the noise"),
+    # issue 35: one reading (a toolbox/2 file) was 1.187 where five re-timings gave 0.81: one round is never charged
+    (TimeRatio.one(2.4), False, "one timing cannot be told from noise, not charged"),
+    (TimeRatio.one(1.187), False, "1.19, one round, <= 2"),
+    (None, True, "not reported"),
+])
+def test_the_grader_charges_a_time_only_beyond_the_noise(time, charged, words):
+    ok, said = grader09._latency(time)
+    assert ok is not charged and words in said, said
+
+
+def test_a_toolbox_2_choice_is_graded_with_its_one_timing(tmp_path):
+    """A hand-in of the previous lesson 09 (schema toolbox/2: time_ratio alone, one timing) still validates and grades;
+    a time of one round over the limit is named and not charged, and the chosen row's record is not compared with
+    the choice's (two timings then, one measurement now)."""
+    from bad_submissions import corpus
+    from test_honest_mistakes import GOOD_CHOICE, _toolbox_files
+
+    from grader import core, reference, sandbox
+    from lab.tools.submit import submit
+
+    if not sandbox.bwrap_available():
+        pytest.skip("student code runs only under bubblewrap")
+    files = corpus.read_zip(submit("reference", reference.build(tmp_path / "workspace"), tmp_path / "handed-in"))
+    built = _toolbox_files(files, GOOD_CHOICE)
+    doc = json.loads(built["toolbox.json"])
+    doc["schema"] = "toolbox/2"  # no "time" records: one timing each
+    del doc["choice"]["time"], doc["candidates"][0]["time"]
+    doc["choice"]["time_ratio"] = 2.4  # one slow moment of the machine
+    doc["candidates"][0]["time_ratio"] = 0.81
+    old = tmp_path / "old.zip"
+    old.write_bytes(corpus.pack({**built, "toolbox.json": json.dumps(doc).encode()}))
+    checks = {(c.part, c.name): c for c in core.grade(old, credited=False).checks}
+    meets, reported = checks[("toolbox", "choice_meets")], checks[("toolbox", "choice_reported")]
+    assert meets.passed and "one timing cannot be told from noise, not charged" in meets.message, meets.message
+    assert reported.passed, reported.message
+    # toolbox/3: five rounds all over the limit are charged, and a choice whose time is not its row's record is named
+    doc.update(schema="toolbox/3")
+    doc["choice"].update(time_ratio=3.41, time={"median": 3.41, "low": 3.39, "high": 3.47, "rounds": 5})
+    doc["candidates"][0].update(time_ratio=0.81, time={"median": 0.81, "low": 0.8, "high": 0.82, "rounds": 5})
+    new = tmp_path / "new.zip"
+    new.write_bytes(corpus.pack({**built, "toolbox.json": json.dumps(doc).encode()}))
+    checks = {(c.part, c.name): c for c in core.grade(new, credited=False).checks}
+    meets, reported = checks[("toolbox", "choice_meets")], checks[("toolbox", "choice_reported")]
+    assert not meets.passed and "over the limit beyond the noise" in meets.message, meets.message
+    assert "candidates row of the choice" in reported.message, reported.message
