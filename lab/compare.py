@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import numpy as np
+import onnx
+import onnxruntime as ort
 
 from lab import cache, graph, kernels
 from lab.data import INPUT_NAME
@@ -11,29 +13,47 @@ from lab.graph import quant_format
 from lab.ruler import InputRuler
 
 
-def session(model, threads: int = 1):
-    """``lab.graph.session`` for ``predict``, through the current ``lab.cache`` (the grader's keeps one per model)."""
-    return cache.through(cache.SESSION, graph.session, model, threads)
+def session(model, threads: int = 1, x64_precision: bool = False):
+    """``lab.graph.session`` for ``predict``, through the current ``lab.cache`` (the grader's keeps one per model).
+
+    ``x64_precision``: with ONNX Runtime's config entry ``kernels.X64_PRECISION_KEY`` = "1" (U8U8 kernels on x86;
+    see ``lab.kernels``). Such a session is built each time, not cached: the cache's sessions are keyed by model.
+    """
+    if not x64_precision:
+        return cache.through(cache.SESSION, graph.session, model, threads)
+    so = ort.SessionOptions()  # as lab.graph.session, plus the entry
+    so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = threads, 1, 3
+    so.add_session_config_entry(kernels.X64_PRECISION_KEY, "1")
+    src = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+    return ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
 
 
 def predict(model, x: np.ndarray, input_name: str = INPUT_NAME, threads: int = 1,
-            family: str | None = None) -> np.ndarray:
+            family: str | None = None, x64_precision: bool = False) -> np.ndarray:
     """Run a model on float32 [N, 64] pixels and return its [N, 10] probabilities.
 
     A quantized model runs as CPUs of ``family`` compute it (default ``kernels.target_family()``,
     normally this machine's): on this machine's kernels when they are that family, else in
     ``lab.kernels``' emulation. A float model is the same on every family. Asked through the current
     ``lab.cache``.
+
+    ``x64_precision``: as a session with ``kernels.X64_PRECISION_KEY`` = "1" computes it (the deploy-time fix for
+    the saturating family: constant int8 weights shifted to uint8, U8U8 kernels). This machine's session gets the
+    entry; the emulation follows x86's rules. Not cached: ``lab.cache`` keys a prediction by model, family, input
+    name and data only.
     """
+    if x64_precision:
+        return _predict(model, x, input_name, threads, family, True)
     return cache.through(cache.PREDICT, _predict, model, x, input_name, threads, family)
 
 
-def _predict(model, x: np.ndarray, input_name: str, threads: int, family: str | None) -> np.ndarray:
+def _predict(model, x: np.ndarray, input_name: str, threads: int, family: str | None,
+             x64_precision: bool = False) -> np.ndarray:
     x = np.asarray(x, np.float32)
     family = family or kernels.target_family()
     if kernels.emulated(family) and quant_format(model) != "float":
-        return kernels.emulate(model, x, family, input_name)
-    return session(model, threads).run(None, {input_name: x})[0]
+        return kernels.emulate(model, x, family, input_name, x64_precision)
+    return session(model, threads, x64_precision).run(None, {input_name: x})[0]
 
 
 def max_abs_error(reference: np.ndarray, output: np.ndarray) -> float:

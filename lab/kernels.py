@@ -11,10 +11,18 @@ ONNX Runtime multiplies u8 activations by s8 weights in one of two ways:
 ``emulate(model, x, family)`` runs a model as either family computes it, with numpy, following the kernels
 ONNX Runtime uses on x86: a QDQ ``DequantizeLinear -> op -> QuantizeLinear`` runs as the op's integer kernel
 (``QLinearMatMul``, ``QGemm``, ``QLinearConv`` with s8 activations shifted to u8; ``QLinearSoftmax``,
-``QLinearGlobalAveragePool``), every other QDQ op as written. Convolutions pair their raw products along K in
+``QLinearGlobalAveragePool``; ``QLinearAdd`` when its inputs and output are of one integer type on x86, s8
+activations counted as u8), every other QDQ op as written. Convolutions pair their raw products along K in
 the order ORT's kernels read it (kernel position major, input channel minor); depthwise ones run on an exact
 kernel in both families. ``HANDLERS`` maps each op type it covers to its handler; an op it does not cover
 raises ``EmulationError`` instead of guessing, and ``uncovered(model)`` lists them beforehand.
+
+``emulate(..., x64_precision=True)`` computes what a session with ONNX Runtime's config entry
+``session.x64quantprecision = "1"`` (``X64_PRECISION_KEY``) outputs on x86: when the session loads, every constant
+int8 weight with a value outside [-64, 64] becomes uint8 (w + 128, its zero point + 128: ``x64_weights``), in
+a QDQ graph's DequantizeLinear (``QDQS8ToU8Transformer``) and in the integer ops ``X64_WEIGHT_INPUTS`` names
+(``Avx2WeightS8ToU8Transformer``), so U8U8 kernels run, which never pair-saturate; a QDQ Add whose bias turned
+uint8 then fuses into ``QLinearAdd``. The model file is unchanged: whoever creates the session decides.
 """
 from __future__ import annotations
 
@@ -43,6 +51,17 @@ DESCRIPTIONS = {
 INT16_MAX, INT16_MIN = 32767, -32768
 ENV_VAR = "LAB_KERNEL_FAMILY"  # set it to run a whole session as the other family computes
 PROBE_EXACT, PROBE_SATURATING = 8128.0, 4096.0
+
+X64_PRECISION_KEY = "session.x64quantprecision"
+"""ORT's session config key (``kOrtSessionOptionsAvx2PrecisionMode``): "1" runs U8U8 kernels on x86 (``emulate``'s
+``x64_precision``). Read only on x86, and only where ORT's U8S8 and U8U8 GEMMs differ (``MlasPlatformU8S8Overflow``:
+every AVX2 CPU, VNNI or not); on ARM it changes nothing."""
+S7_LIMIT = 64  # an int8 weight within [-64, 64] stays int8 (255 x 64 x 2 = 32,640 fits an int16 pair sum)
+X64_WEIGHT_INPUTS = {"QLinearMatMul": (3, 5), "QLinearConv": (3, 5), "QGemm": (3, 5), "MatMulInteger": (1, 3)}
+"""The integer ops of the emulation whose constant weight (input index, zero point index) ``x64_precision``
+shifts: ``Avx2WeightS8ToU8Transformer``'s list (which also has MatMulIntegerToFloat, DynamicQuantizeMatMul and
+QAttention, the fused forms ORT makes of these, and DynamicQuantizeLSTM); QLinearMatMul only at its opset-10
+version (an opset-21 model's stays int8 and saturates)."""
 
 
 class EmulationError(LabError):
@@ -247,6 +266,19 @@ def requantize(acc: np.ndarray, multiplier: np.ndarray, zero_point) -> np.ndarra
     v = acc.astype(np.float32) * np.asarray(multiplier, np.float32).reshape(1, -1)
     v = np.clip(v, np.float32(lo - z), np.float32(hi - z))
     return (np.rint(v).astype(np.int64) + z).astype(zp.dtype)
+
+
+def x64_weights(w, zero_point) -> tuple:
+    """A constant weight and its zero point as a session with ``X64_PRECISION_KEY`` holds them: an int8 tensor with a
+    value outside [-64, 64] becomes uint8 w + 128, its zero point + 128 (128 when it has none); anything else is
+    returned as it was. The products are the same, (w + 128) - (z + 128) = w - z; only the kernel changes (U8U8)."""
+    w = np.asarray(w)
+    if w.dtype != np.int8 or (zero_point is not None and np.asarray(zero_point).dtype != np.int8):
+        return w, zero_point
+    if w.size == 0 or (int(w.min()) >= -S7_LIMIT and int(w.max()) <= S7_LIMIT):
+        return w, zero_point
+    zp = np.zeros((), np.int16) if zero_point is None else np.asarray(zero_point, np.int16)
+    return (w.astype(np.int16) + 128).astype(np.uint8), (zp + 128).astype(np.uint8)
 
 
 def _u8_activations(a, a_zero, shift_s8_activations: bool):
@@ -467,29 +499,74 @@ def _attr(node, name, default):
 
 @dataclass
 class _Run:
-    """One emulated run: the tensors computed so far, who produces and consumes each, and the family."""
+    """One emulated run: the tensors computed so far, who produces and consumes each, the family, and whether the
+    session has ``X64_PRECISION_KEY`` (``constants``: the initializers; ``opset``: the default domain's version)."""
 
     values: dict
     producer: dict
     consumers: dict
     family: str
     label: str
+    x64_precision: bool = False
+    constants: frozenset = frozenset()
+    opset: int = 0
 
-    def dq_source(self, name: str):
-        """The (q, scale, zero point) behind a DequantizeLinear output, or None."""
+    def dq_source(self, name: str, deployed: bool = True):
+        """The (q, scale, zero point) behind a DequantizeLinear output, or None. ``deployed``: as the session holds
+        them, a constant int8 weight shifted to uint8 under x64 precision (``x64_weights``)."""
         node = self.producer.get(name)
         if node is None or node.op_type != "DequantizeLinear":
             return None
-        zp = self.values[node.input[2]] if len(node.input) > 2 else np.zeros((), np.uint8)
-        return self.values[node.input[0]], self.values[node.input[1]], zp
+        has_zp = len(node.input) > 2 and bool(node.input[2])
+        q, zp = self.values[node.input[0]], self.values[node.input[2]] if has_zp else None
+        if deployed and self.x64_precision and node.input[0] in self.constants and \
+                (not has_zp or node.input[2] in self.constants):
+            q, zp = x64_weights(q, zp)
+        return q, self.values[node.input[1]], np.zeros((), np.uint8) if zp is None else zp
+
+    def x86_dtype(self, name: str):
+        """The integer type behind a DequantizeLinear output in the session's graph on x86: an activation's int8
+        moves to uint8 (``QDQS8ToU8Transformer``), a constant's is ``dq_source``'s."""
+        q = np.asarray(self.dq_source(name)[0])
+        constant = self.producer[name].input[0] in self.constants
+        return np.dtype(np.uint8) if q.dtype == np.int8 and not constant else q.dtype
 
     def fused_producer(self, node):
         """The op a QuantizeLinear closes into one integer kernel (``DequantizeLinear -> op -> QuantizeLinear``),
-        or None: its producer must be in FUSED, feed only it, and read every input through a DequantizeLinear."""
+        or None: its producer must be in FUSED, feed only it, and read every input through a DequantizeLinear;
+        an Add only when its inputs and output are of one integer type on x86 (ORT's ``BinarySelector``)."""
         op = self.producer.get(node.input[0])
         if op is None or op.op_type not in FUSED or len(self.consumers[op.output[0]]) != 1:
             return None
-        return op if all(self.dq_source(i) is not None for i in op.input) else None
+        if not all(self.dq_source(i) is not None for i in op.input):
+            return None
+        if op.op_type == "Add":
+            out = np.asarray(self.values[node.input[2]]).dtype if len(node.input) > 2 else np.dtype(np.uint8)
+            if {self.x86_dtype(i) for i in op.input} != {np.dtype(np.uint8) if out == np.int8 else out}:
+                return None
+        return op
+
+    def kernel_weights(self, node, ins: list) -> list:
+        """``ins`` of an integer op with its constant weight and zero point as the session holds them: shifted to
+        uint8 under x64 precision (``X64_WEIGHT_INPUTS``, ``x64_weights``). ORT has no kernel for int8 activations
+        with uint8 weights, so such a session does not load: ``EmulationError``, as ORT refuses it."""
+        where = X64_WEIGHT_INPUTS.get(node.op_type)
+        if not self.x64_precision or where is None or (node.op_type == "QLinearMatMul" and self.opset >= 21):
+            return ins
+        w_at, zp_at = where
+        zp_name = node.input[zp_at] if len(node.input) > zp_at else ""
+        if node.input[w_at] not in self.constants or (zp_name and zp_name not in self.constants):
+            return ins
+        w, zp = x64_weights(ins[w_at], ins[zp_at] if zp_name else None)
+        if w is ins[w_at]:
+            return ins
+        if np.asarray(ins[0]).dtype == np.int8:
+            raise EmulationError(f"{self.label}: with {X64_PRECISION_KEY} = 1 the weights of {node.op_type} "
+                                 f"'{node.name}' become uint8 and its activations are int8: ONNX Runtime has no "
+                                 "such kernel and refuses the session (NOT_IMPLEMENTED)")
+        out = list(ins) + [None] * (zp_at + 1 - len(ins))
+        out[w_at], out[zp_at] = w, zp
+        return out
 
 
 Handler = Callable[[_Run, onnx.NodeProto, list], list]
@@ -536,6 +613,12 @@ def _fused_conv(run, op, srcs, y_scale, y_zero):
                         run.family, shift_s8_activations=True)
 
 
+def _fused_add(run, op, srcs, y_scale, y_zero):
+    """``DequantizeLinear -> Add -> QuantizeLinear`` of one integer type runs as QLinearAdd."""
+    (a, sa, za), (b, sb, zb) = srcs
+    return qlinear_add(a, sa, za, b, sb, zb, y_scale, y_zero)
+
+
 def _fused_global_average_pool(run, op, srcs, y_scale, y_zero):
     """``DequantizeLinear -> GlobalAveragePool -> QuantizeLinear`` runs as QLinearGlobalAveragePool."""
     (x, sx, zx), = srcs
@@ -544,7 +627,8 @@ def _fused_global_average_pool(run, op, srcs, y_scale, y_zero):
 
 # op between a DequantizeLinear and a QuantizeLinear -> the integer kernel ORT's QDQ fusion runs instead
 FUSED: dict[str, Callable] = {"MatMul": _fused_matmul, "Gemm": _fused_gemm, "Softmax": _fused_softmax,
-                              "Conv": _fused_conv, "GlobalAveragePool": _fused_global_average_pool}
+                              "Conv": _fused_conv, "GlobalAveragePool": _fused_global_average_pool,
+                              "Add": _fused_add}
 
 
 def _quantize(run, node, ins):
@@ -559,22 +643,23 @@ def _dequantize(run, node, ins):
 
 
 def _matmul(run, node, ins):
-    srcs = [run.dq_source(i) for i in node.input]
-    if all(s is not None for s in srcs) and np.asarray(srcs[1][0]).dtype == np.int8:
+    written = [run.dq_source(i, deployed=False) for i in node.input]
+    if all(s is not None for s in written) and np.asarray(written[1][0]).dtype == np.int8:
         # DequantizeLinear -> MatMul with a float output runs as MatMulIntegerToFloat
-        (a, sa, za), (b, sb, zb) = srcs
+        (a, sa, za), (b, sb, zb) = [run.dq_source(i) for i in node.input]
         a_u8, za_u8 = (a.astype(np.int64) + 128, np.int64(za) + 128) if a.dtype == np.int8 else (a, za)
-        acc = int_matmul(a_u8, b, za_u8, zb, run.family == SATURATING)
+        acc = int_matmul(a_u8, b, za_u8, zb, run.family == SATURATING and b.dtype == np.int8)
         return [(acc.astype(np.float32) * (np.float32(sa) * np.asarray(sb, np.float32).reshape(1, -1)))
                 .astype(np.float32)]
     return [(ins[0] @ ins[1]).astype(np.float32)]
 
 
 def _qlinear_matmul(run, node, ins):
-    return [qlinear_matmul(*ins, family=run.family)]
+    return [qlinear_matmul(*run.kernel_weights(node, ins), family=run.family)]
 
 
 def _qgemm(run, node, ins):
+    ins = run.kernel_weights(node, ins)
     a, sa, za, b, sb, zb = ins[:6]
     c = ins[6] if len(ins) > 6 else None
     ys = ins[7] if len(ins) > 7 else None
@@ -611,6 +696,7 @@ def _qlinear_softmax(run, node, ins):
 
 
 def _matmul_integer(run, node, ins):
+    ins = run.kernel_weights(node, ins)
     a, b = ins[0], ins[1]
     za = ins[2] if len(ins) > 2 and ins[2] is not None else np.zeros((), a.dtype)
     zb = ins[3] if len(ins) > 3 and ins[3] is not None else np.zeros((), b.dtype)
@@ -652,7 +738,7 @@ def _conv(run, node, ins):
 
 
 def _qlinear_conv(run, node, ins):
-    x, sx, zx, w, sw, zw, sy, zy = ins[:8]
+    x, sx, zx, w, sw, zw, sy, zy = run.kernel_weights(node, ins)[:8]
     bias = ins[8] if len(ins) > 8 else None
     if _attr(node, "channels_last", 0):
         raise EmulationError(f"{run.label}: QLinearConv '{node.name}' is channels_last; the emulation covers NCHW")
@@ -706,8 +792,9 @@ def uncovered(model) -> list[str]:
     return list(dict.fromkeys(n.op_type for n in m.graph.node if n.op_type not in HANDLERS))
 
 
-def emulate(model, x: np.ndarray, family: str, input_name: str = "pixels") -> np.ndarray:
-    """The model's first output on ``x``, as a CPU of ``family`` computes it."""
+def emulate(model, x: np.ndarray, family: str, input_name: str = "pixels", x64_precision: bool = False) -> np.ndarray:
+    """The model's first output on ``x``, as a CPU of ``family`` computes it; ``x64_precision``: in a session with
+    ``X64_PRECISION_KEY`` set to "1" (x86's rules: constant int8 weights beyond [-64, 64] shifted to uint8)."""
     check_family(family)
     m = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model))
     label = "the model" if isinstance(model, onnx.ModelProto) else Path(model).name
@@ -717,7 +804,10 @@ def emulate(model, x: np.ndarray, family: str, input_name: str = "pixels") -> np
     for n in m.graph.node:
         for i in n.input:
             consumers.setdefault(i, []).append(n)
-    run = _Run(values, {o: n for n in m.graph.node for o in n.output}, consumers, family, label)
+    opset = max([o.version for o in m.opset_import if o.domain in ("", "ai.onnx")], default=0)
+    constants = frozenset(values) - {i.name for i in m.graph.input} - {input_name}
+    run = _Run(values, {o: n for n in m.graph.node for o in n.output}, consumers, family, label, bool(x64_precision),
+               constants, opset)
     for node in m.graph.node:
         handler = HANDLERS.get(node.op_type)
         if handler is None:
