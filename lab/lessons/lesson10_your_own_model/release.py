@@ -50,12 +50,14 @@ class ReleaseRefused(LabError, ValueError):
     """The recipe is not of the form the exercise asks, or its model misses what the release requires."""
 
 
-def predict(model, x: np.ndarray, family: str) -> np.ndarray:
-    """``lab.compare.predict`` on the ``image`` input as ``family`` computes it, remembered per model bytes and data
-    (the last ``_KEEP``: a lesson measures one model many times, and so does a grader that checks it twice)."""
-    key = (file_sha256(model), data_sha256(x), family)
+def predict(model, x: np.ndarray, family: str, x64_precision: bool = False) -> np.ndarray:
+    """``lab.compare.predict`` on the ``image`` input as ``family`` computes it (``x64_precision``: in a session
+    with ORT's ``session.x64quantprecision`` = "1"), remembered per model bytes and data (the last ``_KEEP``: a
+    lesson measures one model many times, and so does a grader that checks it twice)."""
+    key = (file_sha256(model), data_sha256(x), family, x64_precision)
     if key not in _PREDICTED:
-        _PREDICTED[key] = compare.predict(model, x, input_name=camera_path.INPUT, family=family)
+        _PREDICTED[key] = compare.predict(model, x, input_name=camera_path.INPUT, family=family,
+                                          x64_precision=x64_precision)
         while len(_PREDICTED) > _KEEP:
             _PREDICTED.popitem(last=False)
     _PREDICTED.move_to_end(key)
@@ -124,13 +126,15 @@ def build(source: str | Path, out_dir: str | Path, recipe: Mapping, reader_cls) 
     return out / name, rec
 
 
-def measured(source, model, x: np.ndarray, labels: np.ndarray, families: Sequence[str] = kernels.FAMILIES) -> dict:
-    """Accuracy, accuracy loss and max abs error against FP32 on ``x``, per kernel family (``families``)."""
+def measured(source, model, x: np.ndarray, labels: np.ndarray, families: Sequence[str] = kernels.FAMILIES,
+             x64_precision: bool = False) -> dict:
+    """Accuracy, accuracy loss and max abs error against FP32 on ``x``, per kernel family (``families``), the
+    model run in a default session or (``x64_precision``) with ORT's ``session.x64quantprecision`` = "1"."""
     fp32 = predict(source, x, kernels.EXACT)
     fa = float(np.mean(fp32.argmax(1) == labels))
     out = {}
     for family in families:
-        q = predict(model, x, family)
+        q = predict(model, x, family, x64_precision)
         acc = float(np.mean(q.argmax(1) == labels))
         out[family] = {"accuracy": round(acc, 4), "accuracy_loss": round(fa - acc, 4),
                        "max_abs_error": round(compare.max_abs_error(fp32, q), 4),
@@ -138,10 +142,18 @@ def measured(source, model, x: np.ndarray, labels: np.ndarray, families: Sequenc
     return out
 
 
-def family_rows(source, models: Mapping[str, Path], x: np.ndarray, labels: np.ndarray) -> list[dict]:
-    """One row per (model, family): accuracy, loss and max abs error on ``x``."""
-    return [{"name": name, "family": f, **v} for name, m in models.items()
-            for f, v in measured(source, m, x, labels).items()]
+X64_ROW = "per-channel QDQ, session.x64quantprecision"
+"""Section 6's deploy-time row: the per-channel QDQ file unchanged, its session created with ORT's option."""
+
+
+def family_rows(source, models: Mapping[str, Path], x: np.ndarray, labels: np.ndarray,
+                x64_models: Mapping[str, Path] | None = None) -> list[dict]:
+    """One row per (model, family): accuracy, loss and max abs error on ``x``; ``x64_models`` run in sessions with
+    ORT's ``session.x64quantprecision`` = "1"."""
+    runs = [(name, m, False) for name, m in models.items()] + \
+        [(name, m, True) for name, m in (x64_models or {}).items()]
+    return [{"name": name, "family": f, **v} for name, m, x64 in runs
+            for f, v in measured(source, m, x, labels, x64_precision=x64).items()]
 
 
 def conditions() -> dict:
@@ -204,20 +216,24 @@ def form_problems(recipe: Mapping) -> list[str]:
 TIME_BATCH, TIME_ROUNDS = 256, 7
 
 
-def timed(source, models: Mapping[str, Path], x: np.ndarray) -> list[dict]:
+def timed(source, models: Mapping[str, Path], x: np.ndarray, x64_models: Mapping[str, Path] | None = None
+          ) -> list[dict]:
     """Each model's time for one batch of ``TIME_BATCH`` frames on this CPU (one thread, median of
-    ``TIME_ROUNDS`` after a warm-up), and its ratio to FP32's with the range the rounds' spread allows."""
+    ``TIME_ROUNDS`` after a warm-up), and its ratio to FP32's with the range the rounds' spread allows;
+    ``x64_models`` in sessions with ORT's ``session.x64quantprecision`` = "1"."""
     batch = np.ascontiguousarray(x[:TIME_BATCH], np.float32)
 
-    def timing(model) -> evidence.Timing:
-        sess = compare.session(model)
+    def timing(model, x64: bool = False) -> evidence.Timing:
+        sess = compare.session(model, x64_precision=x64)
         sess.run(None, {camera_path.INPUT: batch})
         return evidence.repeat(lambda: sess.run(None, {camera_path.INPUT: batch}), TIME_ROUNDS)
 
     fp32 = timing(source)
     rows = []
-    for name, model in {"FP32": source, **models}.items():
-        t = fp32 if name == "FP32" else timing(model)
+    runs = [("FP32", source, False)] + [(n, m, False) for n, m in models.items()] + \
+        [(n, m, True) for n, m in (x64_models or {}).items()]
+    for name, model, x64 in runs:
+        t = fp32 if name == "FP32" else timing(model, x64)
         ratio, low, high = evidence.ratio(t, fp32)
         rows.append({"name": name, "ms": 1e3 * t.median, "spread": t.spread, "ratio": ratio,
                      "range": f"{low:.2f}-{high:.2f}"})
@@ -430,10 +446,13 @@ def forms_sentence(rows: Sequence[Mapping]) -> str:
     lo, hi = (min(err[n, kernels.EXACT] for n in pcs), max(err[n, kernels.EXACT] for n in pcs))
     pt = err["per-tensor QDQ", kernels.EXACT]
     sat, rr = err["per-channel QDQ", kernels.SATURATING], err["per-channel QDQ + reduce_range", kernels.SATURATING]
+    x64 = err.get((X64_ROW, kernels.SATURATING))
     return (f"**Your run.** On the exact family the per-channel forms' max abs errors span {lo:.3f} to {hi:.3f} "
             f"and per-tensor QDQ's is {pt:.3f} ({pt / hi:.1f} x the largest of them). On the saturating family "
             f"per-channel QDQ's grows from {err['per-channel QDQ', kernels.EXACT]:.3f} to {sat:.3f}; with "
-            f"`reduce_range` it is {rr:.3f}.")
+            f"`reduce_range` it is {rr:.3f}"
+            + (f"; the same per-channel file in a session with `session.x64quantprecision` gives {x64:.3f}, the "
+               f"exact family's {err['per-channel QDQ', kernels.EXACT]:.3f}" if x64 is not None else "") + ".")
 
 
 def judged_sentence(rows: Sequence[Mapping]) -> str:
