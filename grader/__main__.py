@@ -23,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("path")
     g.add_argument("--json", action="store_true", help="print the result as JSON instead of Markdown")
     g.add_argument("--gradescope", metavar="FILE", help="also write Gradescope's results.json here")
+    g.add_argument("--out", metavar="DIR", help="also write DIR/feedback/ID.md and DIR/results/ID.json, as a batch "
+                   "does")
     b = sub.add_parser("batch", help="grade every submission in DIR")
     b.add_argument("folder")
     b.add_argument("--out", required=True)
@@ -104,8 +106,11 @@ def main(argv: list[str] | None = None) -> int:
             print(result.to_markdown())
         if args.gradescope:
             Path(args.gradescope).write_text(json.dumps(result.to_gradescope(), indent=2))
+        where = "feedback printed above (--out DIR also writes it to a file)"
+        if args.out:
+            where = "feedback: " + str(_write_one(Path(args.out), result, isolation))
         print(f"{result.student}: {result.status}, score {result.score:g} / {result.max_score:g}"
-              + (f"; {isolation}" if isolation.startswith("refused") else ""), file=sys.stderr)
+              + (f"; {isolation}" if isolation.startswith("refused") else "") + f"; {where}", file=sys.stderr)
         return 0 if result.status == "graded" else 1
     if args.command == "regrade":
         return _regrade(args, limits, unsafe)
@@ -126,6 +131,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"student code was NOT run for {refused} submission(s) (gradebook column 'isolation'): "
               f"{sandbox.REFUSED}", file=sys.stderr)
     return 0
+
+
+def _write_one(out: Path, result, isolation: str) -> Path:
+    """One grade's feedback and result under ``out``, named by the student id as a batch names them."""
+    (out / "feedback").mkdir(parents=True, exist_ok=True)
+    (out / "results").mkdir(parents=True, exist_ok=True)
+    (out / "results" / f"{result.student}.json").write_text(
+        json.dumps(dict(result.to_dict(), isolation=isolation), indent=2, allow_nan=False) + "\n")
+    feedback = out / "feedback" / f"{result.student}.md"
+    feedback.write_text(result.to_markdown())
+    return feedback
 
 
 def _tool(args) -> int:

@@ -149,6 +149,16 @@ def test_a_failure_names_notebook_and_cell_keeps_partial_output_and_exits_nonzer
     assert (failed["failed_cell"], failed["ename"]) == (4, "ZeroDivisionError")
 
 
+def test_a_failure_shows_every_line_of_a_checks_message(lessons, tmp_path, capsys):
+    """A check that names each broken rule on its own line: every line reaches the terminal, not only the first."""
+    nbformat.write(lesson("x = 1", 'raise ValueError("not released:\\n- calibration: attractive\\n- per_channel")'),
+                   lessons / "02_broken.ipynb")
+    assert run.main(["--notebooks", str(lessons), "--work-dir", str(tmp_path / "ws"), "--out",
+                     str(tmp_path / "build")]) == 1
+    err = capsys.readouterr().err
+    assert "raised ValueError: not released:" in err and "- calibration: attractive" in err and "- per_channel" in err
+
+
 def test_the_kernel_log_keeps_every_line_but_the_unencrypted_tcp_warning(tmp_path):
     import os
 

@@ -189,9 +189,8 @@ def describe_failure(exc: BaseException, output: Path) -> Failure:
             # papermill adds an error header at the top and an anchor before the cell: leave them out
             cells = [c for c in nb.cells if "papermill-error-cell-tag" not in c.get("metadata", {}).get("tags", [])]
             index = source_cell_number(nbformat.from_dict({"cells": cells}), exc.cell_index)
-        evalue = (exc.evalue or "").strip().splitlines()
         return Failure(index, exc.ename, f"cell {index} (In [{exc.exec_count}], {_raising_line(exc)}) "
-                                         f"raised {exc.ename}: {evalue[0] if evalue else ''}")
+                                         f"raised {exc.ename}: {_whole(exc.evalue or '')}")
     index, where = None, ""
     if nb is not None:
         # a timeout or a dead kernel: the last cell that started is where the run stopped
@@ -200,8 +199,18 @@ def describe_failure(exc: BaseException, output: Path) -> Failure:
         if started:
             index = source_cell_number(nb, started[-1])
             where = f"cell {index} ({_first_line(nb.cells[started[-1]].source)}): "
-    text = str(exc).strip().splitlines()
-    return Failure(index, type(exc).__name__, f"{where}{type(exc).__name__}: {text[0] if text else ''}")
+    return Failure(index, type(exc).__name__, f"{where}{type(exc).__name__}: {_whole(str(exc))}")
+
+
+MESSAGE_LINES = 12  # an error's lines shown (a check's bullets name every rule it broke); the rest: the notebook
+
+
+def _whole(message: str) -> str:
+    """An error's message, every line (the first ``MESSAGE_LINES``), the later ones indented under the first."""
+    lines = [ln.rstrip() for ln in message.strip().splitlines() if ln.strip()]
+    if len(lines) > MESSAGE_LINES:
+        lines = lines[:MESSAGE_LINES] + [f"... ({len(lines) - MESSAGE_LINES} more lines in the executed notebook)"]
+    return "\n      ".join(lines)
 
 
 # ipykernel warns on every start that its local TCP sockets are not encrypted. The headless run's kernels
