@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lab import compare, data, graph, kernels
+from lab import compare, data, evidence, graph, kernels
 
 
 @dataclass(frozen=True)
@@ -68,3 +68,22 @@ def input_interval(model: str | Path) -> list[float] | None:
     except Exception:  # noqa: BLE001 - dynamic models have no static input ruler
         return None
     return [round(lo, 4), round(hi, 4)]
+
+
+def against(baseline: str | Path, model: str | Path, ev: Evaluation) -> str:
+    """``model`` against ``baseline`` on the same images, as the target family computes them: the images it fixed and
+    broke (``lab.evidence.paired``) and the change in max abs error against FP32 with its bootstrap interval over
+    images, each saying whether it is beyond the noise."""
+    a, b = predict(baseline, ev.pixels), predict(model, ev.pixels)
+    pairs = evidence.paired(ev.labels, a.argmax(1), b.argmax(1))
+    error = evidence.bootstrap_difference(evidence.per_image_max_abs_error(ev.reference, a),
+                                          evidence.per_image_max_abs_error(ev.reference, b))
+    return f"accuracy: {pairs.words()}; max abs err {error.words()}"
+
+
+def against_lines(baseline_name: str, baseline: str | Path, models: dict[str, str | Path], ev: Evaluation) -> str:
+    """One ``against`` line per model of ``models`` (name -> file), headed by what they are compared with."""
+    width = max(len(n) for n in models)
+    return "\n".join([f"against {baseline_name}, image by image (fixed / broken; the max abs err's change with its "
+                      "95 % interval over images):"]
+                     + [f"  {name:<{width}}  {against(baseline, m, ev)}" for name, m in models.items()])

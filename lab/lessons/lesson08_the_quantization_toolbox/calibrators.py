@@ -445,6 +445,45 @@ def outlier_table(source: str | Path, out_dir: str | Path, ev: Evaluation, n_hot
     return rows
 
 
+RELU_ROWS = {  # label -> (method, extra_options): who decides whether ORT deletes the Relus
+    "MinMax": ("MinMax", {}),
+    "Distribution": ("Distribution", {}),
+    "Distribution, Relus kept": ("Distribution", {"QDQKeepRemovableActivations": True}),
+    "MinMax, symmetric ranges": ("MinMax", {"CalibTensorRangeSymmetric": True}),
+    "MinMax, symmetric, Relus kept": ("MinMax", {"CalibTensorRangeSymmetric": True,
+                                                 "QDQKeepRemovableActivations": True}),
+}
+
+
+def without_relus(source: str | Path, output: str | Path) -> Path:
+    """The FP32 model with every Relu replaced by Identity: what a graph whose Relus were deleted computes in float."""
+    model = graph.load(source)
+    for node in model.graph.node:
+        if node.op_type == "Relu":
+            node.op_type = "Identity"
+    onnx.save(model, str(output))
+    return Path(output)
+
+
+def relu_rows(source: str | Path, out_dir: str | Path, ev: Evaluation, calibration: np.ndarray,
+              batch_size: int = BATCH_SIZE) -> list[dict]:
+    """``RELU_ROWS`` converted from the same images: each model's Relu count, max abs error and accuracy; then FP32
+    with its Relus replaced by Identity. ORT's QDQ quantizer deletes a Relu when activations are not flagged
+    symmetric and ``QDQKeepRemovableActivations`` is off (``QDQRemovableActivation.quantize``), trusting the next
+    QuantizeLinear's range to start at 0; it never checks that the calibrated range does. Writes ``relus/*.onnx``."""
+    out = Path(out_dir) / "relus"
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for label, (method, extra) in RELU_ROWS.items():
+        model = out / (label.lower().replace(", ", "-").replace(" ", "-") + ".onnx")
+        with quiet():
+            quantize(source, model, calibration, calibrate_method=method, batch_size=batch_size, extra_options=extra)
+        rows.append({"model": label, "relus": graph.op_counts(model).get("Relu", 0), **measure(model, ev)})
+    identity = without_relus(source, out / "fp32-relus-as-identity.onnx")
+    rows.append({"model": "FP32, Relus replaced by Identity", "relus": 0, **measure(identity, ev)})
+    return rows
+
+
 MOVING_AVERAGE_BATCHES = (10, 36, 120, 360)
 
 

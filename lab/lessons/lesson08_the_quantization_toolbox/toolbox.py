@@ -23,7 +23,7 @@ from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, 
 from onnxruntime.quantization import qdq_loss_debug as dbg
 from onnxruntime.quantization import quantize as ort_quantize
 
-from lab import graph, kernels
+from lab import compare, graph, kernels
 from lab.convert import QuantRecord, quantize, quantize_dynamic_model
 from lab.data import BATCH_SIZE, EPSILON, data_sha256, file_sha256
 from lab.lessons.lesson08_the_quantization_toolbox import calibrators
@@ -187,6 +187,19 @@ def family_table(source: str | Path, out_dir: str | Path, ev: Evaluation, calibr
             with kernels.computing_as(f):
                 rows.append({"name": name, "settings": settings, "family": f, "emulated": kernels.emulated(f),
                              **measured(model, ev)})
+    return rows
+
+
+def x64_rows(model: str | Path, ev: Evaluation) -> list[dict]:
+    """``model`` in a default session and in one with ORT's ``session.x64quantprecision`` = "1", as each kernel
+    family computes it: max abs error against FP32 and accuracy."""
+    rows = []
+    for f in kernels.FAMILIES:
+        for x64 in (False, True):
+            out = compare.predict(model, ev.pixels, family=f, x64_precision=x64)
+            rows.append({"name": "session.x64quantprecision = 1" if x64 else "default session", "family": f,
+                         "max_abs_error": round(compare.max_abs_error(ev.reference, out), 4),
+                         "accuracy": round(float((out.argmax(1) == ev.labels).mean()), 4)})
     return rows
 
 
