@@ -303,19 +303,29 @@ def test_nothing_one_run_leaves_reaches_the_next(good_zip, tmp_path):
         pytest.skip("no fork server without bubblewrap: every run is a fresh process")
     sub = open_submission(good_zip, tmp_path / "sub")
     (sub.root / "metrics.py").write_text(
-        "import os, subprocess\n"
+        "import os, subprocess, time\n"
+        "def cmdline(pid):\n"
+        "    try:\n"
+        "        return open(f'/proc/{pid}/cmdline', 'rb').read()\n"
+        "    except OSError:\n"
+        "        return b''\n"
         "def summarize(p, l):\n"
         "    seen = sorted(os.listdir('/tmp'))\n"
         "    open('/tmp/left-behind.txt', 'w').write('x')\n"
-        "    subprocess.Popen(['sleep', '60'], start_new_session=True)\n"
-        "    alive = [d for d in os.listdir('/proc') if d.isdigit()]\n"
-        "    return {'seen': seen, 'processes': len(alive)}\n")
+        "    child = subprocess.Popen(['sleep', '60'], start_new_session=True)\n"
+        "    for _ in range(300):  # until the child has exec'd sleep\n"
+        "        if cmdline(child.pid) == b'sleep\\x0060\\x00':\n"
+        "            break\n"
+        "        time.sleep(0.01)\n"
+        "    sleepers = [d for d in os.listdir('/proc') if d.isdigit() and cmdline(d) == b'sleep\\x0060\\x00']\n"
+        "    return {'seen': seen, 'sleepers': len(sleepers)}\n")
     task = {"task": "metrics", "module": "metrics", "function": "summarize",
             "cases": [{"name": "x", "labels": [1], "predictions": [1]}]}
     first = sandbox.run(sub.root, task).data["cases"][0]["returned"]
     second = sandbox.run(sub.root, task).data["cases"][0]["returned"]
     assert "left-behind.txt" not in second["seen"]
-    assert second["processes"] == first["processes"], "the sleeper from the first run is still alive"
+    # each run sees its own sleeper only (a reaped process, or a zombie with no command line, is not alive)
+    assert first["sleepers"] == second["sleepers"] == 1, "the sleeper from the first run is still alive"
 
 
 @pytest.mark.parametrize("steps, kept", [(0.5, True), (1.5, False)])
