@@ -45,8 +45,7 @@ NOT_MEASURED = {
     "06": {"250": "254 - 4 roundings, arithmetic", "258": "254 + 4 roundings, arithmetic",
            "five answers": "the exercise's five test answers"},
     "08": {"99.999 %": "ORT's default Percentile setting", "0.001 %": "100 % - ORT's default Percentile setting",
-           "1000": "the ORT guide's suggested sample count, quoted",
-           "6464": "the MLP's weight count (64x64+64x32+32x10)"},
+           "1000": "the course's reading guide's suggested sample count (100-1000), quoted"},
 }
 
 CODE_SPAN = re.compile(r"`[^`]*`")

@@ -1,5 +1,6 @@
 """Lesson 08, the quantization toolbox: ``toolbox`` (every converter setting, measured), ``calibrators`` (ORT's
-calibration methods run directly) and ``outliers`` (the exercise: calibrate through stuck pixels).
+calibration methods run directly), ``readings`` (each comparison the prose reads off a table, decided against the
+noise and written from the run) and ``outliers`` (the exercise: calibrate through stuck pixels).
 
 The package of ``notebooks/08_the_quantization_toolbox.ipynb``.
 """

@@ -382,9 +382,35 @@ def quantize_calibrated(source: str | Path, output: str | Path, calibration: np.
 
 
 # ---- calibration methods -------------------------------------------------------------------------
-def method_row(model: str | Path, ev: Evaluation, calibration: str, method: str, options: dict) -> dict:
+def method_row(model: str | Path, ev: Evaluation, calibration: str, method: str, options: dict,
+               out_dir: str | Path | None = None) -> dict:
+    """One row of a methods table; ``file``: the model's path under ``out_dir`` (default: its folder and name)."""
     return {"calibration": calibration, "method": method, "options": dict(options),
-            "input_range": input_interval(model), **measure(model, ev)}
+            "input_range": input_interval(model), **measure(model, ev), "file": relative(model, out_dir)}
+
+
+def relative(model: str | Path, out_dir: str | Path | None = None) -> str:
+    """``model``'s path under ``out_dir`` with forward slashes (``methods/right-minmax.onnx``), the ``file`` of a
+    table's row: ``out_dir / row["file"]`` is the model again. A model outside ``out_dir`` keeps its absolute path
+    (which ``out_dir / ...`` leaves as it is); without ``out_dir``: its folder and name."""
+    model = Path(model)
+    if out_dir is None:
+        return Path(model.parent.name, model.name).as_posix()
+    try:
+        return model.resolve().relative_to(Path(out_dir).resolve()).as_posix()
+    except ValueError:
+        return model.resolve().as_posix()
+
+
+def method_label(row: dict) -> str:
+    """A methods-table row's name in the lesson's prose: ``Entropy (defaults)``, ``Entropy (2048 bins)``,
+    ``Percentile (99.9 %)``, or the method."""
+    options = row["options"]
+    if "num_bins" in options:
+        return f"{row['method']} ({options['num_bins']} bins)"
+    if "percentile" in options:
+        return f"{row['method']} ({options['percentile']:g} %)"
+    return f"{row['method']} (defaults)" if row["method"] in ("Entropy", "Percentile") else row["method"]
 
 
 def methods_table(source: str | Path, out_dir: str | Path, ev: Evaluation, sets: tuple[str, ...] = ("right", "narrow"),
@@ -402,10 +428,10 @@ def methods_table(source: str | Path, out_dir: str | Path, ev: Evaluation, sets:
             model = out / f"{kind}-{method.lower()}.onnx"
             with quiet():
                 quantize(source, model, calib, calibrate_method=method, batch_size=batch_size)
-            rows.append(method_row(model, ev, kind, method, {}))
+            rows.append(method_row(model, ev, kind, method, {}, out_dir))
         model = out / f"{kind}-entropy-{entropy_bins}.onnx"
         quantize_calibrated(source, model, calib, "Entropy", {"num_bins": entropy_bins}, batch_size)
-        rows.append(method_row(model, ev, kind, "Entropy", {"num_bins": entropy_bins}))
+        rows.append(method_row(model, ev, kind, "Entropy", {"num_bins": entropy_bins}, out_dir))
     return rows
 
 
@@ -438,10 +464,10 @@ def outlier_table(source: str | Path, out_dir: str | Path, ev: Evaluation, n_hot
         model = out / f"{method.lower()}{'-' + str(percentile) if extra else ''}.onnx"
         with quiet():
             quantize(source, model, calib, calibrate_method=method, batch_size=batch_size, extra_options=extra)
-        rows.append(method_row(model, ev, label, method, {"percentile": percentile} if extra else {}))
+        rows.append(method_row(model, ev, label, method, {"percentile": percentile} if extra else {}, out_dir))
     model = out / f"entropy-{entropy_bins}.onnx"
     quantize_calibrated(source, model, calib, "Entropy", {"num_bins": entropy_bins}, batch_size)
-    rows.append(method_row(model, ev, label, "Entropy", {"num_bins": entropy_bins}))
+    rows.append(method_row(model, ev, label, "Entropy", {"num_bins": entropy_bins}, out_dir))
     return rows
 
 
@@ -453,6 +479,13 @@ RELU_ROWS = {  # label -> (method, extra_options): who decides whether ORT delet
     "MinMax, symmetric, Relus kept": ("MinMax", {"CalibTensorRangeSymmetric": True,
                                                  "QDQKeepRemovableActivations": True}),
 }
+
+
+IDENTITY_ROW = "FP32, Relus replaced by Identity"
+RELUS_DELETED = ("Distribution", "MinMax, symmetric ranges")
+"""The ``RELU_ROWS`` with symmetric ranges whose Relus ORT deleted: compared with ``IDENTITY_ROW``."""
+RELUS_KEPT = ("Distribution, Relus kept", "MinMax, symmetric, Relus kept")
+"""The same with ``QDQKeepRemovableActivations``: compared with MinMax."""
 
 
 def without_relus(source: str | Path, output: str | Path) -> Path:
@@ -478,9 +511,11 @@ def relu_rows(source: str | Path, out_dir: str | Path, ev: Evaluation, calibrati
         model = out / (label.lower().replace(", ", "-").replace(" ", "-") + ".onnx")
         with quiet():
             quantize(source, model, calibration, calibrate_method=method, batch_size=batch_size, extra_options=extra)
-        rows.append({"model": label, "relus": graph.op_counts(model).get("Relu", 0), **measure(model, ev)})
+        rows.append({"model": label, "relus": graph.op_counts(model).get("Relu", 0), **measure(model, ev),
+                     "file": relative(model, out_dir)})
     identity = without_relus(source, out / "fp32-relus-as-identity.onnx")
-    rows.append({"model": "FP32, Relus replaced by Identity", "relus": 0, **measure(identity, ev)})
+    rows.append({"model": IDENTITY_ROW, "relus": graph.op_counts(identity).get("Relu", 0), **measure(identity, ev),
+                 "file": relative(identity, out_dir)})
     return rows
 
 
@@ -506,7 +541,7 @@ def moving_average_rows(source: str | Path, out_dir: str | Path, ev: Evaluation,
         rows.append({"method": "MinMax", "moving_average": moving, "batch_size": size,
                      "batches": -(-len(calibration) // size), "input_range": input_interval(model),
                      **{f"{t}_range": tensor_interval(model, t) for t in ("relu1.out", "fc3.out")},
-                     **measure(model, ev)})
+                     **measure(model, ev), "file": relative(model, out_dir)})
     return rows
 
 

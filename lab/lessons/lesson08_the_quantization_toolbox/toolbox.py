@@ -141,7 +141,10 @@ def measured(model: str | Path, ev: Evaluation) -> dict:
 
 def settings_table(source: str | Path, out_dir: str | Path, ev: Evaluation, calibration: np.ndarray,
                    batch_size: int = BATCH_SIZE) -> list[dict]:
-    """One knob at a time from the baseline, plus dynamic quantization. Writes ``settings/*.onnx``."""
+    """One knob at a time from the baseline, plus dynamic quantization. Writes ``settings/*.onnx``.
+
+    Each row also counts the Relu nodes ORT left in the graph (``relus``: it deletes them on its flags, see
+    ``calibrators.relu_rows``) and names its ``file`` under ``out_dir``."""
     out = Path(out_dir) / "settings"
     out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -150,13 +153,15 @@ def settings_table(source: str | Path, out_dir: str | Path, ev: Evaluation, cali
         model = out / f"{settings_name(settings)}.onnx"
         build(source, model, calibration, settings, batch_size)
         rows.append({"name": name, "settings": settings, "static": True, "input_range": input_interval(model),
-                     **measured(model, ev)})
+                     **measured(model, ev), "relus": graph.op_counts(model).get("Relu", 0),
+                     "file": calibrators.relative(model, out_dir)})
     for per_channel in (False, True):
         model = out / f"dynamic{'-perchannel' if per_channel else ''}.onnx"
         quantize_dynamic_model(source, model, per_channel=per_channel)
         rows.append({"name": "dynamic" + (", per-channel" if per_channel else ""),
                      "settings": {"mode": "dynamic", "per_channel": per_channel}, "static": False,
-                     "input_range": None, **measured(model, ev)})
+                     "input_range": None, **measured(model, ev), "relus": graph.op_counts(model).get("Relu", 0),
+                     "file": calibrators.relative(model, out_dir)})
     return rows
 
 
@@ -201,6 +206,20 @@ def x64_rows(model: str | Path, ev: Evaluation) -> list[dict]:
                          "max_abs_error": round(compare.max_abs_error(ev.reference, out), 4),
                          "accuracy": round(float((out.argmax(1) == ev.labels).mean()), 4)})
     return rows
+
+
+def x64_same_as_exact(model: str | Path, ev: Evaluation) -> bool:
+    """Whether ``model`` in a ``session.x64quantprecision`` = "1" session computes, as the saturating family, exactly
+    the outputs the exact family computes in a default session."""
+    return bool(np.array_equal(compare.predict(model, ev.pixels, family=kernels.EXACT),
+                               compare.predict(model, ev.pixels, family=kernels.SATURATING, x64_precision=True)))
+
+
+def node_weights(model: str | Path) -> dict[str, str]:
+    """Node name -> the weight it reads (an initializer whose name ends in ``weight``), for the nodes that read one."""
+    g = graph.load(model).graph
+    inits = {i.name for i in g.initializer}
+    return {n.name: w for n in g.node for w in n.input if w in inits and w.endswith("weight")}
 
 
 def max_abs_weight(model: str | Path) -> int:
@@ -280,7 +299,7 @@ def excluded_row(source: str | Path, out_dir: str | Path, ev: Evaluation, calibr
     model = out / f"exclude-{node}.onnx"
     quantize(source, model, calibration, batch_size=batch_size, nodes_to_exclude=[node])
     return {"name": f"baseline, {node} left in FP32", "excluded": [node], **measured(model, ev),
-            "float_weights": graph.weight_dtypes(model).get("FLOAT", 0)}
+            "float_weights": graph.weight_dtypes(model).get("FLOAT", 0), "file": calibrators.relative(model, out_dir)}
 
 
 # ---- more of the guide: the config object, op types, MinimumRealRange, how many samples ---------
@@ -317,7 +336,8 @@ def op_types_rows(source: str | Path, out_dir: str | Path, ev: Evaluation, calib
         for f in families:
             with kernels.computing_as(f):
                 rows.append({"name": name, "family": f, "quantize_dequantize": counts.get("QuantizeLinear", 0)
-                             + counts.get("DequantizeLinear", 0), "ops": sorted(quantized), **measured(path, ev)})
+                             + counts.get("DequantizeLinear", 0), "ops": sorted(quantized), **measured(path, ev),
+                             "file": calibrators.relative(path, out_dir)})
     return rows
 
 
@@ -344,7 +364,8 @@ def zero_calibration_rows(source: str | Path, out_dir: str | Path, ev: Evaluatio
             with kernels.computing_as(f):
                 rows.append({"MinimumRealRange": option, "family": f, "input_scale": r.scale,
                              "input_zero_point": r.zero_point, "input_range": input_interval(model),
-                             "same_as_fixture": same, **measured(model, ev)})
+                             "same_as_fixture": same, **measured(model, ev),
+                             "file": calibrators.relative(model, out_dir)})
     return rows
 
 
@@ -355,7 +376,8 @@ def sample_count_rows(source: str | Path, out_dir: str | Path, ev: Evaluation, c
                       counts: tuple[int, ...] = SAMPLE_COUNTS, draws: int = 3, seed: int = 0,
                       batch_size: int = BATCH_SIZE) -> list[dict]:
     """Baseline conversions from ``n`` right-set images drawn at random (``draws`` draws per ``n``; one for
-    the whole set), measured as the target family. Each row: n, draw, input ruler, max abs error, accuracy.
+    the whole set), measured as the target family. Each row: n, draw, input ruler, max abs error, accuracy, and the
+    file under ``out_dir``.
 
     Each draw is converted by ``build`` (the bytes of ``quantize_static`` calibrating itself), so every draw
     calibrates with the same MinMax calibrator instead of augmenting the graph and starting a session again."""
@@ -370,7 +392,7 @@ def sample_count_rows(source: str | Path, out_dir: str | Path, ev: Evaluation, c
             model = out / f"n{n:03d}-{d}.onnx"
             build(source, model, subset, {}, batch_size)  # one MinMax calibrator serves every draw
             rows.append({"n": int(min(n, len(calibration))), "draw": d, "input_range": input_interval(model),
-                         **measured(model, ev)})
+                         **measured(model, ev), "file": calibrators.relative(model, out_dir)})
     return rows
 
 
