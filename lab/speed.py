@@ -265,7 +265,7 @@ def format_series(rows: list[Series], baseline: str = "FP32") -> str:
                       "verdict": "" if own or x is None else x.against(1.0)})
     return format_rows(table, [("model", "model", ""), ("batch", "batch", "d"), ("median_ms", "median ms", ".3f"),
                                ("range_ms", "quartiles ms", ">"), ("throughput", "samples/s", ".0f"),
-                               ("ratio", f"time / {baseline}'s", ">"), ("verdict", f"vs {baseline}", "")])
+                               ("ratio", f"time / {baseline}'s", ">"), ("verdict", "verdict", "")])
 
 
 def synthetic_mlp(width: int, depth: int = 3, n_in: int | None = None, n_out: int = 10,
@@ -412,7 +412,7 @@ def format_sweep(points: list[WidthPoint]) -> str:
             for p in points]
     return format_rows(rows, [("width", "width", "d"), ("batch", "batch", "d"), ("fp32_ms", "FP32 ms", ".3f"),
                               ("int8_ms", "INT8 ms", ".3f"), ("ratio", f"INT8 {RATIO_HEADING}", ">"),
-                              ("verdict", "vs FP32", "")])
+                              ("verdict", "verdict", "")])
 
 
 def plot_sweep(points: list[WidthPoint], margin: float = 1.1, ax=None):

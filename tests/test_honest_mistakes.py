@@ -256,16 +256,27 @@ def _lab_run_with_reader(source: str) -> bytes:
 GOOD_CHOICE = {"quant_format": "QOperator", "preprocess": True}
 
 
-def _with_toolbox(files: corpus.Files, settings: dict, extra: dict | None = None) -> bytes:
-    return corpus.pack(_toolbox_files(files, settings, extra))
+# lesson 09's answer by the requirement's last part on every variant (tests/test_toolbox.py checks it on several):
+# the smallest file meeting every limit, 9452 bytes, and of the two rows that size the lower worse-family error
+RULE_CHOICE = {"quant_format": "QOperator", "activation_type": "QUInt8", "preprocess": True}
+# a time this CPU could measure, in rounds: S8S8 QOperator is ORT's slow path on x86-64, the rest about FP32's
+TIME = {"median": 1.0, "low": 0.95, "high": 1.05, "rounds": 5}
+SLOW = {"median": 3.4, "low": 3.38, "high": 3.45, "rounds": 5}
+
+
+def _with_toolbox(files: corpus.Files, settings: dict, extra: dict | None = None, table: bool = False) -> bytes:
+    return corpus.pack(_toolbox_files(files, settings, extra, table=table))
 
 
 def _toolbox_files(files: corpus.Files, settings: dict, extra: dict | None = None,
-                   outlier_answer: tuple[str, dict] = ("Percentile", {"CalibPercentile": 99.9})) -> corpus.Files:
+                   outlier_answer: tuple[str, dict] = ("Percentile", {"CalibPercentile": 99.9}),
+                   table: bool = False) -> corpus.Files:
     """Lesson 09's choice.onnx and toolbox.json, its candidates cut to the chosen row (the full lesson takes
     minutes; the grader reads the choice), and lesson 08's outliers.onnx and outliers.json. ``settings`` is the
     student's CHOICE; ``extra`` adds top-level keys to toolbox.json (an exploration table a student hands in after
-    all); ``outlier_answer`` is lesson 08's METHOD and OPTIONS."""
+    all); ``outlier_answer`` is lesson 08's METHOD and OPTIONS. ``table``: the whole candidates table instead (the
+    lesson's 32 rows, measured, each timed ``TIME`` or, S8S8 QOperator, ``SLOW``), as the requirement's last part
+    reads it."""
     import tempfile
 
     from lab import data, measure
@@ -278,20 +289,25 @@ def _toolbox_files(files: corpus.Files, settings: dict, extra: dict | None = Non
         source, choice = work / "source.onnx", work / "choice.onnx"
         tb.build(source, choice, data.calibration_set("right"), settings, scratch_dir=work / "scratch")
         ev = measure.evaluation(source)
-        time = {"median": 1.0, "low": 0.95, "high": 1.05, "rounds": 5}  # a time this CPU could measure, in rounds
+        full = {**tb.BASELINE, **settings}
+        time = SLOW if table and full["quant_format"] == "QOperator" and full["activation_type"] == "QInt8" else TIME
         check = ch.check_choice(choice, source, "evaluation", time_ratio=time)
         m = measure.measure(choice, ev)
-        full = {**tb.BASELINE, **settings}
         row = {"name": tb.settings_name(full), "settings": full, **ch.describe(full), **m,
                "by_family": check["by_family"], "accuracy_loss": check["worst_accuracy_loss"],
                "worst_max_abs_error": max(v["max_abs_error"] for v in check["by_family"].values()),
-               "size_ratio": check["size_ratio"], "time_ratio": 1.0, "time": time}
+               "size_ratio": check["size_ratio"], "time_ratio": time["median"], "time": dict(time)}
+        rows = [row]
+        if table:
+            rows = [{**r, "time_ratio": t["median"], "time": dict(t)}
+                    for r in ch.candidates(source, work, ev, data.calibration_set("right"))
+                    for t in [SLOW if r["format"] == "QOperator" and r["activations"] == "QInt8" else TIME]]
         doc = ch.document(
-            ev=ev, speed={"threads": 1, "timings": [], "sweep": [], "crossover_width": None}, candidates_=[row],
+            ev=ev, speed={"threads": 1, "timings": [], "sweep": [], "crossover_width": None}, candidates_=rows,
             choice={"file": "choice.onnx", "sha256": data.file_sha256(choice), "settings": full,
                     "max_abs_error": check["max_abs_error"], "accuracy": check["accuracy"], "bytes": check["bytes"],
                     "by_family": check["by_family"], "accuracy_loss": check["worst_accuracy_loss"],
-                    "size_ratio": check["size_ratio"], "time_ratio": 1.0, "time": dict(time),
+                    "size_ratio": check["size_ratio"], "time_ratio": time["median"], "time": dict(time),
                     "justification": f"the candidate I picked: {row['name']}, measured on the evaluation split"})
         doc.update(extra or {})
         method, options = outlier_answer
@@ -423,7 +439,8 @@ def _first_verdict_changed(doc: dict) -> None:
     row["verdict"] = "needs work" if row["verdict"] == "pass" else "pass"
 
 
-BASES = {"reference": lambda files: files, "toolbox": lambda files: _toolbox_files(files, GOOD_CHOICE)}
+BASES = {"reference": lambda files: files, "toolbox": lambda files: _toolbox_files(files, GOOD_CHOICE),
+         "toolbox_table": lambda files: _toolbox_files(files, RULE_CHOICE, table=True)}
 
 
 MISTAKES = [
@@ -490,11 +507,30 @@ MISTAKES = [
                                      "images, but your DigitReader serves 432", "not charged here: charged once, "
                                      "under 02 the calibration reader")),
     # lesson 08: the choice picked by the lowest error instead of the smallest file; size is charged once
-    # (one of choice_meets' five parts: static, accuracy on each of the two families, size, latency)
+    # (one of choice_meets' six parts: static, accuracy on each of the two families, size, latency, and the smallest
+    # such file, not judged for a choice that misses a limit)
     Mistake("toolbox_choice_misses_the_size", lambda f: _with_toolbox(f, {}), {"toolbox.choice_meets": 0.5},
             ("size ratio", "NO", "misses the requirement on size only", "not charged here: charged once, under 09 "
                                                                         "choosing a recipe"),
             base="toolbox"),
+    # lesson 09 (issue 36): a choice that meets every limit but is not the file the requirement's last part picks
+    # from the whole table: one part of choice_meets' six (static, accuracy on each family, size, latency, the rule)
+    Mistake("toolbox_choice_loses_the_tie_in_size",  # same 9452 bytes, the higher max abs error on the worse family
+            lambda f: _with_toolbox(f, {**RULE_CHOICE, "reduce_range": True}, table=True),
+            {"toolbox.choice_meets": 0.5},
+            ("a tie in size goes to the lower max abs error on the worse family: QOperator, per-tensor weights, "
+             "QUInt8 activations, reduce_range no, pre-processed yes", "has the same 9452 bytes", ": NO"),
+            base="toolbox_table"),
+    Mistake("toolbox_choice_not_the_smallest",  # QOperator per-tensor QUInt8, not pre-processed: meets every limit
+            lambda f: _with_toolbox(f, {"quant_format": "QOperator", "activation_type": "QUInt8"}, table=True),
+            {"toolbox.choice_meets": 0.5},
+            ("not the smallest file that meets every limit", "meets them with 9452 bytes, against your choice's 9765"),
+            base="toolbox_table"),
+    Mistake("toolbox_choice_per_channel_reduce_range",  # the safe-looking per-channel row: meets every limit, larger
+            lambda f: _with_toolbox(f, {"quant_format": "QOperator", "activation_type": "QUInt8", "per_channel": True,
+                                        "reduce_range": True}, table=True),
+            {"toolbox.choice_meets": 0.5},
+            ("not the smallest file that meets every limit", "against your choice's 10296"), base="toolbox_table"),
     # lesson 08: MinMax through the stuck pixels; the ruler ends at 12.5 and the error is over the limit on both
     # families (three of outliers_meets' five parts)
     Mistake("outliers_calibrated_with_minmax",

@@ -261,7 +261,7 @@ def test_per_channel_u8s8_misses_only_on_the_saturating_family(source, work, rig
     assert result["by_family"]["exact"]["accuracy_loss"] <= tb.MAX_ACCURACY_LOSS
     assert [p.split(":")[0] for p in result["unmet"]] == ["accuracy (saturating family)", "size"]
     with pytest.raises(choice.ChoiceError, match=r"accuracy \(saturating family\).*size"):
-        choice.refuse_unmet(result)
+        choice.refuse_unmet(result, [])
 
 
 # --- sensitivity ----------------------------------------------------------------------------------

@@ -6,8 +6,16 @@ the evaluation split and on the held-out split, which no one tuned on; the time 
 and is read from toolbox.json. No other machine can time it again, so a timing costs points only when its own
 rounds put it over the limit beyond the noise (``_latency``): a range that holds the limit is within noise, and one
 round (a toolbox/2 file) cannot be told from noise; both are named and not charged.
+
+The requirement's last part, the smallest file that meets every limit (a tie in size goes to the lower max abs error
+on the worse family), is lesson 09's own rule (``choice.against_the_rule``) applied to the candidates rebuilt here
+from the hand-in's variant (``_the_rule``), each with its time as toolbox.json reports it.
 """
 from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 from onnx import numpy_helper
@@ -26,8 +34,9 @@ from grader.context import (
 )
 from grader.group import Group
 from grader.results import Evidence
-from lab import data, graph
+from lab import data, graph, measure
 from lab.data import EPSILON
+from lab.lessons.lesson08_the_quantization_toolbox import toolbox
 from lab.lessons.lesson09_choosing_a_recipe import choice
 from lab.speed import RATIO_HEADING, TimeRatio
 
@@ -52,7 +61,7 @@ def run(ctx: Context) -> list:
     path, source = ctx.sub.path("choice.onnx"), data.fixture_path("fp32.onnx")
     rep_time = choice.recorded_time(rep)  # toolbox/3: the rounds' median and range; toolbox/2: one round
     mine = choice.check_choice(path, source, split="evaluation", time_ratio=rep_time)
-    out = [_meets(mine, rep_time)]
+    out = [_meets(mine, rep_time, lambda: _the_rule(doc, rep, mine))]
     fmt = graph.quant_format(path)
     rep_acc, rep_err, rep_bytes = (number(value(rep, k)) for k in ("accuracy", "max_abs_error", "bytes"))
     rep_fmt = value(rep, "settings.quant_format")
@@ -77,21 +86,88 @@ def run(ctx: Context) -> list:
     return out
 
 
-def _meets(mine: dict, time: TimeRatio | None):
+def _meets(mine: dict, time: TimeRatio | None, rule: Callable[[], tuple[bool, str]]):
     """choice_meets: each part of the requirement, recomputed here (static ruler, accuracy on each family, size);
-    the latency is the student's CPU's, read from toolbox.json (no other machine can repeat it): ``_latency``."""
+    the latency is the student's CPU's, read from toolbox.json (no other machine can repeat it): ``_latency``. The
+    last part, the smallest such file (``rule``: ``_the_rule``), is judged only for a choice that meets every limit:
+    one that misses a limit is charged for that limit once, and the rule is not judged."""
     limit = choice.MAX_ACCURACY_LOSS + EPSILON
     latency_ok, latency_words = _latency(time)
-    items = {"static (a fixed input ruler)": mine["static"],
-             **{f"accuracy loss ({f} family) {v['accuracy_loss']:.4f} <= {choice.MAX_ACCURACY_LOSS}":
-                v["accuracy_loss"] <= limit for f, v in mine["by_family"].items()},
-             f"size ratio {mine['size_ratio']:.4f} <= {choice.MAX_SIZE_RATIO}":
-                 mine["size_ratio"] <= choice.MAX_SIZE_RATIO,
-             latency_words: latency_ok}
-    good = sum(items.values())
+    items: dict[str, bool | None] = {
+        "static (a fixed input ruler)": mine["static"],
+        **{f"accuracy loss ({f} family) {v['accuracy_loss']:.4f} <= {choice.MAX_ACCURACY_LOSS}":
+           v["accuracy_loss"] <= limit for f, v in mine["by_family"].items()},
+        f"size ratio {mine['size_ratio']:.4f} <= {choice.MAX_SIZE_RATIO}": mine["size_ratio"] <= choice.MAX_SIZE_RATIO,
+        latency_words: latency_ok}
+    if all(items.values()):
+        ok, words = rule()
+        items[words] = ok
+    else:
+        items[f"{choice.RULE}: not judged, choice.onnx misses a limit above"] = None
+    good = sum(ok is not False for ok in items.values())
+    shown = {True: "yes", False: "NO", None: "-"}
     return check(PART, "choice_meets", good / len(items),
-                 "choice.onnx measured here: " + "; ".join(f"{k}: {'yes' if ok else 'NO'}" for k, ok in items.items())
+                 "choice.onnx measured here: " + "; ".join(f"{k}: {shown[ok]}" for k, ok in items.items())
                  + ("" if good == len(items) else f". The requirement: {choice.REQUIREMENT}"))
+
+
+def _the_rule(doc: dict, rep: dict, mine: dict) -> tuple[bool, str]:
+    """(not charged, the words) for the requirement's last part (``choice.RULE``), by lesson 09's own rule
+    (``choice.against_the_rule``) on numbers recomputed here: every candidate of the table is rebuilt from the
+    fixture and the hand-in's variant of the right calibration set (``_candidates_here``), its accuracy and error
+    measured on both families; its time is the student's CPU's, read from its row of toolbox.json.
+
+    A choice the recomputed rule does not pick is charged when the pick beats it beyond the tolerances across CPUs
+    (a smaller row still meets every limit with ``FLIPS`` images more lost on each family; on a tie in size, its
+    error is lower by more than one output step, ``SOFTMAX_STEP``), or when the student's own table picks it too
+    (the lesson's check on the table handed in). Inside the tolerances, with the student's own table picking the
+    choice, it is named and not charged: another CPU's flip, not the student's error."""
+    reported = [r for r in value(doc, "candidates") or [] if isinstance(r, dict)]
+    here = _candidates_here(reported, int(mine["bytes"]))
+    miss = choice.against_the_rule(mine, here)
+    # a row toolbox.json gives no time misses the latency limit, by the rule; named if, timed, it could have won
+    untimed = [r["name"] for r in here if choice.recorded_time(r) is None
+               and choice.against_the_rule(mine, [{**r, "time_ratio": choice.MAX_TIME_RATIO}]) is not None]
+    where = f"on the {len(choice.candidate_settings())} candidates rebuilt here (their times: your toolbox.json's)"
+    unjudged = ("" if not untimed else "; not judged against " + ", ".join(untimed)
+                + " (no larger, meeting the limits measured here, but toolbox.json records no time for it)")
+    if miss is None:
+        return True, f"{choice.RULE} {where}: your choice{unjudged}"
+    n = len(evaluation()[1])
+    beyond = choice.against_the_rule(mine, here, loss_slack=FLIPS / n, error_slack=SOFTMAX_STEP)
+    own = choice.against_the_rule(rep, reported)
+    if beyond is not None or own is not None:
+        return False, f"{choice.RULE} {where}: {miss.text}{unjudged}"
+    return True, (f"{choice.RULE} {where}: {miss.text}, but only inside the tolerance across CPUs ({FLIPS} images of "
+                  f"accuracy on each family, one output step {SOFTMAX_STEP:.4f} of max abs error) and your own table "
+                  f"picks your choice: not charged{unjudged}")
+
+
+def _candidates_here(reported: list[dict], most_bytes: int) -> list[dict]:
+    """Lesson 09's candidates rebuilt here (``choice.candidate_settings``, the right calibration set of the hand-in's
+    variant), as rows ``choice.against_the_rule`` reads; only the rows no larger than ``most_bytes`` are measured
+    (a larger file can never be the smaller pick). Each row's time is its reported row's (by settings name): none
+    if toolbox.json has no such row."""
+    times = {choice.settings_name({**choice.BASELINE, **r["settings"]}): r for r in reported
+             if isinstance(r.get("settings"), dict)}
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="grader-l09-") as tmp:
+        work = Path(tmp)
+        source = work / "source.onnx"  # the converter writes next to its input: a copy, never the fixture itself
+        source.write_bytes(data.fixture_path("fp32.onnx").read_bytes())
+        ev, right, fp32_bytes = measure.evaluation(source), data.calibration_set("right"), source.stat().st_size
+        for settings in choice.candidate_settings():
+            name = choice.settings_name(settings)
+            model = work / "candidates" / f"{name}.onnx"
+            toolbox.build(source, model, right, settings, scratch_dir=work / "scratch")
+            size = model.stat().st_size
+            if size > most_bytes:
+                continue
+            row = {"name": name, "settings": settings, "bytes": size, "size_ratio": round(size / fp32_bytes, 4),
+                   "static": measure.input_interval(model) is not None, **toolbox.per_family(model, ev)}
+            timed = times.get(name, {})
+            rows.append({**row, **{k: timed[k] for k in ("time", "time_ratio") if k in timed}})
+    return rows
 
 
 def _latency(time: TimeRatio | None) -> tuple[bool, str]:
@@ -142,8 +218,10 @@ def _choice_facts(doc: dict, rep: dict, mine: dict, path) -> dict[str, bool]:
         if key in settings:
             out[f"settings.{key}"] = settings[key] is shown
     want_req, req = choice.requirement(), value(doc, "requirement") or {}
+    texts = (want_req["text"], *choice.EARLIER_REQUIREMENTS)  # a hand-in made before the tie rule was stated
     out["requirement (lab.lessons.lesson09_choosing_a_recipe.choice's)"] = all(
-        req.get(k, w) == w and type(req.get(k, w)) is type(w) for k, w in want_req.items())
+        (req.get(k, w) in texts if k == "text" else req.get(k, w) == w) and type(req.get(k, w)) is type(w)
+        for k, w in want_req.items())
     ev = value(doc, "evaluation") or {}
     out["evaluation"] = (ev.get("split", "evaluation") == "evaluation"
                          and ev.get("samples", len(evaluation()[1])) == len(evaluation()[1])

@@ -11,9 +11,12 @@ requirement is named here, so the grader checks the same numbers the lesson stat
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import onnx
+import onnx.helper
 
 from lab import graph, kernels, speed
 from lab.compare import max_abs_error
@@ -43,9 +46,16 @@ x86-64). A time whose range (``ROUNDS`` rounds) holds the limit is within noise 
 LATENCY_BATCH = 256
 ROUNDS = speed.ROUNDS
 """Rounds of the candidates' timing: each round times FP32 and every candidate in turn."""
+RULE = "among those, the smallest file (a tie in size goes to the lower max abs error on the worse family)"
+"""The requirement's last part: which of the rows that meet every limit is the choice (``the_pick``)."""
 REQUIREMENT = ("a static INT8 model (a fixed input ruler) that loses at most 0.5 points of accuracy against FP32 on "
-               "both kernel families, takes at most 2x FP32's time for a batch of 256 on this CPU and is at most 40 % "
-               "of FP32's bytes; among those, the smallest file")
+               "both kernel families, takes at most twice FP32's time (time / FP32's at most 2) for a batch of 256 on "
+               f"this CPU and is at most 40 % of FP32's bytes; {RULE}")
+EARLIER_REQUIREMENTS = ("a static INT8 model (a fixed input ruler) that loses at most 0.5 points of accuracy against "
+                        "FP32 on both kernel families, takes at most 2x FP32's time for a batch of 256 on this CPU and "
+                        "is at most 40 % of FP32's bytes; among those, the smallest file",)
+"""The requirement's text as toolbox.json recorded it before it stated the tie rule: the same limits and rule, so a
+hand-in made then is read as stating the lab's requirement (the grader's ``requirement`` check)."""
 SCHEMA = "toolbox/3"
 """toolbox/3 adds ``time`` (median, low, high, rounds of time / FP32's) to each candidate and to the choice, and the
 rounds to the speed section's rows; a toolbox/2 file (one timing, ``time_ratio`` alone) is read as one round."""
@@ -86,6 +96,15 @@ def describe(settings: dict) -> dict:
             "reduce_range": s["reduce_range"], "preprocessed": s["preprocess"]}
 
 
+def candidate_settings() -> list[dict]:
+    """The 32 settings of the candidates table: format x per-channel x activation type x reduce_range x
+    pre-processing, the rest the baseline's (the grader rebuilds the same ones)."""
+    return [{**BASELINE, "quant_format": fmt, "per_channel": pc, "activation_type": act, "reduce_range": rr,
+             "preprocess": pre}
+            for fmt, pc, act, rr, pre in itertools.product(("QDQ", "QOperator"), (False, True), ("QInt8", "QUInt8"),
+                                                           (False, True), (False, True))]
+
+
 def candidates(source: str | Path, out_dir: str | Path, ev: Evaluation, calibration: np.ndarray,
                batch_size: int = BATCH_SIZE, families: tuple[str, ...] = kernels.FAMILIES) -> list[dict]:
     """Every combination of format, per-channel, activation type, reduce_range and pre-processing.
@@ -99,10 +118,7 @@ def candidates(source: str | Path, out_dir: str | Path, ev: Evaluation, calibrat
     out.mkdir(parents=True, exist_ok=True)
     fp32_bytes = Path(source).stat().st_size
     rows = []
-    for fmt, pc, act, rr, pre in itertools.product(("QDQ", "QOperator"), (False, True), ("QInt8", "QUInt8"),
-                                                   (False, True), (False, True)):
-        settings = {**BASELINE, "quant_format": fmt, "per_channel": pc, "activation_type": act,
-                    "reduce_range": rr, "preprocess": pre}
+    for settings in candidate_settings():
         model = out / f"{settings_name(settings)}.onnx"
         build(source, model, calibration, settings, batch_size)
         row = {"name": settings_name(settings), "settings": settings, **describe(settings), **measured(model, ev)}
@@ -110,6 +126,79 @@ def candidates(source: str | Path, out_dir: str | Path, ev: Evaluation, calibrat
         row["size_ratio"] = round(row["bytes"] / fp32_bytes, 4)
         rows.append(row)
     return rows
+
+
+# ---- section 3: speed on this CPU ------------------------------------------------------------------------------
+SPEED_MODELS = {"QDQ": {}, "QDQ pre": {"preprocess": True},
+                "QOperator S8S8": {"quant_format": "QOperator"},
+                "QOperator U8S8": {"quant_format": "QOperator", "activation_type": "QUInt8"},
+                "QOperator U8S8 pre": {"quant_format": "QOperator", "activation_type": "QUInt8", "preprocess": True}}
+"""The static models section 3 times against FP32 (and dynamic): lesson 08's baseline (QDQ, QInt8 activations) and
+the settings that change one thing at a time from it, so every ``ONE_SETTING_APART`` pair is like with like."""
+ONE_SETTING_APART = (
+    ("activations QInt8 -> QUInt8 (QOperator, not pre-processed)", "QOperator S8S8", "QOperator U8S8"),
+    ("format QDQ -> QOperator (QInt8 activations, not pre-processed)", "QDQ", "QOperator S8S8"),
+    ("pre-processing (QDQ, QInt8 activations)", "QDQ", "QDQ pre"),
+    ("pre-processing (QOperator, QUInt8 activations)", "QOperator U8S8", "QOperator U8S8 pre"),
+)
+"""Pairs of timed models that differ in one setting: (what changes, from, to). A comparison of two models that
+differ in two settings cannot say which one made the difference."""
+
+
+def one_setting_apart(rows: list[speed.Series], pairs: tuple[tuple[str, str, str], ...] = ONE_SETTING_APART) -> str:
+    """Each pair of ``pairs`` at each batch size timed: the second model's time over the first's, with the range the
+    rounds allow and the verdict (``speed.TimeRatio``), one line each."""
+    timed = {(r.model, r.batch): r.ms for r in rows}
+    lines = []
+    for batch in dict.fromkeys(r.batch for r in rows):
+        for what, a, b in pairs:
+            if (a, batch) in timed and (b, batch) in timed:
+                r = speed.TimeRatio.of(timed[(b, batch)], timed[(a, batch)])
+                lines.append(f"batch {batch:>3}, {what}: {b}'s time / {a}'s {r.text()}, {r.against(1.0)}")
+    return "\n".join(lines)
+
+
+def multiply_adds(model: str | Path) -> int:
+    """Multiply-adds per image of an MLP: the sum of its MatMul (or Gemm) weight matrices' sizes, from the graph."""
+    m = graph.load(model)
+    weights = {i.name: int(np.prod(i.dims)) for i in m.graph.initializer if len(i.dims) == 2}
+    return sum(weights[n.input[1]] for n in m.graph.node
+               if n.op_type in ("MatMul", "Gemm") and len(n.input) > 1 and n.input[1] in weights)
+
+
+def no_arithmetic(source: str | Path) -> onnx.ModelProto:
+    """A model with ``source``'s input and one Identity node: a run of it is the runtime's own cost (the run call,
+    feeding the input, dispatching a node, returning the output), with no arithmetic."""
+    src = graph.load(source).graph.input[0]
+    out = onnx.helper.make_tensor_value_info("same", src.type.tensor_type.elem_type,
+                                             [d.dim_param or d.dim_value for d in src.type.tensor_type.shape.dim])
+    g = onnx.helper.make_graph([onnx.helper.make_node("Identity", [src.name], ["same"], name="identity")],
+                               "no_arithmetic", [src], [out])
+    model = onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", 17)], producer_name="lab")
+    model.ir_version = 9
+    return model
+
+
+def per_image(rows: list[speed.Series], source: str | Path, x: np.ndarray, *, rounds: int = ROUNDS, warmup: int = 5,
+              repeats: int = 30) -> str:
+    """What one FP32 image costs: its multiply-adds (``multiply_adds``), FP32's time per image at each batch size of
+    ``rows``, and, timed here in rounds at batch 1 beside FP32, a model with no arithmetic (``no_arithmetic``): the
+    part of a batch-1 run that is the runtime's own cost."""
+    fp32 = {r.batch: r for r in rows if r.model == "FP32"}
+    lines = [f"FP32 multiply-adds per image: {multiply_adds(source)} (the weight matrices' sizes, read from the graph)"]
+    lines += [f"FP32 time per image at batch {b}: {r.ms.median / b * 1e3:.3f} us (quartiles "
+              f"{r.ms.low / b * 1e3:.3f}-{r.ms.high / b * 1e3:.3f})" for b, r in sorted(fp32.items(), reverse=True)]
+    nothing = speed.timed_rounds({"FP32": Path(source), "no arithmetic": no_arithmetic(source)}, x, (1,),
+                                 rounds=rounds, threads=1, warmup=warmup, repeats=repeats)
+    ratio = speed.ratios(nothing)[("no arithmetic", 1)]
+    lines.append(f"a model with no arithmetic (one Identity) at batch 1: {nothing[1].ms.median * 1e3:.3f} us a run, "
+                 f"{speed.RATIO_HEADING} {ratio.text()}")
+    if 1 in fp32 and len(fp32) > 1:
+        most = max(fp32)
+        share = fp32[most].ms.median / most / fp32[1].ms.median
+        lines.append(f"so of FP32's run at batch 1, the arithmetic (its time per image at batch {most}) is {share:.0%}, "
+                     f"the runtime's own cost (the no-arithmetic run) {ratio.median:.0%}")
+    return "\n".join(lines)
 
 
 def time_ratios(models: dict[str, Path], source: str | Path, x: np.ndarray, *, batch: int = LATENCY_BATCH,
@@ -223,6 +312,109 @@ def unmet(losses: dict[str, float], size_ratio: float, static: bool, time_ratio:
     return out
 
 
+# ---- the requirement's last part: among the rows that meet it, the smallest file ---------------------------------
+def worse_error(record: dict) -> tuple[float, str]:
+    """The larger of a row's (or a ``check_choice`` result's) max abs errors over the kernel families, and whose it
+    is: a family's name, or "both families" when they are equal."""
+    by = record["by_family"]
+    err = max(float(v["max_abs_error"]) for v in by.values())
+    whose = [f for f, v in by.items() if float(v["max_abs_error"]) == err]
+    return err, whose[0] if len(whose) == 1 else "both families"
+
+
+def row_unmet(row: dict, loss_slack: float = 0.0) -> list[str]:
+    """``unmet`` on a candidate row's own numbers: each family's loss, its size ratio and its recorded time (every
+    candidate is a static conversion, unless the row says ``static`` false). ``loss_slack`` is added to each loss:
+    the grader's tolerance across CPUs, 0 for the lesson's own check."""
+    return unmet({f: float(v["accuracy_loss"]) + loss_slack for f, v in row["by_family"].items()},
+                 float(row["size_ratio"]), bool(row.get("static", True)), recorded_time(row))
+
+
+def qualifying(rows: list[dict], loss_slack: float = 0.0) -> list[dict]:
+    """The rows that meet every limit of the requirement (``row_unmet`` names nothing)."""
+    return [r for r in rows if not row_unmet(r, loss_slack)]
+
+
+def the_pick(rows: list[dict], loss_slack: float = 0.0) -> dict | None:
+    """The row the requirement's last part (``RULE``) picks: of the qualifying rows, the fewest bytes, and of those
+    the lowest max abs error on the worse family (rows equal in both are the same pick). None: no row qualifies."""
+    return min(qualifying(rows, loss_slack), key=lambda r: (int(r["bytes"]), worse_error(r)[0]), default=None)
+
+
+def label(row: dict) -> str:
+    """A row as the table shows it: format, weights, activations, reduce_range, pre-processing, and its name."""
+    d = describe(row["settings"])
+    return (f"{d['format']}, {d['weights']} weights, {d['activations']} activations, reduce_range "
+            f"{'yes' if d['reduce_range'] else 'no'}, pre-processed {'yes' if d['preprocessed'] else 'no'} "
+            f"({settings_name({**BASELINE, **row['settings']})})")
+
+
+def _two(a: float, b: float) -> tuple[str, str]:
+    """Two errors at the table's 3 decimals, or at 4 where 3 would show them equal."""
+    fmt = ".3f" if f"{a:.3f}" != f"{b:.3f}" or a == b else ".4f"
+    return f"{a:{fmt}}", f"{b:{fmt}}"
+
+
+@dataclass(frozen=True)
+class RuleMiss:
+    """A choice that meets every limit, but is not the file the requirement's last part picks: ``row`` is the pick,
+    ``tie`` whether the two files are the same size (then the worse family's error decided), ``text`` says which
+    numbers decided it."""
+
+    row: dict
+    tie: bool
+    text: str
+
+
+def against_the_rule(chosen: dict, rows: list[dict], *, loss_slack: float = 0.0,
+                     error_slack: float = 0.0) -> RuleMiss | None:
+    """Is ``chosen`` (a ``check_choice`` result or a row: its ``bytes`` and ``by_family``) the file ``RULE`` picks
+    from ``rows``? None if it is (or no row qualifies); else the pick, and the numbers that decided. The lesson's
+    check uses the student's own table as it is; the grader passes its tolerances across CPUs (``loss_slack``
+    against a smaller row's qualifying, ``error_slack`` against its lower error) to ask whether the pick beats the
+    choice beyond them. Meant for a choice that meets every limit: one that misses a limit is ``unmet``'s to name."""
+    pick = the_pick(rows, loss_slack)
+    if pick is None:
+        return None
+    size, pick_size = int(chosen["bytes"]), int(pick["bytes"])
+    (err, whose), (pick_err, pick_whose) = worse_error(chosen), worse_error(pick)
+    if pick_size < size:
+        same = [r for r in qualifying(rows, loss_slack) if int(r["bytes"]) == pick_size]
+        tail = (f"; of the {len(same)} rows of {pick_size} bytes that meet every limit it has the lowest max abs "
+                f"error on the worse family ({pick_err:.3f}, {pick_whose})" if len(same) > 1 else "")
+        return RuleMiss(pick, False, f"not the smallest file that meets every limit: {label(pick)} meets them with "
+                                     f"{pick_size} bytes, against your choice's {size}{tail}")
+    if pick_size == size and pick_err + error_slack < err:
+        mine, theirs = _two(err, pick_err)
+        return RuleMiss(pick, True, f"a tie in size goes to the lower max abs error on the worse family: {label(pick)} "
+                                    f"has the same {size} bytes, meets every limit and has {theirs} on its worse "
+                                    f"family ({pick_whose}) against your choice's {mine} ({whose})")
+    return None
+
+
+def rule_words(chosen: dict, rows: list[dict]) -> str:
+    """What the requirement's last part decided on ``rows``, with the numbers that decided it: how many rows meet
+    every limit, the smallest size among them, and, on a tie in size, the errors that broke it."""
+    ok = qualifying(rows)
+    pick = the_pick(rows)
+    if pick is None:
+        return f"no row of the {len(rows)} meets every limit"
+    size = int(pick["bytes"])
+    same = sorted((r for r in ok if int(r["bytes"]) == size), key=lambda r: worse_error(r)[0])
+    head = f"{len(ok)} of {len(rows)} rows meet every limit; the smallest file among them is {size} bytes"
+    if len(same) == 1:
+        pick_words = f"{head}, one row: {label(pick)}"
+    else:
+        errors = ", ".join(f"{worse_error(r)[0]:.4f}" for r in same)
+        pick_words = (f"{head}, {len(same)} rows of that size (max abs error on the worse family: {errors}): the "
+                      f"lowest is {label(pick)}")
+    missed = row_unmet(chosen)
+    if missed:
+        return f"{pick_words}. Your choice misses a limit: {'; '.join(missed)}"
+    miss = against_the_rule(chosen, rows)
+    return f"{pick_words}. " + (f"Your choice is not that file: {miss.text}" if miss else "Your choice is that file")
+
+
 # ---- pre-processing ------------------------------------------------------------------------------
 def preprocess_report(source: str | Path, out_dir: str | Path) -> dict:
     """What ``quant_pre_process`` changes in this graph: op counts, shapes recorded, metadata, bytes."""
@@ -292,11 +484,17 @@ def check_choice(choice: str | Path, source: str | Path, split: str = "evaluatio
             "unmet": unmet(losses, ratio, static, time)}
 
 
-def refuse_unmet(check: dict) -> None:
-    """The exercise's visible check: raise ``ChoiceError`` naming each part of the requirement ``check`` misses."""
+def refuse_unmet(check: dict, rows: list[dict]) -> None:
+    """The exercise's visible check: raise ``ChoiceError`` naming each limit ``check`` misses, and, for a choice that
+    meets every limit, the row the requirement's last part (``RULE``) picks from ``rows`` instead (the table the
+    choice was made from: ``against_the_rule``), with the numbers that decided it."""
     if check["unmet"]:
         raise ChoiceError("choice.onnx misses the requirement on " + "; ".join(check["unmet"])
-                          + ". Pick another row of cands: filter by every part of the requirement, then the size")
+                          + f". Pick another row of cands: filter by every limit of the requirement, then {RULE}")
+    miss = against_the_rule(check, rows)
+    if miss is not None:
+        raise ChoiceError(f"choice.onnx meets every limit, but not the requirement's last part ({RULE}): {miss.text}. "
+                          "Select that row in code: CHOICE = its \"settings\"")
 
 
 def requirement() -> dict:
@@ -334,7 +532,16 @@ def summary_lines(doc: dict) -> list[str]:
             f"  chosen: {picked or '-'}",
             f"  {choice.get('bytes', '-')} bytes ({n(choice.get('size_ratio'), '.1%')} of FP32), "
             f"accuracy {n(choice.get('accuracy'))}, loss {n(choice.get('accuracy_loss'))}, "
-            f"{speed.RATIO_HEADING} {_time_text(choice)}"]
+            f"{speed.RATIO_HEADING} {_time_text(choice)}",
+            f"  the rule on the table: {_rule_text(choice, doc.get('candidates'))}"]
+
+
+def _rule_text(choice: dict, rows) -> str:
+    """A summary's ``rule_words``: read from a file another run wrote, so a table it cannot read shows as ``-``."""
+    try:
+        return rule_words(choice, [r for r in rows if isinstance(r, dict)])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return "-"
 
 
 def _time_text(row: dict) -> str:
