@@ -5,6 +5,9 @@ prints the same text anywhere else.
 """
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping, Sequence
+
 
 def say(*paragraphs: str) -> None:
     """Show ``paragraphs`` as Markdown in a notebook, or print them."""
@@ -24,3 +27,39 @@ def say(*paragraphs: str) -> None:
 def listing(items: list[str]) -> str:
     """``items`` as a Markdown list (one line each)."""
     return "\n".join(f"- {item}" for item in items)
+
+
+CITED = re.compile(r"(?<![\w.])\d+\.\d+")
+"""A decimal in a justification: what ``cites`` compares with the tables (a bare integer such as "2x" or "5 stuck
+pixels" is the prose's, not a measurement)."""
+CITED_INTEGER = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?![\w.])|(?<![\w.,])\d{3,}(?![\w.,])")
+"""An integer of three digits or more (``9452`` or ``9,452``): cited only against a table's integers (bytes)."""
+
+
+def table_numbers(*tables_: object, integers: bool = False) -> list[float]:
+    """Every float in ``tables_`` (dicts and lists of rows, nested): what a justification may cite. ``integers``:
+    also every int (bools aside), for tables whose measurements are counts, such as bytes."""
+    out: list[float] = []
+    stack = list(tables_)
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            stack += list(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack += list(item)
+        elif isinstance(item, float) or (integers and isinstance(item, int) and not isinstance(item, bool)):
+            out.append(item)
+    return out
+
+
+def cites(justification: str, printed: Sequence[float]) -> list[str]:
+    """The numbers in ``justification`` that one of ``printed`` gives: a decimal that one rounds to at the decimal's
+    own precision, or an integer of three digits or more equal to an int of ``printed``."""
+    found = []
+    for token in CITED.findall(justification):
+        half = 0.5 * 10 ** -len(token.split(".")[1]) + 1e-9
+        if any(abs(float(token) - v) <= half for v in printed):
+            found.append(token)
+    ints = {v for v in printed if isinstance(v, int)}
+    found += [t for t in CITED_INTEGER.findall(justification) if int(t.replace(",", "")) in ints]
+    return found

@@ -308,7 +308,8 @@ def _toolbox_files(files: corpus.Files, settings: dict, extra: dict | None = Non
                     "max_abs_error": check["max_abs_error"], "accuracy": check["accuracy"], "bytes": check["bytes"],
                     "by_family": check["by_family"], "accuracy_loss": check["worst_accuracy_loss"],
                     "size_ratio": check["size_ratio"], "time_ratio": time["median"], "time": dict(time),
-                    "justification": f"the candidate I picked: {row['name']}, measured on the evaluation split"})
+                    "justification": f"the candidate I picked: {row['name']}, {check['bytes']} bytes, measured on "
+                                     "the evaluation split"})
         doc.update(extra or {})
         method, options = outlier_answer
         stuck, model = outliers.stuck_set(), work / "outliers.onnx"

@@ -482,7 +482,7 @@ KIT_CASES = {
         "families.judge_saturating_settings(", False, ("prediction wrong", "NO  reduce_range", "no pair can saturate")),
     "08 MinMax through the stuck pixels": (
         "08_the_quantization_toolbox", "METHOD = ",
-        lambda s: 'METHOD = "MinMax"\nOPTIONS = {}\nJUSTIFICATION = "MinMax keeps every value: 360 images"\n',
+        lambda s: 'METHOD = "MinMax"\nOPTIONS = {}\nJUSTIFICATION = "MinMax keeps every value: ends at 12.5"\n',
         "outliers.check_input(", True, ("OutlierChoiceError", "input ruler: it ends at 12.5")),
     "08 Percentile's default": (
         "08_the_quantization_toolbox", "METHOD = ",

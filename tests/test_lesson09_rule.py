@@ -230,3 +230,10 @@ def test_a_hand_in_stating_the_requirement_before_the_tie_rule_still_states_the_
     for text, ok in ((choice.REQUIREMENT, True), (choice.EARLIER_REQUIREMENTS[0], True), ("the smallest file", False)):
         doc = {"requirement": {**choice.requirement(), "text": text}, "candidates": []}
         assert grader09._choice_facts(doc, {"settings": PICK["settings"]}, mine, model)[key] is ok, text
+    # the same choice's justification must cite a number its candidates table measured (no settings, no prose)
+    doc, key = {"requirement": choice.requirement(), "candidates": TABLE}, "justification (cites a number of your " \
+        "candidates table)"
+    for text, ok in (("9452 bytes, the smallest", True), ("worse family's error 0.061", True),
+                     ("QUInt8 is 2x faster", False), ("0.5 points, 40 % of FP32", False), (None, False)):
+        rep = {"settings": PICK["settings"], "justification": text}
+        assert grader09._choice_facts(doc, rep, mine, model)[key] is ok, text

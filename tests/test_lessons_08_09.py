@@ -89,6 +89,29 @@ def test_an_answer_of_the_wrong_kind_is_named(method, options, justification, wo
         outliers.check_input(method, options, justification)
 
 
+TABLE = [{"method": "MinMax", "options": {}, "input_range": [0.0, 12.5], "max_abs_error": 0.1883, "accuracy": 0.9625},
+         {"method": "Percentile", "options": {"percentile": 99.9}, "input_range": [0.0, 0.9949],
+          "max_abs_error": 0.0759, "accuracy": 0.975}]
+
+
+@pytest.mark.parametrize("options, justification, words", [
+    ({"CalibPercentile": 0.999}, "0.9949", 'OPTIONS["CalibPercentile"] is 0.999: a percentage, not a fraction (99.9'),
+    ({"CalibPercentile": 250}, "0.9949", "expected a percentage in (0, 100]"),
+    ({"CalibPercentile": "99.9"}, "0.9949", "expected a percentage in (0, 100]"),
+    ({"CalibPercentile": 99.9}, "99.9 cuts what lies above it", "cites no number of your outlier table (99.9)"),
+    ({"CalibPercentile": 99.9}, "the ruler ends at 0.93 and the error is 0.12", "(0.93, 0.12)"),
+])
+def test_a_percentile_as_a_fraction_and_a_justification_without_the_tables_numbers_are_named(options, justification,
+                                                                                               words):
+    with pytest.raises(outliers.OutlierChoiceError, match=re.escape(words)):
+        outliers.check_input("Percentile", options, justification, TABLE)
+
+
+def test_a_justification_citing_the_outlier_tables_numbers_passes():
+    for cited in ("its ruler ends at 0.9949", "max abs error 0.076 against MinMax's 0.188", "MinMax ends at 12.5"):
+        outliers.check_input("Percentile", {"CalibPercentile": 99.9}, cited, TABLE)
+
+
 def test_the_grader_recalibrates_with_the_reported_method_and_options(stuck_models):
     """A model built with Percentile 99.9 reported as MinMax (or as another percentile) is not what they give."""
     source, stuck, models, _ = stuck_models

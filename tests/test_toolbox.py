@@ -552,9 +552,17 @@ def test_a_choice_of_the_wrong_kind_is_named_in_one_line(answer, justification, 
     assert len(info.value._render_traceback_()) == 1
 
 
-def test_a_choice_outside_the_table_or_without_numbers_gets_notes():
-    rows = [{"settings": {**tb.BASELINE, "per_channel": True}}]
-    row, notes = choice.check_choice_input({"per_channel": True}, "12 bytes", rows)
-    assert row is rows[0] and notes == []
-    row, notes = choice.check_choice_input({"reduce_range": True}, "smallest", rows)
-    assert row is None and any("none of the rows" in n for n in notes) and any("no number" in n for n in notes)
+def test_a_choice_outside_the_table_gets_a_note_and_a_justification_must_cite_the_table():
+    rows = [{"name": "pc", "settings": {**tb.BASELINE, "per_channel": True}, "bytes": 9452, "accuracy_loss": 0.0025,
+             "by_family": {"exact": {"max_abs_error": 0.0613}}}]
+    for cited in ("9452 bytes", "9,452 bytes", "loses 0.0025", "max abs error 0.061 on both"):
+        row, notes = choice.check_choice_input({"per_channel": True}, cited, rows)
+        assert row is rows[0] and notes == [], cited
+    row, notes = choice.check_choice_input({"reduce_range": True}, "9452 bytes", rows)
+    assert row is None and any("none of the rows" in n for n in notes)
+    for uncited, named in (("smallest", "no number"), ("9450 bytes, 0.0030 lost", "0.0030, 9450"),
+                           ("2x faster, 40 % of the size", "no number")):
+        with pytest.raises(choice.ChoiceError, match=f"JUSTIFICATION cites no number of cands \\({named}\\)"):
+            choice.check_choice_input({"per_channel": True}, uncited, rows)
+
+

@@ -232,6 +232,7 @@ def _choice_facts(doc: dict, rep: dict, mine: dict, path) -> dict[str, bool]:
         isinstance(r.get("settings"), dict) and r.get("name") == choice.settings_name(r["settings"])
         and all(r.get(k) == v for k, v in choice.describe(r["settings"]).items()) and "meets" not in r
         for r in rows)
+    out["justification (cites a number of your candidates table)"] = bool(choice.cited(rep.get("justification"), rows))
     name = choice.settings_name(settings) if isinstance(settings, dict) else None
     row = next((r for r in rows if r.get("name") == name), None)
     if row is not None:  # the table's row for the chosen settings describes the same file

@@ -20,6 +20,7 @@ from lab.errors import LabError
 from lab.lessons.lesson08_the_quantization_toolbox import calibrators
 from lab.lessons.lesson08_the_quantization_toolbox.toolbox import MAX_ACCURACY_LOSS, measured, per_family
 from lab.measure import Evaluation, family, input_interval
+from lab.prose import CITED, cites, table_numbers
 from lab.schemas import validate
 
 SCHEMA = "outliers/1"
@@ -40,6 +41,10 @@ CALIBRATOR_KEYS = {"CalibTensorRangeSymmetric": "symmetric", "CalibMovingAverage
                    "CalibMovingAverageConstant": "averaging_constant", "CalibPercentile": "percentile"}
 
 
+MEASURED = ("input_range", "max_abs_error", "accuracy")
+"""The outlier table's measured columns: what a justification cites (its options are the question, not evidence)."""
+
+
 class OutlierChoiceError(LabError, ValueError):
     """``METHOD`` or ``OPTIONS`` is not what the exercise asks for, or the model misses the requirement."""
 
@@ -49,8 +54,9 @@ def stuck_set(n_hot: int = N_HOT, seed: int = 0) -> np.ndarray:
     return data.preprocess(calibrators.hot_pixel_raw(data.load_split("calibration").raw, n_hot, seed=seed))
 
 
-def check_input(method, options, justification) -> None:
-    """Refuse an answer of the wrong kind before anything is built, naming the field and what was expected."""
+def check_input(method, options, justification, table: list[dict] | None = None) -> None:
+    """Refuse an answer of the wrong kind before anything is built, naming the field and what was expected; with
+    ``table`` (the outlier table's rows), a justification that cites none of its numbers."""
     if method not in calibrators.METHODS:
         raise OutlierChoiceError(f"METHOD is {method!r}; expected one of {list(calibrators.METHODS)}")
     if not isinstance(options, dict):
@@ -59,8 +65,22 @@ def check_input(method, options, justification) -> None:
     unknown = sorted(set(options) - set(CALIBRATOR_KEYS))
     if unknown:
         raise OutlierChoiceError(f"OPTIONS has {unknown}; expected keys among {sorted(CALIBRATOR_KEYS)}")
+    percentile = options.get("CalibPercentile")
+    if percentile is not None and (isinstance(percentile, bool) or not isinstance(percentile, (int, float))
+                                   or not 0 < percentile <= 100):
+        raise OutlierChoiceError(f"OPTIONS[\"CalibPercentile\"] is {percentile!r}; expected a percentage in (0, 100], "
+                                 "e.g. 99.9 keeps the values below the 99.9th percentile")
+    if percentile is not None and percentile <= 1:
+        raise OutlierChoiceError(f"OPTIONS[\"CalibPercentile\"] is {percentile!r}: a percentage, not a fraction "
+                                 f"({percentile * 100:g} keeps the values below the {percentile * 100:g}th percentile; "
+                                 f"{percentile!r} keeps almost none)")
     if not isinstance(justification, str) or not any(ch.isdigit() for ch in justification):
         raise OutlierChoiceError("JUSTIFICATION must say why, citing numbers from the outlier table")
+    measured_ = [{k: r.get(k) for k in MEASURED} for r in table or []]
+    if table is not None and not cites(justification, table_numbers(measured_)):
+        raise OutlierChoiceError("JUSTIFICATION cites no number of your outlier table (" + (", ".join(
+            CITED.findall(justification)) or "no decimal") + "): quote its input rulers, errors or accuracies as "
+            "your run printed them")
 
 
 def build(source: str | Path, output: str | Path, calibration: np.ndarray, method: str, options: dict,

@@ -33,6 +33,7 @@ from lab.lessons.lesson08_the_quantization_toolbox.toolbox import (
     settings_name,
 )
 from lab.measure import Evaluation, evaluation, family, input_interval, measure, predict
+from lab.prose import CITED, CITED_INTEGER, cites, table_numbers
 from lab.schemas import validate
 from lab.tables import number
 
@@ -196,8 +197,8 @@ def per_image(rows: list[speed.Series], source: str | Path, x: np.ndarray, *, ro
     if 1 in fp32 and len(fp32) > 1:
         most = max(fp32)
         share = fp32[most].ms.median / most / fp32[1].ms.median
-        lines.append(f"so of FP32's run at batch 1, the arithmetic (its time per image at batch {most}) is {share:.0%}, "
-                     f"the runtime's own cost (the no-arithmetic run) {ratio.median:.0%}")
+        lines.append(f"so of FP32's run at batch 1, the arithmetic (its time per image at batch {most}) is "
+                     f"{share:.0%}, the runtime's own cost (the no-arithmetic run) {ratio.median:.0%}")
     return "\n".join(lines)
 
 
@@ -432,10 +433,18 @@ class ChoiceError(LabError, ValueError):
     """``CHOICE`` or ``JUSTIFICATION`` is not what the exercise asks for; shown as one line."""
 
 
+def cited(justification: object, rows: list[dict]) -> list[str]:
+    """The numbers of ``justification`` that the candidates table ``rows`` measured (bytes, accuracies, losses,
+    errors, times; not its settings): ``lab.prose.cites``."""
+    measured_ = [{k: v for k, v in r.items() if k not in ("settings", "name")} for r in rows if isinstance(r, dict)]
+    return cites(justification, table_numbers(measured_, integers=True)) if isinstance(justification, str) else []
+
+
 def check_choice_input(choice, justification, rows: list[dict]) -> tuple[dict | None, list[str]]:
     """Check the exercise's answer before anything is built: ``CHOICE`` must be a settings dict (a row's
-    ``"settings"``, not the row), ``JUSTIFICATION`` a non-empty text. Returns the row of ``rows`` the choice
-    is (None if it is none of them) and notes for the student; a wrong type raises ``ChoiceError``."""
+    ``"settings"``, not the row), ``JUSTIFICATION`` a text citing a number of ``rows`` (``lab.prose.cites``).
+    Returns the row of ``rows`` the choice is (None if it is none of them) and notes for the student; a wrong type
+    raises ``ChoiceError``."""
     if not isinstance(choice, dict):
         raise ChoiceError(f"CHOICE is a {type(choice).__name__} ({choice!r:.60}); expected the settings dict of one "
                           "row of cands, e.g. CHOICE = row[\"settings\"]")
@@ -454,8 +463,10 @@ def check_choice_input(choice, justification, rows: list[dict]) -> tuple[dict | 
     if row is None:
         notes.append("CHOICE is none of the rows measured above; it is measured below all the same, but select "
                      "a row of cands in code so the choice follows the measurements")
-    if not any(ch.isdigit() for ch in justification):
-        notes.append("JUSTIFICATION cites no number; quote the row's bytes, accuracy or loss from the table")
+    if rows and not cited(justification, rows):
+        raise ChoiceError("JUSTIFICATION cites no number of cands (" + (", ".join(
+            CITED.findall(justification) + CITED_INTEGER.findall(justification)) or "no number") + "): quote the "
+            "row's bytes, accuracy, loss or error as your table printed them")
     return row, notes
 
 

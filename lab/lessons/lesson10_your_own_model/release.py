@@ -10,7 +10,6 @@ with lesson 07's ``judge`` (a condition FP32 itself reads below the floor is "no
 from __future__ import annotations
 
 import json
-import re
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -26,6 +25,11 @@ from lab.lessons.lesson07_calibrate_the_deployed_representation import recipe as
 from lab.lessons.lesson07_calibrate_the_deployed_representation import scenario_checks
 from lab.lessons.lesson08_the_quantization_toolbox.toolbox import preprocessed
 from lab.lessons.lesson10_your_own_model import camera_path
+from lab.prose import (
+    CITED,
+    cites,
+    table_numbers,  # noqa: F401 - the notebook's name for what a justification may cite
+)
 from lab.workspace import atomic_write_text
 
 SCHEMA = "camera-release/1"
@@ -62,34 +66,6 @@ def predict(model, x: np.ndarray, family: str, x64_precision: bool = False) -> n
             _PREDICTED.popitem(last=False)
     _PREDICTED.move_to_end(key)
     return _PREDICTED[key]
-
-
-CITED = re.compile(r"(?<![\w.])\d+\.\d+")
-
-
-def table_numbers(*tables_: object) -> list[float]:
-    """Every float in the lesson's tables (dicts and lists of rows, nested): what a justification may cite."""
-    out: list[float] = []
-    stack = list(tables_)
-    while stack:
-        item = stack.pop()
-        if isinstance(item, Mapping):
-            stack += list(item.values())
-        elif isinstance(item, (list, tuple)):
-            stack += list(item)
-        elif isinstance(item, float):
-            out.append(item)
-    return out
-
-
-def cites(justification: str, printed: Sequence[float]) -> list[str]:
-    """The decimals in ``justification`` that one of ``printed`` rounds to at the decimal's own precision."""
-    found = []
-    for token in CITED.findall(justification):
-        half = 0.5 * 10 ** -len(token.split(".")[1]) + 1e-9
-        if any(abs(float(token) - v) <= half for v in printed):
-            found.append(token)
-    return found
 
 
 def check_recipe(recipe: Mapping, justification: str, printed: Sequence[float] | None = None) -> dict:
