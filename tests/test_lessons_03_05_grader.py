@@ -28,8 +28,9 @@ def _one_image_reader() -> str:
     return one
 
 
-def _lesson03(**settings):
-    """Lesson 03's three conversions done with ``settings`` changed, results.json written from that run."""
+def _lesson03(arrays: bool = False, **settings):
+    """Lesson 03's three conversions done with ``settings`` changed (``arrays``: lab.data's arrays passed straight
+    to lab.convert.quantize, the student's reader bypassed), results.json written from that run."""
     def make(files: corpus.Files) -> bytes:
         from lab import compare, convert, data
         from lab.lessons import lesson03_narrow_right_wide as lesson03
@@ -38,8 +39,10 @@ def _lesson03(**settings):
             work, reader_cls = _workspace(Path(tmp))
             (work / "dynamic.onnx").write_bytes(files["dynamic.onnx"])
             records = {kind: convert.quantize(work / "source.onnx", work / f"{kind}.onnx",
+                                              data.calibration_set(kind) if arrays else
                                               reader_cls(data.calibration_set(kind), batch_size=data.BATCH_SIZE),
-                                              **{**lesson03.SETTINGS, **settings}) for kind in data.KINDS}
+                                              batch_size=data.BATCH_SIZE, **{**lesson03.SETTINGS, **settings})
+                       for kind in data.KINDS}
             ev = data.load_split("evaluation")
             doc = lesson03.results_report(work, records, ev, compare.predict(work / "source.onnx", ev.pixels))
             new = {f"{k}.onnx": (work / f"{k}.onnx").read_bytes() for k in data.KINDS}
@@ -101,6 +104,8 @@ CASES = {
                        ("narrow.onnx has per-channel weight scales: lesson 03 asks per_channel=False",)),
     "03_quint8": (_lesson03(activation_type="QUInt8"), {"calibration.quantized": 1},
                   ("input ruler is uint8 (zero point 0): lesson 03 asks activation_type='QInt8'",)),
+    "03_reader_bypassed": (_lesson03(arrays=True), {"calibration.range_seen": 1},
+                           ("sets/narrow/right/wide/served_by is 'an array'", "not your DigitReader")),
     "05_quint8": (_lesson05(activation_type="QUInt8"), {"formats.two_formats": 1},
                   ("input ruler is uint8 (zero point 0): lesson 05 asks activation_type='QInt8'",)),
     "05_per_channel": (_lesson05(per_channel=True), {"formats.two_formats": 1},

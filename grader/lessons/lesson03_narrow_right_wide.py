@@ -138,6 +138,11 @@ def _calibration_extra(ctx: Context, doc: dict, kind: str, calib) -> list[str]:
     if not close(rep["calibration_range"], want_range, RANGE_REL * want_range):
         extra.append(f"sets/{kind}/calibration_range is {_g(rep['calibration_range'])}, "
                      f"lab.ruler.calibration_range gives {want_range:.6g}")
+    bypassed = [k for k in KINDS if (doc["sets"].get(k) or {}).get("served_by") == "an array"]
+    if bypassed and kind == bypassed[0]:  # one mistake, charged once: on the first model it shows in
+        extra.append(f"sets/{'/'.join(bypassed)}/served_by is 'an array': converted from lab.data's arrays through "
+                     "the lab's own reader, not your DigitReader (pass calibration_reader.DigitReader over the set "
+                     "to lab.convert.quantize, as the exercise asks)")
     size, want_b = doc["settings"]["batch_size"], -(-len(calib) // doc["settings"]["batch_size"])
     if rep["calibration_batches"] != want_b and reader_batches_charged(ctx):
         ctx.notes.append(f"lesson 03: sets/{kind}/calibration_batches is {rep['calibration_batches']} where "

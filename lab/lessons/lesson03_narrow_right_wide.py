@@ -140,6 +140,8 @@ def set_entry(model: Path, record: convert.QuantRecord, calibration: np.ndarray,
     d = compare.diagnose(r, x)
     return {"model": model.name, "model_sha256": file_sha256(model),
             "calibration_samples": record.calibration_samples, "calibration_batches": record.calibration_batches,
+            # lab.convert.quantize records a batch_size only when it served an array itself
+            "served_by": "an array" if "batch_size" in record.settings else "your reader",
             "calibration_sha256": record.calibration_sha256, "calibration_range": ruler.calibration_range(calibration),
             "scale": r.scale, "zero_point": r.zero_point, "range_seen": r.range_seen, "interval": list(r.interval),
             **compare.scorecard(model, x, labels, reference),
