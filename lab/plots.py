@@ -126,7 +126,7 @@ def round_trip_figure(panels: Sequence[Mapping]) -> Figure:
     marks (pixels k/16) stay far below scale/4. The panels share the error axis, so a ruler's
     error can be compared from one tensor to the next. Margins are fixed in inches (``fixed_margins``).
     """
-    fig = Figure(figsize=(max(5.8 * len(panels), 8.6), 4.9))  # one panel still has room for the title and legend
+    fig = Figure(figsize=(max(5.8 * len(panels), 8.6), 5.2))  # one panel still has room for the title and legends
     axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)[0]
     highest = FLOOR
     for ax, panel in zip(axes, panels):
@@ -137,13 +137,15 @@ def round_trip_figure(panels: Sequence[Mapping]) -> Figure:
             highest = max(highest, float(err.max()))
             ax.plot(centres, np.maximum(err, FLOOR), marker=MARKERS.get(name, "o"), ms=4.5, lw=1.4,
                     mfc="none" if name in HOLLOW else color, mew=1.3,
-                    color=color, zorder=3, label=f"{name} ruler (scale {ruler.scale:.3g})")
+                    color=color, zorder=3, label=f"{name}, scale {ruler.scale:.3g}")
             end = ruler.interval[1]
             ax.hlines(ruler.scale / 4, 0, min(end, top), color=color, ls="--", lw=1.0, alpha=0.8, zorder=2)
             if end < top:
                 ax.axvline(end, color=color, ls=":", lw=1.2)
                 ax.text(end, 0.97, f"{name} ruler ends ", rotation=90, fontsize=9, color=color,
                         ha="right", va="top", transform=ax.get_xaxis_transform())
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3, fontsize=8, frameon=False,
+                  handletextpad=0.4, columnspacing=1.0)  # this panel's rulers, under its axis label
         if panel.get("note"):
             ax.text(0.98, 0.97, panel["note"], transform=ax.transAxes, fontsize=9, va="top", ha="right",
                     multialignment="left", bbox=dict(boxstyle="round", facecolor="white", edgecolor="0.8", alpha=0.9))
@@ -154,12 +156,14 @@ def round_trip_figure(panels: Sequence[Mapping]) -> Figure:
     axes[0].set_ylim(FLOOR / 2, highest * 80)  # headroom above the data for the notes
     _error_ticks(axes[0], highest * 80)
     axes[0].set_ylabel("mean round-trip error |x̂ − x|  (log)")
-    handles, labels = axes[0].get_legend_handles_labels()
-    handles.append(Line2D([], [], color="0.3", ls="--", lw=1.0))
-    labels.append("scale/4 of each ruler: its mean error when values fall anywhere between marks")
-    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=9, frameon=False)
+    # each panel names its own rulers and scales (the hidden layer's differ from the pixels'); the figure's legend
+    # says what the two kinds of line mean in every panel
+    handles = [Line2D([], [], color="0.3", ls="--", lw=1.0), Line2D([], [], color="0.3", ls=":", lw=1.2)]
+    labels = ["scale/4 of each ruler: its mean error when values fall anywhere between marks",
+              "where a ruler ends, in a panel whose values go past it"]
+    fig.legend(handles, labels, loc="lower center", ncol=1, fontsize=9, frameon=False)
     fig.suptitle("Round-trip error by value: clipping grows past the ruler's end, squashing is coarse everywhere")
-    return fixed_margins(fig, left=0.95, right=0.15, bottom=1.1, top=0.6, wgap=0.2)
+    return fixed_margins(fig, left=0.95, right=0.15, bottom=1.4, top=0.6, wgap=0.2)
 
 
 def digit_grid_figure(images: np.ndarray, labels: np.ndarray, read: np.ndarray,

@@ -167,8 +167,11 @@ def test_round_trip_figure_shares_one_error_axis_and_names_every_ruler(pixels, p
     left, right = fig.axes
     assert left.get_ylim() == right.get_ylim()
     assert [t.get_text() for t in left.get_yticklabels()][0] == "exact"
+    for panel in (left, right):  # each panel names its own rulers with their scales
+        labels = [t.get_text() for t in panel.get_legend().get_texts()]
+        assert [label.split(",")[0] for label in labels] == list(presets) and all(", scale " in la for la in labels)
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert [label.split()[0] for label in labels[:3]] == list(presets) and "scale/4" in labels[3]
+    assert "scale/4" in labels[0] and "ruler ends" in labels[1]
     assert any(t.get_text() == "a note" for t in left.texts)
     assert any("narrow ruler ends" in t.get_text() for t in right.texts)
     fig.savefig(io.BytesIO(), format="png")

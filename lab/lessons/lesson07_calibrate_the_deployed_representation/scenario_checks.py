@@ -318,8 +318,11 @@ def scenario_figure(runs: Mapping[str, Sequence[ScenarioResult]]):
         pos = x - 0.4 + width * (j + 0.5)
         axes[0].bar(pos, [r.defects for r in rows], width, color=f"C{j}", label=f"INT8, {label}")
         axes[1].bar(pos, [r.max_abs_error for r in rows], width, color=f"C{j}", label=f"INT8, {label}")
+    tolerated = tolerated_defects(first[0].count)
+    axes[0].axhline(tolerated, color="k", ls=":", lw=1)
+    axes[0].text(len(names) - 0.5, tolerated, f" {tolerated} tolerated", va="center", ha="left", fontsize=8)
     for ax, title, ylabel in ((axes[0], "Confident FP32 answers INT8 changed",
-                               "images (0 to pass)"),
+                               f"images (pass: at most {tolerated})"),
                               (axes[1], "Largest probability change vs FP32", "max abs error")):
         ax.set_xticks(x, names, rotation=25)
         ax.set_title(title, fontsize=10, y=1.0)
