@@ -282,8 +282,9 @@ def excluded(source, model, without, x: np.ndarray, labels: np.ndarray) -> dict:
 
 
 def _left(ev: evidence.Paired) -> str:
-    return (f"still {-ev.difference:.4f} below FP32 beyond noise ({ev.words()})" if ev.beyond_noise and ev.difference < 0
-            else f"within noise of FP32 ({ev.words()})")
+    if ev.beyond_noise and ev.difference < 0:
+        return f"still {-ev.difference:.4f} below FP32 beyond noise ({ev.words()})"
+    return f"within noise of FP32 ({ev.words()})"
 
 
 def exclusion_sentence(node: str, e: Mapping) -> str:
