@@ -4,6 +4,7 @@ wrong kind of answer by name, fake-quant is the unfused run, and 16-bit activati
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 
@@ -161,3 +162,14 @@ def test_fake_quant_is_the_unfused_graph(worked):
     fake = recovery.fake_quant(worked["handed"], x)
     assert float(np.abs(fake - unfused).max()) <= 1 / 255, "one output step at most"
     assert np.array_equal(fake.argmax(1), unfused.argmax(1))
+
+
+def test_ort_keeps_16_bit_activations_out_of_its_integer_kernels(worked, tmp_path):
+    """What the section says of ORT's optimized graph: float Conv between Q and DQ, no QLinearConv."""
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(str(worked["sixteen"]["model"]), so, providers=["CPUExecutionProvider"])
+    ops = {n.op_type for n in onnx.load(so.optimized_model_filepath).graph.node}
+    assert "Conv" in ops and "QLinearConv" not in ops, ops
+    assert worked["sixteen"]["qdq_domains"] == ["ai.onnx"]

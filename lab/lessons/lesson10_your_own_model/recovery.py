@@ -308,11 +308,15 @@ def exclusion_sentence(node: str, e: Mapping) -> str:
 
 def sixteen_bit(source, pre, model, reader_cls, x: np.ndarray, labels: np.ndarray, out_dir: str | Path) -> dict:
     """The same calibration with 16-bit activations (QUInt16, 8-bit weights; ``quantize_static`` moves the graph to
-    opset 21, whose QuantizeLinear takes 16-bit types): per family against the handed-in model and FP32; bytes."""
+    opset 21, whose QuantizeLinear takes 16-bit types): the opset and the Q/DQ ops' domain, per family against the
+    handed-in model and FP32, and the bytes."""
     m = convert(pre, Path(out_dir) / SIXTEEN, reader_cls, _calibration_frames(), activation_type="QUInt16")
     fp32 = answers(source, x, kernels.EXACT)
-    opset = max(o.version for o in onnx.load(str(m)).opset_import if o.domain in ("", "ai.onnx"))
-    out: dict = {"model": m, "opset": opset, "bytes": {"fp32": Path(source).stat().st_size,
+    written = onnx.load(str(m))
+    opset = max(o.version for o in written.opset_import if o.domain in ("", "ai.onnx"))
+    domains = sorted({n.domain or "ai.onnx" for n in written.graph.node
+                      if n.op_type in ("QuantizeLinear", "DequantizeLinear")})
+    out: dict = {"model": m, "opset": opset, "qdq_domains": domains, "bytes": {"fp32": Path(source).stat().st_size,
                                                        "handed": Path(model).stat().st_size,
                                                        "sixteen": m.stat().st_size}}
     for f in kernels.FAMILIES:
@@ -325,8 +329,8 @@ def sixteen_bit(source, pre, model, reader_cls, x: np.ndarray, labels: np.ndarra
 
 def sixteen_lines(s: Mapping) -> str:
     b = s["bytes"]
-    lines = [f"opset {s['opset']}; bytes: FP32 {b['fp32']:,}, handed-in {b['handed']:,}, 16-bit activations "
-             f"{b['sixteen']:,}"]
+    lines = [f"opset {s['opset']}, QuantizeLinear / DequantizeLinear from {', '.join(s['qdq_domains'])}",
+             f"bytes: FP32 {b['fp32']:,}, handed-in {b['handed']:,}, 16-bit activations {b['sixteen']:,}"]
     lines += [f"{f:<10}: accuracy {s[f]['accuracy']:.4f} (handed-in {s[f]['handed']['accuracy']:.4f}), max abs error "
               f"{s[f]['max_abs_error']:.3f} (handed-in {s[f]['handed']['max_abs_error']:.3f}); against the handed-in "
               f"model: {s[f]['against_handed'].words()}" for f in kernels.FAMILIES]
