@@ -69,7 +69,7 @@ def test_the_ablation_ranks_the_first_conv_worst_and_the_check_accepts_it(worked
     first = recovery.nodes(worked["pre"])[0][0]
     assert recovery.worst(ranking) == first == "conv1"
     assert sorted(r["node"] for r in ranking) == sorted(n for n, _ in recovery.nodes(worked["pre"]))
-    assert recovery.check_exclusion(first, ranking, labels).startswith("exclusion ok: conv1")
+    assert recovery.check_exclusion(first, ranking).startswith("exclusion ok: conv1")
     without = ranking[0]["model"]
     e = recovery.excluded(worked["source"], worked["handed"], without, worked["ev"].image, labels)
     for f in kernels.FAMILIES:
@@ -85,14 +85,15 @@ def test_the_ablation_ranks_the_first_conv_worst_and_the_check_accepts_it(worked
 ])
 def test_the_exclusion_check_refuses_a_node_that_is_not_the_worst_beyond_noise(worked, answer, words):
     with pytest.raises(recovery.ExclusionRefused) as caught:
-        recovery.check_exclusion(answer, worked["ranking"], worked["ev"].labels)
+        recovery.check_exclusion(answer, worked["ranking"])
     for w in words:
         assert w in str(caught.value), (w, str(caught.value))
 
 
 def _row(node: str, answers: np.ndarray, base: np.ndarray, labels: np.ndarray) -> dict:
     ev = evidence.paired(labels, base, answers)
-    return {"node": node, "op": "Conv", **{f: {"answers": answers, "against_handed": ev} for f in kernels.FAMILIES}}
+    return {"node": node, "op": "Conv", "labels": labels,
+            **{f: {"answers": answers, "against_handed": ev} for f in kernels.FAMILIES}}
 
 
 def test_the_exclusion_check_refuses_a_node_another_beats_beyond_noise_and_accepts_a_tie():
@@ -102,8 +103,8 @@ def test_the_exclusion_check_refuses_a_node_another_beats_beyond_noise_and_accep
     strong[:120], weak[:40], tie[:115] = 0, 0, 0       # frames each exclusion reads again
     ranking = [_row("a", strong, base, labels), _row("b", weak, base, labels), _row("c", tie, base, labels)]
     with pytest.raises(recovery.ExclusionRefused, match="leaving 'a' in float recovers more"):
-        recovery.check_exclusion("b", ranking, labels)
-    assert recovery.check_exclusion("c", ranking, labels).startswith("exclusion ok: c")
+        recovery.check_exclusion("b", ranking)
+    assert recovery.check_exclusion("c", ranking).startswith("exclusion ok: c")
 
 
 def _paired(fixed: int, broken: int, n: int = 400) -> evidence.Paired:
@@ -122,9 +123,9 @@ def test_every_verdict_branch_says_noise_when_it_is_noise():
     assert "only by noise" in text and "the kernel adds its own error" in text
     flat = [{"node": n, "op": "Conv", **{f: {"against_handed": _paired(0, 1)} for f in kernels.FAMILIES}}
             for n in ("a", "b")]
-    assert "No node" in recovery.ranking_sentence(flat) and recovery.worst(flat) is None
+    assert "no node left in float" in recovery.ranking_sentence(flat) and recovery.worst(flat) is None
     with pytest.raises(recovery.ExclusionRefused, match="noise is not a ranking"):
-        recovery.check_exclusion("a", flat, np.zeros(400, np.int64))
+        recovery.check_exclusion("a", flat)
     sixteen = {f: {"accuracy": 0.99, "against_handed": _paired(20, 0), "against_fp32": _paired(1, 1)}
                for f in kernels.FAMILIES}
     assert recovery.sixteen_sentence(sixteen).startswith("**Your run.** 16-bit activations recover frames beyond noise")
