@@ -534,11 +534,18 @@ class _Run:
     def fused_producer(self, node):
         """The op a QuantizeLinear closes into one integer kernel (``DequantizeLinear -> op -> QuantizeLinear``),
         or None: its producer must be in FUSED, feed only it, and read every input through a DequantizeLinear;
-        an Add only when its inputs and output are of one integer type on x86 (ORT's ``BinarySelector``)."""
+        an Add only when its inputs and output are of one integer type on x86 (ORT's ``BinarySelector``). Never
+        with 16-bit activations (``activation_type=QUInt16``): the CPU's integer kernels take 8-bit ones, so ORT
+        leaves the float op between DequantizeLinear and QuantizeLinear (seen in its optimized graph), the same on
+        every family."""
         op = self.producer.get(node.input[0])
         if op is None or op.op_type not in FUSED or len(self.consumers[op.output[0]]) != 1:
             return None
         if not all(self.dq_source(i) is not None for i in op.input):
+            return None
+        out_zero = self.values[node.input[2]] if len(node.input) > 2 and node.input[2] else None
+        if np.asarray(self.dq_source(op.input[0])[0]).dtype.itemsize > 1 or \
+                (out_zero is not None and np.asarray(out_zero).dtype.itemsize > 1):
             return None
         if op.op_type == "Add":
             out = np.asarray(self.values[node.input[2]]).dtype if len(node.input) > 2 else np.dtype(np.uint8)

@@ -418,7 +418,8 @@ def test_broken_reader_reads_as_a_message(jupyter, lab_root, page, capsys):
 # (an error output) instead when it fails.
 OWN_MODEL_CHECKS = {"camera_path.check_reader(": "reader ok: ",      # exercise 1: the FrameReader
                     "release.refuse(": "\nreleasable: ",              # exercise 2: the release's requirements
-                    "release.release(": "released "}                 # the release written, stamped and read back
+                    "release.release(": "released ",                 # the release written, stamped and read back
+                    "recovery.check_exclusion(": "exclusion ok: "}   # exercise 3: the node to exclude
 IMAGE_MIMES = ("image/png", "image/svg+xml", "image/jpeg")
 RENDERED_IMAGES = f"""() => [...document.querySelectorAll('{PANEL} .jp-OutputArea-output')]
   .filter(o => /^image\\//.test(o.dataset.mimeType || ''))

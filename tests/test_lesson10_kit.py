@@ -28,6 +28,13 @@ CASES = {
     "10 release per-channel QDQ without reduce_range": Wrong(
         LESSON, "l10-28", lambda s: s.replace('"reduce_range": True', '"reduce_range": False'), "l10-29",
         ("ReleaseRefused", "error (saturating family): max abs error", "on daylight is over 0.15")),
+    "10 exclusion: a node whose effect is noise": Wrong(
+        LESSON, "l10-r08", lambda s: 'EXCLUDE = "conv2"', "l10-r09",
+        ("ExclusionRefused", "EXCLUDE = 'conv2': leaving it in float gives", "noise is not a ranking",
+         "beyond noise on both families")),
+    "10 exclusion: an op type, not a node": Wrong(
+        LESSON, "l10-r08", lambda s: 'EXCLUDE = "Conv"', "l10-r09",
+        ("ExclusionRefused", "EXCLUDE is 'Conv': not a node of the model", "the ranking's first column")),
 }
 
 
