@@ -63,6 +63,7 @@ class Context:
     limits: Limits = field(default_factory=Limits)
     notes: list[str] = field(default_factory=list)
     timed_out: bool = False
+    grader_faults: list[str] = field(default_factory=list)  # the grader's own failures: the result is an error
     touched: list[str] = field(default_factory=list)  # the hand-in's files used by the group being checked, in order
     charged: set[str] = field(default_factory=set)  # mistakes already charged by one check, not to be charged again
     _models: dict = field(default_factory=dict)

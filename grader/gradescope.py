@@ -37,6 +37,7 @@ from fixtures import HELDOUT_FILES
 from grader import sandbox
 from grader.results import GradeResult
 from grader.sandbox import Limits
+from grader.submission import handed_in_path as submission_path
 from grader.version import __version__
 
 SOURCE = Path(__file__).resolve().parent.parent  # the project, or /autograder/source inside the bundle
@@ -141,7 +142,9 @@ def build(out: str | Path, project: Path = SOURCE, secret: str | None = None) ->
     secret = bundle_secret() if secret is None else secret
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".part")
-    with zipfile.ZipFile(tmp, "w") as zf:
+    # the instructor's only (0600): it holds the secret and the held-out split, which students must never read
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as raw, \
+            zipfile.ZipFile(raw, "w") as zf:
         _add(zf, "setup.sh", SETUP_SH.encode(), 0o755)
         _add(zf, "run_autograder", RUN_AUTOGRADER.encode(), 0o755)
         _add(zf, "requirements.txt", requirements(project).encode(), 0o644)
@@ -149,6 +152,7 @@ def build(out: str | Path, project: Path = SOURCE, secret: str | None = None) ->
             _add(zf, rel, path.read_bytes(), 0o600 if rel in PRIVATE else 0o644)
         if secret:
             _add(zf, SECRET_REL, secret.encode() + b"\n", 0o600)
+    os.chmod(tmp, 0o600)  # a .part left by an earlier run kept its mode
     os.replace(tmp, out)
     return out
 
@@ -182,21 +186,6 @@ def lock_down(source: Path = SOURCE) -> None:
     instructor = source / "instructor"
     if instructor.is_dir():
         os.chmod(instructor, 0o700)
-
-
-def submission_path(folder: Path) -> Path:
-    """What to grade in Gradescope's submission folder: the folder, a zip handed in as is, or its one sub-folder."""
-    if (folder / "submission.json").is_file():
-        return folder
-    entries = [p for p in folder.iterdir() if not p.name.startswith(".") and p.name != "__MACOSX"] \
-        if folder.is_dir() else []
-    zips = [p for p in entries if p.suffix == ".zip" and p.is_file()]
-    if len(zips) == 1 and len(entries) == 1:
-        return zips[0]
-    dirs = [p for p in entries if p.is_dir() and (p / "submission.json").is_file()]
-    if len(dirs) == 1:
-        return dirs[0]
-    return folder
 
 
 METADATA = "submission_metadata.json"  # Gradescope's, beside submission/: who handed in (users[], each with its sid)
