@@ -119,10 +119,10 @@ def _why(o: dict | None, n: dict | None) -> str:
 
 def kept_share(published_before: float, max_before: float | None, max_after: float | None) -> float:
     """The grade published before as the same share of the new points possible (unchanged when either is unknown),
-    rounded down to the hundredth so it never passes the points possible."""
+    rounded up to the hundredth (never a smaller share) and never above the points possible."""
     if not max_before or not max_after:
         return published_before
-    return min(max_after, math.floor(published_before / max_before * max_after * 100 + 1e-9) / 100)
+    return min(max_after, math.ceil(published_before / max_before * max_after * 100 - 1e-9) / 100)
 
 
 def compare(before: dict[str, dict], before_book: dict[str, dict], after: dict[str, dict],
@@ -143,7 +143,8 @@ def compare(before: dict[str, dict], before_book: dict[str, dict], after: dict[s
                 published, held = keep, True
         out.append(StudentChange(s, (b or {}).get("status", (before_book.get(s) or {}).get("status", "none")),
                                  status_after, _number((b or {}).get("score")), score_after, published_before,
-                                 published, held, check_changes(b, a), max_before, max_after))
+                                 published, held, max_before=max_before, max_after=max_after,
+                                 checks=check_changes(b, a)))
     return out
 
 
