@@ -170,6 +170,7 @@ def test_bundle_holds_what_gradescope_runs(tmp_path, monkeypatch):
     proc = subprocess.run([sys.executable, "-m", "grader", "gradescope", "--out", str(tmp_path / "ag.zip")],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
+    assert os.stat(tmp_path / "ag.zip").st_mode & 0o777 == 0o600  # it holds the secret: the instructor's only
     with zipfile.ZipFile(tmp_path / "ag.zip") as zf:
         infos = {i.filename: i for i in zf.infolist()}
         names = set(infos)
@@ -223,6 +224,16 @@ def test_reference_handin_gets_full_marks(autograder, good_zip):
     assert all(t["visibility"] == "visible" for t in doc["tests"] if t not in hidden)
     assert "the file is named" not in doc["output"]
     assert BUNDLE_SECRET not in json.dumps(doc) and BUNDLE_SECRET not in proc.stdout + proc.stderr
+
+
+def test_student_code_the_grader_cannot_start_is_an_error_never_a_grade(autograder, good_zip):
+    """A grader-side failure to start student code (here: the unprivileged user it drops to does not exist) used to
+    be graded, the checks that needed the code at 0 with "this is the grader's fault" inside."""
+    doc, _ = autograder(good_zip.read_bytes(), GRADER_CHILD_USER="no-such-user")
+    validate(doc)
+    assert doc["extra_data"]["status"] == "error" and doc["score"] == 0 and doc["tests"] == []
+    assert "the grader failed on its side" in doc["output"] and "no-such-user" in doc["output"]
+    assert "not yours" in doc["output"]
 
 
 @pytest.mark.parametrize("case", ["onnx_corrupt", "metrics_transposed", "hash_mismatch"])
