@@ -14,8 +14,8 @@ from pathlib import Path
 from grader import gradescope, preflight, sandbox
 from grader.report import write_report
 from grader.roster import RosterError
-from lab.workspace import atomic_write_text
 from grader.sandbox import Limits
+from lab.workspace import atomic_write_text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,14 +184,12 @@ def _tool(args) -> int:
 
 def _regrade(args, limits: Limits, unsafe: bool | None) -> int:
     """``regrade`` (grader.regrade): the batch again, then the change report and both versions in the gradebook."""
-    from grader.regrade import regrade  # deferred: the grading stack, as in `batch`
+    from grader.regrade import max_change, regrade  # deferred: the grading stack, as in `batch`
 
     if not Path(args.folder).is_dir() or not (Path(args.out) / "gradebook.csv").is_file():
         print(f"regrade: needs a folder of submissions ({args.folder}) and a graded OUT folder with a gradebook.csv "
               f"({args.out}); run `python -m grader batch` first", file=sys.stderr)
         return 2
-    from grader.regrade import max_change
-
     try:
         here, changes = regrade(args.folder, args.out, args.never_lower, jobs=args.jobs, limits=limits,
                                 progress=not args.no_progress, unsafe_no_sandbox=unsafe, dask=args.dask,
@@ -212,8 +210,8 @@ def _regrade(args, limits: Limits, unsafe: bool | None) -> int:
 
 def _adjust(args) -> int:
     """``adjust`` (grader.adjustments): the instructor's file, then the gradebook row and the feedback again."""
-    from grader import adjustments
-    from grader.batch import read_gradebook, write_gradebook
+    from grader import adjustments  # deferred: only this command needs it
+    from grader.batch import read_gradebook, write_gradebook  # deferred: the grading stack, as in `batch`
 
     out = Path(args.out)
     book = read_gradebook(out)
@@ -227,8 +225,8 @@ def _adjust(args) -> int:
         print(f"adjust: {e}", file=sys.stderr)
         return 2
     extras = {s: {k: v for k, v in r.items() if k not in ("adjustment", "adjustment_comment")} for s, r in book.items()}
-    for s, a in every.items():
-        extras.setdefault(s, {}).update(adjustments.columns(a))
+    for s, each in every.items():
+        extras.setdefault(s, {}).update(adjustments.columns(each))
     write_gradebook(out, list(book), book, extras)
     feedback = out / "feedback" / f"{args.student}.md"
     if feedback.is_file():

@@ -62,7 +62,8 @@ class Export:
                          "unchanged): " + ", ".join(f"{s} ({st})" for s, st in self.no_grade))
         if self.feedback_by_hand:
             lines.append(f"{len(self.feedback_by_hand)} student(s) whose hand-in has no Canvas download name (their "
-                         f"feedback is not in {CANVAS_FEEDBACK}; upload it by hand): " + ", ".join(self.feedback_by_hand))
+                         f"feedback is not in {CANVAS_FEEDBACK}; upload it by hand): "
+                         + ", ".join(self.feedback_by_hand))
         return "\n".join(lines)
 
 

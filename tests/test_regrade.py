@@ -135,7 +135,8 @@ def test_resume_and_regrade_keep_published_grades_and_adjustments(graded, change
     assert "+2 point(s): prose answer graded by hand" in (out / "feedback" / "g2.md").read_text()
     regraded(folder, out, never_lower=True)
     published = {s: r["published"] for s, r in book(out).items()}
-    assert book(out)["g2"]["adjustment"] == "+2" and book(out)["g2"]["adjustment_comment"] == "prose answer graded by hand"
+    assert book(out)["g2"]["adjustment"] == "+2"
+    assert book(out)["g2"]["adjustment_comment"] == "prose answer graded by hand"
     feedback = (out / "feedback" / "g2.md").read_text()
     assert feedback.count("Adjusted by your instructor") == 1 and "prose answer graded by hand" in feedback
     # a late hand-in arrives: --resume grades it alone and keeps everyone's published grade and adjustment
