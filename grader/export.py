@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,7 +127,9 @@ def canvas_feedback_zip(path: Path, book: dict[str, dict], grades: dict[str, str
     by_hand = []
     tmp = path.with_name(path.name + ".part")
     path.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+    # private (0600), as every file the grader writes: it holds each student's feedback
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as raw, \
+            zipfile.ZipFile(raw, "w", zipfile.ZIP_DEFLATED) as zf:
         for student in grades:
             name = canvas_upload_name(book[student].get("handed_in", ""))
             feedback = out / "feedback" / f"{student}.md"

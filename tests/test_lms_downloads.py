@@ -174,6 +174,7 @@ def test_the_export_leaves_out_who_has_no_grade_and_carries_the_feedback(graded_
     assert moodle[1][3] == (out / "feedback" / "s2400101.md").read_text()
     assert ("s2400114", DUPLICATE) in done.no_grade and done.no_handin == ["s2400115"]
     assert "Nobody Known_99999_assignsubmission_file_x" in done.not_in_roster
+    assert os.stat(out / "lms" / "canvas-feedback.zip").st_mode & 0o777 == 0o600
     with zipfile.ZipFile(out / "lms" / "canvas-feedback.zip") as zf:
         # Canvas reads the first two numbers of a name as the user and the attachment its comment goes on
         assert zf.namelist() == ["okaforchidi_88101_4412345_feedback.txt"]
