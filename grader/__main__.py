@@ -48,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--roster", metavar="CSV", help="the course's roster (grader/roster.py's columns): credit each "
                        "LMS bulk-download file (Canvas, Moodle, Blackboard) to the roster student the LMS named it "
                        "after; a file naming no roster student, or two files for one, is a gradebook row with no grade")
+        p.add_argument("--config", metavar="TOML", help="the course file (grader/course.py): prices, predictions "
+                       "graded for correctness or completion, due date and late policy; its hash goes in the gradebook")
         p.add_argument("--names", metavar="REGEX", help="with --roster, download names of another LMS: a regex whose "
                        "named groups are roster columns, e.g. '(?P<sis_user_id>\\d+)_.*'")
     for p in (g, b, rg):
@@ -139,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rows = batch(args.folder, args.out, args.jobs, args.resume, limits, progress=not args.no_progress,
                      unsafe_no_sandbox=unsafe, dask=args.dask, ids_from_submission=args.ids_from_submission_json,
-                     roster=args.roster, names=args.names)
+                     roster=args.roster, names=args.names, course=_course(args))
     except (RosterError, ValueError) as e:
         print(f"batch: {e}", file=sys.stderr)
         return 2
@@ -194,7 +196,7 @@ def _regrade(args, limits: Limits, unsafe: bool | None) -> int:
         here, changes = regrade(args.folder, args.out, args.never_lower, jobs=args.jobs, limits=limits,
                                 progress=not args.no_progress, unsafe_no_sandbox=unsafe, dask=args.dask,
                                 ids_from_submission=args.ids_from_submission_json, roster=args.roster,
-                                names=args.names)
+                                names=args.names, course=_course(args))
     except (RosterError, ValueError) as e:
         print(f"regrade: {e}", file=sys.stderr)
         return 2
@@ -206,6 +208,13 @@ def _regrade(args, limits: Limits, unsafe: bool | None) -> int:
         print(max_change(changes) + (": published grades kept as the same share of the new points possible"
                                      if args.never_lower else ""))
     return 0
+
+
+def _course(args):
+    """The course file's settings (``--config``), or the defaults; a bad file raises ``CourseError`` (a ValueError)."""
+    from grader import course  # deferred: only the commands that grade read it
+
+    return course.load(args.config) if args.config else course.DEFAULT
 
 
 def _adjust(args) -> int:

@@ -37,8 +37,9 @@ from tqdm import tqdm
 from grader import adjustments, sandbox
 from grader import state as grader_state
 from grader.core import grade, possible_points
+from grader.course import DEFAULT, Course
 from grader.items import handin_record
-from grader.lms_downloads import Collected, HandIn, collect
+from grader.lms_downloads import Collected, HandIn, collect, handed_in_at
 from grader.report import write_report
 from grader.results import PENDING, GradeResult
 from grader.roster import read_roster
@@ -78,10 +79,12 @@ class BatchOptions:
     dask: str | None = None  # a Dask scheduler address or ``local:N`` instead of ``jobs`` processes
     classmates: tuple[str, ...] = ()  # the batch's student ids: whose variant a foreign hand-in was made for
     ids_from_submission: bool = False  # credit submission.json's student, not the file name (test hand-ins only)
+    course: Course = DEFAULT  # the course file's prices, prediction grading and late policy (grader.course)
 
 
 def job(path: str, limits: Limits | None = None, unsafe_no_sandbox: bool | None = None,
-        classmates: tuple[str, ...] = (), ids_from_submission: bool = False, student: str | None = None) -> dict:
+        classmates: tuple[str, ...] = (), ids_from_submission: bool = False, student: str | None = None,
+        course: Course = DEFAULT) -> dict:
     """The pure per-submission job: path in, result dict out. Never raises. ``classmates``: the batch's student ids
     (``grader.core.grade``'s), so the instructor's field names whose variant a copied hand-in was made for.
     ``student``: the roster id it is credited to (an LMS download's; default the file or folder name).
@@ -89,10 +92,11 @@ def job(path: str, limits: Limits | None = None, unsafe_no_sandbox: bool | None 
     One job at a time per process (``_ONE_JOB_AT_A_TIME``, above): a worker with several threads (a Dask worker
     started without ``--nthreads 1``) grades in turn, each thread with its own state.
     """
-    with _ONE_JOB_AT_A_TIME:
+    with _ONE_JOB_AT_A_TIME, course.in_effect():
         state = grader_state.for_policy(Policy(limits or Limits(), unsafe_no_sandbox))  # this worker's, kept
         d = package(*grade_one(path, state=state, classmates=classmates, student=student,
                                credited=not ids_from_submission))
+        d["course_sha256"] = course.sha256  # --resume grades it again under another course file
         if d["checks"]:  # past intake: the class report's answers and code fingerprints (grader.items)
             d["handin"] = handin_record(path)
         return d
@@ -140,11 +144,12 @@ def _atomic(path: Path, text: str) -> None:
     atomic_write_text(path, text)
 
 
-def write_result(out: Path, d: dict, adjustment: adjustments.Adjustment | None = None) -> None:
+def write_result(out: Path, d: dict, adjustment: adjustments.Adjustment | None = None, late: str = "") -> None:
+    """A result's files; its feedback ends with the late policy's line and the instructor's adjustment, if any."""
     student = d["student"]
     feedback, gradescope = d.pop("feedback", None), d.pop("gradescope", None)
     if feedback is not None:
-        _atomic(out / "feedback" / f"{student}.md", adjustments.in_feedback(feedback, adjustment))
+        _atomic(out / "feedback" / f"{student}.md", adjustments.in_feedback(feedback + late, adjustment))
     if gradescope is not None:
         _atomic(out / "gradescope" / f"{student}.json", json.dumps(gradescope, indent=2))
     _atomic(out / "results" / f"{student}.json", json.dumps(d, indent=2, allow_nan=False))
@@ -160,7 +165,8 @@ def columns() -> list[str]:
 
 # Columns after the batch's own, each written only when some row has it: where an LMS download came from
 # (``--roster``), what a regrade published, and the instructor's adjustments (``grader.adjustments``).
-EXTRA_COLUMNS = ("handed_in", "late", "note", "previous_score", "published", "adjustment", "adjustment_comment")
+EXTRA_COLUMNS = ("handed_in", "late", "handed_in_at", "late_days", "late_penalty", "note", "previous_score",
+                 "published", "adjustment", "adjustment_comment", "course")
 KEPT = ("previous_score", "published")  # what a regrade wrote, kept by every later write of a kept result
 
 
@@ -243,10 +249,12 @@ def read_journal(out: Path) -> dict[str, dict]:
 def journal_entry(d: dict) -> dict:
     return {"student": d["student"], "grader_version": d.get("grader_version"), "status": d.get("status"),
             "isolation": d.get("isolation", ""), "input_sha256": d.get("input_sha256", ""),
+            "course_sha256": d.get("course_sha256", ""),
             "row": gradebook_row(d)}
 
 
-def _already_graded(out: Path, student: str, path: Path, journal: dict[str, dict] | None = None) -> dict | None:
+def _already_graded(out: Path, student: str, path: Path, journal: dict[str, dict] | None = None,
+                    course_sha256: str = "") -> dict | None:
     """The gradebook row of a result that ``--resume`` keeps, or None to grade it (again)."""
     d = (journal or {}).get(student)
     if d is None or not (out / "results" / f"{student}.json").is_file():
@@ -257,7 +265,8 @@ def _already_graded(out: Path, student: str, path: Path, journal: dict[str, dict
             return None
     keep = (d.get("grader_version") == __version__ and d.get("status") != "error"
             and not str(d.get("isolation", "")).startswith("refused")  # graded again once bubblewrap works
-            and d.get("input_sha256") == sha256_of_input(path))
+            and d.get("input_sha256") == sha256_of_input(path)
+            and d.get("course_sha256", "") == course_sha256)
     return d["row"] if keep else None
 
 
@@ -294,7 +303,7 @@ def batch(folder: str | Path, out: str | Path, jobs: int = 2, resume: bool = Fal
           limits: Limits | None = None, executor: Executor | None = None, progress: bool = True,
           unsafe_no_sandbox: bool | None = None, dask: str | None = None,
           ids_from_submission: bool = False, roster: str | Path | None = None, names: str | None = None,
-          regrading: bool = False) -> list[dict]:
+          regrading: bool = False, course: Course = DEFAULT) -> list[dict]:
     """Grade every submission in ``folder`` into ``out``; return the gradebook rows as dicts.
 
     ``unsafe_no_sandbox=True`` runs student code with rlimits alone where bubblewrap does not
@@ -305,8 +314,9 @@ def batch(folder: str | Path, out: str | Path, jobs: int = 2, resume: bool = Fal
     (``grader.lms_downloads``; ``names``: a regex for other names), and a file credited to no one is a gradebook row
     of its own. ``ids_from_submission=True`` credits the student its ``submission.json`` names instead, for the
     instructor's own test hand-ins (copies of one hand-in under many names): never for a class, where it lets a
-    renamed copy grade as its owner's. A gradebook with published grades (a regrade's) is kept by ``--resume`` and
-    ``regrade`` (``regrading``); a fresh batch over it refuses, rather than drop them.
+    renamed copy grade as its owner's. ``course``: the course file's settings (``grader.course``), in effect for
+    every grade and recorded in the gradebook. A gradebook with published grades (a regrade's) is kept by
+    ``--resume`` and ``regrade`` (``regrading``); a fresh batch over it refuses, rather than drop them.
     """
     folder, out = Path(folder), Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -322,8 +332,9 @@ def batch(folder: str | Path, out: str | Path, jobs: int = 2, resume: bool = Fal
         raise SystemExit(f"two submissions for the same student: {dupes}; keep one of each")
     options = BatchOptions(jobs=jobs, resume=resume, limits=limits, progress=progress,
                            unsafe_no_sandbox=unsafe_no_sandbox, dask=dask, classmates=class_ids(students),
-                           ids_from_submission=ids_from_submission)
+                           ids_from_submission=ids_from_submission, course=course)
     with contextlib.ExitStack() as stack:
+        stack.enter_context(course.in_effect())  # the points possible and the gradebook's parts, as the course prices
         if options.dask:
             executor = stack.enter_context(dask_executor(options.dask))
         rows = _batch(out, collected, previous, options, executor)
@@ -334,17 +345,22 @@ def batch(folder: str | Path, out: str | Path, jobs: int = 2, resume: bool = Fal
 def intake(paths: list[Path], roster: str | Path | None, names: str | None = None) -> Collected:
     """Whose each file is: the roster student its LMS download name names, else (no roster) its own name."""
     if roster is None:
-        return Collected([HandIn(p, student_from_path(p), p.name, "") for p in paths])
+        return Collected([HandIn(p, student_from_path(p), p.name, "", handed_in_at=handed_in_at(p, {}))
+                          for p in paths])
     return collect(paths, read_roster(roster), names)
 
 
-def gradebook_extras(out: Path, collected: Collected, previous: dict[str, dict], kept: set[str]) -> dict[str, dict]:
-    """student -> the ``EXTRA_COLUMNS`` of their row: the download it came from (with a roster), the published
-    grade of a result this batch keeps (``kept``), and the instructor's adjustment."""
+def gradebook_extras(out: Path, collected: Collected, previous: dict[str, dict], kept: set[str],
+                     course: Course = DEFAULT) -> dict[str, dict]:
+    """student -> the ``EXTRA_COLUMNS`` of their row: the download it came from (with a roster), when it was handed in
+    and what the course's late policy takes for it, the published grade of a result this batch keeps (``kept``), the
+    instructor's adjustment and the course file's hash."""
     extras: dict[str, dict] = {}
     for h in collected.hand_ins:
+        row = extras.setdefault(h.student, {"course": course.sha256[:16]})
         if h.lms:
-            extras[h.student] = {"handed_in": h.file, "late": "late" if h.late else ""}
+            row.update(handed_in=h.file, late="late" if h.late else "")
+        row.update(late_columns(course, h))
     for u in collected.unclaimed:
         extras[u.key] = {"handed_in": "; ".join(u.files), "note": u.reason}
     for s in kept:
@@ -352,6 +368,24 @@ def gradebook_extras(out: Path, collected: Collected, previous: dict[str, dict],
     for s, a in adjustments.read(out).items():
         extras.setdefault(s, {}).update(adjustments.columns(a))
     return extras
+
+
+def late_columns(course: Course, h: HandIn) -> dict[str, str]:
+    """``handed_in_at``, ``late_days`` and ``late_penalty`` (points the export takes) when the course has a due date."""
+    if course.late.due is None:
+        return {}
+    days = course.late.days_late(h.student, h.handed_in_at)
+    return {"handed_in_at": h.handed_in_at.isoformat(timespec="seconds") if h.handed_in_at else "",
+            "late_days": str(days), "late_penalty": f"{course.late.penalty(days, _possible()):g}"}
+
+
+def late_feedback(row: dict, course: Course) -> str:
+    """The feedback's line on a late hand-in (empty when it was on time or the course has no due date)."""
+    if not row.get("late_days") or row["late_days"] == "0":
+        return ""
+    return (f"\n\n## Handed in late\n\n{row['late_days']} day(s) after the due date (handed in "
+            f"{row['handed_in_at']}): -{row['late_penalty']} point(s), {course.late.per_day:.0%} of the points "
+            "possible per day or part of a day. The grade your course records is lowered by it.\n")
 
 
 def unclaimed_row(status: str) -> dict:
@@ -387,7 +421,7 @@ def _batch(out: Path, collected: Collected, previous: dict[str, dict], options: 
     journal = read_journal(out) if resume else {}
     todo = []
     for h in collected.hand_ins:
-        row = _already_graded(out, h.student, h.path, journal) if resume else None
+        row = _already_graded(out, h.student, h.path, journal, options.course.sha256) if resume else None
         if row is None:
             todo.append(h)
         else:
@@ -399,7 +433,7 @@ def _batch(out: Path, collected: Collected, previous: dict[str, dict], options: 
     if dropped:
         print(f"the published grade of {len(dropped)} hand-in(s) graded again is replaced by the new grade: "
               + ", ".join(dropped), file=sys.stderr)
-    extras = gradebook_extras(out, collected, previous, kept)
+    extras = gradebook_extras(out, collected, previous, kept, options.course)
     students = [h.student for h in collected.hand_ins] + [u.key for u in collected.unclaimed]
     workers = getattr(executor, "workers_label", None) or f"{options.jobs} worker(s)"
     print(f"grader {__version__}: {len(collected.hand_ins)} submission(s), {len(collected.hand_ins) - len(todo)} "
@@ -432,7 +466,7 @@ def _grade(out: Path, todo: list[HandIn], students: list[str], rows: dict[str, d
             pool = executor or ProcessPoolExecutor(max_workers=options.jobs)
             try:
                 futures = {pool.submit(job, str(h.path), options.limits, options.unsafe_no_sandbox,
-                                       options.classmates, options.ids_from_submission, h.student): h
+                                       options.classmates, options.ids_from_submission, h.student, options.course): h
                            for h in pending_paths}
                 pending_paths = []
                 not_done = set(futures)
@@ -457,7 +491,8 @@ def _grade(out: Path, todo: list[HandIn], students: list[str], rows: dict[str, d
                         t0 = time.perf_counter()
                         if not d.get("input_sha256"):
                             d["input_sha256"] = sha256_of_input(p) if p.exists() else ""
-                        write_result(out, d, own_adjustments.get(student))
+                        write_result(out, d, own_adjustments.get(student),
+                                     late_feedback(extras.get(student, {}), options.course))
                         entry = journal_entry(d)
                         jf.write(json.dumps(entry) + "\n")
                         jf.flush()

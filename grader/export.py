@@ -75,13 +75,15 @@ def read_gradebook(out: Path) -> dict[str, dict]:
 
 def grade_of(row: dict | None, adjustment: adjustments.Adjustment | None = None) -> str:
     """The grade an LMS gets for a gradebook row: its ``published`` grade after a regrade, else its score (0 for a
-    refused hand-in), plus the instructor's adjustment, within 0 and the points possible; blank for no grade yet."""
+    refused hand-in), less the course's late penalty, plus the instructor's adjustment, within 0 and the points
+    possible; blank for no grade yet."""
     if row is None or row.get("status") not in EXPORTED:
         return ""
     if row.get("published") not in (None, ""):  # a regrade's grade to publish (``--never-lower`` kept it)
         base = float(row["published"])
     else:
         base = 0.0 if row["status"] == "invalid" else float(row["score"])
+    base -= float(row.get("late_penalty") or 0)  # the course's late policy (grader.course)
     possible = float(row["max"]) if row.get("max") not in (None, "") else None
     return f"{round(adjustments.applied(base, adjustment, possible), 4):g}"
 

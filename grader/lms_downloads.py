@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from grader.results import safe_text
@@ -57,6 +58,18 @@ class HandIn:
     file: str  # the download's own name, as the gradebook's ``handed_in`` shows it
     lms: str
     late: bool = False
+    handed_in_at: datetime | None = None  # the LMS's time: a Blackboard name's, else the downloaded file's mtime
+
+
+def handed_in_at(path: Path, fields: dict) -> datetime | None:
+    """When the LMS says the file was handed in: the time in a Blackboard download name (no offset: the course's
+    zone), else the download's modification time (unzipping an LMS download keeps it); never the student's zip."""
+    if fields.get("time"):
+        return datetime.strptime(fields["time"], "%Y-%m-%d-%H-%M-%S")
+    try:
+        return datetime.fromtimestamp(path.stat().st_mtime, tz=UTC)
+    except OSError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -98,6 +111,13 @@ def _rows_matching(roster: dict[str, dict], columns: tuple[str, ...], value: str
 def identify(stem: str, roster: dict[str, dict], namings: tuple[Naming, ...] = NAMINGS) -> tuple[str | None, str, bool,
                                                                                                   str]:
     """(student or None, which LMS named it, late, why none) for a download's name without ``.zip``."""
+    student, lms, late, why, _ = identify_fields(stem, roster, namings)
+    return student, lms, late, why
+
+
+def identify_fields(stem: str, roster: dict[str, dict],
+                    namings: tuple[Naming, ...] = NAMINGS) -> tuple[str | None, str, bool, str, dict]:
+    """``identify``, plus the name's fields (its time, for one)."""
     for naming in namings:
         m = naming.pattern.fullmatch(stem)
         if m is None:
@@ -110,19 +130,19 @@ def identify(stem: str, roster: dict[str, dict], namings: tuple[Naming, ...] = N
                 continue
             hits = _rows_matching(roster, columns, value)
             if len(hits) == 1:
-                return hits[0], naming.lms, bool(fields.get("late")), ""
+                return hits[0], naming.lms, bool(fields.get("late")), "", fields
             if hits:
                 return None, naming.lms, False, (f"a {naming.lms} download name whose {group} {value!r} matches "
                                                  f"{len(hits)} roster rows ({', '.join(hits)}); add the "
                                                  f"{'/'.join(c for c in columns if c != NAME) or 'LMS user id'} "
-                                                 "column to the roster")
+                                                 "column to the roster"), fields
             tried.append(f"{group} {value!r}")
         return None, naming.lms, False, (f"a {naming.lms} download name whose {' or '.join(tried)} matches no roster "
-                                         "row; add the student to the roster")
+                                         "row; add the student to the roster"), fields
     if stem in roster:
-        return stem, "file name", False, ""
+        return stem, "file name", False, "", {}
     return None, "", False, ("names no roster student: not a Canvas, Moodle or Blackboard download name, nor a roster "
-                             "id; rename it to the student's id or give --names REGEX")
+                             "id; rename it to the student's id or give --names REGEX"), {}
 
 
 def collect(paths: list[Path], roster: dict[str, dict], names: str | None = None) -> Collected:
@@ -132,7 +152,7 @@ def collect(paths: list[Path], roster: dict[str, dict], names: str | None = None
     out = Collected()
     for p in paths:
         stem = p.stem if p.suffix == ".zip" else p.name
-        student, lms, late, why = identify(stem, roster, namings)
+        student, lms, late, why, fields = identify_fields(stem, roster, namings)
         if student is None:
             key = safe_text(stem, 200)
             taken = {u.key for u in out.unclaimed} | set(roster)
@@ -140,7 +160,8 @@ def collect(paths: list[Path], roster: dict[str, dict], names: str | None = None
                 key += "'"
             out.unclaimed.append(Unclaimed(key, UNMATCHED, (p.name,), why))
             continue
-        found.setdefault(student, []).append(HandIn(handed_in_path(p), student, p.name, lms, late))
+        found.setdefault(student, []).append(HandIn(handed_in_path(p), student, p.name, lms, late,
+                                                    handed_in_at(p, fields)))
     for student, hand_ins in found.items():
         if len(hand_ins) == 1:
             out.hand_ins.append(hand_ins[0])
