@@ -66,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     gs = sub.add_parser("gradescope", help="build Gradescope's autograder zip (the secret from GRADER_SECRET or "
                         "GRADER_SECRET_FILE, never the repository)")
     gs.add_argument("--out", default="autograder.zip")
+    gs.add_argument("--config", metavar="TOML", help="bundle the course file (grader/course.py): its prices, "
+                    "prediction grading and late policy (time from Gradescope's submission metadata)")
     for p in (g, b, rg, gs):
         p.add_argument("--no-secret", action="store_true",
                        help="grade (or bundle) without an instructor secret: the hidden summarize() lists are then "
@@ -172,7 +174,12 @@ def _tool(args) -> int:
     """``gradescope`` (grader.gradescope) and ``report`` (grader.report): no student code runs."""
     if args.command == "gradescope":
         secret = gradescope.bundle_secret()
-        path = gradescope.build(args.out, secret=secret or "")
+        try:
+            path = gradescope.build(args.out, secret=secret or "",
+                                    course_file=Path(args.config) if args.config else None)
+        except ValueError as e:  # grader.course.CourseError: the file, the field, what was expected
+            print(f"gradescope: {e}", file=sys.stderr)
+            return 2
         print(f"{path}: Gradescope autograder, " + ("with the instructor secret (instructor/secret.txt, 0600)" if secret
               else "WITHOUT an instructor secret (set GRADER_SECRET or GRADER_SECRET_FILE and build again)"))
         return 0

@@ -137,6 +137,12 @@ def _extensions(path: Path, csv_path: Path) -> tuple[tuple[str, datetime], ...]:
                  for n, row in enumerate(rows, start=2))
 
 
+def files_of(path: Path) -> list[Path]:
+    """The files a course file names beside it (its extensions CSV), for a bundle that carries it."""
+    late = tomllib.loads(path.read_text(encoding="utf-8")).get("late", {})
+    return [path.parent / str(late["extensions"])] if "extensions" in late else []
+
+
 def load(path: str | Path) -> Course:
     """The course file; raises ``CourseError`` naming the file, the field and what was expected."""
     path = Path(path)
