@@ -226,7 +226,7 @@ def _course(args):
 
 def _adjust(args) -> int:
     """``adjust`` (grader.adjustments): the instructor's file, then the gradebook row and the feedback again."""
-    from grader import adjustments  # deferred: only this command needs it
+    from grader import adjustments, course  # deferred: only this command needs them
     from grader.batch import read_gradebook, write_gradebook  # deferred: the grading stack, as in `batch`
 
     out = Path(args.out)
@@ -248,6 +248,7 @@ def _adjust(args) -> int:
     if feedback.is_file():
         atomic_write_text(feedback, adjustments.in_feedback(feedback.read_text(encoding="utf-8"),
                                                             every.get(args.student)))
+    course.like_folder(out, [out / adjustments.FILE, out / "gradebook.csv", feedback])
     a = every.get(args.student)
     print(f"{args.student}: " + (f"{a.points:+g} point(s), '{a.comment}'" if a else "no adjustment")
           + f"; {out / adjustments.FILE}, gradebook and feedback updated")

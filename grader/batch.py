@@ -339,6 +339,7 @@ def batch(folder: str | Path, out: str | Path, jobs: int = 2, resume: bool = Fal
             executor = stack.enter_context(dask_executor(options.dask))
         rows = _batch(out, collected, previous, options, executor)
     report_after(out)
+    course.share(out)  # the course's TA group, if it names one
     return rows
 
 

@@ -12,6 +12,9 @@ graded = "completion"            # "correctness" (the default): the lesson's tru
 due = 2026-12-04T23:59:00Z       # a TOML date-time with its offset
 per_day = 0.10                   # share of the points possible lost per day, or part of a day, late
 extensions = "extensions.csv"    # student,due (ISO 8601 with offset), beside this file
+
+[files]
+group = "ta-staff"               # the grades folder readable by this group (0640 files, 0750 folders); else 0600
 ```
 
 Nothing here changes the project: the rubric's checks, the lab and the kit are the same for every course. The
@@ -23,9 +26,12 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import grp
 import hashlib
 import io
 import math
+import os
+import sys
 import tomllib
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -71,7 +77,22 @@ class Course:
     prices: tuple[tuple[str, str, float], ...] = ()
     predictions: str = "correctness"
     late: Late = field(default_factory=Late)
+    group: str = ""  # a group that may read the grades folder (the course's TAs); empty: the grader's user only
     sha256: str = ""  # of the course file (and its extensions file); empty: no course file
+
+    def share(self, out: Path) -> None:
+        """Let ``group`` read everything under ``out`` (files 0640, folders 0750); nothing without a group."""
+        if not self.group:
+            return
+        gid = grp.getgrnam(self.group).gr_gid
+        try:
+            for path in [out, *out.rglob("*")]:
+                if not path.is_symlink():
+                    os.chown(path, -1, gid)
+                    os.chmod(path, 0o750 if path.is_dir() else 0o640)
+        except OSError as e:  # the grades are written; say why the group cannot read them
+            print(f"grader: {out} not shared with group {self.group!r} ({e}); you must belong to the group, or run "
+                  f"`chgrp -R {self.group} {out}` as someone who does", file=sys.stderr)
 
     @contextlib.contextmanager
     def in_effect(self):
@@ -82,6 +103,19 @@ class Course:
                 yield self
         finally:
             _CURRENT.reset(token)
+
+
+def like_folder(out: Path, paths: list[Path]) -> None:
+    """Files written into a grades folder after its batch (``export``, ``adjust``) get the folder's group access: 0640
+    and its group when a course's TA group reads it (``Course.share``), else they stay the user's only."""
+    folder = out.stat()
+    if folder.st_mode & 0o777 != 0o750:  # Course.share's mark; a folder made 0755 by a umask is no invitation
+        return
+    for path in paths:
+        for p in (path, *([q for q in path.parents if out in q.parents])):
+            with contextlib.suppress(OSError):  # as in Course.share: the file is written either way
+                os.chown(p, -1, folder.st_gid)
+                os.chmod(p, 0o750 if p.is_dir() else 0o640)
 
 
 DEFAULT = Course()
@@ -153,9 +187,16 @@ def load(path: str | Path) -> Course:
         raise CourseError(f"{path}: cannot be read ({e.strerror})") from None
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise CourseError(f"{path}: not a TOML file ({e})") from None
-    unknown = set(doc) - {"points", "predictions", "late"}
+    unknown = set(doc) - {"points", "predictions", "late", "files"}
     if unknown:
-        raise CourseError(f"{path}: unknown table(s) {sorted(unknown)}; expected [points], [predictions], [late]")
+        raise CourseError(f"{path}: unknown table(s) {sorted(unknown)}; expected [points], [predictions], [late], "
+                          "[files]")
+    group = str(doc.get("files", {}).get("group", ""))
+    if group:
+        try:
+            grp.getgrnam(group)
+        except KeyError:
+            raise CourseError(f"{path}: [files] group = {group!r}: no such group on this machine") from None
     mode = doc.get("predictions", {}).get("graded", "correctness")
     if mode not in MODES:
         raise CourseError(f"{path}: [predictions] graded = {mode!r}; expected one of {', '.join(MODES)}")
@@ -167,4 +208,4 @@ def load(path: str | Path) -> Course:
         digest.update(csv_path.read_bytes())
     policy = Late(_when(path, "[late] due", late["due"]) if "due" in late else None,
                   _number(path, "[late] per_day", late.get("per_day", 0.0), 0.0, 1.0), extensions)
-    return Course(_prices(path, doc.get("points", {})), mode, policy, digest.hexdigest())
+    return Course(_prices(path, doc.get("points", {})), mode, policy, group, digest.hexdigest())

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader import adjustments
+from grader.course import like_folder
 from grader.lms_downloads import NAMINGS
 from grader.roster import NEEDS, ROSTER_COLUMNS, RosterError, read_roster  # noqa: F401 - the export's public names
 from lab.workspace import atomic_write_text
@@ -167,6 +168,7 @@ def export(out: str | Path, roster_path: str | Path, formats: tuple[str, ...] = 
     if "canvas" in formats:
         files["canvas feedback"] = dest / CANVAS_FEEDBACK
         by_hand = canvas_feedback_zip(files["canvas feedback"], book, grades, out)
+    like_folder(out, list(files.values()))  # a TA group that reads the grades reads these too
     return Export(files, no_handin=[s for s in roster if s not in book],
                   not_in_roster=[s for s in book if s not in roster],
                   no_grade=[(s, book[s]["status"]) for s in roster if s in book and s not in grades],

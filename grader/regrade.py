@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from grader.batch import EXTRA_COLUMNS, batch, read_gradebook, write_gradebook
+from grader.course import DEFAULT
 from grader.lms_downloads import DUPLICATE, UNMATCHED
 from grader.results import _part_title
 from grader.rubric import title
@@ -248,4 +249,5 @@ def regrade(folder: str | Path, out: str | Path, never_lower: bool = False, **ba
     for c in changes:
         if c.moved or c.held:
             atomic_write_text(here / "changes" / f"{c.student}.md", student_markdown(c))
+    batch_kw.get("course", DEFAULT).share(out)  # the course's TA group reads the regrade's files too
     return here, changes

@@ -6,6 +6,7 @@ the hand-ins' times come from the downloaded files (their modification times), n
 from __future__ import annotations
 
 import csv
+import grp
 import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
@@ -50,6 +51,7 @@ def write_course(folder: Path, text: str = COURSE) -> Path:
     ("[late]\nper_day = 2\n", "[late] per_day = 2; expected a number from 0 to 1"),
     ("[late]\nextensions = 'missing.csv'\n", "[late] extensions:"),
     ("[rubric]\n", "unknown table(s) ['rubric']"),
+    ("[files]\ngroup = 'no-such-group-here'\n", "[files] group = 'no-such-group-here': no such group"),
 ])
 def test_a_bad_course_file_names_the_file_and_the_field(tmp_path, text, words):
     path = tmp_path / "course.toml"
@@ -99,7 +101,7 @@ def test_the_course_file_changes_prices_prediction_grading_and_late_policy(good_
     for s, when in times.items():
         os.utime(folder / f"{s}.zip", (when.timestamp(), when.timestamp()))
     before = graded(folder, tmp_path / "committed")
-    config = course.load(write_course(tmp_path))
+    config = course.load(write_course(tmp_path, COURSE + '\n[files]\ngroup = "nogroup"\n'))
     after = graded(folder, tmp_path / "course", config)
 
     # prices: the contract is worth 2, and a broken rule keeps its share of it
@@ -125,8 +127,15 @@ def test_the_course_file_changes_prices_prediction_grading_and_late_policy(good_
     assert {r["course"] for r in after.values()} == {config.sha256[:16]} and "course" not in before["ontime"]
     roster = tmp_path / "roster.csv"
     roster.write_text("student,idnumber\n" + "".join(f"{s},{s}\n" for s in after))
-    export(tmp_path / "course", roster, ("moodle",))
+    export(tmp_path / "course", roster, ("moodle",))  # written after the batch: the folder's group reads it too
     grades = {r[0]: float(r[2]) for r in csv.reader((tmp_path / "course" / "lms" / "moodle.csv").open())
               if r[0] != "ID number"}
     assert grades["late2"] == pytest.approx(float(after["late2"]["score"]) - float(after["late2"]["late_penalty"]))
     assert grades["extended"] == float(after["extended"]["score"])
+    # the TA group reads the grades: files 0640, folders 0750, the group's; without a course file, the user's only
+    nogroup = grp.getgrnam("nogroup").gr_gid
+    for path in (tmp_path / "course" / "gradebook.csv", tmp_path / "course" / "journal.jsonl",
+                 tmp_path / "course" / "feedback" / "late2.md", tmp_path / "course" / "lms" / "moodle.csv"):
+        assert (os.stat(path).st_mode & 0o777, os.stat(path).st_gid) == (0o640, nogroup), path
+    assert os.stat(tmp_path / "course" / "feedback").st_mode & 0o777 == 0o750
+    assert os.stat(tmp_path / "committed" / "gradebook.csv").st_mode & 0o777 == 0o600
