@@ -442,6 +442,11 @@ def _batch(out: Path, collected: Collected, previous: dict[str, dict], options: 
           f"{sandbox.sandbox_kind(options.unsafe_no_sandbox)}", file=sys.stderr)
     for u in collected.unclaimed:
         print(f"{u.status}: {', '.join(u.files)}: {u.reason}", file=sys.stderr)
+    if options.course.late.due is not None:  # an unzip that drops times makes all late: say so
+        late = sorted(s for s, e in extras.items() if e.get("late_days") not in (None, "", "0"))
+        print(f"late policy: {len(late)} of {len(collected.hand_ins)} hand-in(s) late (the time each came in: a "
+              "Blackboard name's, else the downloaded file's modification time; an unzip that does not keep times "
+              "makes every hand-in late)" + (": " + ", ".join(late) if late else ""), file=sys.stderr)
     write_gradebook(out, students, rows, extras)
     # one line per result, appended as it is written; a fresh batch starts a new journal; private, as every result
     fd = os.open(out / JOURNAL, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if resume else os.O_TRUNC), 0o600)
