@@ -325,6 +325,9 @@ def batch(folder: str | Path, out: str | Path, jobs: int = 2, resume: bool = Fal
         raise SystemExit(f"{out / 'gradebook.csv'} holds published grades (a regrade's): a fresh batch would drop "
                          f"them; grade again with `python -m grader regrade {folder} --out {out}` (or --resume to "
                          "grade only what is missing), or into a new --out")
+    if roster is None and any(r.get("handed_in") for r in previous.values()):
+        raise SystemExit(f"{out / 'gradebook.csv'} was graded from LMS downloads with --roster: give the same --roster "
+                         "again, or each download would be credited to its file name")
     collected = intake(find_submissions(folder, out), roster, names)
     students = [h.student for h in collected.hand_ins]
     if len(set(students)) != len(students):

@@ -159,6 +159,8 @@ def test_honest_downloads_grade_under_their_roster_ids_and_a_relabelled_copy_doe
     assert twice["status"] == DUPLICATE and twice["score"] == "" and twice["handed_in"] == "; ".join(TWICE)
     assert not (out / "results" / "s2400114.json").exists()  # credited to no one: nothing graded
     assert "s2400115" not in rows  # on the roster, nothing handed in
+    with pytest.raises(SystemExit, match="give the same --roster"):  # never credited to download names by mistake
+        batch(graded_class[0], out, resume=True, progress=False)
     assert os.stat(out / "journal.jsonl").st_mode & 0o777 == 0o600 == os.stat(out / "gradebook.csv").st_mode & 0o777
 
 
