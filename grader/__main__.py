@@ -13,7 +13,9 @@ from pathlib import Path
 
 from grader import gradescope, preflight, sandbox
 from grader.report import write_report
+from grader.roster import RosterError
 from grader.sandbox import Limits
+from lab.workspace import atomic_write_text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,6 +44,14 @@ def main(argv: list[str] | None = None) -> int:
     rg.add_argument("--dask", metavar="SCHEDULER", help="as batch's --dask")
     rg.add_argument("--never-lower", action="store_true", help="publish the higher of the new score and the grade "
                     "published before (the gradebook's 'published' column, which `grader export` reads)")
+    for p in (b, rg):
+        p.add_argument("--roster", metavar="CSV", help="the course's roster (grader/roster.py's columns): credit each "
+                       "LMS bulk-download file (Canvas, Moodle, Blackboard) to the roster student the LMS named it "
+                       "after; a file naming no roster student, or two files for one, is a gradebook row with no grade")
+        p.add_argument("--config", metavar="TOML", help="the course file (grader/course.py): prices, predictions "
+                       "graded for correctness or completion, due date and late policy; its hash goes in the gradebook")
+        p.add_argument("--names", metavar="REGEX", help="with --roster, download names of another LMS: a regex whose "
+                       "named groups are roster columns, e.g. '(?P<sis_user_id>\\d+)_.*'")
     for p in (g, b, rg):
         p.add_argument("--ids-from-submission-json", action="store_true",
                        help="credit each hand-in to the student its submission.json names, not its file name: for "
@@ -56,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     gs = sub.add_parser("gradescope", help="build Gradescope's autograder zip (the secret from GRADER_SECRET or "
                         "GRADER_SECRET_FILE, never the repository)")
     gs.add_argument("--out", default="autograder.zip")
+    gs.add_argument("--config", metavar="TOML", help="bundle the course file (grader/course.py): its prices, "
+                    "prediction grading and late policy (time from Gradescope's submission metadata)")
     for p in (g, b, rg, gs):
         p.add_argument("--no-secret", action="store_true",
                        help="grade (or bundle) without an instructor secret: the hidden summarize() lists are then "
@@ -70,6 +82,13 @@ def main(argv: list[str] | None = None) -> int:
     ex.add_argument("--assignment", default="Calibration Lab", help="the Canvas assignment's or Moodle grade "
                     "item's column name (Canvas matches an existing assignment by 'Name (ID)')")
     ex.add_argument("--dest", help="folder for canvas.csv and moodle.csv (default OUT/lms)")
+    ad = sub.add_parser("adjust", help="record a manual adjustment (points and the comment the student reads) in "
+                        "OUT/adjustments.csv; kept across regrades, shown in the feedback and added by export")
+    ad.add_argument("out")
+    ad.add_argument("--student", required=True, help="the gradebook's student id")
+    ad.add_argument("--points", type=float, required=True, help="points to add (negative to take away; 0 with no "
+                    "comment removes the adjustment)")
+    ad.add_argument("--comment", default="", help="why, in words the student reads in their feedback")
     args = parser.parse_args(argv)
     if args.command == "grade" and not args.unsafe_no_sandbox:
         # the sandbox's fork server preloads numpy and ONNX Runtime (about 0.4 s) on the other core while this
@@ -87,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         return _tool(args)
     if args.command == "export":
         return _export(args)
+    if args.command == "adjust":
+        return _adjust(args)
     limits = Limits(wall=args.timeout, cpu=max(1, int(args.timeout)), memory=args.memory_mib << 20)
     unsafe = True if args.unsafe_no_sandbox else None
     if args.command == "grade":
@@ -119,8 +140,13 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(args.folder).is_dir():
         print(f"batch: {args.folder} is not a folder of submissions", file=sys.stderr)
         return 2
-    rows = batch(args.folder, args.out, args.jobs, args.resume, limits, progress=not args.no_progress,
-                 unsafe_no_sandbox=unsafe, dask=args.dask, ids_from_submission=args.ids_from_submission_json)
+    try:
+        rows = batch(args.folder, args.out, args.jobs, args.resume, limits, progress=not args.no_progress,
+                     unsafe_no_sandbox=unsafe, dask=args.dask, ids_from_submission=args.ids_from_submission_json,
+                     roster=args.roster, names=args.names, course=_course(args))
+    except (RosterError, ValueError) as e:
+        print(f"batch: {e}", file=sys.stderr)
+        return 2
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
@@ -148,7 +174,12 @@ def _tool(args) -> int:
     """``gradescope`` (grader.gradescope) and ``report`` (grader.report): no student code runs."""
     if args.command == "gradescope":
         secret = gradescope.bundle_secret()
-        path = gradescope.build(args.out, secret=secret or "")
+        try:
+            path = gradescope.build(args.out, secret=secret or "",
+                                    course_file=Path(args.config) if args.config else None)
+        except ValueError as e:  # grader.course.CourseError: the file, the field, what was expected
+            print(f"gradescope: {e}", file=sys.stderr)
+            return 2
         print(f"{path}: Gradescope autograder, " + ("with the instructor secret (instructor/secret.txt, 0600)" if secret
               else "WITHOUT an instructor secret (set GRADER_SECRET or GRADER_SECRET_FILE and build again)"))
         return 0
@@ -162,19 +193,65 @@ def _tool(args) -> int:
 
 def _regrade(args, limits: Limits, unsafe: bool | None) -> int:
     """``regrade`` (grader.regrade): the batch again, then the change report and both versions in the gradebook."""
-    from grader.regrade import regrade  # deferred: the grading stack, as in `batch`
+    from grader.regrade import max_change, regrade  # deferred: the grading stack, as in `batch`
 
     if not Path(args.folder).is_dir() or not (Path(args.out) / "gradebook.csv").is_file():
         print(f"regrade: needs a folder of submissions ({args.folder}) and a graded OUT folder with a gradebook.csv "
               f"({args.out}); run `python -m grader batch` first", file=sys.stderr)
         return 2
-    here, changes = regrade(args.folder, args.out, args.never_lower, jobs=args.jobs, limits=limits,
-                            progress=not args.no_progress, unsafe_no_sandbox=unsafe, dask=args.dask,
-                            ids_from_submission=args.ids_from_submission_json)
+    try:
+        here, changes = regrade(args.folder, args.out, args.never_lower, jobs=args.jobs, limits=limits,
+                                progress=not args.no_progress, unsafe_no_sandbox=unsafe, dask=args.dask,
+                                ids_from_submission=args.ids_from_submission_json, roster=args.roster,
+                                names=args.names, course=_course(args))
+    except (RosterError, ValueError) as e:
+        print(f"regrade: {e}", file=sys.stderr)
+        return 2
     moved = [c for c in changes if c.moved]
     print(f"{len(changes)} hand-in(s) regraded, {len(moved)} changed"
           + (f", {sum(c.held for c in changes)} published grade(s) kept (never lower)" if args.never_lower else "")
           + f"; change report: {here / 'changes.md'}")
+    if max_change(changes):
+        print(max_change(changes) + (": published grades kept as the same share of the new points possible"
+                                     if args.never_lower else ""))
+    return 0
+
+
+def _course(args):
+    """The course file's settings (``--config``), or the defaults; a bad file raises ``CourseError`` (a ValueError)."""
+    from grader import course  # deferred: only the commands that grade read it
+
+    return course.load(args.config) if args.config else course.DEFAULT
+
+
+def _adjust(args) -> int:
+    """``adjust`` (grader.adjustments): the instructor's file, then the gradebook row and the feedback again."""
+    from grader import adjustments, course  # deferred: only this command needs them
+    from grader.batch import read_gradebook, write_gradebook  # deferred: the grading stack, as in `batch`
+
+    out = Path(args.out)
+    book = read_gradebook(out)
+    if args.student not in book:
+        print(f"adjust: {out / 'gradebook.csv'} has no row for student {args.student!r}"
+              + ("" if book else "; run `python -m grader batch` first"), file=sys.stderr)
+        return 2
+    try:
+        every = adjustments.record(out, args.student, args.points, args.comment)
+    except adjustments.AdjustmentError as e:
+        print(f"adjust: {e}", file=sys.stderr)
+        return 2
+    extras = {s: {k: v for k, v in r.items() if k not in ("adjustment", "adjustment_comment")} for s, r in book.items()}
+    for s, each in every.items():
+        extras.setdefault(s, {}).update(adjustments.columns(each))
+    write_gradebook(out, list(book), book, extras)
+    feedback = out / "feedback" / f"{args.student}.md"
+    if feedback.is_file():
+        atomic_write_text(feedback, adjustments.in_feedback(feedback.read_text(encoding="utf-8"),
+                                                            every.get(args.student)))
+    course.like_folder(out, [out / adjustments.FILE, out / "gradebook.csv", feedback])
+    a = every.get(args.student)
+    print(f"{args.student}: " + (f"{a.points:+g} point(s), '{a.comment}'" if a else "no adjustment")
+          + f"; {out / adjustments.FILE}, gradebook and feedback updated")
     return 0
 
 

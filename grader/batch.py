@@ -24,6 +24,7 @@ import csv
 import dataclasses
 import io
 import json
+import os
 import sys
 import threading
 import time
@@ -33,12 +34,15 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from grader import sandbox
+from grader import adjustments, sandbox
 from grader import state as grader_state
 from grader.core import grade, possible_points
+from grader.course import DEFAULT, Course
 from grader.items import handin_record
+from grader.lms_downloads import Collected, HandIn, collect, handed_in_at
 from grader.report import write_report
 from grader.results import PENDING, GradeResult
+from grader.roster import read_roster
 from grader.rubric import rubric
 from grader.sandbox import Limits, Policy
 from grader.submission import sha256_of_input, student_from_path
@@ -75,19 +79,24 @@ class BatchOptions:
     dask: str | None = None  # a Dask scheduler address or ``local:N`` instead of ``jobs`` processes
     classmates: tuple[str, ...] = ()  # the batch's student ids: whose variant a foreign hand-in was made for
     ids_from_submission: bool = False  # credit submission.json's student, not the file name (test hand-ins only)
+    course: Course = DEFAULT  # the course file's prices, prediction grading and late policy (grader.course)
 
 
 def job(path: str, limits: Limits | None = None, unsafe_no_sandbox: bool | None = None,
-        classmates: tuple[str, ...] = (), ids_from_submission: bool = False) -> dict:
+        classmates: tuple[str, ...] = (), ids_from_submission: bool = False, student: str | None = None,
+        course: Course = DEFAULT) -> dict:
     """The pure per-submission job: path in, result dict out. Never raises. ``classmates``: the batch's student ids
     (``grader.core.grade``'s), so the instructor's field names whose variant a copied hand-in was made for.
+    ``student``: the roster id it is credited to (an LMS download's; default the file or folder name).
 
     One job at a time per process (``_ONE_JOB_AT_A_TIME``, above): a worker with several threads (a Dask worker
     started without ``--nthreads 1``) grades in turn, each thread with its own state.
     """
-    with _ONE_JOB_AT_A_TIME:
+    with _ONE_JOB_AT_A_TIME, course.in_effect():
         state = grader_state.for_policy(Policy(limits or Limits(), unsafe_no_sandbox))  # this worker's, kept
-        d = package(*grade_one(path, state=state, classmates=classmates, credited=not ids_from_submission))
+        d = package(*grade_one(path, state=state, classmates=classmates, student=student,
+                               credited=not ids_from_submission))
+        d["course_sha256"] = course.sha256  # --resume grades it again under another course file
         if d["checks"]:  # past intake: the class report's answers and code fingerprints (grader.items)
             d["handin"] = handin_record(path)
         return d
@@ -135,11 +144,12 @@ def _atomic(path: Path, text: str) -> None:
     atomic_write_text(path, text)
 
 
-def write_result(out: Path, d: dict) -> None:
+def write_result(out: Path, d: dict, adjustment: adjustments.Adjustment | None = None, late: str = "") -> None:
+    """A result's files; its feedback ends with the late policy's line and the instructor's adjustment, if any."""
     student = d["student"]
     feedback, gradescope = d.pop("feedback", None), d.pop("gradescope", None)
     if feedback is not None:
-        _atomic(out / "feedback" / f"{student}.md", feedback)
+        _atomic(out / "feedback" / f"{student}.md", adjustments.in_feedback(feedback + late, adjustment))
     if gradescope is not None:
         _atomic(out / "gradescope" / f"{student}.json", json.dumps(gradescope, indent=2))
     _atomic(out / "results" / f"{student}.json", json.dumps(d, indent=2, allow_nan=False))
@@ -153,9 +163,27 @@ def columns() -> list[str]:
     return ["student", "status", "score", "max", *parts(), "grader_version", "isolation"]
 
 
+# Columns after the batch's own, each written only when some row has it: where an LMS download came from
+# (``--roster``), what a regrade published, and the instructor's adjustments (``grader.adjustments``).
+EXTRA_COLUMNS = ("handed_in", "late", "handed_in_at", "late_days", "late_penalty", "note", "previous_score",
+                 "published", "adjustment", "adjustment_comment", "course")
+KEPT = ("previous_score", "published")  # what a regrade wrote, kept by every later write of a kept result
+
+
+def read_gradebook(out: Path) -> dict[str, dict]:
+    """``OUT/gradebook.csv`` as student -> row (empty when there is none yet)."""
+    try:
+        with open(out / "gradebook.csv", newline="", encoding="utf-8") as f:
+            return {r["student"]: r for r in csv.DictReader(f)}
+    except (OSError, KeyError):
+        return {}
+
+
 def gradebook_row(d: dict) -> dict:
     """A result dict (as written to ``results/ID.json``) as its gradebook row."""
-    return {"student": d["student"], "status": d["status"], "score": d["score"], "max": d["max_score"],
+    # an error is the grader's failure: whatever its checks scored is no grade
+    return {"student": d["student"], "status": d["status"], "score": "" if d["status"] == "error" else d["score"],
+            "max": d["max_score"],
             **{n: d["parts"].get(n, {}).get("points", "") for n in parts()},
             "grader_version": d["grader_version"], "isolation": d.get("isolation", "")}
 
@@ -180,19 +208,22 @@ def _read_result_row(out: Path, student: str) -> dict | None:
         return error_row(student)
 
 
-def write_gradebook(out: Path, students: list[str], rows: dict[str, dict] | None = None) -> Path:
+def write_gradebook(out: Path, students: list[str], rows: dict[str, dict] | None = None,
+                    extras: dict[str, dict] | None = None) -> Path:
     """One row per submission, always: a submission with no result yet is a ``pending`` row.
 
     With ``rows`` (student -> row, kept in memory by the batch) nothing is read from disk;
     without, each row is read from ``results/ID.json`` (one that cannot be read is an ``error`` row).
+    ``extras``: student -> ``EXTRA_COLUMNS`` values (download, published grade, adjustment) added to its row.
     """
     buf = io.StringIO()
-    names = columns()
+    extras = extras or {}
+    names = columns() + [c for c in EXTRA_COLUMNS if any(e.get(c) not in (None, "") for e in extras.values())]
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(names)
     for student in students:
         row = rows.get(student) if rows is not None else _read_result_row(out, student)
-        row = row or pending_row(student)
+        row = {**(row or pending_row(student)), **extras.get(student, {})}
         w.writerow([row.get(n, "") for n in names])
     target = out / "gradebook.csv"
     _atomic(target, buf.getvalue())
@@ -218,10 +249,12 @@ def read_journal(out: Path) -> dict[str, dict]:
 def journal_entry(d: dict) -> dict:
     return {"student": d["student"], "grader_version": d.get("grader_version"), "status": d.get("status"),
             "isolation": d.get("isolation", ""), "input_sha256": d.get("input_sha256", ""),
+            "course_sha256": d.get("course_sha256", ""),
             "row": gradebook_row(d)}
 
 
-def _already_graded(out: Path, student: str, path: Path, journal: dict[str, dict] | None = None) -> dict | None:
+def _already_graded(out: Path, student: str, path: Path, journal: dict[str, dict] | None = None,
+                    course_sha256: str = "") -> dict | None:
     """The gradebook row of a result that ``--resume`` keeps, or None to grade it (again)."""
     d = (journal or {}).get(student)
     if d is None or not (out / "results" / f"{student}.json").is_file():
@@ -232,7 +265,8 @@ def _already_graded(out: Path, student: str, path: Path, journal: dict[str, dict
             return None
     keep = (d.get("grader_version") == __version__ and d.get("status") != "error"
             and not str(d.get("isolation", "")).startswith("refused")  # graded again once bubblewrap works
-            and d.get("input_sha256") == sha256_of_input(path))
+            and d.get("input_sha256") == sha256_of_input(path)
+            and d.get("course_sha256", "") == course_sha256)
     return d["row"] if keep else None
 
 
@@ -268,33 +302,99 @@ def dask_executor(address: str):
 def batch(folder: str | Path, out: str | Path, jobs: int = 2, resume: bool = False,
           limits: Limits | None = None, executor: Executor | None = None, progress: bool = True,
           unsafe_no_sandbox: bool | None = None, dask: str | None = None,
-          ids_from_submission: bool = False) -> list[dict]:
+          ids_from_submission: bool = False, roster: str | Path | None = None, names: str | None = None,
+          regrading: bool = False, course: Course = DEFAULT) -> list[dict]:
     """Grade every submission in ``folder`` into ``out``; return the gradebook rows as dicts.
 
     ``unsafe_no_sandbox=True`` runs student code with rlimits alone where bubblewrap does not
     work; ``None`` leaves it to ``GRADER_UNSAFE_NO_SANDBOX``; otherwise such code is refused.
     ``dask`` (a scheduler address or ``local:N``) grades on a Dask cluster instead of ``jobs`` processes.
-    Each hand-in is credited to its file or folder name, whose variant is its own (``grader.variants``);
-    ``ids_from_submission=True`` credits the student its ``submission.json`` names instead, for the instructor's own
-    test hand-ins (copies of one hand-in under many names): never for a class, where it lets a renamed copy grade as
-    its owner's.
+    Each hand-in is credited to its file or folder name, whose variant is its own (``grader.variants``); with
+    ``roster`` (the course's roster CSV, ``grader.roster``) to the roster student its LMS download name names
+    (``grader.lms_downloads``; ``names``: a regex for other names), and a file credited to no one is a gradebook row
+    of its own. ``ids_from_submission=True`` credits the student its ``submission.json`` names instead, for the
+    instructor's own test hand-ins (copies of one hand-in under many names): never for a class, where it lets a
+    renamed copy grade as its owner's. ``course``: the course file's settings (``grader.course``), in effect for
+    every grade and recorded in the gradebook. A gradebook with published grades (a regrade's) is kept by
+    ``--resume`` and ``regrade`` (``regrading``); a fresh batch over it refuses, rather than drop them.
     """
     folder, out = Path(folder), Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    subs = find_submissions(folder, out)
-    students = [student_from_path(p) for p in subs]
+    previous = read_gradebook(out)
+    if not resume and not regrading and any(r.get("published") for r in previous.values()):
+        raise SystemExit(f"{out / 'gradebook.csv'} holds published grades (a regrade's): a fresh batch would drop "
+                         f"them; grade again with `python -m grader regrade {folder} --out {out}` (or --resume to "
+                         "grade only what is missing), or into a new --out")
+    if roster is None and any(r.get("handed_in") for r in previous.values()):
+        raise SystemExit(f"{out / 'gradebook.csv'} was graded from LMS downloads with --roster: give the same --roster "
+                         "again, or each download would be credited to its file name")
+    collected = intake(find_submissions(folder, out), roster, names)
+    students = [h.student for h in collected.hand_ins]
     if len(set(students)) != len(students):
         dupes = sorted({s for s in students if students.count(s) > 1})
         raise SystemExit(f"two submissions for the same student: {dupes}; keep one of each")
     options = BatchOptions(jobs=jobs, resume=resume, limits=limits, progress=progress,
                            unsafe_no_sandbox=unsafe_no_sandbox, dask=dask, classmates=class_ids(students),
-                           ids_from_submission=ids_from_submission)
+                           ids_from_submission=ids_from_submission, course=course)
     with contextlib.ExitStack() as stack:
+        stack.enter_context(course.in_effect())  # the points possible and the gradebook's parts, as the course prices
         if options.dask:
             executor = stack.enter_context(dask_executor(options.dask))
-        rows = _batch(out, subs, students, options, executor)
+        rows = _batch(out, collected, previous, options, executor)
     report_after(out)
+    course.share(out)  # the course's TA group, if it names one
     return rows
+
+
+def intake(paths: list[Path], roster: str | Path | None, names: str | None = None) -> Collected:
+    """Whose each file is: the roster student its LMS download name names, else (no roster) its own name."""
+    if roster is None:
+        return Collected([HandIn(p, student_from_path(p), p.name, "", handed_in_at=handed_in_at(p, {}))
+                          for p in paths])
+    return collect(paths, read_roster(roster), names)
+
+
+def gradebook_extras(out: Path, collected: Collected, previous: dict[str, dict], kept: set[str],
+                     course: Course = DEFAULT) -> dict[str, dict]:
+    """student -> the ``EXTRA_COLUMNS`` of their row: the download it came from (with a roster), when it was handed in
+    and what the course's late policy takes for it, the published grade of a result this batch keeps (``kept``), the
+    instructor's adjustment and the course file's hash."""
+    extras: dict[str, dict] = {}
+    for h in collected.hand_ins:
+        row = extras.setdefault(h.student, {"course": course.sha256[:16]})
+        if h.lms:
+            row.update(handed_in=h.file, late="late" if h.late else "")
+        row.update(late_columns(course, h))
+    for u in collected.unclaimed:
+        extras[u.key] = {"handed_in": "; ".join(u.files), "note": u.reason}
+    for s in kept:
+        extras.setdefault(s, {}).update({k: previous.get(s, {}).get(k, "") for k in KEPT})
+    for s, a in adjustments.read(out).items():
+        extras.setdefault(s, {}).update(adjustments.columns(a))
+    return extras
+
+
+def late_columns(course: Course, h: HandIn) -> dict[str, str]:
+    """``handed_in_at``, ``late_days`` and ``late_penalty`` (points the export takes) when the course has a due date."""
+    if course.late.due is None:
+        return {}
+    days = course.late.days_late(h.student, h.handed_in_at)
+    return {"handed_in_at": h.handed_in_at.isoformat(timespec="seconds") if h.handed_in_at else "",
+            "late_days": str(days), "late_penalty": f"{course.late.penalty(days, _possible()):g}"}
+
+
+def late_feedback(row: dict, course: Course) -> str:
+    """The feedback's line on a late hand-in (empty when it was on time or the course has no due date)."""
+    if not row.get("late_days") or row["late_days"] == "0":
+        return ""
+    return (f"\n\n## Handed in late\n\n{row['late_days']} day(s) after the due date (handed in "
+            f"{row['handed_in_at']}): -{row['late_penalty']} point(s), {course.late.per_day:.0%} of the points "
+            "possible per day or part of a day. The grade your course records is lowered by it.\n")
+
+
+def unclaimed_row(status: str) -> dict:
+    """The row of files credited to no one (``grader.lms_downloads``): their status, no grade."""
+    return {"status": status, "score": "", "max": "", "grader_version": __version__}
 
 
 def class_ids(students: list[str]) -> tuple[str, ...]:
@@ -318,37 +418,55 @@ def report_after(out: Path) -> None:
               f"`python -m grader report {out}` retries", file=sys.stderr)
 
 
-def _batch(out: Path, subs: list[Path], students: list[str], options: BatchOptions,
+def _batch(out: Path, collected: Collected, previous: dict[str, dict], options: BatchOptions,
            executor: Executor | None) -> list[dict]:
     resume = options.resume
-    rows: dict[str, dict] = {}
+    rows: dict[str, dict] = {u.key: {"student": u.key, **unclaimed_row(u.status)} for u in collected.unclaimed}
     journal = read_journal(out) if resume else {}
     todo = []
-    for p, s in zip(subs, students):
-        row = _already_graded(out, s, p, journal) if resume else None
+    for h in collected.hand_ins:
+        row = _already_graded(out, h.student, h.path, journal, options.course.sha256) if resume else None
         if row is None:
-            todo.append(p)
+            todo.append(h)
         else:
-            rows[s] = row
+            rows[h.student] = row
     del journal
+    kept = {h.student for h in collected.hand_ins if h.student in rows}
+    # --resume keeps the published grade of each result it keeps; a regrade writes its own for all
+    dropped = sorted(s for s, r in previous.items() if r.get("published") and s not in kept) if resume else []
+    if dropped:
+        print(f"the published grade of {len(dropped)} hand-in(s) graded again is replaced by the new grade: "
+              + ", ".join(dropped), file=sys.stderr)
+    extras = gradebook_extras(out, collected, previous, kept, options.course)
+    students = [h.student for h in collected.hand_ins] + [u.key for u in collected.unclaimed]
     workers = getattr(executor, "workers_label", None) or f"{options.jobs} worker(s)"
-    print(f"grader {__version__}: {len(subs)} submission(s), {len(subs) - len(todo)} already graded, "
-          f"{len(todo)} to grade with {workers}; sandbox: {sandbox.sandbox_kind(options.unsafe_no_sandbox)}",
-          file=sys.stderr)
-    write_gradebook(out, students, rows)
-    # one line per result, appended as it is written; a fresh batch starts a new journal
-    with open(out / JOURNAL, "a" if resume else "w", encoding="utf-8") as jf:
+    print(f"grader {__version__}: {len(collected.hand_ins)} submission(s), {len(collected.hand_ins) - len(todo)} "
+          f"already graded, {len(todo)} to grade with {workers}; sandbox: "
+          f"{sandbox.sandbox_kind(options.unsafe_no_sandbox)}", file=sys.stderr)
+    for u in collected.unclaimed:
+        print(f"{u.status}: {', '.join(u.files)}: {u.reason}", file=sys.stderr)
+    if options.course.late.due is not None:  # an unzip that drops times makes all late: say so
+        late = sorted(s for s, e in extras.items() if e.get("late_days") not in (None, "", "0"))
+        print(f"late policy: {len(late)} of {len(collected.hand_ins)} hand-in(s) late (the time each came in: a "
+              "Blackboard name's, else the downloaded file's modification time; an unzip that does not keep times "
+              "makes every hand-in late)" + (": " + ", ".join(late) if late else ""), file=sys.stderr)
+    write_gradebook(out, students, rows, extras)
+    # one line per result, appended as it is written; a fresh batch starts a new journal; private, as every result
+    fd = os.open(out / JOURNAL, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if resume else os.O_TRUNC), 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "a" if resume else "w", encoding="utf-8") as jf:
         try:
-            return _grade(out, todo, students, rows, options, executor, jf)
+            return _grade(out, todo, students, rows, extras, options, executor, jf)
         except BaseException:
-            write_gradebook(out, students, rows)  # Ctrl-C: every result written so far is in it
+            write_gradebook(out, students, rows, extras)  # Ctrl-C: every result written so far is in it
             raise
 
 
-def _grade(out: Path, todo: list[Path], students: list[str], rows: dict[str, dict], options: BatchOptions,
-           executor: Executor | None, jf) -> list[dict]:
+def _grade(out: Path, todo: list[HandIn], students: list[str], rows: dict[str, dict], extras: dict[str, dict],
+           options: BatchOptions, executor: Executor | None, jf) -> list[dict]:
     own = executor is None
     pending_paths = list(todo)
+    own_adjustments = adjustments.read(out)
     bookkeeping = 0.0
     started = time.perf_counter()
     last_gradebook = time.monotonic()
@@ -356,15 +474,16 @@ def _grade(out: Path, todo: list[Path], students: list[str], rows: dict[str, dic
         while pending_paths:
             pool = executor or ProcessPoolExecutor(max_workers=options.jobs)
             try:
-                futures = {pool.submit(job, str(p), options.limits, options.unsafe_no_sandbox, options.classmates,
-                                       options.ids_from_submission): p for p in pending_paths}
+                futures = {pool.submit(job, str(h.path), options.limits, options.unsafe_no_sandbox,
+                                       options.classmates, options.ids_from_submission, h.student, options.course): h
+                           for h in pending_paths}
                 pending_paths = []
                 not_done = set(futures)
                 while not_done:
                     done, not_done = wait(not_done, return_when=FIRST_COMPLETED)
                     for fut in done:
-                        p = futures[fut]
-                        student = student_from_path(p)
+                        h = futures[fut]
+                        p, student = h.path, h.student
                         try:
                             d = fut.result()
                         except BrokenProcessPool:
@@ -381,13 +500,14 @@ def _grade(out: Path, todo: list[Path], students: list[str], rows: dict[str, dic
                         t0 = time.perf_counter()
                         if not d.get("input_sha256"):
                             d["input_sha256"] = sha256_of_input(p) if p.exists() else ""
-                        write_result(out, d)
+                        write_result(out, d, own_adjustments.get(student),
+                                     late_feedback(extras.get(student, {}), options.course))
                         entry = journal_entry(d)
                         jf.write(json.dumps(entry) + "\n")
                         jf.flush()
                         rows[student] = entry["row"]
                         if time.monotonic() - last_gradebook >= GRADEBOOK_EVERY_S:
-                            write_gradebook(out, students, rows)
+                            write_gradebook(out, students, rows, extras)
                             last_gradebook = time.monotonic()
                         bar.set_postfix_str(student[:24], refresh=False)
                         bar.update(1)
@@ -397,10 +517,11 @@ def _grade(out: Path, todo: list[Path], students: list[str], rows: dict[str, dic
                     pool.shutdown(wait=True, cancel_futures=True)
     seconds = time.perf_counter() - started
     t0 = time.perf_counter()
-    write_gradebook(out, students, rows)
+    write_gradebook(out, students, rows, extras)
     bookkeeping += time.perf_counter() - t0
     if todo:
         print(f"graded {len(todo)} in {seconds:.2f} s ({len(todo) / seconds:.2f} hand-ins/s); bookkeeping "
               f"{bookkeeping / len(todo) * 1000:.3f} ms per hand-in", file=sys.stderr)
-    cols = columns()
-    return [{n: str((rows.get(s) or pending_row(s)).get(n, "")) for n in cols} for s in students]
+    cols = columns() + [c for c in EXTRA_COLUMNS if any(e.get(c) not in (None, "") for e in extras.values())]
+    return [{n: str({**(rows.get(s) or pending_row(s)), **extras.get(s, {})}.get(n, "")) for n in cols}
+            for s in students]

@@ -15,7 +15,7 @@ import numpy as np
 from grader.models import load_checked
 from grader.results import Check, Evidence
 from grader.reuse import per_worker
-from grader.rubric import HIDDEN, charged_under, points, rubric  # noqa: F401 - what every check reads
+from grader.rubric import HIDDEN, charged_under, committed_points, points, rubric  # noqa: F401 - what every check reads
 from grader.sandbox.policy import Limits
 from grader.submission import Submission
 from lab import compare, data
@@ -63,6 +63,7 @@ class Context:
     limits: Limits = field(default_factory=Limits)
     notes: list[str] = field(default_factory=list)
     timed_out: bool = False
+    grader_faults: list[str] = field(default_factory=list)  # the grader's own failures: the result is an error
     touched: list[str] = field(default_factory=list)  # the hand-in's files used by the group being checked, in order
     charged: set[str] = field(default_factory=set)  # mistakes already charged by one check, not to be charged again
     _models: dict = field(default_factory=dict)
@@ -158,6 +159,12 @@ def check(part: str, name: str, fraction: float, message: str, evidence: list[Ev
     full = points(part, name)
     earned = math.floor(full * max(0.0, min(1.0, fraction)) * 2 + 1e-9) / 2  # whole or half points, rounded down
     return Check(part, name, earned, full, message, evidence or [], hidden)
+
+
+def share_left(part: str, name: str, cost: float) -> float:
+    """The fraction of a check left after ``cost``, a sum of per-rule costs written in rubric.toml's own price of the
+    check: a course that reprices the check keeps each rule's share (a broken rule of 4 is a quarter at any price)."""
+    return max(0.0, 1.0 - cost / committed_points(part, name))
 
 
 # ----- reading reported values, whatever shape the lesson's document took -----

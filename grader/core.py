@@ -94,6 +94,7 @@ def run_groups(ctx: Context, finding: variants.Finding | None = None) -> list:
             if mistake is not None:
                 got = group.failed(mistake)
             else:
+                ctx.grader_faults.append(f"{type(e).__name__}: {safe_text(e, 300)}")
                 got = group.failed(f"the grader could not check this ({type(e).__name__}: "
                                    f"{safe_text(e, 500)}). This is the grader's fault, not a problem "
                                    "found in your files: tell your instructor")
@@ -102,6 +103,19 @@ def run_groups(ctx: Context, finding: variants.Finding | None = None) -> list:
                                    finding.reference)
         checks += got
     return checks
+
+
+def outcome(ctx: Context) -> tuple[str, str]:
+    """A graded hand-in's status and reason: ``error`` when the grader failed on its own side (a check it could not
+    run, such as student code it could not start), since its points would be the grader's fault, never a grade."""
+    if ctx.grader_faults:
+        faults = sorted(set(ctx.grader_faults))
+        return "error", (f"the grader failed on its side ({'; '.join(faults)[:600]}), so this is not a grade: "
+                         f"{len(ctx.grader_faults)} check group(s) could not run. Fix the grader's set-up and grade "
+                         "again (`--resume` grades error rows again)")
+    if ctx.timed_out:
+        return "timeout", "student code hit its time limit; the checks that needed it scored 0"
+    return "graded", ""
 
 
 # The lab's errors about the machine it runs on, not about what it was given
@@ -217,9 +231,7 @@ def _grade(path: Path, limits: Limits, state: grader_state.GraderState, classmat
         notes = list(sub.notes) + [family_note] + variant_notes(finding, finding.student) + list(ctx.notes)
         if sub.student != student and credited:
             notes.append(id_note(sub.student, student, finding, given is not None))
-        status = "timeout" if ctx.timed_out else "graded"
-        reason = ("student code hit its time limit; the checks that needed it scored 0"
-                  if ctx.timed_out else "")
+        status, reason = outcome(ctx)
         return GradeResult(student, status, checks, reason, notes, seconds=time.monotonic() - start,
                            instructor=finding.instructor(), **common)
     except Exception as e:  # noqa: BLE001 - the grader's own failure is a status, not a crash

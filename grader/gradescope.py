@@ -30,17 +30,20 @@ import stat
 import sys
 import time
 import zipfile
+from datetime import datetime
 from importlib import metadata
 from pathlib import Path
 
 from fixtures import HELDOUT_FILES
-from grader import sandbox
+from grader import course, sandbox
 from grader.results import GradeResult
 from grader.sandbox import Limits
+from grader.submission import handed_in_path as submission_path
 from grader.version import __version__
 
 SOURCE = Path(__file__).resolve().parent.parent  # the project, or /autograder/source inside the bundle
 SECRET_REL = "instructor/secret.txt"
+COURSE_REL = "course/course.toml"  # the course file (grader.course), when the bundle was built with --config
 # root only (0600): student code runs as another user
 PRIVATE = (*(f"fixtures/{name}" for name in HELDOUT_FILES), SECRET_REL)
 BUNDLED = ("grader", "lab", "fixtures")
@@ -135,13 +138,18 @@ def _add(zf: zipfile.ZipFile, name: str, data: bytes, mode: int) -> None:
     zf.writestr(info, data)
 
 
-def build(out: str | Path, project: Path = SOURCE, secret: str | None = None) -> Path:
-    """Write the autograder zip to ``out``; ``secret`` (default: ``bundle_secret()``) goes in ``instructor/``."""
+def build(out: str | Path, project: Path = SOURCE, secret: str | None = None, course_file: Path | None = None) -> Path:
+    """Write the autograder zip to ``out``; ``secret`` (default: ``bundle_secret()``) goes in ``instructor/``, the
+    course file (``grader.course``, checked first) and its extensions file in ``course/``."""
+    if course_file is not None:
+        course.load(course_file)  # a bad course file is refused here, not on the first student's hand-in
     out = Path(out)
     secret = bundle_secret() if secret is None else secret
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".part")
-    with zipfile.ZipFile(tmp, "w") as zf:
+    # the instructor's only (0600): it holds the secret and the held-out split, which students must never read
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as raw, \
+            zipfile.ZipFile(raw, "w") as zf:
         _add(zf, "setup.sh", SETUP_SH.encode(), 0o755)
         _add(zf, "run_autograder", RUN_AUTOGRADER.encode(), 0o755)
         _add(zf, "requirements.txt", requirements(project).encode(), 0o644)
@@ -149,6 +157,11 @@ def build(out: str | Path, project: Path = SOURCE, secret: str | None = None) ->
             _add(zf, rel, path.read_bytes(), 0o600 if rel in PRIVATE else 0o644)
         if secret:
             _add(zf, SECRET_REL, secret.encode() + b"\n", 0o600)
+        if course_file is not None:
+            _add(zf, COURSE_REL, Path(course_file).read_bytes(), 0o644)
+            for extra in course.files_of(Path(course_file)):
+                _add(zf, f"course/{extra.name}", extra.read_bytes(), 0o600)  # students' extensions: staff only
+    os.chmod(tmp, 0o600)  # a .part left by an earlier run kept its mode
     os.replace(tmp, out)
     return out
 
@@ -182,21 +195,6 @@ def lock_down(source: Path = SOURCE) -> None:
     instructor = source / "instructor"
     if instructor.is_dir():
         os.chmod(instructor, 0o700)
-
-
-def submission_path(folder: Path) -> Path:
-    """What to grade in Gradescope's submission folder: the folder, a zip handed in as is, or its one sub-folder."""
-    if (folder / "submission.json").is_file():
-        return folder
-    entries = [p for p in folder.iterdir() if not p.name.startswith(".") and p.name != "__MACOSX"] \
-        if folder.is_dir() else []
-    zips = [p for p in entries if p.suffix == ".zip" and p.is_file()]
-    if len(zips) == 1 and len(entries) == 1:
-        return zips[0]
-    dirs = [p for p in entries if p.is_dir() and (p / "submission.json").is_file()]
-    if len(dirs) == 1:
-        return dirs[0]
-    return folder
 
 
 METADATA = "submission_metadata.json"  # Gradescope's, beside submission/: who handed in (users[], each with its sid)
@@ -253,6 +251,7 @@ def run(root: str | Path) -> dict:
     start = time.monotonic()
     results = root / "results"
     results.mkdir(parents=True, exist_ok=True)
+    settings = course.DEFAULT
     try:
         # deferred: inside the try, so an image that cannot import the grading stack (about 1 s: onnx, onnxruntime)
         # still writes an error results.json for Gradescope
@@ -272,10 +271,12 @@ def run(root: str | Path) -> dict:
         if found:
             raise preflight.PreflightError(preflight.message(found, "run_autograder"))
         sid = roster_id(root / METADATA, submission_path(root / "submission"))
+        settings = course.load(SOURCE / COURSE_REL) if (SOURCE / COURSE_REL).is_file() else course.DEFAULT
         # the grade is the roster student's: their variant is the hand-in's own (without a roster id the grader
         # knows no credited id, and submission.json's student stands: the instructor's field says so)
-        result, isolation = grade_one(submission_path(root / "submission"), Limits(), student=sid,
-                                      credited=sid is not None)
+        with settings.in_effect():
+            result, isolation = grade_one(submission_path(root / "submission"), Limits(), student=sid,
+                                          credited=sid is not None)
         print(instructor_line(result))  # run_autograder's stdout: the instructor's only (stdout_visibility hidden)
     except Exception as e:  # noqa: BLE001 - Gradescope must get a results.json whatever happened
         try:
@@ -288,6 +289,8 @@ def run(root: str | Path) -> dict:
                                              f"{e}", grader_version=__version__, possible=possible)
         isolation = ""
     doc = result.to_gradescope()
+    if result.status != "error":
+        late_policy(doc, settings, sid or result.student, submitted_at(root / METADATA), result.max_score)
     doc["execution_time"] = round(time.monotonic() - start, 3)
     doc.setdefault("extra_data", {})["isolation"] = isolation
     tmp = results / "results.json.part"
@@ -297,6 +300,25 @@ def run(root: str | Path) -> dict:
     print(f"{result.status}: {result.score:g} / {result.max_score:g} in {doc['execution_time']:.1f} s; "
           f"student code: {isolation or 'not run'}")
     return doc
+
+
+def submitted_at(metadata: Path) -> datetime | None:
+    """When Gradescope received the hand-in (``submission_metadata.json``'s ``created_at``), never the zip's time."""
+    try:
+        return datetime.fromisoformat(json.loads(metadata.read_text(encoding="utf-8"))["created_at"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def late_policy(doc: dict, settings: course.Course, student: str, when: datetime | None, possible: float) -> None:
+    """The course file's late penalty taken off a Gradescope result, said in its output (nothing without a due)."""
+    days = settings.late.days_late(student, when)
+    doc.setdefault("extra_data", {}).update(course_sha256=settings.sha256, late_days=days)
+    if days:
+        penalty = settings.late.penalty(days, possible)
+        doc["score"] = round(max(0.0, doc["score"] - penalty), 4)
+        doc["output"] += (f"\nHanded in late: {days} day(s) after the due date: -{penalty:g} point(s), "
+                          f"{settings.late.per_day:.0%} of the points possible per day or part of a day.")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,26 +6,28 @@ version and the hand-in can be the same while the rubric is not). Before it, ``O
 ``changes.json`` (every student: old and new status and score, the grade published, each check that changed),
 ``changes.md`` (the class: who went up, who went down, why) and ``changes/ID.md`` for each student whose grade or
 checks moved. The gradebook gets two columns: ``previous_score`` (the grade before this regrade) and ``published``
-(the grade to hand the LMS: the new score, or with ``--never-lower`` the higher of it and the grade published
-before; ``grader export`` reads it).
+(the grade to hand the LMS: the new score, or with ``--never-lower`` the new score unless the grade published
+before was a larger share of its points possible, then that share of the new points possible: a repricing from 68
+to 66 points keeps 68 / 68 as 66 / 66, never 68 / 66; ``grader export`` reads it). The gradebook's download
+columns and the instructor's adjustments (``grader.adjustments``) are kept as the batch wrote them.
 """
 from __future__ import annotations
 
-import csv
-import io
 import json
+import math
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from grader.batch import batch, columns, find_submissions, gradebook_row
+from grader.batch import EXTRA_COLUMNS, batch, read_gradebook, write_gradebook
+from grader.course import DEFAULT
+from grader.lms_downloads import DUPLICATE, UNMATCHED
 from grader.results import _part_title
 from grader.rubric import title
-from grader.submission import student_from_path
 from lab.workspace import atomic_write_text
 
 GRADED = ("graded", "timeout", "invalid")  # statuses whose score is a grade (pending and error are not)
-EXTRA = ("previous_score", "published")
+UNCLAIMED = (UNMATCHED, DUPLICATE)  # rows of files credited to no one: nothing to compare
 
 
 @dataclass
@@ -49,8 +51,14 @@ class StudentChange:
     score_after: float | None
     published_before: float | None
     published: float | None
-    held: bool = False  # --never-lower kept the published grade above the new score
+    held: bool = False  # --never-lower kept the published grade's share above the new score
+    max_before: float | None = None  # the points possible the grade published before was out of
+    max_after: float | None = None
     checks: list[CheckChange] = field(default_factory=list)
+
+    @property
+    def max_changed(self) -> bool:
+        return None not in (self.max_before, self.max_after) and self.max_before != self.max_after
 
     @property
     def moved(self) -> bool:
@@ -72,14 +80,6 @@ def _results(folder: Path) -> dict[str, dict]:
         except (OSError, ValueError):
             continue  # an unreadable result: the student shows as not graded before
     return out
-
-
-def _gradebook(path: Path) -> dict[str, dict]:
-    try:
-        with open(path, newline="", encoding="utf-8") as f:
-            return {r["student"]: r for r in csv.DictReader(f)}
-    except OSError:
-        return {}
 
 
 def _published(row: dict | None) -> float | None:
@@ -118,21 +118,34 @@ def _why(o: dict | None, n: dict | None) -> str:
     return f"the grader now says: {n['message']} (before: {o['message']})"
 
 
+def kept_share(published_before: float, max_before: float | None, max_after: float | None) -> float:
+    """The grade published before as the same share of the new points possible (unchanged when either is unknown),
+    rounded up to the hundredth (never a smaller share) and never above the points possible."""
+    if not max_before or not max_after:
+        return published_before
+    return min(max_after, math.ceil(published_before / max_before * max_after * 100 - 1e-9) / 100)
+
+
 def compare(before: dict[str, dict], before_book: dict[str, dict], after: dict[str, dict],
             students: list[str], never_lower: bool) -> list[StudentChange]:
-    """One entry per student of the regrade, in order."""
+    """One entry per student of the regrade, in order. ``--never-lower`` compares shares of the points possible."""
     out = []
     for s in students:
         b, a = before.get(s), after.get(s)
         status_after = (a or {}).get("status", "error")
         score_after = _number((a or {}).get("score")) if status_after in GRADED else None
+        max_after = _number((a or {}).get("max_score"))
+        max_before = _number((before_book.get(s) or {}).get("max")) or _number((b or {}).get("max_score"))
         published_before = _published(before_book.get(s))
         published, held = score_after, False
-        if never_lower and published_before is not None and (score_after is None or score_after < published_before):
-            published, held = published_before, True
+        if never_lower and published_before is not None:
+            keep = kept_share(published_before, max_before, max_after)
+            if score_after is None or score_after < keep:
+                published, held = keep, True
         out.append(StudentChange(s, (b or {}).get("status", (before_book.get(s) or {}).get("status", "none")),
                                  status_after, _number((b or {}).get("score")), score_after, published_before,
-                                 published, held, check_changes(b, a)))
+                                 published, held, max_before=max_before, max_after=max_after,
+                                 checks=check_changes(b, a)))
     return out
 
 
@@ -144,11 +157,19 @@ def _cell(v: float | None) -> str:
     return "" if v is None else f"{v:g}"
 
 
+def _held(c: StudentChange) -> str:
+    if not c.held:
+        return ""
+    if c.max_changed:
+        return (f" (kept at the share of the points possible published before, {_fmt(c.published_before)} / "
+                f"{_fmt(c.max_before)}, now out of {_fmt(c.max_after)}: never lower)")
+    return f" (kept at the grade published before, {_fmt(c.published_before)}: never lower)"
+
+
 def student_markdown(c: StudentChange) -> str:
     lines = [f"# Regrade: {c.student}", "",
-             f"Score {_fmt(c.score_before)} -> {_fmt(c.score_after)} ({c.status_before} -> {c.status_after}); "
-             f"published {_fmt(c.published)}" + (f" (kept at the grade published before, {_fmt(c.published_before)}:"
-                                                  " never lower)" if c.held else ""), ""]
+             f"Score {_fmt(c.score_before)} / {_fmt(c.max_before)} -> {_fmt(c.score_after)} / {_fmt(c.max_after)} "
+             f"({c.status_before} -> {c.status_after}); published {_fmt(c.published)}" + _held(c), ""]
     if c.checks:
         lines += ["| check | points before | points after | why |", "|---|---|---|---|"]
         for k in c.checks:
@@ -166,6 +187,10 @@ def class_markdown(changes: list[StudentChange], never_lower: bool) -> str:
     lines = ["# Regrade", "", f"{len(changes)} hand-in(s) graded again: {len(moved)} changed, {len(up)} up, "
              f"{len(down)} down" + (f"; never lower: {len(held)} published grade(s) kept" if never_lower else "")
              + ".", ""]
+    note = max_change(changes)
+    if note:
+        lines += [note + (": published grades are kept as the same share of the new points possible"
+                          if never_lower else ""), ""]
     if moved:
         lines += ["| student | score before | score after | published | checks changed |", "|---|---|---|---|---|"]
         for c in moved:
@@ -174,20 +199,23 @@ def class_markdown(changes: list[StudentChange], never_lower: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_gradebook_with_versions(out: Path, students: list[str], after: dict[str, dict],
-                                  changes: list[StudentChange]) -> Path:
-    """``gradebook.csv`` again, with ``previous_score`` and ``published`` after the batch's own columns."""
-    names = [*columns(), *EXTRA]
+def max_change(changes: list[StudentChange]) -> str:
+    """A sentence when the points possible changed (empty otherwise)."""
+    moved = sorted({(c.max_before, c.max_after) for c in changes if c.max_changed})
+    return "; ".join(f"the points possible changed from {_fmt(b)} to {_fmt(a)}" for b, a in moved).capitalize()
+
+
+def write_gradebook_with_versions(out: Path, students: list[str], changes: list[StudentChange]) -> Path:
+    """``gradebook.csv`` as the batch wrote it (its download columns and adjustments), with ``previous_score`` and
+    ``published``."""
+    book = read_gradebook(out)
     by = {c.student: c for c in changes}
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(names)
+    extras = {}
     for s in students:
-        row = gradebook_row(after[s]) if s in after else {"student": s, "status": "error", "score": 0}
-        row.update(previous_score=_cell(by[s].score_before), published=_cell(by[s].published))
-        w.writerow([row.get(n, "") for n in names])
-    atomic_write_text(out / "gradebook.csv", buf.getvalue())
-    return out / "gradebook.csv"
+        extras[s] = {k: (book.get(s) or {}).get(k, "") for k in EXTRA_COLUMNS}
+        if s in by:
+            extras[s].update(previous_score=_cell(by[s].score_before), published=_cell(by[s].published))
+    return write_gradebook(out, students, {s: book[s] for s in students if s in book}, extras)
 
 
 def _next_folder(out: Path) -> Path:
@@ -208,16 +236,18 @@ def regrade(folder: str | Path, out: str | Path, never_lower: bool = False, **ba
     if (out / "results").is_dir():
         shutil.copytree(out / "results", here / "before" / "results")
     shutil.copy2(out / "gradebook.csv", here / "before" / "gradebook.csv")
-    before, before_book = _results(here / "before" / "results"), _gradebook(here / "before" / "gradebook.csv")
-    batch(folder, out, resume=False, **batch_kw)
-    students = [student_from_path(p) for p in find_submissions(folder, out)]
+    before, before_book = _results(here / "before" / "results"), read_gradebook(here / "before")
+    rows = batch(folder, out, resume=False, regrading=True, **batch_kw)
+    students = [r["student"] for r in rows]
     after = _results(out / "results")
-    changes = compare(before, before_book, after, students, never_lower)
-    write_gradebook_with_versions(out, students, after, changes)
+    graded = [r["student"] for r in rows if r["status"] not in UNCLAIMED]
+    changes = compare(before, before_book, after, graded, never_lower)
+    write_gradebook_with_versions(out, students, changes)
     atomic_write_text(here / "changes.json", json.dumps({"never_lower": never_lower,
                                                          "students": [asdict(c) for c in changes]}, indent=2))
     atomic_write_text(here / "changes.md", class_markdown(changes, never_lower))
     for c in changes:
         if c.moved or c.held:
             atomic_write_text(here / "changes" / f"{c.student}.md", student_markdown(c))
+    batch_kw.get("course", DEFAULT).share(out)  # the course's TA group reads the regrade's files too
     return here, changes

@@ -108,9 +108,9 @@ def summarize(out: str | Path) -> ClassSummary:
     not_graded = []
     for row in rows:
         if row["status"] != "graded":
-            reason = results.get(row["student"], {}).get("reason") or (
+            reason = results.get(row["student"], {}).get("reason") or row.get("note") or (
                 "not graded yet: the batch has not reached it (`--resume` grades it)" if row["status"] == PENDING
-                else "no result file was written for it")
+                else "no result file was written for it")  # a note: files credited to no one (--roster)
             not_graded.append((row["student"], row["status"], _first_line(reason)))
     seconds = {s: _number(d.get("seconds")) for s, d in results.items()}
     return ClassSummary(rows, results, ranked, not_graded, seconds)

@@ -240,7 +240,12 @@ class GradeResult:
             score = f" Score {self.score:g} / {self.max_score:g}." if self.checks else ""
             out = f"{self.status}: {self.reason}{score}"
         out += "".join(f"\n{note}" for note in self.notes)
-        return {"score": self.score, "execution_time": round(self.seconds, 3), "output": out,
+        if self.status == "error":  # the grader's failure is no grade: none of its checks' points count
+            out = f"error: {self.reason}\nThis is the autograder's failure, not yours: your instructor will grade " \
+                "this hand-in again."
+            tests = []
+        return {"score": self.score if self.status != "error" else 0.0, "execution_time": round(self.seconds, 3),
+                "output": out,
                 "visibility": "visible", "stdout_visibility": "hidden",
                 "extra_data": {"status": self.status, "max_score": self.max_score,
                                "grader_version": self.grader_version},

@@ -273,6 +273,22 @@ def student_from_path(path: str | Path) -> str:
     return safe_text(name, 200).replace("\n", "\\x0a").replace("\t", "\\x09")
 
 
+def handed_in_path(folder: Path) -> Path:
+    """What to grade in a folder an LMS or Gradescope gives one student (Gradescope's submission folder, a Moodle
+    download's folder per student): the folder if it holds the hand-in, else its one zip or its one sub-folder."""
+    if (folder / "submission.json").is_file():
+        return folder
+    entries = [p for p in folder.iterdir() if not p.name.startswith(".") and p.name != "__MACOSX"] \
+        if folder.is_dir() else []
+    zips = [p for p in entries if p.suffix == ".zip" and p.is_file()]
+    if len(zips) == 1 and len(entries) == 1:
+        return zips[0]
+    dirs = [p for p in entries if p.is_dir() and (p / "submission.json").is_file()]
+    if len(dirs) == 1:
+        return dirs[0]
+    return folder
+
+
 def open_submission(path: str | Path, dest: str | Path) -> Submission:
     """Unpack or copy ``path`` into the empty folder ``dest`` and check it; raise ``SubmissionInvalid``."""
     path, dest = Path(path), Path(dest)

@@ -52,9 +52,9 @@ def test_canvas_file_has_canvas_columns_and_names_the_unmatched(out):
     body = {r[1]: r for r in got[2:]}
     assert body["101"] == ["Lovelace, Ada", "101", "S101", "ada", "Lab A", "57.5"]
     assert body["102"][-1] == "0"                     # refused at intake: 0, as its feedback says
-    assert body["103"][-1] == "" and body["104"][-1] == ""  # pending and error: no grade yet, left blank
-    assert body["105"][-1] == ""                      # no hand-in
-    assert len(got) == 2 + 5 and "zed" not in (out / "lms" / "canvas.csv").read_text()
+    # pending, error and no hand-in: no grade yet, so no row (Canvas counts a blank cell as a change)
+    assert sorted(body) == ["101", "102"] and len(got) == 2 + 2
+    assert "zed" not in (out / "lms" / "canvas.csv").read_text()
     assert done.no_handin == ["eve"] and done.not_in_roster == ["zed"]
     assert done.no_grade == [("cy", "pending"), ("dee", "error")]
     assert "eve" in done.summary() and "zed" in done.summary()
@@ -64,10 +64,10 @@ def test_moodle_file_has_moodle_columns_and_names_the_unmatched(out):
     done = export(out, out / "roster.csv", ("moodle",), assignment="Calibration Lab")
     got = rows(out / "lms" / "moodle.csv")
     # Moodle's CSV import maps "ID number" -> useridnumber or "Email address" -> useremail, and the grade column
-    assert got[0] == ["ID number", "Email address", "Calibration Lab"]
-    assert got[1:] == [["ID101", "ada@example.edu", "57.5"], ["ID102", "bob@example.edu", "0"],
-                       ["ID103", "cy@example.edu", ""], ["ID104", "dee@example.edu", ""],
-                       ["ID105", "eve@example.edu", ""]]
+    assert got[0] == ["ID number", "Email address", "Calibration Lab", "Calibration Lab (feedback)"]
+    # Moodle's importer reads an empty cell of an existing grade item as "no grade" and clears the grade
+    # (gradeimport_csv's load_data::update_grade_item): a student with no grade yet has no row at all
+    assert got[1:] == [["ID101", "ada@example.edu", "57.5", ""], ["ID102", "bob@example.edu", "0", ""]]
     assert not (out / "lms" / "canvas.csv").exists()
     assert done.no_handin == ["eve"] and done.not_in_roster == ["zed"]
 
@@ -77,7 +77,7 @@ def test_the_command_writes_both_and_says_whom_it_could_not_match(out):
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert (out / "lms" / "canvas.csv").is_file() and (out / "lms" / "moodle.csv").is_file()
-    assert "1 roster student(s) with no hand-in (left blank): eve" in proc.stdout
+    assert "1 roster student(s) with no hand-in (left out: their grade in the LMS is unchanged): eve" in proc.stdout
     assert "1 hand-in(s) with no roster row (not exported): zed" in proc.stdout
 
 
@@ -109,3 +109,16 @@ def test_a_roster_for_canvas_needs_a_canvas_identifier_and_may_carry_a_bom(tmp_p
     proc = subprocess.run([sys.executable, "-m", "grader", "export", str(tmp_path), "--roster", str(path)],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "has no gradebook.csv" in proc.stderr
+
+
+def test_an_adjustment_is_added_within_the_points_possible_and_a_published_grade_never_passes_them(out):
+    from grader import adjustments
+
+    adjustments.record(out, "ada", 3, "lesson 05's prose answer, graded by hand")
+    adjustments.record(out, "bob", -2, "late")
+    done = export(out, out / "roster.csv", ("moodle",))
+    got = {r[0]: r[2] for r in rows(out / "lms" / "moodle.csv")[1:]}
+    assert got == {"ID101": "59", "ID102": "0"}  # 57.5 + 3 kept at 59 / 59; 0 - 2 kept at 0
+    assert "eve" in done.no_handin
+    with pytest.raises(adjustments.AdjustmentError, match="needs the reason"):
+        adjustments.record(out, "ada", 1, "")

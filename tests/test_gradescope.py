@@ -122,15 +122,17 @@ def autograder(world, bundle, python_bin):
     """Run ``run_autograder`` on a hand-in (a zip's bytes) in a fresh /autograder-like root; results.json back."""
     roots = []
 
-    def grade(handin, metadata: dict | None = None, **env) -> tuple[dict, subprocess.CompletedProcess]:
+    def grade(handin, metadata: dict | None = None, bundle_zip: Path | None = None,
+              **env) -> tuple[dict, subprocess.CompletedProcess]:
         """``handin``: a zip's bytes, or a function of the root that returns them (a probe names paths in it);
-        ``metadata``: Gradescope's ``submission_metadata.json`` beside ``submission/`` (who handed in)."""
+        ``metadata``: Gradescope's ``submission_metadata.json`` beside ``submission/`` (who handed in);
+        ``bundle_zip``: another bundle than the module's."""
         root = Path(tempfile.mkdtemp(prefix="root-", dir=world))
         roots.append(root)
         if callable(handin):
             handin = handin(root)
         os.chmod(root, 0o755)
-        with zipfile.ZipFile(bundle) as zf:
+        with zipfile.ZipFile(bundle_zip or bundle) as zf:
             zf.extractall(root / "source")
             for info in zf.infolist():  # extractall does not keep modes; Gradescope's unzip does
                 os.chmod(root / "source" / info.filename, (info.external_attr >> 16) & 0o777)
@@ -170,6 +172,7 @@ def test_bundle_holds_what_gradescope_runs(tmp_path, monkeypatch):
     proc = subprocess.run([sys.executable, "-m", "grader", "gradescope", "--out", str(tmp_path / "ag.zip")],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
+    assert os.stat(tmp_path / "ag.zip").st_mode & 0o777 == 0o600  # it holds the secret: the instructor's only
     with zipfile.ZipFile(tmp_path / "ag.zip") as zf:
         infos = {i.filename: i for i in zf.infolist()}
         names = set(infos)
@@ -223,6 +226,16 @@ def test_reference_handin_gets_full_marks(autograder, good_zip):
     assert all(t["visibility"] == "visible" for t in doc["tests"] if t not in hidden)
     assert "the file is named" not in doc["output"]
     assert BUNDLE_SECRET not in json.dumps(doc) and BUNDLE_SECRET not in proc.stdout + proc.stderr
+
+
+def test_student_code_the_grader_cannot_start_is_an_error_never_a_grade(autograder, good_zip):
+    """A grader-side failure to start student code (here: the unprivileged user it drops to does not exist) used to
+    be graded, the checks that needed the code at 0 with "this is the grader's fault" inside."""
+    doc, _ = autograder(good_zip.read_bytes(), GRADER_CHILD_USER="no-such-user")
+    validate(doc)
+    assert doc["extra_data"]["status"] == "error" and doc["score"] == 0 and doc["tests"] == []
+    assert "the grader failed on its side" in doc["output"] and "no-such-user" in doc["output"]
+    assert "not yours" in doc["output"]
 
 
 @pytest.mark.parametrize("case", ["onnx_corrupt", "metrics_transposed", "hash_mismatch"])
@@ -385,3 +398,22 @@ def test_without_a_roster_sid_submission_json_s_student_stands(autograder, owned
     doc, proc = autograder(zip_path.read_bytes(), metadata=meta)
     assert doc["score"] == doc["extra_data"]["max_score"] - not_in_reference(), doc["output"]
     assert f"variant: own {owner} (submission.json's student (no credited id known" in proc.stdout
+
+
+def test_a_bundled_course_file_prices_and_takes_its_late_penalty_from_gradescope_s_time(autograder, good_zip, world):
+    """``gradescope --config``: the course's prices and its late policy, the time from submission_metadata.json's
+    created_at (2026-12-01T12:00-08:00 is 20:00 UTC, a started day after a due date of midnight UTC)."""
+    folder = Path(tempfile.mkdtemp(prefix="course-", dir=world))
+    (folder / "extensions.csv").write_text("student,due\nsomeone,2026-12-09T00:00:00+00:00\n")
+    (folder / "course.toml").write_text('[points]\nreader.contract = 2\n\n[late]\ndue = 2026-12-01T00:00:00Z\n'
+                                        'per_day = 0.1\nextensions = "extensions.csv"\n')
+    coursed = gradescope.build(folder / "autograder.zip", secret=BUNDLE_SECRET, course_file=folder / "course.toml")
+    with zipfile.ZipFile(coursed) as zf:
+        assert {"course/course.toml", "course/extensions.csv"} <= set(zf.namelist())
+    plain, _ = autograder(good_zip.read_bytes(), metadata=_metadata("reference"))
+    doc, _ = autograder(good_zip.read_bytes(), metadata=_metadata("reference"), bundle_zip=coursed)
+    validate(doc)
+    possible = doc["extra_data"]["max_score"]
+    assert possible == plain["extra_data"]["max_score"] - 2 and doc["extra_data"]["late_days"] == 1
+    assert doc["score"] == pytest.approx(plain["score"] - 2 - round(0.1 * possible, 2))
+    assert "Handed in late: 1 day(s) after the due date" in doc["output"]

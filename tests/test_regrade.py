@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -101,18 +102,63 @@ def test_never_lower_keeps_every_published_grade(graded, changed_rubric, tmp_pat
     fell = [c for c in changes if c.score_after is not None and c.score_before is not None
             and c.score_after < c.score_before]
     assert {c.student for c in fell} >= {"g1", "g2"}, "the rubric change must lower someone for this test to bite"
+    old_max, new_max = float(before["g1"]["max"]), float(after["g1"]["max"])
+    assert new_max == old_max - 2  # the repricing: contract 4 -> 1, max_abs_error 3 -> 4
     for s, row in before.items():
-        assert float(after[s]["published"]) >= float(row["score"]), s
+        share = float(row["score"]) / old_max
+        # never lower compares shares of the points possible; no one ends above them
+        assert share - 0.0001 <= float(after[s]["published"]) / new_max <= 1, s
         assert float(after[s]["previous_score"]) == float(row["score"])
-    assert all(c.held for c in fell) and "never lower: " in (here / "changes.md").read_text()
-    assert "never lower" in (here / "changes" / "g1.md").read_text()
-    # the LMS gets the published grade, not the lowered score
+    assert all(c.held for c in fell)
+    summary = (here / "changes.md").read_text()
+    assert "never lower: " in summary and f"The points possible changed from {old_max:g} to {new_max:g}" in summary
+    assert "share of the points possible published before" in (here / "changes" / "g1.md").read_text()
+    # the LMS gets the published grade, not the lowered score, and never more than the points possible
     roster = tmp_path / "roster.csv"
-    roster.write_text("student,idnumber\n" + "".join(f"{s},{s}\n" for s in before))
-    export(out, roster, ("moodle",))
-    lines = dict(line.split(",")[::2] for line in (out / "lms" / "moodle.csv").read_text().splitlines()[1:])
-    assert float(lines["g1"]) == float(before["g1"]["score"]) > float(after["g1"]["score"])
+    roster.write_text("student,idnumber,canvas_id\n" + "".join(f"{s},{s},{n}\n" for n, s in enumerate(before)))
+    export(out, roster, ("moodle", "canvas"))
+    lines = {r[0]: r[2] for r in csv.reader((out / "lms" / "moodle.csv").open()) if r[0] != "ID number"}
+    kept = math.ceil(float(before["g1"]["score"]) / old_max * new_max * 100) / 100  # the share, up to a hundredth
+    assert float(lines["g1"]) == kept > float(after["g1"]["score"])
+    canvas = list(csv.reader((out / "lms" / "canvas.csv").open()))
+    assert float(canvas[1][-1]) == new_max and all(float(r[-1]) <= new_max for r in canvas[2:])
     # a second regrade keeps the grade published first (the gradebook's published column), not the lowered score
     _, again = regraded(folder, out, never_lower=True)
-    assert {c.student: c.published for c in again}["g1"] == float(before["g1"]["score"])
+    assert {c.student: c.published for c in again}["g1"] == float(lines["g1"])
     assert (out / "regrades" / "2" / "changes.md").is_file()
+
+
+def test_resume_and_regrade_keep_published_grades_and_adjustments(graded, changed_rubric, good_zip):
+    folder, out = graded
+    proc = _cli("adjust", str(out), "--student", "g2", "--points", "2", "--comment", "prose answer graded by hand")
+    assert proc.returncode == 0, proc.stderr
+    assert "+2 point(s): prose answer graded by hand" in (out / "feedback" / "g2.md").read_text()
+    regraded(folder, out, never_lower=True)
+    published = {s: r["published"] for s, r in book(out).items()}
+    assert book(out)["g2"]["adjustment"] == "+2"
+    assert book(out)["g2"]["adjustment_comment"] == "prose answer graded by hand"
+    feedback = (out / "feedback" / "g2.md").read_text()
+    assert feedback.count("Adjusted by your instructor") == 1 and "prose answer graded by hand" in feedback
+    # a late hand-in arrives: --resume grades it alone and keeps everyone's published grade and adjustment
+    (folder / "g3.zip").write_bytes(good_zip.read_bytes())
+    with ThreadPoolExecutor(1) as ex:
+        batch(folder, out, resume=True, executor=ex, progress=False, ids_from_submission=True)
+    after = book(out)
+    assert {s: r["published"] for s, r in after.items() if s != "g3"} == published
+    assert after["g3"]["status"] == "graded" and after["g3"]["published"] == ""  # its score is its grade
+    assert after["g2"]["adjustment"] == "+2" and "prose answer" in (out / "feedback" / "g2.md").read_text()
+    # a fresh batch would drop the published grades: it refuses and names the commands that keep them
+    with pytest.raises(SystemExit, match="holds published grades"):
+        batch(folder, out, progress=False, ids_from_submission=True)
+    # removing the adjustment takes it out of the gradebook and the feedback
+    assert _cli("adjust", str(out), "--student", "g2", "--points", "0").returncode == 0
+    assert "adjustment" not in book(out)["g2"] and "Adjusted by" not in (out / "feedback" / "g2.md").read_text()
+    assert _cli("adjust", str(out), "--student", "nobody", "--points", "1", "--comment", "x").returncode == 2
+
+
+def _cli(*args: str):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "grader", *args], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parent.parent)

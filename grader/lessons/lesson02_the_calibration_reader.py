@@ -10,7 +10,7 @@ import numpy as np
 from onnxruntime.quantization.calibrate import CalibrationMethod, create_calibrator
 
 from grader import own_code, sandbox
-from grader.context import RANGE_REL, SCALE_REL, Context, Missing, charged_under, check
+from grader.context import RANGE_REL, SCALE_REL, Context, Missing, charged_under, check, share_left
 from grader.group import Group
 from grader.results import Evidence
 from lab import contract, data, graph, ruler
@@ -64,7 +64,7 @@ DRIVES = (
     {"name": "uneven", "n": 360, "batch_size": 100, "input_name": "pixels", "dtype": "float32"},
     {"name": "tiny", "n": 10, "batch_size": 3, "input_name": "x", "dtype": "float64"},
 )
-RULE_COST = 1.0       # each broken rule of the contract costs one point of `contract`
+RULE_COST = 1.0       # each broken rule costs one point of `contract` at rubric.toml's price (a share of it)
 SUBCLASS_COST = 0.5   # not subclassing CalibrationDataReader: half a point (ORT only calls get_next)
 SIZES_RULE = "batches of batch_size, the last one partial, every image once"
 
@@ -247,11 +247,10 @@ def run(ctx: Context) -> list:
     report = lesson.get("report", {})
     ctx.charged.update(f"reader:{RULE_KEYS.get(rule, rule)}" for rule, _, _ in found)
     cost = sum(c for _, _, c in found)
-    full = check(PART, "contract", 1, "").max_points
-    fraction = max(0.0, full - cost) / full
+    fraction = share_left(PART, "contract", cost)
     if found:
         msg = (f"the reader breaks {len(found)} rule(s) of the contract lesson 02's tests check "
-               f"(1 point each, half for the subclass): "
+               f"(1 point each, half for the subclass, at the committed rubric's price): "
                + " ".join(f"({i}) '{rule}': {why}." for i, (rule, why, _) in enumerate(found, 1))
                + " Run lesson 02's check cell (lesson.check_reader and lesson.check_other_input, which builds the "
                  "reader with input_name='x' and float64 pixels) and its test cell to see each rule")

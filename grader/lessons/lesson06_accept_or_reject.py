@@ -24,6 +24,7 @@ from grader.context import (
     fp32_outputs,
     near_boundary,
     number,
+    share_left,
     value,
 )
 from grader.group import Group
@@ -487,8 +488,7 @@ def run_summarize(ctx: Context) -> list:
             ctx.charged.add("transposed")
         if "(a 0-1 ratio)" in key and _as_percentage(key):
             ctx.charged.add(PERCENT)
-    full = check(PART, "summarize_code", 1, "").max_points
-    main = check(PART, "summarize_code", max(0.0, full - cost) / full,
+    main = check(PART, "summarize_code", share_left(PART, "summarize_code", cost),
                  "summarize() passes the lesson's example, the transposition trap, the error cases (mismatched "
                  "lengths, a label or prediction outside 0-9, empty lists) and the evaluation set"
                  if not msgs else "summarize() " + "; ".join(msgs))
