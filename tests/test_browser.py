@@ -420,8 +420,9 @@ OWN_MODEL_CHECKS = {"camera_path.check_reader(": "reader ok: ",      # exercise 
                     "release.refuse(": "\nreleasable: ",              # exercise 2: the release's requirements
                     "release.release(": "released "}                 # the release written, stamped and read back
 IMAGE_MIMES = ("image/png", "image/svg+xml", "image/jpeg")
+# a figure is lab.plots.shown's HTML <figure> (an <img> with alt text), or a bare image output
 RENDERED_IMAGES = f"""() => [...document.querySelectorAll('{PANEL} .jp-OutputArea-output')]
-  .filter(o => /^image\\//.test(o.dataset.mimeType || ''))
+  .filter(o => /^image\\//.test(o.dataset.mimeType || '') || o.querySelector('figure.lab-figure img[alt]'))
   .map(o => {{ const img = o.querySelector('img, svg');
               return img ? (img.naturalWidth ?? img.getBoundingClientRect().width) : 0; }})"""
 
@@ -450,7 +451,8 @@ def check_outputs(notebook: dict, checks: dict[str, str], name: str) -> list[str
 
 def image_outputs(notebook: dict) -> int:
     return sum(1 for c in notebook["cells"] for o in c.get("outputs", [])
-               if any(m in o.get("data", {}) for m in IMAGE_MIMES))
+               if any(m in o.get("data", {}) for m in IMAGE_MIMES)
+               or '<figure class="lab-figure"' in "".join(o.get("data", {}).get("text/html", "")))
 
 
 @pytest.mark.timeout(600)

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import numpy as np
 
-from lab import data, predictions
+from lab import data, palette, predictions
 from lab.graph import tensor_values
 from lab.ruler import dequantize, qrange, quantize, representable_range, ruler_stats
 
-# the same colours as lessons 03-05's figures (lab.plots.COLORS), so narrow, right and wide look alike everywhere
-PRESET_COLORS = {"narrow": "tab:orange", "right": "tab:green", "wide": "tab:blue"}
-OTHER_COLOR = "tab:purple"  # a range the student dragged to
-CLIP_COLOR = "tab:red"
+# the same colours and line styles as lessons 03-05's figures (lab.palette), so narrow, right and wide look alike
+PRESET_COLORS = {k: palette.COLORS[k] for k in ("narrow", "right", "wide")}
+OTHER_COLOR = palette.CYCLE[3]  # a range the student dragged to
+CLIP_COLOR = palette.ALERT
 
 
 def explore(values: np.ndarray, rmin: float, rmax: float, dtype: str = "int8") -> dict:
@@ -95,9 +95,12 @@ def draw(values: np.ndarray, ranges: dict[str, tuple[float, float]], dtype: str 
     for ax, (name, (rmin, rmax)) in zip(axes, ranges.items()):
         s = explore(x, rmin, rmax, dtype)
         color = PRESET_COLORS.get(name, OTHER_COLOR)
+        dash = palette.LINESTYLES.get(name, "-.")
         back = dequantize(quantize(x, s["scale"], s["zero_point"], dtype), s["scale"], s["zero_point"])
-        ax.hist(x, bins=edges, histtype="stepfilled", color="0.75", label="real values")
-        ax.hist(back, bins=edges, histtype="step", linewidth=1.6, color=color, label="after the round trip")
+        ax.hist(x, bins=edges, histtype="stepfilled", facecolor="0.88", edgecolor=palette.NEUTRAL, linewidth=0.8,
+                label="real values")
+        ax.hist(back, bins=edges, histtype="step", linewidth=1.6, color=color, linestyle=dash,
+                label="after the round trip")
         plain_log_scale(ax)
         above, below = s["high"] + s["scale"] / 2, s["low"] - s["scale"] / 2
         if (x > above).any():
