@@ -25,3 +25,11 @@ def lazy_submodule(package: str):
 
 
 __getattr__ = lazy_submodule(__name__)
+
+
+def hand_in(student: str | None = None, work_dir="../workspace", out_dir=None):
+    """Hand in from a notebook cell: ``lab.tools.submit.hand_in`` (packs the workspace the lessons used into
+    ``<student>.zip`` in your folder and prints what is missing)."""
+    from lab.tools import submit  # deferred: keeps ``import lab`` quick
+
+    return submit.hand_in(student, work_dir, out_dir)

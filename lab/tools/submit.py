@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import re
 import sys
@@ -88,7 +89,10 @@ def manifest(student: str, files: dict[str, Path], made_for: variant.Variant | N
 
 
 def default_workspace(cwd: Path | None = None, kit: Path | None = None) -> Path:
-    """``workspace/`` in the current folder, or else the kit's own (so it works from ``notebooks/`` too)."""
+    """``LAB_WORK_DIR`` when set; else ``workspace/`` in the current folder, or else the kit's own (so it works from
+    ``notebooks/`` too)."""
+    if os.environ.get(workspace.ENV_WORK_DIR, "").strip():
+        return workspace.resolve_work_dir()
     here = (cwd or Path.cwd()) / "workspace"
     theirs = (kit or Path(__file__).resolve().parents[2]) / "workspace"
     return here if here.is_dir() or not theirs.is_dir() else theirs
@@ -120,7 +124,7 @@ def submit(student: str, work_dir: str | Path = "workspace", out_dir: str | Path
     if not STUDENT_ID.fullmatch(student or ""):
         raise SubmitError(f"student id {student!r}: use letters, digits, '_', '.' or '-' (at most 64), "
                           "starting with a letter or digit")
-    work = Path(work_dir).expanduser().resolve()
+    work = workspace.resolve_work_dir(work_dir)
     made_for = recorded_variant(work, student)
     files = collect(work)
     doc = schemas.validate("submission", manifest(student, files, made_for), "submission.json")
@@ -141,6 +145,73 @@ def submit(student: str, work_dir: str | Path = "workspace", out_dir: str | Path
     return target
 
 
+def report_lines(doc: dict, work: Path) -> list[tuple[str, bool]]:
+    """What a student must know after packing ``doc`` (``submission.json``) from ``work``, as (line, is a warning):
+    the reference-data warning, each lesson whose files are missing, and the modules that still hold a stub."""
+    lines = []
+    if "variant" not in doc and variant.key(doc["student"]) is not None:
+        lines.append((REFERENCE_WARNING.format(student=doc["student"]), True))
+    missing = contract.missing_by_lesson(doc["files"])
+    if missing:
+        lines.append(("not in the workspace yet, so the grader will score the checks that need them 0 "
+                      "(run the lesson, then hand in again):", False))
+        lines += [(f"  lesson {lesson}: {', '.join(rels)}", False) for lesson, rels in missing.items()]
+    stubs = unfinished({rel: work.resolve() / rel for rel in doc["files"]})
+    if stubs:
+        lines.append((f"warning: {', '.join(stubs)} still hold{'s' if len(stubs) == 1 else ''} "
+                      "`raise NotImplementedError`: finish the exercise, re-run the cell that writes the file (and "
+                      "the lessons after it), then hand in again", False))
+    return lines
+
+
+def read_manifest(zip_path: Path) -> dict:
+    with zipfile.ZipFile(zip_path) as zf:
+        return json.loads(zf.read("submission.json"))
+
+
+def hand_in(student: str | None = None, work_dir: str | Path = "../workspace", out_dir: str | Path | None = None):
+    """Hand in from a notebook cell: pack the workspace the lessons used (``WORK_DIR``, resolved as the lessons
+    resolve it) into ``<student>.zip`` in the student's own folder (the kit's, else the workspace's parent), print
+    what is in it and exactly what is missing, and offer it for download. ``student``: the id lesson 00 recorded
+    when not given. Runs in the kernel's Python, wherever the notebook server's Python is. Returns the zip's path."""
+    work = workspace.resolve_work_dir(work_dir)
+    student = student or workspace.recorded_student(work) if work.is_dir() else student
+    if not student:
+        raise SubmitError("no student id: lesson 00 records it (STUDENT_ID in its parameters cell); or call "
+                          "lab.hand_in('your-id')")
+    out = Path(out_dir).expanduser() if out_dir else (workspace.kit_root() or work.parent)
+    path = submit(student, work, out)
+    doc = read_manifest(path)
+    n = len(doc["files"])
+    print(f"wrote {path} ({n} file{'' if n == 1 else 's'} from {work}); hand in this zip as it is")
+    for line, _ in report_lines(doc, work):
+        print(line)
+    if not contract.missing_by_lesson(doc["files"]):
+        print("nothing missing: every file the lessons write is in the zip")
+    offer_download(path)
+    return path
+
+
+def offer_download(path: Path) -> None:
+    """A link to the zip in a notebook (Colab: its browser download), nothing in a terminal."""
+    try:
+        from IPython import get_ipython  # deferred: only a notebook has a frontend to offer the file in
+        from IPython.display import FileLink, display  # deferred: as above
+    except ImportError:
+        return
+    if get_ipython() is None:
+        return
+    if workspace.in_colab():
+        from google.colab import files  # type: ignore[import-not-found]  # deferred: exists only on Colab
+
+        files.download(str(path))
+        return
+    try:
+        display(FileLink(os.path.relpath(path), result_html_prefix="download: "))
+    except ValueError:  # another drive (Windows): no relative link; the printed path says where it is
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab submit", description=__doc__.splitlines()[0])
     parser.add_argument("--student", required=True, help="your student id")
@@ -154,21 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     except SubmitError as e:
         print(f"submit: {e}", file=sys.stderr)
         return 2
-    with zipfile.ZipFile(path) as zf:
-        doc = json.loads(zf.read("submission.json"))
+    doc = read_manifest(path)
     n = len(doc["files"])
     print(f"wrote {path} ({n} file{'' if n == 1 else 's'} from {work.resolve()}); hand in this zip as it is")
-    if "variant" not in doc and variant.key(args.student) is not None:
-        print(REFERENCE_WARNING.format(student=args.student), file=sys.stderr)
-    missing = contract.missing_by_lesson(doc["files"])
-    if missing:
-        print("not in the workspace yet, so the grader will score the checks that need them 0 "
-              "(run the lesson, then hand in again):")
-        for lesson, rels in missing.items():
-            print(f"  lesson {lesson}: {', '.join(rels)}")
-    stubs = unfinished({rel: work.resolve() / rel for rel in doc["files"]})
-    if stubs:
-        print(f"warning: {', '.join(stubs)} still hold{'s' if len(stubs) == 1 else ''} `raise NotImplementedError`: "
-              "finish the exercise, re-run the cell that writes the file (and the lessons after it), "
-              "then hand in again")
+    for line, warning in report_lines(doc, work):
+        print(line, file=sys.stderr if warning else sys.stdout)
     return 0
