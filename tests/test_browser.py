@@ -323,8 +323,11 @@ def run_without_errors(page, jupyter: JupyterServer, lab_root: Path, name: str) 
 def drive_lessons(page, errors: list[str], jupyter: JupyterServer, lab_root: Path, start_here: str, capsys) -> None:
     t0 = time.monotonic()
     # Lesson 01: run everything through the menu, then use the range explorer.
-    run_without_errors(page, jupyter, lab_root, RULER)
+    saved_ruler = run_without_errors(page, jupyter, lab_root, RULER)
     say(capsys, f"{RULER} ran all cells in {time.monotonic() - t0:.0f} s")
+    alts = page.evaluate(FIGURE_ALTS)
+    assert len(alts) >= image_outputs(saved_ruler) > 0 and all(len(a) > 40 and re.search(r"\d", a) for a in alts), \
+        f"{RULER}: figures on the page and their alt text: {alts}"
 
     explorer = page.locator(".cl-range-explorer").first
     explorer.wait_for(state="visible", timeout=WIDGET_TIMEOUT_MS)
@@ -466,6 +469,9 @@ OWN_MODEL_CHECKS = {"camera_path.check_reader(": "reader ok: ",      # exercise 
                     "release.refuse(": "\nreleasable: ",              # exercise 2: the release's requirements
                     "release.release(": "released "}                 # the release written, stamped and read back
 IMAGE_MIMES = ("image/png", "image/svg+xml", "image/jpeg")
+# JupyterLab shows lab.plots.shown's <figure> with its <img alt> and <figcaption> (in cell outputs and in the explorer)
+FIGURE_ALTS = f"""() => [...document.querySelectorAll('{PANEL} figure.lab-figure')]
+  .filter(f => f.querySelector('figcaption')).map(f => f.querySelector('img')?.getAttribute('alt') || '')"""
 # a figure is lab.plots.shown's HTML <figure> (an <img> with alt text), or a bare image output
 RENDERED_IMAGES = f"""() => [...document.querySelectorAll('{PANEL} .jp-OutputArea-output')]
   .filter(o => /^image\\//.test(o.dataset.mimeType || '') || o.querySelector('figure.lab-figure img[alt]'))
