@@ -1,5 +1,9 @@
 """The figures lessons share, and their colours. Pure: each takes arrays or rows and returns a matplotlib Figure.
 
+Every figure a lesson shows goes through ``shown``: an HTML ``<figure>`` whose picture carries alt text written from
+the figure's data and a caption (``lab.alt_text``), in colours safe for colour-vision deficiency, each with a marker
+or line style too (``lab.palette``).
+
 Lessons 01 and 03 draw the round-trip error by value here, and lesson 00 its grid of digits; a figure one lesson
 alone draws lives in that lesson's module (lesson 04's ``growth_figure``, lesson 05's ``difference_histogram``),
 with the colours and the two layout helpers from here.
