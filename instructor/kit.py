@@ -41,6 +41,7 @@ import numpy as np
 from fixtures import HELDOUT_FILES
 from lab.data import preprocess, row_hashes
 from lab.errors import LabError
+from lab.workspace import umask
 
 REPO = Path(__file__).resolve().parent.parent
 BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
@@ -440,6 +441,7 @@ def build_kit(out: str | Path, repo: Path = REPO, rev: str = "HEAD") -> Path:
     try:
         with tempfile.TemporaryDirectory(prefix="lab-kit-source-") as source:
             build(staging, export_committed(repo, commit, Path(source)))
+        os.chmod(staging, 0o777 & ~umask())  # mkdtemp makes it 0700: a shared kit must be readable by students
         if out.exists():
             shutil.rmtree(out)
         os.replace(staging, out)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
-__version__ = "0.1.0"
+from lab.version import __version__
+
+__all__ = ["__version__", "hand_in", "lazy_submodule"]
 
 
 def lazy_submodule(package: str):
@@ -25,3 +27,11 @@ def lazy_submodule(package: str):
 
 
 __getattr__ = lazy_submodule(__name__)
+
+
+def hand_in(student: str | None = None, work_dir="../workspace", out_dir=None):
+    """Hand in from a notebook cell: ``lab.handin.hand_in`` (packs the workspace the lessons used into
+    ``<student>.zip`` in your folder and prints what is missing)."""
+    from lab import handin  # deferred: keeps ``import lab`` quick (it loads the converter's versions)
+
+    return handin.hand_in(student, work_dir, out_dir)

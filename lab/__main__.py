@@ -9,6 +9,7 @@ COMMANDS = {
     "run": ("lab.tools.run", "run every lesson headlessly with papermill, then print a summary"),
     "submit": ("lab.tools.submit", "pack the workspace into a submission zip"),
     "audit": ("lab.tools.audit", "rulers, clipping, where INT8 parts from FP32, both kernel families: any model"),
+    "reading-copy": ("lab.tools.reading_copy", "the executed lessons as accessible HTML pages"),
 }
 
 

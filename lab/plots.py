@@ -1,5 +1,9 @@
 """The figures lessons share, and their colours. Pure: each takes arrays or rows and returns a matplotlib Figure.
 
+Every figure a lesson shows goes through ``shown``: an HTML ``<figure>`` whose picture carries alt text written from
+the figure's data and a caption (``lab.alt_text``), in colours safe for colour-vision deficiency, each with a marker
+or line style too (``lab.palette``).
+
 Lessons 01 and 03 draw the round-trip error by value here, and lesson 00 its grid of digits; a figure one lesson
 alone draws lives in that lesson's module (lesson 04's ``growth_figure``, lesson 05's ``difference_histogram``),
 with the colours and the two layout helpers from here.
@@ -14,18 +18,22 @@ axes in each draw, to see whether the title must move up (it must only for ticks
 """
 from __future__ import annotations
 
+import base64
 import io
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from html import escape
 
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import NullLocator, StrMethodFormatter
 
+from lab import alt_text, palette
 from lab.ruler import round_trip
 
-COLORS = {"narrow": "tab:orange", "right": "tab:green", "wide": "tab:blue",
-          "QDQ": "tab:purple", "QOperator": "tab:brown"}
+COLORS = palette.COLORS   # safe for colour-vision deficiency; each name has a marker and line style too
+MARKERS = palette.MARKERS
 FLOOR = 1e-5  # errors below this are drawn at this height on a log axis
 
 
@@ -52,21 +60,50 @@ def fixed_margins(fig, left: float, right: float, bottom: float, top: float,
     return fig
 
 
-def shown(fig):
-    """``fig`` drawn once into a PNG at its own size (an ``IPython.display.Image``, shown by ``display`` or as a
-    cell's last value), and closed so that pyplot does not show it a second time.
+@dataclass(frozen=True)
+class Shown:
+    """A figure as a notebook shows it: the PNG inside an HTML ``<figure>`` whose ``<img>`` carries alt text written
+    from the figure's data and whose ``<figcaption>`` holds its title and the same words, for readers who do not
+    see the picture (WCAG 2.1 1.1.1). JupyterLab and nbconvert's HTML export both render the HTML; a terminal and
+    ``text/plain`` get the words."""
+
+    data: bytes  # the PNG
+    description: alt_text.Description
+    width: int   # pixels
+    height: int
+
+    def html(self) -> str:
+        d = self.description
+        src = "data:image/png;base64," + base64.b64encode(self.data).decode("ascii")
+        return (f'<figure class="lab-figure" style="margin: 0 0 0.5em 0">'
+                f'<img src="{src}" alt="{escape(d.alt)}" width="{self.width}" height="{self.height}" '
+                f'style="max-width: 100%; height: auto">'
+                f"<figcaption>{escape(d.caption)}<details><summary>The figure in words</summary>"
+                f"<p>{escape(d.alt)}</p></details></figcaption></figure>")
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        return {"text/html": self.html(), "text/plain": self.description.text()}
+
+    def __repr__(self) -> str:
+        return self.description.text()
+
+
+def shown(fig) -> Shown:
+    """``fig`` drawn once into a PNG at its own size, with its description (``lab.alt_text.describe``), shown by
+    ``display`` or as a cell's last value; closed so that pyplot does not show it a second time.
 
     The inline backend shows a figure with ``bbox_inches="tight"``: it draws the whole figure to measure it,
     measures every artist again, then draws it a second time for the picture, about half of a figure's time in
     the kernel. The lessons' figures place their axes by margins in inches (``fixed_margins``): nothing to crop.
     """
     import matplotlib.pyplot as plt  # deferred: 1.8 s to import (python -X importtime); only shown figures need it
-    from IPython.display import Image  # deferred: only a notebook shows the picture
 
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", facecolor=fig.get_facecolor(), edgecolor=fig.get_edgecolor())
+    description = alt_text.describe(fig)
     plt.close(fig)
-    return Image(buffer.getvalue(), format="png")
+    png = buffer.getvalue()
+    return Shown(png, description, int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big"))
 
 
 def plain_log_scale(ax, which: str = "y", base: float = 10) -> None:
@@ -79,10 +116,6 @@ def plain_log_scale(ax, which: str = "y", base: float = 10) -> None:
     axis = ax.yaxis if which == "y" else ax.xaxis
     axis.set_minor_locator(NullLocator())
     axis.set_major_formatter(StrMethodFormatter("{x:g}"))
-
-
-def _color(name: str, i: int) -> str:
-    return COLORS.get(name, f"C{i}")
 
 
 def binned_round_trip_error(values: np.ndarray, ruler, bins: int = 40) -> tuple[np.ndarray, np.ndarray]:
@@ -103,7 +136,6 @@ def binned_round_trip_error(values: np.ndarray, ruler, bins: int = 40) -> tuple[
     return sums_v[keep] / counts[keep], sums[keep] / counts[keep]
 
 
-MARKERS = {"narrow": "o", "right": "s", "wide": "^"}
 HOLLOW = {"wide"}  # drawn open, so a ruler with the same errors underneath still shows
 
 
@@ -132,12 +164,14 @@ def round_trip_figure(panels: Sequence[Mapping]) -> Figure:
     for ax, panel in zip(axes, panels):
         top = float(np.max(panel["values"]))
         for i, (name, ruler) in enumerate(panel["rulers"].items()):
-            color = _color(name, i)
+            # solid curves told apart by colour and marker: dashed and dotted mean scale/4 and a ruler's end here
+            look = {**palette.style(name, i), "linestyle": "-"}
+            color = look["color"]
             centres, err = binned_round_trip_error(panel["values"], ruler)
             highest = max(highest, float(err.max()))
-            ax.plot(centres, np.maximum(err, FLOOR), marker=MARKERS.get(name, "o"), ms=4.5, lw=1.4,
+            ax.plot(centres, np.maximum(err, FLOOR), **look, ms=4.5, lw=1.4,
                     mfc="none" if name in HOLLOW else color, mew=1.3,
-                    color=color, zorder=3, label=f"{name}, scale {ruler.scale:.3g}")
+                    zorder=3, label=f"{name}, scale {ruler.scale:.3g}")
             end = ruler.interval[1]
             ax.hlines(ruler.scale / 4, 0, min(end, top), color=color, ls="--", lw=1.0, alpha=0.8, zorder=2)
             if end < top:
@@ -193,8 +227,21 @@ def digit_grid_figure(images: np.ndarray, labels: np.ndarray, read: np.ndarray,
             y, x = (k // columns) * (side + room) + room, (k % columns) * (side + gap) + gap // 2
             mosaic[y:y + side, x:x + side] = np.asarray(images[i]).reshape(side, side)
             ax.text(x + side / 2 - 0.5, y - 0.9, f"{labels[i]} → {read[i]}", ha="center", va="bottom", fontsize=10,
-                    color="black" if read[i] == labels[i] else "tab:red")
+                    color="black" if read[i] == labels[i] else palette.ALERT)
         ax.imshow(mosaic, cmap="gray_r", vmin=0, vmax=vmax, interpolation="nearest", aspect="auto")
         ax.axis("off")
         ax.set_title(title, fontsize=11, y=1.0)
-    return fig
+    return alt_text.attach(fig, digit_grid_summary(labels, read, groups), alone=True)
+
+
+def digit_grid_summary(labels: np.ndarray, read: np.ndarray, groups: Sequence[tuple[str, Sequence[int]]]) -> str:
+    """The digit grid in words, group by group: each digit's true label and what the model read, the misreads
+    named (the grid's textual equivalent)."""
+    out = []
+    for title, idx in groups:
+        pairs = [(int(labels[i]), int(read[i])) for i in idx]
+        wrong = [f"a {a} read as {r}" for a, r in pairs if a != r]
+        listed = ", ".join(f"{a} → {r}" for a, r in pairs)
+        out.append(f"{title}: {len(pairs)} digits" + (f" (true label → read: {listed})" if pairs else "")
+                   + (f"; misread: {', '.join(wrong)}." if wrong else "; every one read right." if pairs else "."))
+    return " ".join(out)

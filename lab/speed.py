@@ -27,6 +27,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
+from lab import palette
 from lab.graph import session
 from lab.readers import ArrayReader
 from lab.tables import format_rows
@@ -431,10 +432,10 @@ def plot_sweep(points: list[WidthPoint], margin: float = 1.1, ax=None):
     ax.errorbar(widths, [x.median for x in r], yerr=[[x.median - x.low for x in r], [x.high - x.median for x in r]],
                 fmt="o-", capsize=3,
                 label=f"INT8 (QDQ) at batch {points[0].batch}: median, quartile range of the rounds")
-    ax.axhline(1.0, color="grey", lw=1, ls="--", label="break-even (FP32's time)")
+    ax.axhline(1.0, color=palette.NEUTRAL, lw=1, ls="--", label="break-even (FP32's time)")
     cross = crossover(points, margin)
     if cross is not None:
-        ax.axvline(cross, color="tab:green", lw=1, ls=":", label=f"crossover: width {cross}")
+        ax.axvline(cross, color=palette.CYCLE[2], lw=1, ls=":", label=f"crossover: width {cross}")
     ax.set_xscale("log", base=2)
     ax.set_xticks(widths, [str(w) for w in widths])
     ax.set_xlabel("layer width (units per hidden layer)")

@@ -1,4 +1,11 @@
-"""The student's workspace: one folder the lessons write into, never the fixtures."""
+"""The student's workspace: one folder the lessons write into, never the fixtures.
+
+Where it is does not depend on the folder a kernel or a terminal happens to start in (``resolve_work_dir``):
+``LAB_WORK_DIR`` wins (a hub admin sets ``~/calibration-lab/workspace``; on Colab a folder on Drive); a relative
+``WORK_DIR`` is read against the kit's ``notebooks/`` folder, the one the lessons' ``"../workspace"`` is written for;
+outside a kit, on Colab, under ``/content``, which the runtime keeps. Files are written with the mode the umask
+gives (an instructor can read a student's workspace where the umask lets them).
+"""
 from __future__ import annotations
 
 import importlib.util
@@ -15,7 +22,57 @@ from lab.data import file_sha256, fixture_path
 from lab.errors import WorkspaceError
 
 DEFAULT_WORK_DIR = "workspace"
+ENV_WORK_DIR = "LAB_WORK_DIR"  # overrides every WORK_DIR: where a hub or Colab keeps the student's work
+KIT_MARKERS = (".calibration-lab-kit", "lab/__init__.py")  # a kit (``make kit`` marks it) or a checkout of the lab
+COLAB_ROOT = Path("/content")  # the only folder a Colab runtime's files survive in, unless Drive is mounted
 VARIANT_FILE = "variant.json"  # the student id whose variant of the data this workspace holds (lesson 00 writes it)
+
+
+def kit_root(start: Path | None = None) -> Path | None:
+    """The kit (or checkout) folder holding ``start`` (default: the current folder): the nearest folder upward with
+    ``notebooks/`` and one of ``KIT_MARKERS``."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "notebooks").is_dir() and any((folder / m).exists() for m in KIT_MARKERS):
+            return folder
+    return None
+
+
+def in_colab() -> bool:
+    return "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
+
+
+def _from_env(work_dir: Path) -> Path | None:
+    value = os.environ.get(ENV_WORK_DIR, "").strip()
+    return Path(value).expanduser() if value else None
+
+
+def _absolute(work_dir: Path) -> Path | None:
+    return work_dir if work_dir.is_absolute() else None
+
+
+def _in_kit(work_dir: Path) -> Path | None:
+    kit = kit_root()
+    return kit / "notebooks" / work_dir if kit else None
+
+
+def _colab(work_dir: Path) -> Path | None:
+    return COLAB_ROOT / work_dir.name if in_colab() else None
+
+
+# (why, rule): the first rule that gives a folder decides where the workspace is; the current folder last
+WORK_DIR_RULES = (("LAB_WORK_DIR is set", _from_env), ("WORK_DIR is absolute", _absolute),
+                  ("inside the kit", _in_kit), ("on Colab", _colab), ("the current folder", lambda w: Path.cwd() / w))
+
+
+def resolve_work_dir(work_dir: str | Path = DEFAULT_WORK_DIR) -> Path:
+    """The absolute workspace folder ``work_dir`` names, by ``WORK_DIR_RULES``."""
+    given = Path(work_dir).expanduser()
+    for _, rule in WORK_DIR_RULES:
+        found = rule(given)
+        if found is not None:
+            return found.resolve()
+    raise AssertionError("the last rule always gives a folder")
 
 
 def make_workspace(work_dir: str | Path = DEFAULT_WORK_DIR, student: str | None = None) -> Path:
@@ -28,14 +85,17 @@ def make_workspace(work_dir: str | Path = DEFAULT_WORK_DIR, student: str | None 
     then makes the lab's data this student's variant (``lab.variant``) for the rest of the notebook. A workspace
     with no id recorded is the instructor's reference variant.
     """
-    work = Path(work_dir).expanduser().resolve()
+    work = resolve_work_dir(work_dir)
     try:
         work.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=work, prefix=".write-test-"):
             pass
+    except PermissionError:
+        raise WorkspaceError(f"WORK_DIR {str(work)!r}: permission denied; set WORK_DIR in the parameters cell (or "
+                             f"{ENV_WORK_DIR}) to a folder you own") from None
     except OSError as e:
         raise WorkspaceError(f"WORK_DIR {str(work)!r} cannot be written ({e.strerror or e}); "
-                             "set WORK_DIR in the parameters cell to a folder you own") from None
+                             f"set WORK_DIR in the parameters cell (or {ENV_WORK_DIR}) to a folder you own") from None
     if student:
         record_student(work, student)
     variant.activate(*(recorded_variant(work) or (None,)))
@@ -95,14 +155,28 @@ def source_model(work: str | Path) -> Path:
     return dst
 
 
+def umask() -> int:
+    """The process's umask (read by setting it and back: there is no getter before Python 3.13's os)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def file_mode() -> int:
+    """The mode a plain ``open`` gives a new file: 0o666 less the umask."""
+    return 0o666 & ~umask()
+
+
 def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write text to ``path`` through a temporary file and a rename, so readers never see half a file."""
+    """Write text to ``path`` through a temporary file and a rename, so readers never see half a file; the file
+    gets the umask's mode (``mkstemp`` alone would leave it 0600, unreadable to an instructor collecting it)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        os.chmod(tmp, file_mode())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

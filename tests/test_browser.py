@@ -171,6 +171,50 @@ def drag_upper_handle(page, explorer, keep: float) -> None:
     page.mouse.up()
 
 
+FOCUSED = "() => { const e = document.activeElement; return [e.tagName, e.className, e.getAttribute('aria-label'), " \
+          "e.innerText || '']; }"
+
+
+def tab_to(page, css_class: str, key: str = "Tab", most: int = 12) -> list[str]:
+    """Press ``key`` until the focused element has ``css_class``; the focused element's (tag, class, name, text)."""
+    for _ in range(most):
+        page.keyboard.press(key)
+        focused = page.evaluate(FOCUSED)
+        if css_class in focused[1].split():
+            return focused
+    raise AssertionError(f"{most} presses of {key} never reached a .{css_class}; last focus: {focused}")
+
+
+def keyboard_walk(page, explorer, stats) -> str:
+    """Lesson 01's explorer by keyboard alone (WCAG 2.1.1, 4.1.2, 4.1.3): from its first preset, Tab to the slider's
+    upper handle (named), move it down with PageDown, then Shift+Tab back to a preset and pick it with Space (its
+    pressed state exposed); the results change in a polite live region."""
+    page.wait_for_function("el => el.querySelectorAll('.noUi-handle[aria-label]').length === 2",
+                           arg=explorer.element_handle(), timeout=WIDGET_TIMEOUT_MS)
+    live = {k: stats.get_attribute(k) for k in ("role", "aria-live")}
+    assert live == {"role": "status", "aria-live": "polite"}, f"the results are not a live region: {live}"
+    explorer.locator(".cl-range-presets button").first.focus()  # where a Tab from the cell above lands
+    handle = tab_to(page, "noUi-handle-upper")
+    assert handle[2] == "highest value of the calibration range", f"the upper handle's name: {handle}"
+    before = stats.inner_text().strip()
+    for _ in range(20):
+        page.keyboard.press("PageDown")
+    page.wait_for_function("([el, old]) => el.innerText.trim() !== old", arg=[stats.element_handle(), before],
+                           timeout=WIDGET_TIMEOUT_MS)
+    moved = stats.inner_text().strip()
+    assert clipped_percent(moved) >= clipped_percent(before), f"PageDown on the top handle: {before!r} -> {moved!r}"
+    preset = tab_to(page, "widget-toggle-button", key="Shift+Tab")
+    page.keyboard.press("Space")
+    name = preset[3].strip()
+    page.wait_for_function("([el, name]) => el.innerText.trim().startsWith(name + ':')",
+                           arg=[stats.element_handle(), name], timeout=WIDGET_TIMEOUT_MS)
+    pressed = explorer.locator(".cl-range-presets button[aria-pressed='true']")
+    page.wait_for_function("el => el.querySelectorAll(\".cl-range-presets button[aria-pressed='true']\").length === 1",
+                           arg=explorer.element_handle(), timeout=WIDGET_TIMEOUT_MS)
+    assert pressed.inner_text().strip() == name, f"Space on {name!r} pressed {pressed.inner_text()!r}"
+    return f"{before!r} -> PageDown x20 -> {moved!r} -> Space on {name!r} -> {stats.inner_text().strip()!r}"
+
+
 def clipped_percent(text: str) -> float:
     found = re.search(r"clipped (\d+(?:\.\d+)?)%", text)
     assert found, f"range explorer stats {text!r} have no 'clipped N%'"
@@ -279,8 +323,11 @@ def run_without_errors(page, jupyter: JupyterServer, lab_root: Path, name: str) 
 def drive_lessons(page, errors: list[str], jupyter: JupyterServer, lab_root: Path, start_here: str, capsys) -> None:
     t0 = time.monotonic()
     # Lesson 01: run everything through the menu, then use the range explorer.
-    run_without_errors(page, jupyter, lab_root, RULER)
+    saved_ruler = run_without_errors(page, jupyter, lab_root, RULER)
     say(capsys, f"{RULER} ran all cells in {time.monotonic() - t0:.0f} s")
+    alts = page.evaluate(FIGURE_ALTS)
+    assert len(alts) >= image_outputs(saved_ruler) > 0 and all(len(a) > 40 and re.search(r"\d", a) for a in alts), \
+        f"{RULER}: figures on the page and their alt text: {alts}"
 
     explorer = page.locator(".cl-range-explorer").first
     explorer.wait_for(state="visible", timeout=WIDGET_TIMEOUT_MS)
@@ -301,6 +348,8 @@ def drive_lessons(page, errors: list[str], jupyter: JupyterServer, lab_root: Pat
         f"moving the range's top down should clip more: {before_text!r} -> {after_text!r}"
     say(capsys, f"range explorer: {before_text!r} -> {after_text!r}")
     say(capsys, f"screenshots: {before_png} {after_png}")
+    assert not widget_errors(errors), f"console errors from the lab's widgets: {widget_errors(errors)}"
+    say(capsys, "keyboard only: " + keyboard_walk(page, explorer, stats))
     assert not widget_errors(errors), f"console errors from the lab's widgets: {widget_errors(errors)}"
 
     # Lesson 00: every cell runs, and no output holds an error.
@@ -421,8 +470,12 @@ OWN_MODEL_CHECKS = {"camera_path.check_reader(": "reader ok: ",      # exercise 
                     "release.release(": "released ",                 # the release written, stamped and read back
                     "recovery.check_exclusion(": "exclusion ok: "}   # exercise 3: the node to exclude
 IMAGE_MIMES = ("image/png", "image/svg+xml", "image/jpeg")
+# JupyterLab shows lab.plots.shown's <figure> with its <img alt> and <figcaption> (in cell outputs and in the explorer)
+FIGURE_ALTS = f"""() => [...document.querySelectorAll('{PANEL} figure.lab-figure')]
+  .filter(f => f.querySelector('figcaption')).map(f => f.querySelector('img')?.getAttribute('alt') || '')"""
+# a figure is lab.plots.shown's HTML <figure> (an <img> with alt text), or a bare image output
 RENDERED_IMAGES = f"""() => [...document.querySelectorAll('{PANEL} .jp-OutputArea-output')]
-  .filter(o => /^image\\//.test(o.dataset.mimeType || ''))
+  .filter(o => /^image\\//.test(o.dataset.mimeType || '') || o.querySelector('figure.lab-figure img[alt]'))
   .map(o => {{ const img = o.querySelector('img, svg');
               return img ? (img.naturalWidth ?? img.getBoundingClientRect().width) : 0; }})"""
 
@@ -451,7 +504,8 @@ def check_outputs(notebook: dict, checks: dict[str, str], name: str) -> list[str
 
 def image_outputs(notebook: dict) -> int:
     return sum(1 for c in notebook["cells"] for o in c.get("outputs", [])
-               if any(m in o.get("data", {}) for m in IMAGE_MIMES))
+               if any(m in o.get("data", {}) for m in IMAGE_MIMES)
+               or '<figure class="lab-figure"' in "".join(o.get("data", {}).get("text/html", "")))
 
 
 @pytest.mark.timeout(600)

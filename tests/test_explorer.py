@@ -175,3 +175,17 @@ def test_round_trip_figure_shares_one_error_axis_and_names_every_ruler(pixels, p
     assert any(t.get_text() == "a note" for t in left.texts)
     assert any("narrow ruler ends" in t.get_text() for t in right.texts)
     fig.savefig(io.BytesIO(), format="png")
+
+
+def test_the_explorer_names_its_handles_exposes_its_presets_and_announces_results(pixels, presets):
+    """What ipywidgets does not say itself (WCAG 4.1.2, 4.1.3), done by the script the explorer displays: the
+    handles' names, the presets' pressed state, the stats line as a polite live region that names the range."""
+    script = explorer.accessibility_script()
+    for selector, name in explorer.ACCESSIBLE_NAMES.items():
+        assert selector in script and name in script
+    assert "aria-pressed" in script and '"aria-live": "polite"' in script and '"role": "status"' in script
+    buttons, slider, stats, _ = explorer.range_explorer(pixels, presets).children
+    assert slider.description == "calibration range"
+    assert stats.value.startswith("<code>right: range [0.000, 1.000], scale 0.003922 · clipped 0.0%")
+    slider.value = (0.0, 0.25)
+    assert stats.value.startswith("<code>your range: range [0.000, 0.250]")

@@ -580,3 +580,13 @@ def test_a_wrong_answer_in_lessons_06_08_and_09_of_the_kit_is_named(name, studen
         assert w in text, (w, text[-3000:])
     if fails:  # one line, not a traceback wall
         assert len(error.splitlines()) == 1 and "Traceback" not in error, error
+
+
+def test_the_kit_folder_is_readable_by_everyone_the_umask_allows(student_kit):
+    """A hub shares one kit: its folder has the umask's mode (0755 under 022), not mkdtemp's 0700."""
+    import os
+    import stat
+
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert stat.S_IMODE(student_kit.stat().st_mode) == 0o777 & ~mask

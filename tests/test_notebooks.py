@@ -27,6 +27,7 @@ TESTS = Path(__file__).resolve().parent
 LESSONS = run.discover()
 NAMES = [nb.name for nb in LESSONS]
 NBVAL_TIMEOUT_S = 3000
+FIGURE_WITH_ALT = re.compile(r'<figure[^>]*><img src="data:image/png;base64,[^"]+" alt="[^"]*\d[^"]{20,}"')
 
 
 def read(name: str) -> nbformat.NotebookNode:
@@ -103,14 +104,17 @@ def test_lesson_runs_headless_with_small_parameters(lesson_suite, name):
     errors = [o for c in code_cells(executed) for o in c.outputs if o.output_type == "error"]
     assert not errors
     cells = code_cells(executed)
-    as_text = [i for i, c in enumerate(cells) for o in c.outputs if "image/png" not in o.get("data", {})
-               and o.get("data", {}).get("text/plain", "").startswith("<Figure size")]
+    as_text = [i for i, c in enumerate(cells) for o in c.outputs
+               if o.get("data", {}).get("text/plain", "").startswith("<Figure size")]
     assert not as_text, f"{name}: code cells {as_text} show a figure as text instead of a picture"
+    bare = [i for i, c in enumerate(cells) for o in c.outputs if "image/png" in o.get("data", {})]
+    assert not bare, f"{name}: code cells {bare} show a picture without alt text (not through lab.plots.shown)"
     drawn = [i for i, c in enumerate(cells)
              if any(line.startswith(("lab.plots.shown(", "display(lab.plots.shown("))
                     for line in c.source.splitlines())]
-    blank = [i for i in drawn if not any("image/png" in o.get("data", {}) for o in cells[i].outputs)]
-    assert not blank, f"{name}: code cells {blank} call lab.plots.shown but show no picture"
+    blank = [i for i in drawn if not any(FIGURE_WITH_ALT.search(o.get("data", {}).get("text/html", ""))
+                                         for o in cells[i].outputs)]
+    assert not blank, f"{name}: code cells {blank} call lab.plots.shown but show no picture with alt text"
     assert not any(c.outputs for c in code_cells(read(name))
                    if not c.source.lstrip().startswith("# NBVAL_CHECK_OUTPUT")), "the source was written over"
 

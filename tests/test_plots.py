@@ -7,7 +7,7 @@ from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
-from lab import data, plots
+from lab import data, palette, plots
 
 
 def _inches(fig, ax):
@@ -56,7 +56,7 @@ def test_digit_grid_shows_each_digit_with_its_label_and_reading_red_when_wrong()
     assert [ax.get_title() for ax in fig.axes] == ["some digits", "misread", "none"]
     first, misread, _ = fig.axes
     assert [t.get_text() for t in first.texts] == [f"{split.labels[i]} → {read[i]}" for i in range(12)]
-    red = to_rgba("tab:red")
+    red = to_rgba(palette.ALERT)
     assert [to_rgba(t.get_color()) == red for t in first.texts] == [i in wrong for i in range(12)]
     assert all(to_rgba(t.get_color()) == red for t in misread.texts)
     # every digit is in its group's image, pixel for pixel, ten to a row

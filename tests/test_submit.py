@@ -122,3 +122,33 @@ def test_a_file_over_the_contracts_cap_is_refused(tmp_path):
         f.truncate(contract.MAX_FILE_BYTES + 1)  # sparse: no 32 MiB written
     with pytest.raises(SubmitError, match=r"results.json is 32 MiB; the grader takes files up to 32 MiB"):
         submit("s1", work, tmp_path / "out")
+
+
+def test_hand_in_from_a_cell_packs_the_workspace_the_lessons_used_into_the_students_folder(tmp_path, monkeypatch,
+                                                                                           capsys):
+    """``lab.hand_in()`` in a lesson: the kit's workspace (as ``WORK_DIR = "../workspace"`` resolves), the id lesson 00
+    recorded, the zip beside the lessons, and exactly what is missing."""
+    import lab
+    from lab import workspace
+
+    kit = tmp_path / "kit"
+    (kit / "notebooks").mkdir(parents=True)
+    (kit / ".calibration-lab-kit").write_text("")
+    (kit / "workspace").mkdir()
+    workspace.record_student(kit / "workspace", "s-042")  # lesson 00, before any lesson writes
+    work = kit / "workspace"
+    for rel in contract.files("required"):
+        (work / rel).write_text(f"content of {rel}\n")
+    (work / "right.onnx").unlink()
+    monkeypatch.delenv(workspace.ENV_WORK_DIR, raising=False)
+    monkeypatch.chdir(kit / "notebooks")
+    path = lab.hand_in()
+    assert path == kit.resolve() / "s-042.zip" and path.is_file()
+    out = capsys.readouterr().out
+    assert out.startswith(f"wrote {path} (") and f"from {work.resolve()}" in out
+    assert "  lesson 03: right.onnx\n" in out
+    with zipfile.ZipFile(path) as zf:
+        assert json.loads(zf.read("submission.json"))["variant"] == "s-042"
+    monkeypatch.setenv(workspace.ENV_WORK_DIR, str(tmp_path / "elsewhere"))
+    with pytest.raises(SubmitError, match="no student id"):
+        lab.hand_in()

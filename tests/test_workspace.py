@@ -55,3 +55,64 @@ def test_missing_reader_points_to_lesson_02(tmp_path):
     (tmp_path / "calibration_reader.py").write_text("X = 1\n")
     with pytest.raises(WorkspaceError, match="no class DigitReader"):
         workspace.student_reader(tmp_path)
+
+
+# --- where the workspace is, and the modes of what it holds ------------------------------------------
+
+@pytest.fixture
+def kit(tmp_path, monkeypatch):
+    """A kit as ``make kit`` writes it (notebooks/ and its marker), with no LAB_WORK_DIR and not on Colab."""
+    root = tmp_path / "kit"
+    (root / "notebooks" / "sub").mkdir(parents=True)
+    (root / ".calibration-lab-kit").write_text("")
+    monkeypatch.delenv(workspace.ENV_WORK_DIR, raising=False)
+    monkeypatch.delenv("COLAB_RELEASE_TAG", raising=False)
+    return root
+
+
+@pytest.mark.parametrize("start", [".", "notebooks", "notebooks/sub"])
+def test_a_relative_work_dir_is_read_against_the_kits_notebooks_wherever_the_kernel_starts(kit, monkeypatch, start):
+    monkeypatch.chdir(kit / start)
+    assert workspace.kit_root() == kit.resolve()
+    assert workspace.resolve_work_dir("../workspace") == (kit / "workspace").resolve()
+
+
+def test_lab_work_dir_wins_and_an_absolute_work_dir_stays(kit, monkeypatch, tmp_path):
+    monkeypatch.chdir(kit / "notebooks")
+    assert workspace.resolve_work_dir(tmp_path / "mine") == tmp_path / "mine"
+    monkeypatch.setenv(workspace.ENV_WORK_DIR, str(tmp_path / "hub" / "workspace"))
+    assert workspace.resolve_work_dir("../workspace") == tmp_path / "hub" / "workspace"
+    assert workspace.make_workspace("../workspace") == tmp_path / "hub" / "workspace"
+
+
+def test_outside_a_kit_colab_keeps_the_workspace_under_content(tmp_path, monkeypatch):
+    monkeypatch.delenv(workspace.ENV_WORK_DIR, raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("COLAB_RELEASE_TAG", raising=False)
+    assert workspace.resolve_work_dir("../workspace") == (tmp_path / "../workspace").resolve()
+    monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab-test")
+    assert workspace.resolve_work_dir("../workspace") == workspace.COLAB_ROOT / "workspace"
+
+
+@pytest.mark.parametrize("mask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_files_get_the_umasks_mode(tmp_path, mask, mode):
+    import os
+    import stat
+
+    old = os.umask(mask)
+    try:
+        path = workspace.atomic_write_text(tmp_path / "report.json", "{}\n")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == mode
+
+
+def test_a_folder_without_write_permission_says_permission_denied(tmp_path):
+    import os
+
+    if os.geteuid() == 0:
+        pytest.skip("root writes everywhere: no permission to deny")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    with pytest.raises(WorkspaceError, match="permission denied"):
+        workspace.make_workspace(locked / "workspace")

@@ -8,19 +8,21 @@ The module of ``notebooks/01_the_ruler.ipynb``.
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from html import escape
 from pathlib import Path
 
 import numpy as np
 
-from lab import data, predictions
+from lab import data, palette, predictions
 from lab.graph import tensor_values
 from lab.ruler import dequantize, qrange, quantize, representable_range, ruler_stats
 
-# the same colours as lessons 03-05's figures (lab.plots.COLORS), so narrow, right and wide look alike everywhere
-PRESET_COLORS = {"narrow": "tab:orange", "right": "tab:green", "wide": "tab:blue"}
-OTHER_COLOR = "tab:purple"  # a range the student dragged to
-CLIP_COLOR = "tab:red"
+# the same colours and line styles as lessons 03-05's figures (lab.palette), so narrow, right and wide look alike
+PRESET_COLORS = {k: palette.COLORS[k] for k in ("narrow", "right", "wide")}
+OTHER_COLOR = palette.CYCLE[3]  # a range the student dragged to
+CLIP_COLOR = palette.ALERT
 
 
 def explore(values: np.ndarray, rmin: float, rmax: float, dtype: str = "int8") -> dict:
@@ -95,9 +97,12 @@ def draw(values: np.ndarray, ranges: dict[str, tuple[float, float]], dtype: str 
     for ax, (name, (rmin, rmax)) in zip(axes, ranges.items()):
         s = explore(x, rmin, rmax, dtype)
         color = PRESET_COLORS.get(name, OTHER_COLOR)
+        dash = palette.LINESTYLES.get(name, "-.")
         back = dequantize(quantize(x, s["scale"], s["zero_point"], dtype), s["scale"], s["zero_point"])
-        ax.hist(x, bins=edges, histtype="stepfilled", color="0.75", label="real values")
-        ax.hist(back, bins=edges, histtype="step", linewidth=1.6, color=color, label="after the round trip")
+        ax.hist(x, bins=edges, histtype="stepfilled", facecolor="0.88", edgecolor=palette.NEUTRAL, linewidth=0.8,
+                label="real values")
+        ax.hist(back, bins=edges, histtype="step", linewidth=1.6, color=color, linestyle=dash,
+                label="after the round trip")
         plain_log_scale(ax)
         above, below = s["high"] + s["scale"] / 2, s["low"] - s["scale"] / 2
         if (x > above).any():
@@ -131,6 +136,45 @@ def slider_span(values: np.ndarray, rng: tuple[float, float]) -> float:
     return float(max(2 * float(np.max(values)), 1.02 * rng[1]))
 
 
+# What ipywidgets cannot say itself (WCAG 2.1 4.1.2, 4.1.3): the slider's handles get names, the preset buttons
+# their pressed state, and the stats line becomes a polite live region, so a screen reader hears each new result.
+# Applied by a script the explorer displays once, which follows the widget as it renders and changes.
+ACCESSIBLE_NAMES = {".cl-range-slider .noUi-handle-lower": "lowest value of the calibration range",
+                    ".cl-range-slider .noUi-handle-upper": "highest value of the calibration range"}
+LIVE_REGION = {"role": "status", "aria-live": "polite", "aria-atomic": "true"}
+
+
+def accessibility_script(names: Mapping[str, str] = ACCESSIBLE_NAMES, live: Mapping[str, str] = LIVE_REGION) -> str:
+    """JavaScript that names the explorer's slider handles, exposes its presets' pressed state and makes its stats
+    line a live region, on every explorer on the page, now and whenever one renders or changes."""
+    return f"""(() => {{
+  const names = {json.dumps(dict(names))}, live = {json.dumps(dict(live))};
+  const apply = () => document.querySelectorAll('.cl-range-explorer').forEach(root => {{
+    for (const [sel, name] of Object.entries(names))
+      root.querySelectorAll(sel).forEach(h => h.getAttribute('aria-label') === name
+                                              || h.setAttribute('aria-label', name));
+    root.querySelectorAll('.cl-range-presets button').forEach(b => {{
+      const on = String(b.classList.contains('mod-active'));
+      if (b.getAttribute('aria-pressed') !== on) b.setAttribute('aria-pressed', on);
+    }});
+    root.querySelectorAll('.cl-range-stats').forEach(s => {{
+      for (const [k, v] of Object.entries(live)) if (s.getAttribute(k) !== v) s.setAttribute(k, v);
+    }});
+  }});
+  if (!window.__clRangeExplorerA11y) {{
+    window.__clRangeExplorerA11y = new MutationObserver(apply);
+    window.__clRangeExplorerA11y.observe(document.body, {{subtree: true, childList: true, attributes: true,
+                                                          attributeFilter: ['class']}});
+  }}
+  apply();
+}})();"""
+
+
+def announcement(name: str, rmin: float, rmax: float, stats: dict) -> str:
+    """What the live region says after a change: which range, then its results."""
+    return f"{name}: range [{rmin:.3f}, {rmax:.3f}], scale {stats['scale']:.4g} · {stats['text']}"
+
+
 def range_explorer(values: np.ndarray, presets: dict[str, tuple[float, float]], dtype: str = "int8",
                    value_label: str = "value", start: str = "right"):
     """A widget: drag the calibration range over the values' histogram; the stats and figure follow.
@@ -138,11 +182,14 @@ def range_explorer(values: np.ndarray, presets: dict[str, tuple[float, float]], 
     Preset buttons set the range to each calibration set's; the track spans twice the largest
     value, and stretches when a preset reaches further (see ``slider_span``). CSS classes for tests and styling:
     ``cl-range-explorer`` (the whole widget), ``cl-range-slider``, ``cl-range-presets``,
-    ``cl-range-stats``.
+    ``cl-range-stats``. Operable by keyboard (Tab to a preset or a handle; Space picks a preset, the arrow keys
+    move a handle); ``accessibility_script`` names the handles and announces each result.
     """
     # deferred: ipywidgets and IPython take 0.7 s to import; only the interactive widget needs them
     import ipywidgets as w
-    from IPython.display import display
+    from IPython.display import Javascript, display
+
+    from lab.plots import shown  # deferred: lab.plots imports matplotlib, as draw() does
 
     x = np.asarray(values, np.float32).ravel()
     lowest = min(float(x.min()), 0.0, *(lo for lo, _ in presets.values()))
@@ -150,10 +197,12 @@ def range_explorer(values: np.ndarray, presets: dict[str, tuple[float, float]], 
     span = slider_span(x, first)
     slider = w.FloatRangeSlider(value=first, min=lowest, max=span, step=(span - lowest) / 2000,
                                 readout_format=".3f", continuous_update=False,
-                                description="range", layout=w.Layout(width="95%"))
+                                description="calibration range", style={"description_width": "initial"},
+                                layout=w.Layout(width="95%"))
     slider.add_class("cl-range-slider")
     buttons = w.ToggleButtons(options=list(presets), value=start if start in presets else None,
-                              description="preset")
+                              description="preset", tooltips=[f"set the range to the {k} calibration set's"
+                                                              for k in presets])
     buttons.add_class("cl-range-presets")
     stats = w.HTML()
     stats.add_class("cl-range-stats")
@@ -167,9 +216,9 @@ def range_explorer(values: np.ndarray, presets: dict[str, tuple[float, float]], 
         name = buttons.value or "your range"
         with out:
             out.clear_output(wait=True)
-            display(draw(x, {name: (rmin, rmax)}, dtype, value_label=value_label))
-        # the stats line changes last: once it shows the new numbers, the figure already does
-        stats.value = f"<code>{s['text']} · scale {s['scale']:.4g}</code>"
+            display(shown(draw(x, {name: (rmin, rmax)}, dtype, value_label=value_label)))
+        # the stats line changes last: once it shows (and announces) the new numbers, the figure already does
+        stats.value = f"<code>{escape(announcement(name, rmin, rmax, s))}</code>"
 
     def pick(change):
         if change["new"] is None:
@@ -188,6 +237,7 @@ def range_explorer(values: np.ndarray, presets: dict[str, tuple[float, float]], 
     update()
     box = w.VBox([buttons, slider, stats, out])
     box.add_class("cl-range-explorer")
+    display(Javascript(accessibility_script()))
     return box
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lab import convert, data, graph, predictions, ruler, tables
+from lab import convert, data, graph, palette, predictions, ruler, tables
 from lab.compare import scorecard
 from lab.convert import quantize
 from lab.data import Split, data_sha256, file_sha256
@@ -287,14 +287,14 @@ def growth_figure(rows: Sequence[Mapping], deployed_range: float = 1.0):
     a matplotlib Figure, with margins fixed in inches (``lab.plots.fixed_margins``): cheaper to draw."""
     from matplotlib.figure import Figure  # deferred: 0.6 s to import (python -X importtime); the grader draws nothing
 
-    from lab.plots import COLORS, fixed_margins  # deferred: lab.plots imports matplotlib
+    from lab.plots import fixed_margins  # deferred: lab.plots imports matplotlib
     fig = Figure(figsize=(11, 4.2))
     ax_range, ax_err = fig.subplots(1, 2)
     kinds = list(dict.fromkeys(r["kind"] for r in rows))
     for i, kind in enumerate(kinds):
         mine = sorted((r for r in rows if r["kind"] == kind), key=lambda r: r["batches"])
         n = [r["batches"] for r in mine]
-        style = dict(marker="o", ms=5, lw=1.5, color=COLORS.get(kind, f"C{i}"), label=f"{kind} data")
+        style = dict(palette.style(kind, i), ms=5, lw=1.5, label=f"{kind} data")
         ax_range.plot(n, [r["range_seen"] for r in mine], **style)
         ax_err.plot(n, [r["max_abs_error"] for r in mine], **style)
     ax_range.axhline(deployed_range, color="grey", ls="--", lw=1)

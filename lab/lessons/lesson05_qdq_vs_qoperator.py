@@ -15,7 +15,7 @@ from typing import cast
 
 import numpy as np
 
-from lab import compare, convert, data, graph, predictions, tables
+from lab import compare, convert, data, graph, palette, predictions, tables
 from lab.data import BATCH_SIZE, Split, file_sha256
 from lab.exercise import SETTINGS, ExerciseCheckFailed
 from lab.lessons.lesson03_narrow_right_wide import graph_settings_problem, settings_problem
@@ -247,16 +247,16 @@ def difference_histogram(a: np.ndarray, b: np.ndarray, step: float, names: tuple
     reach = max(float(np.abs(d).max()), 3 * step)
     counts, edges = np.histogram(d, bins=np.linspace(-reach, reach, 81))
     filled = counts > 0
-    ax.bar(edges[:-1][filled], counts[filled], width=np.diff(edges)[filled], align="edge", color="tab:gray",
+    ax.bar(edges[:-1][filled], counts[filled], width=np.diff(edges)[filled], align="edge", color=palette.NEUTRAL,
            edgecolor="white")
     plain_log_scale(ax)
     for s in (-step, step):
-        ax.axvline(s, color="tab:red", ls=":", lw=1.2)
+        ax.axvline(s, color=palette.ALERT, ls=":", lw=1.2)
     for s in (-2 * step, 2 * step):
-        ax.axvline(s, color="tab:red", ls="--", lw=1)
-    ax.text(step, 0.97, f"  one output step ({step:.4f})", fontsize=8, color="tab:red", ha="left", va="top",
+        ax.axvline(s, color=palette.ALERT, ls="--", lw=1)
+    ax.text(step, 0.97, f"  one output step ({step:.4f})", fontsize=8, color=palette.ALERT, ha="left", va="top",
             transform=ax.get_xaxis_transform())
-    ax.text(2 * step, 0.88, "  two steps: the grids alone", fontsize=8, color="tab:red", ha="left", va="top",
+    ax.text(2 * step, 0.88, "  two steps: the grids alone", fontsize=8, color=palette.ALERT, ha="left", va="top",
             transform=ax.get_xaxis_transform())
     ax.set_title(f"{names[1]} - {names[0]}, every output probability ({d.size} elements)", y=1.0)
     ax.set_xlabel("difference in probability")

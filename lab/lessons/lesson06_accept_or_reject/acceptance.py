@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lab import compare, convert, data, graph, ruler, schemas, tables
+from lab import alt_text, compare, convert, data, graph, palette, ruler, schemas, tables
 from lab.data import EPSILON, N_CLASSES, file_sha256
 from lab.errors import LabError
 from lab.workspace import atomic_write_text
@@ -208,9 +208,23 @@ def confusion_figure(confusions: Mapping[str, Sequence[Sequence[int]]]):
                 if c[a, p]:
                     # clip_on: a count inside its cell is left out when the figure's tight bounding box is measured
                     ax.text(p, a, str(c[a, p]), ha="center", va="center", fontsize=7, clip_on=True,
-                            color="white" if c[a, p] > c.max() / 2 else ("black" if a == p else "crimson"))
+                            color="white" if c[a, p] > c.max() / 2 else ("black" if a == p else palette.ALERT))
     fig.suptitle("Confusion matrices on the evaluation set (off-diagonal in red: misreads)")
+    alt_text.attach(fig, confusion_summary(confusions), alone=True)
     return fixed_margins(fig, left=0.6, right=0.15, bottom=0.55, top=0.65, wgap=0.7)
+
+
+def confusion_summary(confusions: Mapping[str, Sequence[Sequence[int]]], most: int = 10) -> str:
+    """The confusion matrices in words: per model its accuracy, each digit read right, and its largest misreads."""
+    out = []
+    for name, conf in confusions.items():
+        c = np.array(conf)
+        right = ", ".join(f"{d}: {c[d, d]} of {c[d].sum()}" for d in range(len(c)))
+        wrong = top_confusions(c.tolist(), most)
+        misreads = "; ".join(f"actual {a} read as {p} {n} times" for a, p, n in wrong) or "none"
+        out.append(f"{name}: accuracy {np.trace(c) / max(1, c.sum()):.3f}, {np.trace(c)} of {c.sum()} digits read "
+                   f"right. Read right per actual digit: {right}. Largest misreads: {misreads}.")
+    return "Rows are the actual digit, columns the predicted one. " + " ".join(out)
 
 
 # --- regression.json ---------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from lab import compare, convert, graph, kernels, predictions, tables
+from lab import compare, convert, graph, kernels, palette, predictions, tables
 from lab.errors import LabError
 
 ACTIVATION_MAX = 255  # the largest u8 activation the U8S8 kernel multiplies
@@ -156,12 +156,13 @@ def weights_figure(models: Mapping[str, object]):
     bins = (np.arange(0, 129) - 0.5).tolist()
     for i, (name, model) in enumerate(models.items()):
         values = np.concatenate([np.abs(w.astype(np.int64)).ravel() for w in weight_matrices(model).values()])
-        ax.hist(values, bins=bins, histtype="step", lw=1.6, color=f"C{i}", label=name)
-    ax.axvspan(64.5, 127.5, color="tab:red", alpha=0.08)
-    ax.axvline(64.5, color="tab:red", ls="--", lw=1)
+        look = palette.style(name, i)
+        ax.hist(values, bins=bins, histtype="step", lw=1.6, color=look["color"], ls=look["linestyle"], label=name)
+    ax.axvspan(64.5, 127.5, color=palette.ALERT, alpha=0.08)
+    ax.axvline(64.5, color=palette.ALERT, ls="--", lw=1)
     ax.text(66, 0.97, "only with a weight out here can a pair reach |w1| + |w2| >= 129\n"
             "and pass int16 when both activations are bright",
-            fontsize=8, color="tab:red", va="top", transform=ax.get_xaxis_transform())
+            fontsize=8, color=palette.ALERT, va="top", transform=ax.get_xaxis_transform())
     plain_log_scale(ax)
     ax.set_xlabel("|quantized weight|")
     ax.set_ylabel("weights (log scale)")

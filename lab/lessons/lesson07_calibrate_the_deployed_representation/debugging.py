@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from onnxruntime.quantization import qdq_loss_debug as qd
 
-from lab import compare, kernels
+from lab import compare, kernels, palette
 from lab.errors import LabError
 from lab.graph import load, output_scale
 from lab.lessons.lesson07_calibrate_the_deployed_representation.scenario_checks import computed_on
@@ -151,10 +151,10 @@ def sqnr_figure(runs: Mapping[str, Sequence[LayerSQNR]], title: str = "Where the
     from lab.plots import fixed_margins  # deferred: lab.plots imports matplotlib, as above
 
     fig, ax = plt.subplots(figsize=(8, 4))
-    for name, rows in runs.items():
-        ax.plot([r.tensor for r in rows], [r.vs_fp32 for r in rows], marker="o", label=name)
-    ax.axhline(20, color="grey", linestyle=":", linewidth=1)
-    ax.text(0, 21, "20 dB: error 10 % of the signal", color="grey", fontsize=8)
+    for i, (name, rows) in enumerate(runs.items()):
+        ax.plot([r.tensor for r in rows], [r.vs_fp32 for r in rows], **palette.style(name, i), label=name)
+    ax.axhline(20, color=palette.NEUTRAL, linestyle=":", linewidth=1)
+    ax.text(0, 21, "20 dB: error 10 % of the signal", color=palette.NEUTRAL, fontsize=8)
     ax.set_xlabel("tensor, in graph order (input first)")
     ax.set_ylabel("SQNR vs FP32 (dB)")
     ax.set_title(title, y=1.0)

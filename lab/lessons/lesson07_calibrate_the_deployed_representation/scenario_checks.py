@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from lab import evidence, kernels, predictions, tables
+from lab import evidence, kernels, palette, predictions, tables
 from lab.compare import predict
 from lab.data import EPSILON
 from lab.errors import LabError
@@ -277,6 +277,12 @@ def format_before_after(before: Sequence[ScenarioResult], after: Sequence[Scenar
     return "\n".join(lines + [margins] + _footnote(before)[1:])
 
 
+def _bar_look(j: int) -> dict:
+    """The j-th INT8 run's bars (1 on): a colour and a hatch, so runs are told apart without colour too."""
+    return {"color": palette.CYCLE[(j - 1) % len(palette.CYCLE)], "hatch": palette.HATCHES[j % len(palette.HATCHES)],
+            "edgecolor": "white"}
+
+
 def scenario_figure(runs: Mapping[str, Sequence[ScenarioResult]]):
     """Per scenario: accuracy of FP32 and of each INT8 run (FP32's own limit shaded), then the INT8-vs-FP32 checks.
 
@@ -300,9 +306,9 @@ def scenario_figure(runs: Mapping[str, Sequence[ScenarioResult]]):
         if not r.judged:
             acc.axvspan(i - 0.45, i + 0.45, color="0.92", zorder=0)
             acc.text(i, 1.02, "FP32 limit", ha="center", va="bottom", fontsize=8, color="0.35")
-    acc.bar(x - 0.4 + width / 2, [r.fp32_accuracy for r in first], width, color="0.55", label="FP32")
+    acc.bar(x - 0.4 + width / 2, [r.fp32_accuracy for r in first], width, color=palette.NEUTRAL, label="FP32")
     for j, (label, rows) in enumerate(runs.items(), start=1):
-        acc.bar(x - 0.4 + width * (j + 0.5), [r.int8_accuracy for r in rows], width, color=f"C{j - 1}",
+        acc.bar(x - 0.4 + width * (j + 0.5), [r.int8_accuracy for r in rows], width, **_bar_look(j),
                 label=f"INT8, {label}")
     acc.axhline(FLOOR, color="k", ls=":", lw=1)
     acc.text(len(names) - 0.5, FLOOR, f" floor {FLOOR}", va="center", ha="left", fontsize=8)
@@ -316,8 +322,8 @@ def scenario_figure(runs: Mapping[str, Sequence[ScenarioResult]]):
     width = 0.8 / len(runs)
     for j, (label, rows) in enumerate(runs.items()):
         pos = x - 0.4 + width * (j + 0.5)
-        axes[0].bar(pos, [r.defects for r in rows], width, color=f"C{j}", label=f"INT8, {label}")
-        axes[1].bar(pos, [r.max_abs_error for r in rows], width, color=f"C{j}", label=f"INT8, {label}")
+        axes[0].bar(pos, [r.defects for r in rows], width, **_bar_look(j + 1), label=f"INT8, {label}")
+        axes[1].bar(pos, [r.max_abs_error for r in rows], width, **_bar_look(j + 1), label=f"INT8, {label}")
     tolerated = tolerated_defects(first[0].count)
     axes[0].axhline(tolerated, color="k", ls=":", lw=1)
     axes[0].text(len(names) - 0.5, tolerated, f" {tolerated} tolerated", va="center", ha="left", fontsize=8)

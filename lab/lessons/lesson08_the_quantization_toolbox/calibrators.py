@@ -30,7 +30,7 @@ from onnxruntime.quantization.calibrate import (
 from onnxruntime.quantization.calibrate import entropy as ort_entropy
 from onnxruntime.quantization.quant_utils import smooth_distribution
 
-from lab import data, graph
+from lab import data, graph, palette
 from lab.convert import QuantRecord, quantize
 from lab.data import BATCH_SIZE, file_sha256
 from lab.measure import Evaluation, input_interval, measure
@@ -594,13 +594,14 @@ def plot_ranges(values: dict[str, np.ndarray], ranges: dict[str, dict[str, tuple
     styles = ["-", "--", "-.", ":", (0, (5, 1)), (0, (1, 1))]
     for ax, tensor in zip(axes, tensors):
         v = np.asarray(values[tensor]).ravel()
-        ax.hist(v, bins=120, color="lightsteelblue", log=True, histtype="stepfilled")
+        ax.hist(v, bins=120, facecolor="0.88", edgecolor=palette.NEUTRAL, linewidth=0.8, log=True,
+                histtype="stepfilled")
         ax.yaxis.set_minor_locator(NullLocator())
         ax.yaxis.set_major_formatter(StrMethodFormatter("{x:g}"))
         for i, (label, r) in enumerate(ranges.items()):
             if tensor in r:
                 lo, hi = r[tensor]
-                color = f"C{i}"
+                color = palette.CYCLE[i % len(palette.CYCLE)]
                 ax.axvline(hi, color=color, ls=styles[i % len(styles)], lw=1.6, label=f"{label}: [{lo:.3g}, {hi:.3g}]")
                 if lo < 0:
                     ax.axvline(lo, color=color, ls=styles[i % len(styles)], lw=1.6)

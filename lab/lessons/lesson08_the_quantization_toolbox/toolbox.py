@@ -23,7 +23,7 @@ from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, 
 from onnxruntime.quantization import qdq_loss_debug as dbg
 from onnxruntime.quantization import quantize as ort_quantize
 
-from lab import compare, graph, kernels
+from lab import compare, graph, kernels, palette
 from lab.convert import QuantRecord, quantize, quantize_dynamic_model
 from lab.data import BATCH_SIZE, EPSILON, data_sha256, file_sha256
 from lab.lessons.lesson08_the_quantization_toolbox import calibrators
@@ -428,9 +428,10 @@ def plot_sample_counts(rows: list[dict], title: str = "Max abs error against the
     from matplotlib.ticker import NullLocator  # deferred: with pyplot, above
 
     fig, ax = plt.subplots(figsize=(7, 3.6))
-    ax.scatter([r["n"] for r in rows], [r["max_abs_error"] for r in rows], s=18, alpha=0.7, label="one random draw")
+    ax.scatter([r["n"] for r in rows], [r["max_abs_error"] for r in rows], s=18, alpha=0.8,
+               color=palette.CYCLE[0], label="one random draw")
     full = max(rows, key=lambda r: r["n"])
-    ax.axhline(full["max_abs_error"], color="gray", ls="--", lw=1, label=f"all {full['n']} images")
+    ax.axhline(full["max_abs_error"], color=palette.NEUTRAL, ls="--", lw=1, label=f"all {full['n']} images")
     ax.set_xscale("log")
     counts = sorted({r["n"] for r in rows})
     ax.set_xticks(counts, [str(n) for n in counts])
