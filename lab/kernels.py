@@ -651,6 +651,11 @@ def _dequantize(run, node, ins):
 
 def _matmul(run, node, ins):
     written = [run.dq_source(i, deployed=False) for i in node.input]
+    if written[0] is not None and np.asarray(written[0][0]).dtype.itemsize > 1:
+        # at opset 21 ORT 1.32 runs DequantizeLinear(8-bit weight) -> MatMul as MatMulNBits, which brings 16-bit
+        # activations back to 8 bits inside the kernel (accuracy level 4): a kernel this module does not emulate
+        raise EmulationError(f"{node.name or 'MatMul'}: a MatMul on 16-bit activations may run as ORT's MatMulNBits, "
+                             "which this emulation does not cover")
     if all(s is not None for s in written) and np.asarray(written[1][0]).dtype == np.int8:
         # DequantizeLinear -> MatMul with a float output runs as MatMulIntegerToFloat
         (a, sa, za), (b, sb, zb) = [run.dq_source(i) for i in node.input]

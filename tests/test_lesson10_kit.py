@@ -34,7 +34,7 @@ CASES = {
          "beyond noise on both families")),
     "10 exclusion: an op type, not a node": Wrong(
         LESSON, "l10-r08", lambda s: 'EXCLUDE = "Conv"', "l10-r09",
-        ("ExclusionRefused", "EXCLUDE is 'Conv': not a node of the model", "the ranking's first column")),
+        ("ExclusionRefused", "EXCLUDE is 'Conv': not a node the ablation left in float", "the ranking's first column")),
 }
 
 

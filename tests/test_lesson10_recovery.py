@@ -79,9 +79,9 @@ def test_the_ablation_ranks_the_first_conv_worst_and_the_check_accepts_it(worked
 
 @pytest.mark.parametrize("answer, words", [
     ("conv2", ("EXCLUDE = 'conv2'", "noise is not a ranking", "beyond noise on both families")),
-    ("Conv", ("EXCLUDE is 'Conv': not a node of the model",)),
-    (None, ("EXCLUDE is None: not a node of the model",)),
-    ("softmax", ("EXCLUDE = 'softmax'", "noise is not a ranking")),
+    ("Conv", ("EXCLUDE is 'Conv': not a node the ablation left in float",)),
+    (None, ("EXCLUDE is None: not a node the ablation left in float",)),
+    ("softmax", ("EXCLUDE is 'softmax': not a node the ablation left in float",)),
 ])
 def test_the_exclusion_check_refuses_a_node_that_is_not_the_worst_beyond_noise(worked, answer, words):
     with pytest.raises(recovery.ExclusionRefused) as caught:

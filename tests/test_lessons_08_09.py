@@ -95,9 +95,10 @@ TABLE = [{"method": "MinMax", "options": {}, "input_range": [0.0, 12.5], "max_ab
 
 
 @pytest.mark.parametrize("options, justification, words", [
-    ({"CalibPercentile": 0.999}, "0.9949", 'OPTIONS["CalibPercentile"] is 0.999: a percentage, not a fraction (99.9'),
-    ({"CalibPercentile": 250}, "0.9949", "expected a percentage in (0, 100]"),
-    ({"CalibPercentile": "99.9"}, "0.9949", "expected a percentage in (0, 100]"),
+    ({"CalibPercentile": 0.999}, "0.9949", 'is 0.999: a percentage, not a fraction (99.9, not 0.999;'),
+    ({"CalibPercentile": 250}, "0.9949", "expected a percentage in (1, 100]"),
+    ({"CalibPercentile": "99.9"}, "0.9949", "expected a percentage in (1, 100]"),
+    ({"CalibPercentile": 1}, "0.9949", "a percentage, not a fraction (100, not 1;"),
     ({"CalibPercentile": 99.9}, "99.9 cuts what lies above it", "cites no number of your outlier table (99.9)"),
     ({"CalibPercentile": 99.9}, "the ruler ends at 0.93 and the error is 0.12", "(0.93, 0.12)"),
 ])

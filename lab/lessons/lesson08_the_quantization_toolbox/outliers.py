@@ -67,13 +67,15 @@ def check_input(method, options, justification, table: list[dict] | None = None)
         raise OutlierChoiceError(f"OPTIONS has {unknown}; expected keys among {sorted(CALIBRATOR_KEYS)}")
     percentile = options.get("CalibPercentile")
     if percentile is not None and (isinstance(percentile, bool) or not isinstance(percentile, (int, float))
-                                   or not 0 < percentile <= 100):
-        raise OutlierChoiceError(f"OPTIONS[\"CalibPercentile\"] is {percentile!r}; expected a percentage in (0, 100], "
-                                 "e.g. 99.9 keeps the values below the 99.9th percentile")
-    if percentile is not None and percentile <= 1:
-        raise OutlierChoiceError(f"OPTIONS[\"CalibPercentile\"] is {percentile!r}: a percentage, not a fraction "
-                                 f"({percentile * 100:g} keeps the values below the {percentile * 100:g}th percentile; "
-                                 f"{percentile!r} keeps almost none)")
+                                   or not 1 < percentile <= 100):
+        fraction = isinstance(percentile, (int, float)) and not isinstance(percentile, bool) and 0 < percentile <= 1
+        raise OutlierChoiceError(
+            f"OPTIONS[\"CalibPercentile\"] is {percentile!r}: " + (
+                f"a percentage, not a fraction ({percentile * 100:g}, not {percentile!r}; ORT would read "
+                f"{percentile!r} as the {percentile!r}th percentile and cut nearly every value)" if fraction else
+                "expected a percentage in (1, 100] (ORT takes 0 to 100; 1 and below read as a fraction here)")
+            + ". With symmetric ranges (the default) 99.9 cuts the top 0.1 % of |values|; with asymmetric ones, "
+              "half of that from each tail")
     if not isinstance(justification, str) or not any(ch.isdigit() for ch in justification):
         raise OutlierChoiceError("JUSTIFICATION must say why, citing numbers from the outlier table")
     measured_ = [{k: r.get(k) for k in MEASURED} for r in table or []]

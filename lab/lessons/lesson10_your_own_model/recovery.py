@@ -7,8 +7,8 @@ question, answered at its end) and works a practitioner's steps, each measured o
 2. ``split``: the QDQ file as fake-quant (ORT's ``session.disable_quant_qdq`` = "1": no QDQ fusion, float ops
    between QuantizeLinear and DequantizeLinear, the same on every family) against FP32 (the rulers' error) and
    against each family's fused run (the kernels' error);
-3. ``ablate``: every node left out of quantization once (``nodes_to_exclude``), ranked by the frames that
-   leaving it in float recovers, pair by pair (``lab.evidence``);
+3. ``ablate``: every node with weights left out of quantization once (``nodes_to_exclude``), ranked by the
+   frames that leaving it in float recovers, pair by pair (``lab.evidence``);
 4. ``excluded``: the worst node excluded, with its evidence (the exercise: ``check_exclusion``);
 5. ``sixteen_bit``: 16-bit activations (QDQ, ``activation_type=QUInt16``, 8-bit weights).
 
@@ -38,8 +38,13 @@ FORM = {"quant_format": "QDQ", "per_channel": True, "reduce_range": True}
 FOLDER = "recovery"
 HANDED = "handed-in.onnx"
 ABLATION_FRAMES = 200
-"""The ablation measures each model on the first this many evaluation frames: ten conversions, each run on both
-families (the other by emulation), is most of the section's time."""
+"""The ablation measures each model on the first this many evaluation frames: its conversions, each run on both
+families (the other by emulation), are most of the section's time."""
+WEIGHTED = ("Conv", "Gemm", "MatMul")
+"""The ops the ablation leaves in float one at a time: those with weights. Excluding a node without weights (a pool,
+a Relu, Flatten) keeps the QuantizeLinear / DequantizeLinear pairs its quantized neighbours put on the tensors it
+shares with them, so its conversion changes nothing, or only widens a neighbour's output ruler (measured on this
+CNN: the pools, the global average pool and Flatten gave outputs identical to the handed-in model's)."""
 SIXTEEN = "activations-u16.onnx"
 
 
@@ -176,16 +181,17 @@ def split_sentence(s: Mapping) -> str:
 # --- step 3: ablation, one node left in float at a time -----------------------------------------------------------
 
 def nodes(graph_in) -> list[tuple[str, str]]:
-    """(name, op type) of every node of the graph the converter quantizes, in graph order."""
-    return [(n.name, n.op_type) for n in onnx.load(str(graph_in)).graph.node]
+    """(name, op type) of every node with weights (``WEIGHTED``) of the graph the converter quantizes, in graph
+    order."""
+    return [(n.name, n.op_type) for n in onnx.load(str(graph_in)).graph.node if n.op_type in WEIGHTED]
 
 
 def ablate(source, pre, model, reader_cls, x: np.ndarray, labels: np.ndarray, out_dir: str | Path) -> list[dict]:
-    """Quantize all but one node, for every node of ``pre``; on the first ``ABLATION_FRAMES`` of ``x``, per family
-    the accuracy, the max abs error against FP32, the frames leaving it in float fixes and breaks against ``model``
-    (exact test) and the mean per-frame max abs error's change (bootstrap interval). Ranked: the most frames
-    recovered on the family that recovers fewest first. Each row keeps its answers and the ``labels`` they are
-    judged on."""
+    """Quantize all but one node, for every node with weights of ``pre`` (``nodes``); on the first
+    ``ABLATION_FRAMES`` of ``x``, per family the accuracy, the max abs error against FP32, the frames leaving it in
+    float fixes and breaks against ``model`` (exact test) and the mean per-frame max abs error's change (bootstrap
+    interval). Ranked: the most frames recovered on the family that recovers fewest first. Each row keeps its answers
+    and the ``labels`` they are judged on."""
     out_dir = Path(out_dir)
     x, labels = np.asarray(x)[:ABLATION_FRAMES], np.asarray(labels)[:ABLATION_FRAMES]
     fp32 = answers(source, x, kernels.EXACT)
@@ -253,8 +259,8 @@ def check_exclusion(node: object, ranking: Sequence[Mapping]) -> str:
     and not be beaten beyond noise by the top of the ranking. ``ExclusionRefused`` names the mistake."""
     names = [r["node"] for r in ranking]
     if not isinstance(node, str) or node not in names:
-        raise ExclusionRefused(f"EXCLUDE is {node!r}: not a node of the model. The ablation's nodes are {names}: "
-                               "pick one by its name in the ranking's first column")
+        raise ExclusionRefused(f"EXCLUDE is {node!r}: not a node the ablation left in float. Its nodes are "
+                               f"{names}: pick one by its name in the ranking's first column")
     row = ranking[names.index(node)]
     for f in kernels.FAMILIES:
         ev = row[f]["against_handed"]
@@ -308,8 +314,9 @@ def exclusion_sentence(node: str, e: Mapping) -> str:
     b = e["bytes"]
     size = ("grows" if b["without"] > b["handed"] else "shrinks" if b["without"] < b["handed"] else "keeps its size")
     return (f"**Your run.** With `{node}` in float: " + "; ".join(parts)
-            + f". The file {size}: {b['handed']:,} -> {b['without']:,} bytes (that node's weights stay float32, and "
-            "its QuantizeLinear / DequantizeLinear pairs and scales go).")
+            + f". The file {size}: {b['handed']:,} -> {b['without']:,} bytes (that node's weights stay float32, with "
+            "no DequantizeLinear; a QuantizeLinear / DequantizeLinear pair on a tensor it shares with a quantized "
+            "node stays, and only the pairs no quantized node needs go).")
 
 
 # --- step 5: 16-bit activations ----------------------------------------------------------------------------------
