@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 KERNEL := calibration-lab
 PORT   ?= 8888
 
-.PHONY: setup system lab test jupyter bench fixtures kit clean
+.PHONY: setup system lab test test-fast jupyter bench fixtures kit clean
 
 setup: system $(STAMP)
 
@@ -48,6 +48,11 @@ lab: setup
 
 test: setup
 	$(PY) -m pytest
+
+# The inner loop: unit tests of lab and grader, schemas, layout and lint; no lesson run, no whole hand-in graded
+# (tests/conftest.py's WHOLE_RUNS and the slow marker), a few minutes on two workers.
+test-fast: setup
+	$(PY) -m pytest -m "not slow and not browser"
 
 jupyter: setup
 	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(PORT) --no-browser $(if $(filter 0,$(shell id -u)),--allow-root) \

@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 from grader import gradescope, preflight, sandbox
+from grader.private import write_private
 from grader.report import write_report
 from grader.roster import RosterError
 from grader.sandbox import Limits
-from lab.workspace import atomic_write_text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
             return preflight.EXIT_REFUSED
         if preflight.secret_note() and args.command != "gradescope":  # the bundle says so in its own words
             print(preflight.secret_note(), file=sys.stderr)
+        if preflight.secret_exposed():
+            print(preflight.secret_exposed(), file=sys.stderr)
     if args.command in ("gradescope", "report"):
         return _tool(args)
     if args.command == "export":
@@ -126,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(result.to_markdown())
         if args.gradescope:
-            Path(args.gradescope).write_text(json.dumps(result.to_gradescope(), indent=2))
+            write_private(args.gradescope, json.dumps(result.to_gradescope(), indent=2))
         where = "feedback printed above (--out DIR also writes it to a file)"
         if args.out:
             where = "feedback: " + str(_write_one(Path(args.out), result, isolation))
@@ -163,11 +165,9 @@ def _write_one(out: Path, result, isolation: str) -> Path:
     """One grade's feedback and result under ``out``, named by the student id as a batch names them."""
     (out / "feedback").mkdir(parents=True, exist_ok=True)
     (out / "results").mkdir(parents=True, exist_ok=True)
-    (out / "results" / f"{result.student}.json").write_text(
-        json.dumps(dict(result.to_dict(), isolation=isolation), indent=2, allow_nan=False) + "\n")
-    feedback = out / "feedback" / f"{result.student}.md"
-    feedback.write_text(result.to_markdown())
-    return feedback
+    write_private(out / "results" / f"{result.student}.json",
+                  json.dumps(dict(result.to_dict(), isolation=isolation), indent=2, allow_nan=False) + "\n")
+    return write_private(out / "feedback" / f"{result.student}.md", result.to_markdown())
 
 
 def _tool(args) -> int:
@@ -246,7 +246,7 @@ def _adjust(args) -> int:
     write_gradebook(out, list(book), book, extras)
     feedback = out / "feedback" / f"{args.student}.md"
     if feedback.is_file():
-        atomic_write_text(feedback, adjustments.in_feedback(feedback.read_text(encoding="utf-8"),
+        write_private(feedback, adjustments.in_feedback(feedback.read_text(encoding="utf-8"),
                                                             every.get(args.student)))
     course.like_folder(out, [out / adjustments.FILE, out / "gradebook.csv", feedback])
     a = every.get(args.student)

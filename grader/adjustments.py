@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.workspace import atomic_write_text
+from grader.private import write_private
 
 FILE = "adjustments.csv"
 HEADER = ("student", "points", "comment")
@@ -69,7 +69,7 @@ def record(out: str | Path, student: str, points: float, comment: str) -> dict[s
     w.writerow(HEADER)
     for s, a in sorted(adjustments.items()):
         w.writerow([s, f"{a.points:g}", a.comment])
-    atomic_write_text(Path(out) / FILE, buf.getvalue())
+    write_private(Path(out) / FILE, buf.getvalue())
     return adjustments
 
 

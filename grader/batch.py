@@ -40,6 +40,7 @@ from grader.core import grade, possible_points
 from grader.course import DEFAULT, Course
 from grader.items import handin_record
 from grader.lms_downloads import Collected, HandIn, collect, handed_in_at
+from grader.private import write_private
 from grader.report import write_report
 from grader.results import PENDING, GradeResult
 from grader.roster import read_roster
@@ -48,7 +49,6 @@ from grader.sandbox import Limits, Policy
 from grader.submission import sha256_of_input, student_from_path
 from grader.version import __version__
 from lab import variant
-from lab.workspace import atomic_write_text
 
 
 def find_submissions(folder: Path, out: Path | None = None) -> list[Path]:
@@ -141,7 +141,7 @@ def _possible() -> float:
 
 
 def _atomic(path: Path, text: str) -> None:
-    atomic_write_text(path, text)
+    write_private(path, text)
 
 
 def write_result(out: Path, d: dict, adjustment: adjustments.Adjustment | None = None, late: str = "") -> None:
@@ -328,6 +328,11 @@ def batch(folder: str | Path, out: str | Path, jobs: int = 2, resume: bool = Fal
     if roster is None and any(r.get("handed_in") for r in previous.values()):
         raise SystemExit(f"{out / 'gradebook.csv'} was graded from LMS downloads with --roster: give the same --roster "
                          "again, or each download would be credited to its file name")
+    recorded = sorted({r["course"] for r in previous.values() if r.get("course")})
+    if resume and recorded and not course.sha256:
+        raise SystemExit(f"{out / 'gradebook.csv'} was graded under a course file (sha256 {recorded[0]}...): give "
+                         "--config again, or --resume would grade every hand-in again at the committed prices, "
+                         "without its late policy")
     collected = intake(find_submissions(folder, out), roster, names)
     students = [h.student for h in collected.hand_ins]
     if len(set(students)) != len(students):

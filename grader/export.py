@@ -31,8 +31,8 @@ from pathlib import Path
 from grader import adjustments
 from grader.course import like_folder
 from grader.lms_downloads import NAMINGS
+from grader.private import write_private
 from grader.roster import NEEDS, ROSTER_COLUMNS, RosterError, read_roster  # noqa: F401 - the export's public names
-from lab.workspace import atomic_write_text
 
 FORMATS = tuple(NEEDS)
 CANVAS_HEADER = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
@@ -164,7 +164,7 @@ def export(out: str | Path, roster_path: str | Path, formats: tuple[str, ...] = 
     files, by_hand = {}, []
     for fmt in formats:
         files[fmt] = dest / f"{fmt}.csv"
-        atomic_write_text(files[fmt], writers[fmt]())
+        write_private(files[fmt], writers[fmt]())
     if "canvas" in formats:
         files["canvas feedback"] = dest / CANVAS_FEEDBACK
         by_hand = canvas_feedback_zip(files["canvas feedback"], book, grades, out)

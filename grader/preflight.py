@@ -139,6 +139,16 @@ def secret_note(env: Mapping[str, str] = os.environ) -> str:
     return "instructor secret: none (--no-secret): the hidden summarize() lists are the public ones"
 
 
+def secret_exposed(env: Mapping[str, str] = os.environ) -> str:
+    """One line for stderr when the secret's file may be read by others than its owner; empty otherwise."""
+    named = env.get(SECRET_FILE_ENV)
+    if env.get(SECRET_ENV) or not named or not Path(named).is_file():
+        return ""
+    mode = Path(named).stat().st_mode & 0o777
+    return f"instructor secret: {named} is readable by others (mode {mode:o}): chmod 600 {named}" if mode & 0o077 \
+        else ""
+
+
 def problems(no_secret: bool = False, env: Mapping[str, str] = os.environ) -> list[Problem]:
     """Everything the grader needs and lacks, fixtures first (the cheapest and the likeliest)."""
     return fixture_problems() + rubric_problems() + secret_problems(env, no_secret)

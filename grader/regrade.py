@@ -22,9 +22,9 @@ from pathlib import Path
 from grader.batch import EXTRA_COLUMNS, batch, read_gradebook, write_gradebook
 from grader.course import DEFAULT
 from grader.lms_downloads import DUPLICATE, UNMATCHED
+from grader.private import write_private
 from grader.results import _part_title
 from grader.rubric import title
-from lab.workspace import atomic_write_text
 
 GRADED = ("graded", "timeout", "invalid")  # statuses whose score is a grade (pending and error are not)
 UNCLAIMED = (UNMATCHED, DUPLICATE)  # rows of files credited to no one: nothing to compare
@@ -243,11 +243,11 @@ def regrade(folder: str | Path, out: str | Path, never_lower: bool = False, **ba
     graded = [r["student"] for r in rows if r["status"] not in UNCLAIMED]
     changes = compare(before, before_book, after, graded, never_lower)
     write_gradebook_with_versions(out, students, changes)
-    atomic_write_text(here / "changes.json", json.dumps({"never_lower": never_lower,
+    write_private(here / "changes.json", json.dumps({"never_lower": never_lower,
                                                          "students": [asdict(c) for c in changes]}, indent=2))
-    atomic_write_text(here / "changes.md", class_markdown(changes, never_lower))
+    write_private(here / "changes.md", class_markdown(changes, never_lower))
     for c in changes:
         if c.moved or c.held:
-            atomic_write_text(here / "changes" / f"{c.student}.md", student_markdown(c))
+            write_private(here / "changes" / f"{c.student}.md", student_markdown(c))
     batch_kw.get("course", DEFAULT).share(out)  # the course's TA group reads the regrade's files too
     return here, changes

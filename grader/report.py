@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader import chart, report_items
+from grader.private import write_private
 from grader.results import GRADEBOOK_STATUSES, PENDING, _part_title
-from lab.workspace import atomic_write_text
 
 TOP_CHECKS = 10
 LINE_LIMIT = 240
@@ -213,7 +213,7 @@ def write_report(out_dir: str | Path) -> Path:
     out = Path(out_dir)
     summary = summarize(out)
     svg = figure(summary)
-    atomic_write_text(out / "report.svg", svg + "\n")
+    write_private(out / "report.svg", svg + "\n")
     target = out / "report.html"
-    atomic_write_text(target, render(summary, svg))
+    write_private(target, render(summary, svg))
     return target

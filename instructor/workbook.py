@@ -57,7 +57,8 @@ def print_grade(work_dir: Path, out_dir: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     """``python -m lab run`` with the same options; if every lesson ran, the grade of its workspace."""
     argv = sys.argv[1:] if argv is None else argv
-    code = run.main(argv)
+    code = run.main(argv, "python -m instructor workbook",
+                    "Run every lesson as python -m lab run does, then grade the workspace it wrote")
     if code != 0:
         return code
     args = run.parse_args(argv)  # the options run.main just accepted: where the workspace and the zip go

@@ -167,16 +167,17 @@ def file_mode() -> int:
     return 0o666 & ~umask()
 
 
-def atomic_write_text(path: str | Path, text: str) -> Path:
+def atomic_write_text(path: str | Path, text: str, mode: int | None = None) -> Path:
     """Write text to ``path`` through a temporary file and a rename, so readers never see half a file; the file
-    gets the umask's mode (``mkstemp`` alone would leave it 0600, unreadable to an instructor collecting it)."""
+    gets ``mode``, by default the umask's (``mkstemp`` alone would leave it 0600, unreadable to an instructor
+    collecting a student's workspace). The grader passes 0600: grades are the instructor's."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        os.chmod(tmp, file_mode())
+        os.chmod(tmp, file_mode() if mode is None else mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -128,8 +128,25 @@ def pytest_configure(config):
         config.option.loadscopereorder = False  # the queue follows the workers' order (LONGEST_FIRST), not group sizes
 
 
+# Modules whose tests grade whole hand-ins, run lessons, build kits or start clusters: seconds to minutes each
+# (``pytest --durations`` on a 2-core machine). Marked slow here, so ``make test-fast`` (``-m "not slow and not
+# browser"``) keeps the unit tests of lab and grader, the schemas, the layout and the lint.
+WHOLE_RUNS = frozenset({
+    "test_course.py", "test_dask.py", "test_every_field.py", "test_export.py", "test_gradescope.py",
+    "test_grader.py", "test_grader_families.py", "test_honest_mistakes.py", "test_intake_fuzz.py", "test_isolation.py",
+    "test_item_analysis.py", "test_kit_wrong_answers.py", "test_lesson10.py", "test_lesson10_kit.py",
+    "test_lesson10_recovery.py", "test_lessons_03_05_grader.py", "test_lms_downloads.py", "test_packaging.py",
+    "test_pending.py", "test_prose_numbers.py", "test_regrade.py", "test_report.py", "test_schemas_lessons.py",
+    "test_setup.py", "test_variants.py"})
+
+
+@pytest.hookimpl(tryfirst=True)  # the markers go on before -m deselects by them
 def pytest_collection_modifyitems(config, items):
     import json
+
+    for item in items:
+        if item.path.name in WHOLE_RUNS:
+            item.add_marker(pytest.mark.slow)
 
     path = os.environ.get(GROUPS_ENV)
     if path and hasattr(config, "workerinput"):

@@ -85,7 +85,15 @@ def graded(folder: Path, out: Path, config: course.Course | None = None) -> dict
         return {r["student"]: r for r in csv.DictReader(f)}
 
 
-def test_the_course_file_changes_prices_prediction_grading_and_late_policy(good_zip, tmp_path):
+@pytest.fixture
+def umask_022():
+    """The usual umask, for the duration of a test: the grader's files must be 0600 under it."""
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def test_the_course_file_changes_prices_prediction_grading_and_late_policy(good_zip, tmp_path, umask_022):
     folder = tmp_path / "class"
     folder.mkdir()
     files = corpus.read_zip(good_zip)
@@ -139,3 +147,11 @@ def test_the_course_file_changes_prices_prediction_grading_and_late_policy(good_
         assert (os.stat(path).st_mode & 0o777, os.stat(path).st_gid) == (0o640, nogroup), path
     assert os.stat(tmp_path / "course" / "feedback").st_mode & 0o777 == 0o750
     assert os.stat(tmp_path / "committed" / "gradebook.csv").st_mode & 0o777 == 0o600
+    # without a group every file the grader wrote is the instructor's alone, whatever the umask (022 here)
+    modes = {p.relative_to(tmp_path).as_posix(): oct(p.stat().st_mode & 0o777)
+             for p in (tmp_path / "committed").rglob("*") if p.is_file()}
+    assert set(modes.values()) == {oct(0o600)}, modes
+    # --resume without the course file the gradebook was graded under refuses, rather than regrade at other prices
+    with pytest.raises(SystemExit, match="give --config again"), ThreadPoolExecutor(1) as ex:
+        batch(folder, tmp_path / "course", executor=ex, progress=False, ids_from_submission=True, resume=True,
+              course=course.DEFAULT)

@@ -265,3 +265,17 @@ def test_a_non_editable_install_runs_every_lesson_and_grades_full_marks(tmp_path
     assert doc["score"] == doc["max_score"], [c["name"] for c in doc["checks"] if not c["passed"]]
     seconds["total"] = time.monotonic() - start
     print("\n".join(f"{name}: {s:.1f} s" for name, s in seconds.items()))
+
+
+def test_a_secret_file_others_may_read_is_named_with_the_fix(tmp_path):
+    from grader import preflight
+    from grader.sandbox.secret import SECRET_FILE_ENV
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("s3cret\n")
+    secret.chmod(0o644)
+    words = preflight.secret_exposed({SECRET_FILE_ENV: str(secret)})
+    assert "readable by others (mode 644)" in words and f"chmod 600 {secret}" in words
+    secret.chmod(0o600)
+    assert preflight.secret_exposed({SECRET_FILE_ENV: str(secret)}) == ""
+    assert preflight.secret_problems({SECRET_FILE_ENV: str(secret)}) == []

@@ -326,8 +326,9 @@ def timing_table(runs: list[LessonRun]) -> list[str]:
     return lines
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m lab run", description=__doc__.splitlines()[0])
+def parse_args(argv: list[str], prog: str = "python -m lab run",
+               description: str | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=prog, description=description or __doc__.splitlines()[0])
     parser.add_argument("--work-dir", default=DEFAULT_WORK_DIR, help="the one workspace every lesson writes into")
     parser.add_argument("--out", default=DEFAULT_OUT, help="folder for the executed copies of the lessons")
     parser.add_argument("--only", default=None, help="lesson numbers to run, e.g. 03,04 (default: all)")
@@ -339,8 +340,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+def main(argv: list[str] | None = None, prog: str = "python -m lab run", description: str | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv, prog, description)
     try:
         notebooks_dir = find_notebooks(args.notebooks)
         lessons = select(discover(notebooks_dir), args.only)

@@ -1,5 +1,6 @@
-"""``python -m lab submit --student ID``: pack the workspace into ``ID.zip`` for the grader (``lab.handin``, which
-``lab.hand_in()`` in a notebook cell runs too), from the kit's folder or ``notebooks/``."""
+"""Pack the workspace into ID.zip for the grader, from the kit's folder or notebooks/.
+
+``lab.handin`` packs it, as ``lab.hand_in()`` does from a notebook cell."""
 from __future__ import annotations
 
 import argparse
