@@ -86,7 +86,8 @@ def in_feedback(markdown: str, adjustment: Adjustment | None) -> str:
     if adjustment is None:
         return body
     return (body.rstrip("\n") + MARK + f"{adjustment.points:+g} point(s): {adjustment.comment}\n\n"
-            "This adjustment is added to the grade above, and kept when your hand-in is graded again.\n")
+            "This adjustment is added to the grade above, with the total kept between 0 and the points possible, "
+            "and kept when your hand-in is graded again.\n")
 
 
 def applied(grade: float, adjustment: Adjustment | None, possible: float | None) -> float:
