@@ -24,7 +24,9 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from lab import compare, kernels
+import onnxruntime as ort
+
+from lab import kernels
 
 KERNEL_OPS = ("MatMul", "Conv", "Gemm")          # between DequantizeLinear and QuantizeLinear: a fused integer kernel
 QOPERATOR_KERNELS = ("QLinearMatMul", "QLinearConv", "QGemm", "MatMulInteger")
@@ -37,7 +39,7 @@ class Group:
     nodes: list
     reads: list
     writes: str
-    quantize: onnx.NodeProto | None = None       # the QDQ group's closing QuantizeLinear (None: QOperator, or float out)
+    quantize: onnx.NodeProto | None = None   # the QDQ group's closing QuantizeLinear (None: QOperator, float out)
 
 
 @dataclass
@@ -161,6 +163,18 @@ def _trim(p: Plan, final: str, inits: set) -> None:
         later |= set(step.reads)
 
 
+def lean_session(model: onnx.ModelProto, x64_precision: bool = False) -> ort.InferenceSession:
+    """``lab.graph.session`` without ORT's memory arena and memory patterns: each keeps a session's largest batch
+    allocated for good, which over the many sessions of an audit adds up to gigabytes on a large model."""
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = 1, 1, 3
+    so.enable_cpu_mem_arena = False
+    so.enable_mem_pattern = False
+    if x64_precision:
+        so.add_session_config_entry(kernels.X64_PRECISION_KEY, "1")
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
 def _stage_model(model: onnx.ModelProto, stage: Stage, values: dict) -> onnx.ModelProto:
     """The stage as a model: its nodes, the initializers they read, inputs typed from the values they meet."""
     used = {i for n in stage.nodes for i in n.input}
@@ -170,10 +184,21 @@ def _stage_model(model: onnx.ModelProto, stage: Stage, values: dict) -> onnx.Mod
         dims = ["N" if k == 0 and v.ndim > 1 else d for k, d in enumerate(v.shape)]
         inputs.append(onnx.helper.make_tensor_value_info(
             name, onnx.helper.np_dtype_to_tensor_dtype(v.dtype), dims))
-    graph = onnx.helper.make_graph(list(stage.nodes), "stage", inputs, [onnx.ValueInfoProto(name=w) for w in stage.writes],
+    outputs = [onnx.ValueInfoProto(name=w) for w in stage.writes]   # untyped: ORT infers them
+    graph = onnx.helper.make_graph(list(stage.nodes), "stage", inputs, outputs,
                                    [i for i in model.graph.initializer if i.name in used])
-    m = onnx.helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=max(model.ir_version, 8))
-    return m
+    return onnx.helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=max(model.ir_version, 8))
+
+
+def last_reads(p: Plan, kept: set) -> dict[int, list]:
+    """Step (by id) -> the tensors no later step reads (``kept`` never dropped)."""
+    seen: set[str] = set(kept)
+    out: dict[int, list] = {}
+    for step in reversed(p.stages_and_groups):
+        reads = set(step.reads) - seen
+        out[id(step)] = sorted(reads)
+        seen |= reads
+    return out
 
 
 class HybridRun:
@@ -188,6 +213,7 @@ class HybridRun:
         self.constants = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
         self.producer, self.consumers = _producers(model), _consumers(model)
         self.opset = max([o.version for o in model.opset_import if o.domain in ("", "ai.onnx")], default=0)
+        self.last_read = last_reads(self.plan, set(self.constants) | {model.graph.output[0].name})
 
     def run(self, x: np.ndarray) -> np.ndarray:
         values = dict(self.constants)
@@ -195,11 +221,13 @@ class HybridRun:
         for step in self.plan.stages_and_groups:
             if isinstance(step, Stage):
                 if step.session is None:
-                    step.session = compare.session(_stage_model(self.model, step, values), x64_precision=self.x64)
+                    step.session = lean_session(_stage_model(self.model, step, values), self.x64)
                 outs = step.session.run(step.writes, {r: values[r] for r in step.reads})
                 values.update(zip(step.writes, outs))
             else:
                 values[step.writes] = self._kernel(step, values)
+            for name in self.last_read.get(id(step), ()):
+                values.pop(name, None)   # no later step reads it: a batch holds only what is still to be read
         return np.asarray(values[self.model.graph.output[0].name])
 
     def _kernel(self, group: Group, values: dict) -> np.ndarray:
