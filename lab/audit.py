@@ -687,7 +687,7 @@ def audit(fp32_path: str | Path, int8_path: str | Path, data_path: str | Path, l
     x = load_data(data_path, fp32, options.max_samples)
     labels = load_labels(labels_path, len(x)) if labels_path else None
     batch, fixed = run_batch(fp32, options.batch)
-    if len(x) % batch:
+    if fixed and len(x) % batch:
         raise AuditError(f"{data_path}: {len(x)} samples; the model's fixed batch of {batch} needs a multiple of it")
     warnings += [fixed] if fixed else []
     if len(x) < MIN_SAMPLES:

@@ -3,202 +3,168 @@ not depend on the family, ``lab.kernels`` emulates only the integer GEMM and Con
 
 Only ORT's u8 x s8 GEMM and Conv kernels differ between the families (``lab.kernels``): Concat, Transpose, Shape,
 AveragePool, LayerNormalization, Resize, Sigmoid, the QLinear element-wise ops and every float op give the same
-result on both. So the graph is cut around its **kernel groups**, each an integer kernel ORT runs:
-
-- QDQ: ``DequantizeLinear -> MatMul | Conv | Gemm -> QuantizeLinear`` (ORT fuses it into QLinearMatMul, QLinearConv
-  or QGemm: ``lab.kernels.FUSED``), and ``DequantizeLinear -> MatMul`` with an int8 weight and a float output
-  (MatMulIntegerToFloat);
-- QOperator: ``QLinearMatMul``, ``QLinearConv``, ``QGemm``, ``MatMulInteger``.
-
-The rest runs in ORT **stages**, each a sub-graph of the nodes whose inputs are ready, so ORT fuses and runs them as
-it does in the whole model (a DequantizeLinear is copied into every stage that reads it, so ``DQ -> Add -> Q`` stays
-one QLinearAdd). Kernel groups run between stages at any rank: a 3-D activation times a 2-D weight, or two
-activations (attention), slice by slice. ``HybridRun(model, family).run(x)`` gives the model's first output; its
-sessions are built on the first batch (from the dtypes it meets) and reused.
+result on both. Which QDQ groups ORT fuses into an integer kernel depends on the whole graph (a Conv whose input also
+feeds another op may stay in float), so the graph the audit cuts is **ORT's own optimized graph** for this model
+(``optimized``): in it every integer kernel is a node of its own (``EMULATED``: QLinearConv, in NCHW or channels
+last, QLinearMatMul at any rank, QGemm, MatMulInteger, MatMulIntegerToFloat). Those run in ``lab.kernels``; the
+rest runs in ORT **stages** with graph optimizations off (the graph is already what ORT runs), each a sub-graph of
+the nodes whose inputs are ready. An integer op of the family kind that is not emulated (``NOT_EMULATED``) is
+refused by name. ``HybridRun(model, family).run(x)`` gives the model's first output; its sessions are built on the
+first batch (from the dtypes it meets) and reused, and each batch keeps only the tensors a later step reads.
 """
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
-
 import onnxruntime as ort
+from onnx import numpy_helper
 
 from lab import kernels
 
-KERNEL_OPS = ("MatMul", "Conv", "Gemm")          # between DequantizeLinear and QuantizeLinear: a fused integer kernel
-QOPERATOR_KERNELS = ("QLinearMatMul", "QLinearConv", "QGemm", "MatMulInteger")
+
+def _qlinear_conv(run, node, ins):
+    """QLinearConv, NCHW or channels last (ORT's NHWC layout for x86): the latter transposed around the NCHW kernel."""
+    if not kernels._attr(node, "channels_last", 0):  # noqa: SLF001 - the emulation's own attribute reader
+        return kernels.HANDLERS["QLinearConv"](run, node, ins)
+    nchw = onnx.NodeProto()
+    nchw.CopyFrom(node)
+    del nchw.attribute[:]
+    nchw.attribute.extend(a for a in node.attribute if a.name != "channels_last")
+    x = np.moveaxis(np.asarray(ins[0]), -1, 1)
+    return [np.moveaxis(kernels.HANDLERS["QLinearConv"](run, nchw, [x, *ins[1:]])[0], 1, -1)]
 
 
-@dataclass
-class Group:
-    """One integer kernel: the nodes it replaces, the tensors it reads (quantized) and the one it writes."""
+def _matmul_integer_to_float(run, node, ins):
+    """ORT's MatMulIntegerToFloat (A, B, a_scale, b_scale, a_zero_point, b_zero_point, bias): the integer GEMM times
+    a_scale x b_scale in float32, plus the bias."""
+    a, b, sa, sb = ins[:4]
+    za = ins[4] if len(ins) > 4 and ins[4] is not None else np.zeros((), np.asarray(a).dtype)
+    zb = ins[5] if len(ins) > 5 and ins[5] is not None else np.zeros((), np.asarray(b).dtype)
+    out = kernels.matmul_integer_to_float([(np.asarray(a), sa, za), (np.asarray(b), sb, zb)], run.family)
+    if len(ins) > 6 and ins[6] is not None:
+        out = (out + np.asarray(ins[6], np.float32)).astype(np.float32)
+    return [out]
 
-    nodes: list
-    reads: list
-    writes: str
-    quantize: onnx.NodeProto | None = None   # the QDQ group's closing QuantizeLinear (None: QOperator, float out)
+
+# op type in ORT's optimized graph -> its emulation (the ops whose result depends on the kernel family)
+EMULATED = {"QLinearConv": _qlinear_conv, "QLinearMatMul": kernels.HANDLERS["QLinearMatMul"],
+            "QGemm": kernels.HANDLERS["QGemm"], "MatMulInteger": kernels.HANDLERS["MatMulInteger"],
+            "MatMulIntegerToFloat": _matmul_integer_to_float}
+NOT_EMULATED = ("DynamicQuantizeMatMul", "ConvInteger", "QAttention", "DynamicQuantizeLSTM", "QEmbedLayerNormalization",
+                "QOrderedMatMul", "NhwcQLinearConv")
 
 
 @dataclass
 class Stage:
-    """Nodes ORT runs in one session, the tensors they read from earlier stages and those later ones need."""
+    """Nodes ORT runs in one session, the tensors they read from earlier steps and those later ones need."""
 
     nodes: list
-    reads: list
-    writes: list
+    reads: list = field(default_factory=list)
+    writes: list = field(default_factory=list)
     session: object = None
 
 
 @dataclass
-class Plan:
-    stages_and_groups: list = field(default_factory=list)   # Stage or Group, in the order they run
+class Kernel:
+    """One integer kernel node, emulated."""
+
+    node: onnx.NodeProto
+
+    @property
+    def reads(self) -> list:
+        return [i for i in self.node.input if i]
+
+    @property
+    def writes(self) -> list:
+        return [o for o in self.node.output if o]
 
 
-def _producers(model: onnx.ModelProto) -> dict:
-    return {o: n for n in model.graph.node for o in n.output if o}
-
-
-def _consumers(model: onnx.ModelProto) -> dict:
-    out: dict[str, list] = {}
-    for n in model.graph.node:
-        for i in n.input:
-            out.setdefault(i, []).append(n)
-    return out
-
-
-def kernel_groups(model: onnx.ModelProto) -> list[Group]:
-    """Every integer GEMM or Conv kernel ORT runs for this graph on x86 (see the module's docstring)."""
-    producer, consumers = _producers(model), _consumers(model)
-    constants = {i.name: i for i in model.graph.initializer}
-
-    def dq(name):
-        node = producer.get(name)
-        return node if node is not None and node.op_type == "DequantizeLinear" else None
-
-    groups = []
-    for node in model.graph.node:
-        if node.op_type in QOPERATOR_KERNELS:
-            groups.append(Group([node], [i for i in node.input if i], node.output[0]))
-            continue
-        if node.op_type not in KERNEL_OPS or not all(dq(i) for i in node.input if i):
-            continue
-        after = consumers.get(node.output[0], [])
-        reads = [i for n in (dq(i) for i in node.input if i) for i in n.input if i]
-        if len(after) == 1 and after[0].op_type == "QuantizeLinear":
-            q = after[0]
-            groups.append(Group([node, q], reads + [i for i in q.input[1:] if i], q.output[0], q))
-        elif node.op_type == "MatMul" and node.input[1] and dq(node.input[1]).input[0] in constants and \
-                constants[dq(node.input[1]).input[0]].data_type == onnx.TensorProto.INT8:
-            groups.append(Group([node], reads, node.output[0]))   # MatMulIntegerToFloat
-    return groups
-
-
-def plan(model: onnx.ModelProto) -> Plan:
-    """The stages and kernel groups in the order they run; DequantizeLinear nodes are copied into each stage that
-    reads them, never cut from their consumer."""
-    groups = kernel_groups(model)
-    in_group = {id(n) for g in groups for n in g.nodes}
-    producer = _producers(model)
-    inits = {i.name for i in model.graph.initializer}
-    final = model.graph.output[0].name
-    available = set(inits) | {i.name for i in model.graph.input}
-    pending = [n for n in model.graph.node if id(n) not in in_group]
-    waiting = list(groups)
-    out = Plan()
-
-    def dq_ready(name):
-        """A DequantizeLinear reading what earlier steps made: copied into the stage of its consumer. (One reading
-        a QuantizeLinear of the same stage waits for the next: ORT fused such a Q -> DQ -> Softmax -> Q -> DQ
-        tail differently from the whole model.)"""
-        node = producer.get(name)
-        return node is not None and node.op_type == "DequantizeLinear" and all(
-            not i or i in available for i in node.input)
-
-    while final not in available:
-        stage: list = []
-        made: set = set()
-        for node in pending:
-            if node.op_type == "DequantizeLinear":
-                continue
-            if all(not i or i in available or i in made or dq_ready(i) for i in node.input):
-                copies = [producer[i] for i in node.input if i and i not in available and i not in made
-                          and producer[i] not in stage]
-                stage += copies
-                made.update(o for n in copies for o in n.output)
-                stage.append(node)
-                made.update(o for o in node.output if o)
-        if final not in available and final not in made and dq_ready(final):
-            stage.append(producer[final])
-            made.add(final)
-        ran = {id(n) for n in stage}
-        pending = [n for n in pending if id(n) not in ran]
-        if stage:
-            out.stages_and_groups.append(Stage(stage, [], sorted(made)))
-            available |= made
-        ready = [g for g in waiting if all(i in available for i in g.reads)]
-        waiting = [g for g in waiting if g not in ready]
-        for g in ready:
-            out.stages_and_groups.append(g)
-            available.add(g.writes)
-        if not stage and not ready:
-            missing = sorted({i for n in pending for i in n.input if i and i not in available})[:3]
-            raise kernels.EmulationError(f"the graph cannot be ordered for the emulation (waiting for {missing})")
-    _trim(out, final, inits)
-    return out
-
-
-def _trim(p: Plan, final: str, inits: set) -> None:
-    """Each stage reads what it does not make and writes only what a later step (or the output) reads."""
-    later: set[str] = {final}
-    for step in reversed(p.stages_and_groups):
-        if isinstance(step, Group):
-            later |= set(step.reads)
-            continue
-        step.writes = sorted(set(step.writes) & later)
-        made = {o for n in step.nodes for o in n.output}
-        step.reads = sorted({i for n in step.nodes for i in n.input if i and i not in made and i not in inits})
-        later |= set(step.reads)
-
-
-def lean_session(model: onnx.ModelProto, x64_precision: bool = False) -> ort.InferenceSession:
+def lean_session(model: onnx.ModelProto, x64_precision: bool = False, optimize: bool = True) -> ort.InferenceSession:
     """``lab.graph.session`` without ORT's memory arena and memory patterns: each keeps a session's largest batch
-    allocated for good, which over the many sessions of an audit adds up to gigabytes on a large model."""
+    allocated for good, which over the many sessions of an audit adds up to gigabytes on a large model.
+    ``optimize=False``: the graph is run as written (it is ORT's optimized graph already)."""
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = 1, 1, 3
     so.enable_cpu_mem_arena = False
     so.enable_mem_pattern = False
+    if not optimize:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     if x64_precision:
         so.add_session_config_entry(kernels.X64_PRECISION_KEY, "1")
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
-def _stage_model(model: onnx.ModelProto, stage: Stage, values: dict) -> onnx.ModelProto:
-    """The stage as a model: its nodes, the initializers they read, inputs typed from the values they meet."""
-    used = {i for n in stage.nodes for i in n.input}
-    inputs = []
-    for name in stage.reads:
-        v = np.asarray(values[name])
-        dims = ["N" if k == 0 and v.ndim > 1 else d for k, d in enumerate(v.shape)]
-        inputs.append(onnx.helper.make_tensor_value_info(
-            name, onnx.helper.np_dtype_to_tensor_dtype(v.dtype), dims))
-    outputs = [onnx.ValueInfoProto(name=w) for w in stage.writes]   # untyped: ORT infers them
-    graph = onnx.helper.make_graph(list(stage.nodes), "stage", inputs, outputs,
-                                   [i for i in model.graph.initializer if i.name in used])
-    return onnx.helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=max(model.ir_version, 8))
+def optimized(model: onnx.ModelProto, x64_precision: bool = False) -> onnx.ModelProto:
+    """The graph ORT's CPU session runs for ``model`` on this machine (``x64_precision``: with the session entry)."""
+    with tempfile.TemporaryDirectory(prefix="lab-hybrid-") as folder:
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        so.optimized_model_filepath = str(Path(folder) / "optimized.onnx")
+        if x64_precision:
+            so.add_session_config_entry(kernels.X64_PRECISION_KEY, "1")
+        ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        return onnx.load(so.optimized_model_filepath)
 
 
-def last_reads(p: Plan, kept: set) -> dict[int, list]:
+def plan(graph: onnx.GraphProto) -> list:
+    """Stages and kernels in the order they run: each stage holds every node whose inputs are ready, then every
+    kernel whose inputs are ready runs; each stage writes only what a later step (or the output) reads."""
+    available = {i.name for i in graph.initializer} | {i.name for i in graph.input}
+    pending = list(graph.node)
+    final = graph.output[0].name
+    steps: list = []
+    while final not in available:
+        stage, made = [], set()
+        for node in pending:
+            if node.op_type not in EMULATED and all(not i or i in available or i in made for i in node.input):
+                stage.append(node)
+                made.update(o for o in node.output if o)
+        if stage:
+            steps.append(Stage(stage))
+            available |= made
+        ready = [n for n in pending if n.op_type in EMULATED and all(not i or i in available for i in n.input)]
+        steps += [Kernel(n) for n in ready]
+        available.update(o for n in ready for o in n.output if o)
+        done = {id(n) for n in stage + ready}
+        pending = [n for n in pending if id(n) not in done]
+        if not done:
+            missing = sorted({i for n in pending for i in n.input if i and i not in available})[:3]
+            raise kernels.EmulationError(f"the graph cannot be ordered for the emulation (waiting for {missing})")
+    inits = {i.name for i in graph.initializer}
+    later: set[str] = {final}
+    for step in reversed(steps):
+        if isinstance(step, Stage):
+            step.writes = sorted({o for n in step.nodes for o in n.output if o} & later)
+            made = {o for n in step.nodes for o in n.output}
+            step.reads = sorted({i for n in step.nodes for i in n.input if i and i not in made and i not in inits})
+        later |= set(step.reads)
+    return steps
+
+
+def last_reads(steps: list, kept: set) -> dict[int, list]:
     """Step (by id) -> the tensors no later step reads (``kept`` never dropped)."""
     seen: set[str] = set(kept)
     out: dict[int, list] = {}
-    for step in reversed(p.stages_and_groups):
+    for step in reversed(steps):
         reads = set(step.reads) - seen
         out[id(step)] = sorted(reads)
         seen |= reads
     return out
+
+
+def _stage_model(model: onnx.ModelProto, stage: Stage, values: dict) -> onnx.ModelProto:
+    """The stage as a model: its nodes, the initializers they read, inputs typed from the values they meet."""
+    used = {i for n in stage.nodes for i in n.input}
+    inputs = [onnx.helper.make_tensor_value_info(name, onnx.helper.np_dtype_to_tensor_dtype(
+        np.asarray(values[name]).dtype), None) for name in stage.reads]   # no shapes: any batch size
+    outputs = [onnx.ValueInfoProto(name=w) for w in stage.writes]   # untyped: ORT infers them
+    graph = onnx.helper.make_graph(list(stage.nodes), "stage", inputs, outputs,
+                                   [i for i in model.graph.initializer if i.name in used])
+    return onnx.helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=max(model.ir_version, 8))
 
 
 class HybridRun:
@@ -207,50 +173,37 @@ class HybridRun:
 
     def __init__(self, model: onnx.ModelProto, family: str, input_name: str, x64_precision: bool = False,
                  label: str = "the model"):
-        self.model, self.family, self.input_name = model, kernels.check_family(family), input_name
-        self.x64, self.label = x64_precision, label
-        self.plan = plan(model)
-        self.constants = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-        self.producer, self.consumers = _producers(model), _consumers(model)
-        self.opset = max([o.version for o in model.opset_import if o.domain in ("", "ai.onnx")], default=0)
-        self.last_read = last_reads(self.plan, set(self.constants) | {model.graph.output[0].name})
+        self.family, self.input_name, self.label = kernels.check_family(family), input_name, label
+        self.model = optimized(model, x64_precision)
+        refused = sorted({n.op_type for n in self.model.graph.node if n.op_type in NOT_EMULATED})
+        if refused:
+            raise kernels.EmulationError(f"{label}: ORT runs {', '.join(refused)} for it, an integer kernel the "
+                                         "emulation does not cover; run the audit on a CPU of that family")
+        self.steps = plan(self.model.graph)
+        self.constants = {i.name: numpy_helper.to_array(i) for i in self.model.graph.initializer}
+        self.producer = {o: n for n in self.model.graph.node for o in n.output if o}
+        self.consumers: dict[str, list] = {}
+        for n in self.model.graph.node:
+            for i in n.input:
+                self.consumers.setdefault(i, []).append(n)
+        self.opset = max([o.version for o in self.model.opset_import if o.domain in ("", "ai.onnx")], default=0)
+        self.last_read = last_reads(self.steps, set(self.constants) | {self.model.graph.output[0].name})
 
     def run(self, x: np.ndarray) -> np.ndarray:
         values = dict(self.constants)
         values[self.input_name] = x
-        for step in self.plan.stages_and_groups:
+        for step in self.steps:
             if isinstance(step, Stage):
                 if step.session is None:
-                    step.session = lean_session(_stage_model(self.model, step, values), self.x64)
-                outs = step.session.run(step.writes, {r: values[r] for r in step.reads})
-                values.update(zip(step.writes, outs))
+                    step.session = lean_session(_stage_model(self.model, step, values), optimize=False)
+                values.update(zip(step.writes, step.session.run(step.writes, {r: values[r] for r in step.reads})))
             else:
-                values[step.writes] = self._kernel(step, values)
+                # the graph already holds what x64 precision does to the weights: the kernels take them as they are
+                run = kernels._Run(values, self.producer, self.consumers, self.family, self.label, False,  # noqa: SLF001 - the emulation's walker state, shared on purpose
+                                   frozenset(self.constants), self.opset)
+                node = step.node
+                values.update(zip(step.writes, EMULATED[node.op_type](run, node, [values.get(i) if i else None
+                                                                                  for i in node.input])))
             for name in self.last_read.get(id(step), ()):
                 values.pop(name, None)   # no later step reads it: a batch holds only what is still to be read
         return np.asarray(values[self.model.graph.output[0].name])
-
-    def _kernel(self, group: Group, values: dict) -> np.ndarray:
-        run = kernels._Run(values, self.producer, self.consumers, self.family, self.label, self.x64,  # noqa: SLF001 - the emulation's own walker state, shared on purpose
-                           frozenset(self.constants), self.opset)
-        op = group.nodes[0]
-        if group.quantize is None and op.op_type in QOPERATOR_KERNELS:
-            return kernels.HANDLERS[op.op_type](run, op, [values.get(i) if i else None for i in op.input])[0]
-        sources = [_second_operand_to_u8(run.dq_source(i), k, i, run) for k, i in enumerate(op.input) if i]
-        if group.quantize is None:
-            return kernels.matmul_integer_to_float(sources, self.family)
-        q = group.quantize
-        y_scale = values[q.input[1]]
-        y_zero = values[q.input[2]] if len(q.input) > 2 and q.input[2] else np.zeros((), np.uint8)
-        return kernels.FUSED[op.op_type](run, op, sources, y_scale, y_zero)
-
-
-def _second_operand_to_u8(source, at: int, name: str, run) -> tuple:
-    """A DequantizeLinear's (q, scale, zero point); an int8 activation as the second operand (attention's two
-    activations) moves to uint8, as ORT's QDQS8ToU8Transformer moves every int8 activation on x86 (the first
-    operand's shift is the kernels' own ``shift_s8_activations``; a constant weight stays int8)."""
-    q, scale, zero = source
-    if at == 1 and np.asarray(q).dtype == np.int8 and run.producer[name].input[0] not in run.constants:
-        return ((np.asarray(q, np.int16) + 128).astype(np.uint8), scale,
-                (np.asarray(zero, np.int16) + 128).astype(np.uint8))
-    return q, scale, zero
