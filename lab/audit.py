@@ -220,6 +220,8 @@ def quantized_weights(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     """Float tensor -> its dequantized value, for each ``<W>_quantized`` initializer with its ``<W>_scale`` and
     ``<W>_zero_point`` (ORT's names, in QDQ and QOperator models); per-channel on the axis the scale's length fits."""
     inits = {i.name: i for i in model.graph.initializer}
+    axes = {n.input[0]: next((a.i for a in n.attribute if a.name == "axis"), 1)
+            for n in model.graph.node if n.op_type == "DequantizeLinear"}
     out = {}
     for name, tensor in inits.items():
         base = name[: -len("_quantized")] if name.endswith("_quantized") else None
@@ -229,9 +231,18 @@ def quantized_weights(model: onnx.ModelProto) -> dict[str, np.ndarray]:
         scale = numpy_helper.to_array(inits[f"{base}_scale"]).astype(np.float32)
         zero = numpy_helper.to_array(inits[f"{base}_zero_point"]) if f"{base}_zero_point" in inits else np.zeros(
             scale.shape, np.int64)
-        axis = next((k for k, d in enumerate(q.shape) if scale.size > 1 and d == scale.size), 0)
-        out[base] = kernels.dequantize_linear(q, scale, zero, axis)
+        out[base] = kernels.dequantize_linear(q, scale, zero, weight_axis(q.shape, scale.size, axes.get(name)))
     return out
+
+
+def weight_axis(shape: tuple, channels: int, axis: int | None) -> int:
+    """The per-channel axis of a weight: its DequantizeLinear's (QDQ), else a matrix's columns (QLinearMatMul, QGemm)
+    or a convolution's output channels (QLinearConv) where the scale's length fits."""
+    if axis is not None:
+        return axis + len(shape) if axis < 0 else axis
+    if len(shape) == 2 and shape[1] == channels:
+        return 1
+    return 0
 
 
 def weight_check(fp32: onnx.ModelProto, int8: onnx.ModelProto) -> dict:
@@ -239,6 +250,8 @@ def weight_check(fp32: onnx.ModelProto, int8: onnx.ModelProto) -> dict:
     those of another shape (a different model) and those further than half a step from the FP32 values in more
     than ``WEIGHT_OFF`` of their elements (different weights, or a pre-processing that folded a BatchNorm)."""
     floats = {i.name: i for i in fp32.graph.initializer}
+    axes = {n.input[0]: next((a.i for a in n.attribute if a.name == "axis"), 1)
+            for n in int8.graph.node if n.op_type == "DequantizeLinear"}
     inits = {i.name: i for i in int8.graph.initializer}
     shapes, off, compared = [], [], 0
     for name, value in quantized_weights(int8).items():
@@ -250,7 +263,7 @@ def weight_check(fp32: onnx.ModelProto, int8: onnx.ModelProto) -> dict:
             continue
         compared += 1
         scale = numpy_helper.to_array(inits[f"{name}_scale"]).astype(np.float32)
-        axis = next((k for k, d in enumerate(w.shape) if scale.size > 1 and d == scale.size), 0)
+        axis = weight_axis(w.shape, scale.size, axes.get(f"{name}_quantized"))
         half = (scale.reshape([-1 if k == axis else 1 for k in range(w.ndim)]) if scale.size > 1 else scale) / 2
         far = float(np.mean(np.abs(w - value) > half * 1.001 + 1e-12)) if w.size else 0.0
         if far > WEIGHT_OFF:

@@ -208,3 +208,147 @@ def test_bad_models_and_data_are_named_with_what_was_expected(mlp, cnn, tmp_path
         assert done.returncode == 2, (args, done.stderr)
         assert re.search(message, done.stderr), (message, done.stderr)
         assert "Traceback" not in done.stderr
+
+
+# --- validation before measuring: one line that names it, never a traceback --------------------------------------
+
+def mlp_copy(folder: Path, name: str, change) -> Path:
+    """The FP32 MLP fixture with ``change(model)`` applied, saved as ``name``."""
+    m = onnx.load(str(data.fixture_path("fp32.onnx")))
+    change(m)
+    onnx.save(m, folder / name)
+    return folder / name
+
+
+def _set_initializer(m: onnx.ModelProto, name: str, value: np.ndarray) -> None:
+    tensor = next(i for i in m.graph.initializer if i.name == name)
+    tensor.CopyFrom(numpy_helper.from_array(value.astype(np.float32), name))
+
+
+def _weight(m: onnx.ModelProto, name: str) -> np.ndarray:
+    return numpy_helper.to_array(next(i for i in m.graph.initializer if i.name == name))
+
+
+def test_each_bad_pair_or_data_is_refused_in_one_line(mlp, tmp_path):
+    other_input = mlp_copy(tmp_path, "other-input.onnx",
+                           lambda m: setattr(m.graph.input[0].type.tensor_type.shape.dim[1], "dim_value", 63))
+    other_shape = mlp_copy(tmp_path, "other-shape.onnx", lambda m: _set_initializer(
+        m, "fc2.weight", np.zeros((64, 16))))
+    nan = tmp_path / "nan.npy"
+    pixels = np.load(mlp["data"])
+    pixels[3, 5] = np.nan
+    np.save(nan, pixels)
+    external = tmp_path / "external"
+    external.mkdir()
+    model = onnx.load(str(data.fixture_path("fp32.onnx")))
+    onnx.save(model, external / "fp32.onnx", save_as_external_data=True, all_tensors_to_one_file=True,
+              location="fp32.weights", size_threshold=0)
+    (external / "fp32.weights").unlink()
+    cases = [((str(mlp["fp32"]), str(mlp["fp32"]), "--data", str(mlp["data"])),
+              r"fp32\.onnx: no quantized node .* this is a float model; expected the INT8 model"),
+             ((str(mlp["int8"]), str(mlp["int8"]), "--data", str(mlp["data"])),
+              r"bad-calibration\.onnx: it has quantized nodes \(QDQ\); expected the FP32 model first"),
+             ((str(other_input), str(mlp["int8"]), "--data", str(mlp["data"])),
+              r"its input 'pixels' is float32 \[N, 64\], the FP32 model's float32 \[N, 63\]"),
+             ((str(other_shape), str(mlp["int8"]), "--data", str(mlp["data"])),
+              r"weights of another shape than the FP32 model's of the same name: fc2\.weight \[64, 32\] "
+              r"\(FP32 \[64, 16\]\)"),
+             ((str(mlp["fp32"]), str(mlp["int8"]), "--data", str(nan)),
+              r"nan\.npy: the array holds 1 NaN or infinite values \(the first in sample 3\)"),
+             ((str(external / "fp32.onnx"), str(mlp["int8"]), "--data", str(mlp["data"])),
+              r"fp32\.onnx: its weights are stored outside the file, in fp32\.weights, which is not in")]
+    for args, message in cases:
+        done = run_audit(*args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert re.search(message, done.stderr), (message, done.stderr)
+        assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_onnx_s_own_words_come_through(mlp, tmp_path):
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(data.fixture_path("fp32.onnx").read_bytes()[:200])
+    done = run_audit(str(mlp["fp32"]), str(broken), "--data", str(mlp["data"]))
+    assert done.returncode == 2 and re.search(r"broken\.onnx: not an ONNX model \(onnx: .+\)", done.stderr)
+
+
+def test_weights_that_are_not_the_fp32_models_are_a_loud_warning(mlp, tmp_path):
+    other = mlp_copy(tmp_path, "retrained.onnx", lambda m: _set_initializer(
+        m, "fc2.weight", _weight(m, "fc2.weight") * 1.5))
+    done = run_audit(str(other), str(mlp["int8"]), "--data", str(mlp["data"]))
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"WARNING: 1 of \d+ quantized weights differ from the FP32 model's beyond rounding: fc2\.weight",
+                     done.stdout)
+    same = audit.audit(mlp["fp32"], mlp["int8"], mlp["data"])
+    assert same["warnings"] == []     # the pair as quantized: no warning
+
+
+def test_a_fixed_batch_model_runs_one_sample_at_a_time_and_few_samples_are_warned(mlp, tmp_path):
+    def fix(m):
+        for value in (m.graph.input[0], m.graph.output[0]):
+            value.type.tensor_type.shape.dim[0].dim_value = 1
+    fp32 = mlp_copy(tmp_path, "fp32-b1.onnx", fix)
+    int8 = onnx.load(str(mlp["int8"]))
+    fix(int8)
+    onnx.save(int8, tmp_path / "int8-b1.onnx")
+    doc = audit.audit(fp32, tmp_path / "int8-b1.onnx", mlp["data"], mlp["labels"], options=audit.Options(
+        max_samples=20))
+    assert doc["data"]["batch"] == 1 and doc["data"]["samples"] == 20
+    assert any("fixed batch of 1" in w for w in doc["warnings"])
+    assert any(w.startswith("only 20 samples") for w in doc["warnings"])
+    free = audit.audit(mlp["fp32"], mlp["int8"], mlp["data"], mlp["labels"], options=audit.Options(max_samples=20))
+    assert doc["families"] == free["families"] and doc["rulers"] == free["rulers"]
+
+
+def test_float_data_for_integer_token_ids_is_refused(tmp_path):
+    ids = helper.make_tensor_value_info("ids", onnx.TensorProto.INT64, ["N", 4])
+    out = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 4, 3])
+    emb = numpy_helper.from_array(np.arange(30, dtype=np.float32).reshape(10, 3), "emb")
+    g = helper.make_graph([helper.make_node("Gather", ["emb", "ids"], ["y"])], "g", [ids], [out], [emb])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    np.save(tmp_path / "ids.npy", np.full((5, 4), 1.5))
+    with pytest.raises(audit.AuditError, match=r"ids\.npy: the array is float64; the model's input 'ids' is int64 "
+                                               r"\(token ids, indices\): expected integers"):
+        audit.load_data(tmp_path / "ids.npy", model)
+    np.save(tmp_path / "ids32.npy", np.ones((5, 4), np.int32))
+    assert audit.load_data(tmp_path / "ids32.npy", model).dtype == np.int32   # cast to int64 batch by batch
+
+
+# --- streaming: the same numbers whatever the batch --------------------------------------------------------------
+
+def test_statistics_do_not_depend_on_the_batch_and_match_ort_s_sqnr(cnn, cnn_doc):
+    small = audit.audit(cnn["fp32"], cnn["qdq"], cnn["data"], cnn["data"], options=audit.Options(batch=7))
+    whole = audit.audit(cnn["fp32"], cnn["qdq"], cnn["data"], cnn["data"], options=audit.Options(batch=400))
+    for doc in (small, cnn_doc):
+        assert doc["rulers"] == whole["rulers"] and doc["error_by_size"] == whole["error_by_size"]
+        assert doc["families"] == whole["families"] and doc["family_difference"] == whole["family_difference"]
+        for a, b in zip(doc["parting"]["rows"], whole["parting"]["rows"]):
+            assert a["tensor"] == b["tensor"] and a["vs_fp32_db"] == pytest.approx(b["vs_fp32_db"], rel=1e-9)
+    # ORT's own qdq_loss_debug on the whole data set, all tensors held: the same SQNR
+    from onnxruntime.quantization import qdq_loss_debug as qd   # deferred: only this check uses ORT's tool
+
+    x = np.load(cnn["data"])["image"]
+    acts = []
+    for path in (cnn["fp32"], cnn["qdq"]):
+        augmented = path.with_name(path.stem + "-augmented.onnx")
+        qd.modify_model_output_intermediate_tensors(str(path), str(augmented))
+        acts.append(qd.collect_activations(str(augmented), ArrayReader(x, 400, camera.INPUT_NAME)))
+    errors = qd.compute_activation_error(qd.create_activation_matching(acts[1], acts[0]))
+    for row in whole["parting"]["rows"]:
+        assert row["vs_fp32_db"] == pytest.approx(errors[row["tensor"]]["xmodel_err"], abs=1e-3), row["tensor"]
+        assert row["own_db"] == pytest.approx(errors[row["tensor"]]["qdq_err"], abs=1e-3), row["tensor"]
+
+
+def test_max_samples_caps_the_data_and_its_labels(cnn):
+    doc = audit.audit(cnn["fp32"], cnn["qdq"], cnn["data"], cnn["data"], options=audit.Options(max_samples=50))
+    assert doc["data"]["samples"] == 50 and doc["data"]["shape"][0] == 50
+    assert sum(r["count"] for r in doc["error_by_size"]) == 50
+
+
+def test_the_families_difference_is_reported(cnn, cnn_doc):
+    d = cnn_doc["family_difference"]
+    x = np.load(cnn["data"])["image"]
+    outs = [kernels.emulate(cnn["qdq"], x, f, camera.INPUT_NAME) for f in kernels.FAMILIES]
+    assert d["values"] == outs[0].size and d["values_differ"] == int(np.count_nonzero(outs[0] != outs[1]))
+    assert d["max_difference"] == pytest.approx(float(np.abs(outs[0] - outs[1]).max()))
+    assert d["top1_changes"] == int(np.sum(outs[0].argmax(1) != outs[1].argmax(1)))
+    assert audit.difference_line(d).startswith(f"the families differ on {d['values_differ']:,} of")
