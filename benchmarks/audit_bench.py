@@ -18,6 +18,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+import onnx
+from onnxruntime.quantization import QuantFormat, quantize_static
+from onnxruntime.quantization.shape_inference import quant_pre_process
+
+from lab import audit, zoo
+from lab.readers import ArrayReader
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "build" / "bench"
@@ -45,13 +51,6 @@ def build(folder: Path) -> tuple[Path, Path]:
     fp32, int8 = folder / "resnet50.onnx", folder / "resnet50-qdq.onnx"
     if fp32.is_file() and int8.is_file():
         return fp32, int8
-    import onnx  # deferred: only a first run builds the models
-    from onnxruntime.quantization import QuantFormat, quantize_static
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
-    from lab import zoo
-    from lab.readers import ArrayReader
-
     folder.mkdir(parents=True, exist_ok=True)
     model = zoo.light_model("resnet50", zoo.images(4, seed=1))
     onnx.save(model, fp32)
@@ -79,8 +78,6 @@ def peak_run(argv: list[str]) -> tuple[float, float, int]:
 
 
 def measure(fp32: Path, int8: Path, n: int, batch: int) -> dict:
-    from lab import zoo  # deferred: the package's import is not part of what the benchmark times
-
     data = WORK / f"images-{n}.npy"
     if not data.is_file():
         np.save(data, zoo.images(n, seed=5))
@@ -104,8 +101,6 @@ def markdown(report: dict) -> str:
 
 
 def main() -> int:
-    from lab import audit  # deferred: as above
-
     quick = os.environ.get("BENCH_QUICK") == "1"
     sizes = QUICK_SIZES if quick else SIZES
     fp32, int8 = build(WORK)

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx import helper, numpy_helper
 from onnxruntime.quantization import qdq_loss_debug as qd
 
@@ -190,12 +191,12 @@ def non_finite(x, chunk: int = 64) -> tuple[int, int] | None:
     when all are finite."""
     if not np.issubdtype(x.dtype, np.floating):
         return None
-    count, first = 0, None
+    count, first = 0, -1
     for start in range(0, len(x), chunk):
         bad = ~np.isfinite(np.asarray(x[start:start + chunk]))
         if bad.any():
             count += int(bad.sum())
-            first = start + int(np.flatnonzero(bad.reshape(len(bad), -1).any(axis=1))[0]) if first is None else first
+            first = start + int(np.flatnonzero(bad.reshape(len(bad), -1).any(axis=1))[0]) if first < 0 else first
     return (count, first) if count else None
 
 
@@ -565,7 +566,7 @@ def parting_doc(stream: Stream, fp32: onnx.ModelProto, int8: onnx.ModelProto, na
     if graph.quant_format(int8) != "QDQ":
         return {"rows": [], "note": f"not measured: the SQNR table matches QDQ models' tensors (ORT's qdq_loss_debug "
                                     f"rules); this one is {graph.quant_format(int8)}"}
-    order = [input_spec(fp32)[0], *(o for n in fp32.graph.node for o in n.output)]
+    order = list(dict.fromkeys([input_spec(fp32)[0], *(o for n in fp32.graph.node for o in n.output)]))
     fp32_ops = {o: n.op_type for n in fp32.graph.node for o in n.output}
     int8_ops = {o: n.op_type for n in int8.graph.node for o in n.output}
     rows = [{"tensor": t, "own_db": sqnr_db(stream.sqnr[t][2], stream.sqnr[t][3]),
@@ -591,12 +592,12 @@ class Runners:
     """The sessions one audit runs on each batch: the FP32 model with the tensors it measures, the INT8 model on this
     machine's kernels, its other family (or why not), and its unfused copy for the SQNR table (QDQ)."""
 
-    fp32: object
+    fp32: ort.InferenceSession
     fp32_names: list
-    here: object
+    here: ort.InferenceSession
     other: hybrid.HybridRun | None
     other_note: str | None
-    debug: object | None
+    debug: ort.InferenceSession | None
     debug_names: list
 
 
@@ -608,7 +609,8 @@ def runners(fp32: onnx.ModelProto, int8: onnx.ModelProto, measured_on: dict, par
         other, note = hybrid.HybridRun(int8, other_family, name), None
     except kernels.EmulationError as exc:
         other, note = None, f"not computed: {exc}"
-    debug, debug_names = None, []
+    debug: ort.InferenceSession | None = None
+    debug_names: list[str] = []
     if parting:
         debug_model, debug_names = with_outputs(int8, [n for pair in parting.values() for n in pair])
         debug = _session(debug_model, "the INT8 model's unfused copy")

@@ -65,7 +65,7 @@ class Stage:
     nodes: list
     reads: list = field(default_factory=list)
     writes: list = field(default_factory=list)
-    session: object = None
+    session: ort.InferenceSession | None = None
 
 
 @dataclass
@@ -118,7 +118,8 @@ def plan(graph: onnx.GraphProto) -> list:
     final = graph.output[0].name
     steps: list = []
     while final not in available:
-        stage, made = [], set()
+        stage: list = []
+        made: set[str] = set()
         for node in pending:
             if node.op_type not in EMULATED and all(not i or i in available or i in made for i in node.input):
                 stage.append(node)

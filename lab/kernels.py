@@ -322,7 +322,8 @@ def matmul_integer_to_float(sources, family: str) -> np.ndarray:
     """ORT's MatMulIntegerToFloat (``DequantizeLinear -> MatMul`` with an int8 weight and a float output): the
     integer GEMM on s8 activations shifted to u8, scaled to float32; ``sources`` are the two (q, scale, zero point)."""
     (a, sa, za), (b, sb, zb) = sources
-    a_u8, za_u8 = (a.astype(np.int64) + 128, np.int64(za) + 128) if a.dtype == np.int8 else (a, za)
+    za = np.asarray(za)
+    a_u8, za_u8 = (a.astype(np.int64) + 128, za.astype(np.int64) + 128) if a.dtype == np.int8 else (a, za)
     saturate = family == SATURATING and np.asarray(b).dtype == np.int8
     acc = matmul_nd(a_u8, b, lambda a2, b2: int_matmul(a2, b2, za_u8, zb, saturate))
     return (acc.astype(np.float32) * (np.float32(sa) * np.asarray(sb, np.float32).reshape(1, -1))).astype(np.float32)

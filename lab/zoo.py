@@ -29,7 +29,7 @@ def _weights(model: onnx.ModelProto, rng: np.random.Generator) -> onnx.ModelProt
     """Each ``ConstantOfShape`` weight as an initializer: He-normal for a Conv / Gemm weight (fan-in from its shape),
     ones for a BatchNormalization scale and variance, zeros for biases and means."""
     inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-    role = {}
+    role: dict[str, tuple[str, int]] = {}
     for node in model.graph.node:
         for k, name in enumerate(node.input):
             role.setdefault(name, (node.op_type, k))

@@ -324,7 +324,7 @@ def test_statistics_do_not_depend_on_the_batch_and_match_ort_s_sqnr(cnn, cnn_doc
         for a, b in zip(doc["parting"]["rows"], whole["parting"]["rows"]):
             assert a["tensor"] == b["tensor"] and a["vs_fp32_db"] == pytest.approx(b["vs_fp32_db"], rel=1e-9)
     # ORT's own qdq_loss_debug on the whole data set, all tensors held: the same SQNR
-    from onnxruntime.quantization import qdq_loss_debug as qd   # deferred: only this check uses ORT's tool
+    from onnxruntime.quantization import qdq_loss_debug as qd  # deferred: only this check uses ORT's tool
 
     x = np.load(cnn["data"])["image"]
     acts = []
