@@ -637,17 +637,12 @@ def measure(r: Runners, x, labels, batch: int, rulers: dict, measured_on: dict, 
     for s in progress(batches(len(x), batch)):
         xb = np.ascontiguousarray(x[s], dtype)
         try:
-            fp32_values = dict(zip(r.fp32_names, r.fp32.run(r.fp32_names, {name: xb})))
-            fp32_values.setdefault(name, xb)
-            here = r.here.run(None, {name: xb})[0]
-            debug = dict(zip(r.debug_names, r.debug.run(r.debug_names, {name: xb}))) if r.debug else {}
-            debug.setdefault(name, xb)
+            fp32_values, here, debug, other = batch_outputs(r, xb, name)
         except MemoryError:
-            raise AuditError(f"out of memory at {done} samples (batch of {batch}): try --batch 1, or --max-samples "
-                             f"{max(done, batch)}") from None
+            raise AuditError(out_of_memory(done, batch)) from None
         except Exception as exc:  # noqa: BLE001 - ORT words a failed allocation in its own exception types
             if any(w in str(exc) for w in OUT_OF_MEMORY):
-                raise AuditError(f"out of memory at {done} samples (batch of {batch}): try --batch 1") from None
+                raise AuditError(out_of_memory(done, batch)) from None
             raise AuditError(f"ONNX Runtime failed on samples {s.start}-{s.stop - 1}: "
                              f"{str(exc).splitlines()[0][:300]}") from None
         fp32_out = fp32_values[r.fp32_names[0]]
@@ -659,16 +654,33 @@ def measure(r: Runners, x, labels, batch: int, rulers: dict, measured_on: dict, 
         if yb is not None and stream.classified:
             stream.fp32_correct += int(np.sum(top1(fp32_out)[0] == yb))
         stream.sizes.extend(np.abs(per_sample(xb)).max(axis=1).tolist() if xb.size else [0.0] * len(xb))
-        if r.other is not None:
-            try:
-                other = r.other.run(xb)
-            except kernels.EmulationError as exc:
-                r.other, r.other_note = None, f"not computed: {exc}"
-            else:
-                stream.families.setdefault(r.other.family, Scores()).add(fp32_out, other, yb)
-                stream.difference.add(here, other)
+        if other is not None and r.other is not None:
+            stream.families.setdefault(r.other.family, Scores()).add(fp32_out, other, yb)
+            stream.difference.add(here, other)
         done += len(xb)
     return stream
+
+
+def batch_outputs(r: Runners, xb: np.ndarray, name: str) -> tuple[dict, np.ndarray, dict, np.ndarray | None]:
+    """One batch through every runner: the FP32 tensors, this machine's INT8 output, the unfused copy's tensors and
+    the other family's output (None when it cannot be computed: ``r`` then says why)."""
+    fp32_values = dict(zip(r.fp32_names, r.fp32.run(r.fp32_names, {name: xb})))
+    fp32_values.setdefault(name, xb)
+    here = r.here.run(None, {name: xb})[0]
+    debug = dict(zip(r.debug_names, r.debug.run(r.debug_names, {name: xb}))) if r.debug else {}
+    debug.setdefault(name, xb)
+    other = None
+    if r.other is not None:
+        try:
+            other = r.other.run(xb)
+        except kernels.EmulationError as exc:
+            r.other, r.other_note = None, f"not computed: {exc}"
+    return fp32_values, here, debug, other
+
+
+def out_of_memory(done: int, batch: int) -> str:
+    return (f"out of memory at {done} samples, running a batch of {batch}: the audit holds one batch's tensors at a "
+            f"time, so try --batch {max(1, batch // 4)}" + (f", or --max-samples {done}" if done else ""))
 
 
 def family_rows(stream: Stream, classified: bool, labelled: bool, other_note: str | None) -> list[dict]:

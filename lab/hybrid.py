@@ -88,7 +88,7 @@ def lean_session(model: onnx.ModelProto, x64_precision: bool = False, optimize: 
     allocated for good, which over the many sessions of an audit adds up to gigabytes on a large model.
     ``optimize=False``: the graph is run as written (it is ORT's optimized graph already)."""
     so = ort.SessionOptions()
-    so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = 1, 1, 3
+    so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = 1, 1, 4   # the caller words errors
     so.enable_cpu_mem_arena = False
     so.enable_mem_pattern = False
     if not optimize:

@@ -352,3 +352,22 @@ def test_the_families_difference_is_reported(cnn, cnn_doc):
     assert d["max_difference"] == pytest.approx(float(np.abs(outs[0] - outs[1]).max()))
     assert d["top1_changes"] == int(np.sum(outs[0].argmax(1) != outs[1].argmax(1)))
     assert audit.difference_line(d).startswith(f"the families differ on {d['values_differ']:,} of")
+
+
+def test_out_of_memory_is_said_with_what_to_do(cnn, tmp_path):
+    """A batch too big for the memory the process may have (an address-space limit, as a container's would be): one
+    line naming the batch and a smaller one, no traceback and no silent kill."""
+    import resource   # deferred: Unix only, and only this test limits a child's memory
+
+    np.save(tmp_path / "many.npy", np.random.default_rng(0).random((60000, 1, 16, 16), np.float32))
+    limit = 1500 * 2**20
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    done = subprocess.run([sys.executable, "-m", "lab", "audit", str(cnn["fp32"]), str(cnn["qdq"]), "--data",
+                           str(tmp_path / "many.npy"), "--batch", "60000"], capture_output=True, text=True,
+                          timeout=300, preexec_fn=cap)
+    assert done.returncode == 2, done.stderr[-500:]
+    assert re.fullmatch(r"python -m lab audit: out of memory at 0 samples, running a batch of 60000: the audit holds "
+                        r"one batch's tensors at a time, so try --batch 15000\n", done.stderr), done.stderr[-500:]
