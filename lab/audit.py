@@ -35,7 +35,7 @@ import onnxruntime as ort
 from onnx import helper, numpy_helper
 from onnxruntime.quantization import qdq_loss_debug as qd
 
-from lab import compare, graph, hybrid, kernels, tables
+from lab import compare, graph, hybrid, kernels, sensitivity, tables
 from lab.data import file_sha256
 from lab.errors import LabError
 from lab.ruler import InputRuler
@@ -44,6 +44,7 @@ SCHEMA = "audit/2"
 BATCH = 4            # small: a batch's intermediate tensors of both models are what the audit holds at once
 MIN_SAMPLES = 100    # below this, an agreement or an accuracy moves by 1 % or more per sample: warned
 PARTING_DB = 20.0    # SQNR against FP32 below this: the error is over 10 % of the signal
+RANK_SAMPLES = 16   # the node ranking runs every candidate model on the first samples only (0: no ranking)
 WEIGHT_OFF = 0.01    # a weight more than half a step from its FP32 value, in more than this fraction: not the same
 _DTYPES = {onnx.TensorProto.INT8: "int8", onnx.TensorProto.UINT8: "uint8"}
 # QLinear* op -> (its output scale input, its output zero point input): the ruler of the tensor it writes
@@ -65,6 +66,7 @@ class Options:
 
     batch: int = BATCH
     max_samples: int | None = None
+    rank_samples: int = RANK_SAMPLES
 
 
 # --- reading the inputs ------------------------------------------------------------------------------------------
@@ -683,6 +685,23 @@ def out_of_memory(done: int, batch: int) -> str:
             f"time, so try --batch {max(1, batch // 4)}" + (f", or --max-samples {done}" if done else ""))
 
 
+def exclude_doc(fp32: onnx.ModelProto, int8: onnx.ModelProto, x, batch: int, samples: int, dtype) -> dict:
+    """``lab.sensitivity``'s ranking on the first ``samples`` samples, on this machine's kernels (QDQ models)."""
+    if not samples or graph.quant_format(int8) != "QDQ":
+        return {"rows": [], "note": "not measured: " + ("--rank-samples 0" if not samples else
+                                                        f"the ranking excludes nodes of QDQ models; this one is "
+                                                        f"{graph.quant_format(int8)}")}
+    xs = np.ascontiguousarray(x[0:min(samples, len(x))], dtype)
+
+    def run(model: onnx.ModelProto, data: np.ndarray) -> np.ndarray:
+        session = hybrid.lean_session(model)
+        name = session.get_inputs()[0].name
+        return np.concatenate([session.run(None, {name: data[s]})[0] for s in batches(len(data), batch)])
+
+    reference = run(fp32, xs)
+    return sensitivity.ranking(int8, fp32, xs, reference, run)
+
+
 def family_rows(stream: Stream, classified: bool, labelled: bool, other_note: str | None) -> list[dict]:
     """Each kernel family's scores: on this machine's kernels, computed for the other, or a line saying why not."""
     rows = []
@@ -742,6 +761,7 @@ def audit(fp32_path: str | Path, int8_path: str | Path, data_path: str | Path, l
             "parting": parting_doc(stream, fp32, int8, parting),
             "families": family_rows(stream, classified, labels is not None, r.other_note),
             "family_difference": difference_doc(stream, r.other is not None),
+            "exclude": exclude_doc(fp32, int8, x, batch, options.rank_samples, input_dtype(fp32)),
             "recipe": recipe(int8)}
 
 
@@ -765,6 +785,21 @@ def _scores_line(doc: dict) -> str:
              f"{doc['top1_ties']} top-1 ties" if doc.get("top1_ties") else None,
              f"max abs error {doc['max_abs_error']:.4g}"]
     return ", ".join(p for p in parts if p)
+
+
+def exclude_lines(e: dict, top: int = 5) -> list[str]:
+    """The node to exclude first, its measured effect, and the next few."""
+    if not e["rows"]:
+        return [f"which node to exclude: {e['note']}"]
+    best, before = e["rows"][0], e["as_is"]
+    lines = [f"which node to exclude (each GEMM or Conv left in float in turn, first {e['samples']} samples, this "
+             f"machine's kernels, output SQNR against FP32):",
+             tables.format_rows(e["rows"][:top], [("node", "node", ""), ("sqnr_db", "SQNR dB", ".1f"),
+                                                  ("max_abs_error", "max abs error", ".4g")]),
+             f"  as it is: {before['sqnr_db']:.1f} dB, max abs error {before['max_abs_error']:.4g}",
+             f"  suggestion: nodes_to_exclude=['{best['node']}'] measured {best['sqnr_db']:.1f} dB "
+             f"({best['sqnr_db'] - before['sqnr_db']:+.1f}), max abs error {best['max_abs_error']:.4g}"]
+    return lines
 
 
 def difference_line(d: dict | None) -> str:
@@ -826,6 +861,7 @@ def format_report(doc: dict) -> str:
         where = f" ({f['computed_on']})" if f["computed_on"] else ""
         lines.append(f"  {f['family']}{where}: " + (f["note"] if "note" in f else _scores_line(f)))
     lines.append(f"  {difference_line(doc['family_difference'])}")
+    lines += ["", *exclude_lines(doc["exclude"])]
     lines += ["", "recipe (the model's metadata):"]
     lines += [f"  {k}: {v if len(v) < 200 else v[:200] + ' ...'}" for k, v in doc["recipe"].items()] or \
              ["  none: the model carries no metadata (ORT's converter writes no recipe)"]

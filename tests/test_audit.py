@@ -20,7 +20,7 @@ from onnx import helper, numpy_helper, version_converter
 from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
-from lab import audit, camera, data, graph, kernels
+from lab import audit, camera, compare, data, graph, kernels
 from lab.readers import ArrayReader
 from lab.tools import audit as audit_tool
 
@@ -371,3 +371,39 @@ def test_out_of_memory_is_said_with_what_to_do(cnn, tmp_path):
     assert done.returncode == 2, done.stderr[-500:]
     assert re.fullmatch(r"python -m lab audit: out of memory at 0 samples, running a batch of 60000: the audit holds "
                         r"one batch's tensors at a time, so try --batch 15000\n", done.stderr), done.stderr[-500:]
+
+
+# --- which node to exclude ----------------------------------------------------------------------------------------
+
+def test_the_suggested_node_excluded_for_real_repairs_a_model_one_layer_breaks(tmp_path):
+    """The digit reader with one outlier weight in fc2 (on a hidden unit that never fires, so FP32 barely moves):
+    per-tensor weights then squash the rest of fc2 to a few steps. The ranking names fc2's MatMul; quantizing again
+    with it in ``nodes_to_exclude`` measurably repairs the output on the evaluation set."""
+    def break_fc2(m):
+        w1, b1, w2 = (_weight(m, n).copy() for n in ("fc1.weight", "fc1.bias", "fc2.weight"))
+        w1[:, 0], b1[0] = 0.0, -1.0                  # hidden unit 0 never fires
+        w2[0, 0] = 400 * float(np.abs(w2).max())     # and carries the outlier
+        for name, value in (("fc1.weight", w1), ("fc1.bias", b1), ("fc2.weight", w2)):
+            _set_initializer(m, name, value)
+    fp32 = mlp_copy(tmp_path, "fp32.onnx", break_fc2)
+    calibration, evaluation = data.load_split("calibration").pixels, data.load_split("evaluation")
+    np.save(tmp_path / "pixels.npy", evaluation.pixels)
+
+    def quantized(name, exclude=()):
+        quantize_static(str(fp32), str(tmp_path / name), ArrayReader(calibration, 36, "pixels"),
+                        quant_format=QuantFormat.QDQ, per_channel=False, nodes_to_exclude=list(exclude))
+        return tmp_path / name
+
+    broken = quantized("broken.onnx")
+    doc = audit.audit(fp32, broken, tmp_path / "pixels.npy", options=audit.Options(rank_samples=64))
+    best = doc["exclude"]["rows"][0]
+    assert best["node"] == "fc2_MatMul" and best["sqnr_db"] > doc["exclude"]["as_is"]["sqnr_db"] + 3
+    repaired = quantized("repaired.onnx", [best["node"]])
+    reference = compare.predict(fp32, evaluation.pixels)
+    before, after = (compare.predict(m, evaluation.pixels) for m in (broken, repaired))
+    agreement = [float(np.mean(out.argmax(1) == reference.argmax(1))) for out in (before, after)]
+    errors = [compare.max_abs_error(reference, out) for out in (before, after)]
+    print(f"excluding {best['node']}: agreement {agreement[0]:.4f} -> {agreement[1]:.4f}, "
+          f"max abs error {errors[0]:.4f} -> {errors[1]:.4f}")
+    assert agreement[1] > agreement[0] + 0.05 and errors[1] < errors[0]
+    assert "suggestion: nodes_to_exclude=['fc2_MatMul']" in audit.format_report(doc)

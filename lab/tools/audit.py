@@ -27,6 +27,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=audit.BATCH,
                    help=f"samples per run (default {audit.BATCH}; memory grows with it, not with the data)")
     p.add_argument("--max-samples", type=int, help="audit only the first N samples of the data")
+    p.add_argument("--rank-samples", type=int, default=audit.RANK_SAMPLES,
+                   help=f"samples the ranking of nodes to exclude runs on (default {audit.RANK_SAMPLES}; 0: none)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the text report")
     return p
 
@@ -39,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         doc = audit.audit(args.fp32, args.int8, args.data, args.labels, progress=progress,
-                          options=audit.Options(batch=args.batch, max_samples=args.max_samples))
+                          options=audit.Options(batch=args.batch, max_samples=args.max_samples,
+                                                rank_samples=args.rank_samples))
     except LabError as exc:
         print(f"python -m lab audit: {exc}", file=sys.stderr)
         return 2
