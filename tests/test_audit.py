@@ -357,7 +357,7 @@ def test_the_families_difference_is_reported(cnn, cnn_doc):
 def test_out_of_memory_is_said_with_what_to_do(cnn, tmp_path):
     """A batch too big for the memory the process may have (an address-space limit, as a container's would be): one
     line naming the batch and a smaller one, no traceback and no silent kill."""
-    import resource   # deferred: Unix only, and only this test limits a child's memory
+    import resource  # deferred: Unix only, and only this test limits a child's memory
 
     np.save(tmp_path / "many.npy", np.random.default_rng(0).random((60000, 1, 16, 16), np.float32))
     limit = 1500 * 2**20
