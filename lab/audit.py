@@ -44,6 +44,7 @@ SCHEMA = "audit/2"
 BATCH = 4            # small: a batch's intermediate tensors of both models are what the audit holds at once
 MIN_SAMPLES = 100    # below this, an agreement or an accuracy moves by 1 % or more per sample: warned
 PARTING_DB = 20.0    # SQNR against FP32 below this: the error is over 10 % of the signal
+X64_SAMPLES = 8     # the x64 check runs both families with the option on this many samples at most
 RANK_SAMPLES = 16   # the node ranking runs every candidate model on the first samples only (0: no ranking)
 WEIGHT_OFF = 0.01    # a weight more than half a step from its FP32 value, in more than this fraction: not the same
 _DTYPES = {onnx.TensorProto.INT8: "int8", onnx.TensorProto.UINT8: "uint8"}
@@ -702,6 +703,28 @@ def exclude_doc(fp32: onnx.ModelProto, int8: onnx.ModelProto, x, batch: int, sam
     return sensitivity.ranking(int8, fp32, xs, reference, run)
 
 
+def x64_fix_doc(int8: onnx.ModelProto, x, batch: int, samples: int, dtype, computed: bool) -> dict | None:
+    """Does ORT's deploy-time fix close the families' difference? Both families with ``kernels.X64_PRECISION_KEY`` =
+    "1" (U8U8 kernels for weights beyond [-64, 64]) on the first ``samples`` samples, at most ``X64_SAMPLES``
+    (``lab.hybrid``: numpy for one family, slow on a large model); the difference without it is the audit's own."""
+    if not samples or not computed:
+        return None
+    xs = np.ascontiguousarray(x[0:min(samples, X64_SAMPLES, len(x))], dtype)
+    try:
+        outs = [_hybrid_outputs(int8, f, input_spec(int8)[0], True, xs, batch) for f in kernels.FAMILIES]
+    except kernels.EmulationError as exc:   # ORT refuses the option on S8S8 QOperator models
+        return {"samples": len(xs), "note": f"not measured: {exc}"}
+    d = Difference()
+    d.add(*outs)
+    return {"samples": len(xs), "with": asdict(d)}
+
+
+def _hybrid_outputs(int8: onnx.ModelProto, family: str, name: str, x64: bool, xs: np.ndarray, batch: int):
+    """``lab.hybrid``'s output for ``family`` on ``xs``, in batches; its sessions are freed on return."""
+    run = hybrid.HybridRun(int8, family, name, x64_precision=x64)
+    return np.concatenate([run.run(xs[s]) for s in batches(len(xs), batch)])
+
+
 def family_rows(stream: Stream, classified: bool, labelled: bool, other_note: str | None) -> list[dict]:
     """Each kernel family's scores: on this machine's kernels, computed for the other, or a line saying why not."""
     rows = []
@@ -745,6 +768,8 @@ def audit(fp32_path: str | Path, int8_path: str | Path, data_path: str | Path, l
     parting = parting_names(int8, fp32_names) if graph.quant_format(int8) == "QDQ" else {}
     r = runners(fp32, int8, measured_on, parting)
     stream = measure(r, x, labels, batch, rulers, measured_on, parting, progress, input_dtype(fp32))
+    computed, other_note = r.other is not None, r.other_note
+    del r   # its sessions hold every model's weights: the ranking and the x64 check below build their own
     machine, classified = kernels.machine_family(), stream.classified
     return {"schema": SCHEMA,
             "models": {"fp32": {"path": str(fp32_path), "sha256": file_sha256(fp32_path)},
@@ -759,9 +784,10 @@ def audit(fp32_path: str | Path, int8_path: str | Path, data_path: str | Path, l
             "rulers": [asdict(row) for row in ruler_rows(rulers, stream.rulers, measured_on)],
             "error_by_size": error_by_size(stream.sizes, stream.families[machine].sample_errors),
             "parting": parting_doc(stream, fp32, int8, parting),
-            "families": family_rows(stream, classified, labels is not None, r.other_note),
-            "family_difference": difference_doc(stream, r.other is not None),
+            "families": family_rows(stream, classified, labels is not None, other_note),
+            "family_difference": difference_doc(stream, computed),
             "exclude": exclude_doc(fp32, int8, x, batch, options.rank_samples, input_dtype(fp32)),
+            "x64_fix": x64_fix_doc(int8, x, batch, options.rank_samples, input_dtype(fp32), computed),
             "recipe": recipe(int8)}
 
 
@@ -785,6 +811,15 @@ def _scores_line(doc: dict) -> str:
              f"{doc['top1_ties']} top-1 ties" if doc.get("top1_ties") else None,
              f"max abs error {doc['max_abs_error']:.4g}"]
     return ", ".join(p for p in parts if p)
+
+
+def x64_line(fix: dict) -> str:
+    """ORT's session option against the families' difference, in one line."""
+    if "note" in fix:
+        return f"{kernels.X64_PRECISION_KEY} = 1: {fix['note']}"
+    w = fix["with"]
+    return (f"with {kernels.X64_PRECISION_KEY} = 1 on both (first {fix['samples']} samples) they differ on "
+            f"{w['differ']:,} of {w['values']:,} values, max difference {w['max_difference']:.4g}")
 
 
 def exclude_lines(e: dict, top: int = 5) -> list[str]:
@@ -861,6 +896,7 @@ def format_report(doc: dict) -> str:
         where = f" ({f['computed_on']})" if f["computed_on"] else ""
         lines.append(f"  {f['family']}{where}: " + (f["note"] if "note" in f else _scores_line(f)))
     lines.append(f"  {difference_line(doc['family_difference'])}")
+    lines += [f"  {x64_line(doc['x64_fix'])}"] if doc["x64_fix"] else []
     lines += ["", *exclude_lines(doc["exclude"])]
     lines += ["", "recipe (the model's metadata):"]
     lines += [f"  {k}: {v if len(v) < 200 else v[:200] + ' ...'}" for k, v in doc["recipe"].items()] or \

@@ -407,3 +407,12 @@ def test_the_suggested_node_excluded_for_real_repairs_a_model_one_layer_breaks(t
           f"max abs error {errors[0]:.4f} -> {errors[1]:.4f}")
     assert agreement[1] > agreement[0] + 0.05 and errors[1] < errors[0]
     assert "suggestion: nodes_to_exclude=['fc2_MatMul']" in audit.format_report(doc)
+
+
+def test_the_x64_option_is_measured_against_the_families_difference(cnn_doc):
+    """ORT's deploy-time fix on the per-channel CNN: with the option on both families no pair saturates, so the
+    families agree bit for bit; without it they differ (lesson 10's finding)."""
+    fix = cnn_doc["x64_fix"]
+    assert fix["samples"] == audit.X64_SAMPLES
+    assert fix["with"]["differ"] == 0 and cnn_doc["family_difference"]["values_differ"] > 0
+    assert f"= 1 on both (first {audit.X64_SAMPLES} samples) they differ on 0 of" in audit.format_report(cnn_doc)
