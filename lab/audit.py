@@ -15,7 +15,10 @@ Everything is read from the two graphs and measured on the given data, nothing a
 - **where INT8 first parts from FP32**: per-tensor SQNR, matched as ORT's ``qdq_loss_debug`` matches them (QDQ);
 - accuracy (with labels) or agreement with FP32, and the max abs error, under **both kernel families**: this
   machine's kernels and the other family (``lab.hybrid``: ORT for the ops the family does not change, ``lab.kernels``
-  for the integer GEMM and Conv kernels), and **the difference between the two families** itself;
+  for the integer GEMM and Conv kernels), **the difference between the two families** itself, and whether ORT's
+  ``session.x64quantprecision`` closes it;
+- **which node to exclude** (``lab.sensitivity``: each GEMM or Conv of a QDQ model left in float in turn, ranked by
+  the output's SQNR on the first samples), with the suggestion's measured effect;
 - the **recipe** (every metadata entry the model carries).
 
 Memory is bounded: the data is read batch by batch (a ``.npy`` is memory-mapped) and every statistic accumulates
