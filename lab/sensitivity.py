@@ -93,4 +93,6 @@ def ranking(int8: onnx.ModelProto, fp32: onnx.ModelProto, x: np.ndarray, referen
     baseline = scores(reference, run(int8, x))
     rows = [{"node": name, **scores(reference, run(excluded(int8, fp32, name), x))} for name in candidates(int8)]
     rows.sort(key=lambda r: -r["sqnr_db"])
-    return {"samples": len(x), "as_is": baseline, "rows": rows}
+    note = None if rows else ("no named GEMM or Conv node reads quantized inputs (nodes_to_exclude takes node names: "
+                              "name the nodes to rank them)")
+    return {"samples": len(x), "as_is": baseline, "rows": rows, "note": note}

@@ -294,3 +294,15 @@ def test_real_saturating_kernels_equal_the_hybrid_on_the_zoo(zoo_haswell, zoo_mo
     difference = float(np.abs(zoo_haswell[name] - emulated).max())
     print(f"{name}: max difference {difference:.3g} against qemu Haswell")
     assert difference <= FLOAT_LAYOUT_STEPS.get(name, 0) / 255 + 1e-7, name
+
+
+def test_the_x64_check_and_the_ranking_are_lines_where_they_cannot_run(models):
+    """ORT 1.32 fails to load some models with the x64 option ('Attempt to replace the existing tensor', seen on one of
+    these): the audit says so in its x64 line; a graph with unnamed nodes cannot be ranked (nodes_to_exclude takes
+    names): a line says so."""
+    built = models["transformer_qdq"]
+    doc = audit.audit(built["fp32"], built["int8"], built["data"])
+    fix = doc["x64_fix"]
+    assert fix is not None and ("with" in fix or fix["note"].startswith("not measured: "))
+    assert audit.x64_line(fix) in audit.format_report(doc)
+    assert "which node to exclude: no named GEMM or Conv node" in audit.format_report(doc)   # its nodes are unnamed
