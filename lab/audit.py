@@ -2,38 +2,54 @@
 
 Everything is read from the two graphs and measured on the given data, nothing assumed about the models:
 
+- first, **validation**: a pair or data the audit cannot measure is refused in one line that names it (a float model
+  given as the INT8 one, different inputs, weights that are not the FP32 model's, non-finite data, missing external
+  data, onnx's own message for a file it cannot read); a doubt is a warning printed first (weights that differ
+  beyond rounding, too few samples, a fixed batch);
 - every **ruler** (scale, zero point, the interval it covers): the input's and each activation's, from the INT8
   graph's QuantizeLinear nodes and its QLinear* ops' output quantization (QDQ or QOperator);
 - on the data, each ruler against the FP32 values of its tensor: the fraction **clipped**, the grid steps
-  **used**, and a clipping / squashing diagnosis (``lab.compare.diagnose``);
+  **used**, and a clipping / squashing diagnosis (``lab.compare.diagnose_summary``);
 - the **error by input size** (``lab.compare.error_by_magnitude``): growing with size is clipping, even is
   squashing;
-- **where INT8 first parts from FP32**: per-tensor SQNR with ORT's ``qdq_loss_debug`` (QDQ models only);
+- **where INT8 first parts from FP32**: per-tensor SQNR, matched as ORT's ``qdq_loss_debug`` matches them (QDQ);
 - accuracy (with labels) or agreement with FP32, and the max abs error, under **both kernel families**: this
-  machine's kernels, the other family emulated (``lab.kernels``), or a line naming the ops it does not cover;
+  machine's kernels and the other family (``lab.hybrid``: ORT for the ops the family does not change, ``lab.kernels``
+  for the integer GEMM and Conv kernels), **the difference between the two families** itself, and whether ORT's
+  ``session.x64quantprecision`` closes it;
+- **which node to exclude** (``lab.sensitivity``: each GEMM or Conv of a QDQ model left in float in turn, ranked by
+  the output's SQNR on the first samples), with the suggestion's measured effect;
 - the **recipe** (every metadata entry the model carries).
+
+Memory is bounded: the data is read batch by batch (a ``.npy`` is memory-mapped) and every statistic accumulates
+per batch (``Stream``), so no tensor of the whole data set is ever held; ``Options`` sets the batch and a cap on the
+samples.
 """
 from __future__ import annotations
 
-import tempfile
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, replace
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
-from onnxruntime.quantization import CalibrationDataReader
+import onnxruntime as ort
+from onnx import helper, numpy_helper
 from onnxruntime.quantization import qdq_loss_debug as qd
 
-from lab import compare, graph, kernels, tables
+from lab import compare, graph, hybrid, kernels, sensitivity, tables
 from lab.data import file_sha256
 from lab.errors import LabError
 from lab.ruler import InputRuler
 
-SCHEMA = "audit/1"
-BATCH = 256
-PARTING_DB = 20.0   # SQNR against FP32 below this: the error is over 10 % of the signal
+SCHEMA = "audit/2"
+BATCH = 4            # small: a batch's intermediate tensors of both models are what the audit holds at once
+MIN_SAMPLES = 100    # below this, an agreement or an accuracy moves by 1 % or more per sample: warned
+PARTING_DB = 20.0    # SQNR against FP32 below this: the error is over 10 % of the signal
+X64_SAMPLES = 8     # the x64 check runs both families with the option on this many samples at most
+RANK_SAMPLES = 16   # the node ranking runs every candidate model on the first samples only (0: no ranking)
+WEIGHT_OFF = 0.01    # a weight more than half a step from its FP32 value, in more than this fraction: not the same
 _DTYPES = {onnx.TensorProto.INT8: "int8", onnx.TensorProto.UINT8: "uint8"}
 # QLinear* op -> (its output scale input, its output zero point input): the ruler of the tensor it writes
 OUTPUT_RULERS = {"QLinearConv": (6, 7), "QLinearMatMul": (6, 7), "QGemm": (7, 8), "QLinearAdd": (6, 7),
@@ -41,23 +57,50 @@ OUTPUT_RULERS = {"QLinearConv": (6, 7), "QLinearMatMul": (6, 7), "QGemm": (7, 8)
                  "QLinearAveragePool": (3, 4), "QLinearLeakyRelu": (3, 4), "QLinearSigmoid": (3, 4),
                  "QLinearConcat": (0, 1)}
 SUFFIXES = ("_QuantizeLinear_Input", "_quantized")   # ORT's names for a float tensor's quantized neighbours
+OUT_OF_MEMORY = ("bad_alloc", "Failed to allocate", "out of memory")   # how ORT words an allocation that failed
 
 
 class AuditError(LabError):
     """A model or a data file the audit cannot take; the message names the file and what was expected."""
 
 
+@dataclass(frozen=True)
+class Options:
+    """How much the audit reads at once and in all: ``batch`` samples per run, at most ``max_samples``."""
+
+    batch: int = BATCH
+    max_samples: int | None = None
+    rank_samples: int = RANK_SAMPLES
+
+
 # --- reading the inputs ------------------------------------------------------------------------------------------
 
+def missing_external_data(model: onnx.ModelProto, folder: Path) -> list[str]:
+    """The files the model's external tensors name that are not in ``folder``."""
+    files = []
+    for tensor in model.graph.initializer:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            where = {e.key: e.value for e in tensor.external_data}.get("location", "")
+            if not (folder / where).is_file() and where not in files:
+                files.append(where)
+    return files
+
+
 def load_model(path: str | Path, role: str) -> onnx.ModelProto:
-    """The ONNX model at ``path``, or an ``AuditError`` naming the file and what is wrong."""
+    """The ONNX model at ``path``, or an ``AuditError`` naming the file and what is wrong (onnx's own words)."""
     path = Path(path)
     if not path.is_file():
         raise AuditError(f"{path}: no such file; expected the {role} ONNX model")
     try:
-        model = onnx.load(str(path))
+        model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # noqa: BLE001 - onnx raises DecodeError, ValueError, ...: all mean "not a model"
-        raise AuditError(f"{path}: not an ONNX model ({type(exc).__name__}); expected the {role} model") from None
+        said = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise AuditError(f"{path}: not an ONNX model (onnx: {said}); expected the {role} model") from None
+    missing = missing_external_data(model, path.parent)
+    if missing:
+        raise AuditError(f"{path}: its weights are stored outside the file, in {', '.join(missing)}, which is not in "
+                         f"{path.parent}; put the external data file next to the {role} model")
+    onnx.load_external_data_for_model(model, str(path.parent))
     inputs = [i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
     if len(inputs) != 1:
         raise AuditError(f"{path}: the {role} model has {len(inputs)} inputs {[i.name for i in inputs]}; "
@@ -72,34 +115,95 @@ def input_spec(model: onnx.ModelProto) -> tuple[str, list]:
     return vi.name, dims
 
 
-def _arrays(path: Path, what: str) -> dict[str, np.ndarray]:
+def input_dtype(model: onnx.ModelProto) -> np.dtype:
+    """The numpy type of the graph input (float32 where the graph does not say)."""
+    vi = next(i for i in model.graph.input if i.name == input_spec(model)[0])
+    elem = vi.type.tensor_type.elem_type
+    return np.dtype(helper.tensor_dtype_to_np_dtype(elem)) if elem else np.dtype(np.float32)
+
+
+class NpyFile:
+    """A C-ordered ``.npy`` read a slice of samples at a time from the file (not memory-mapped: mapped pages count in
+    the process's memory once read, so a pass over the data set would grow it)."""
+
+    def __init__(self, path: Path, rows: int | None = None):
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, fortran, dtype = read(f)
+            self.offset = f.tell()
+        if fortran or dtype.hasobject or not shape:
+            raise ValueError("a Fortran-ordered, object or 0-d array")
+        self.path, self.dtype, self.shape = path, dtype, (min(shape[0], rows or shape[0]), *shape[1:])
+        self.ndim = len(self.shape)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, s: slice) -> np.ndarray:
+        start, stop, _ = s.indices(len(self))
+        row = int(np.prod(self.shape[1:], dtype=np.int64))
+        data = np.fromfile(self.path, self.dtype, count=(stop - start) * row,
+                           offset=self.offset + start * row * self.dtype.itemsize)
+        return data.reshape(stop - start, *self.shape[1:])
+
+    def head(self, rows: int | None) -> NpyFile:
+        return NpyFile(self.path, rows)
+
+
+def _arrays(path: Path, what: str) -> dict:
     if not path.is_file():
         raise AuditError(f"{path}: no such file; expected {what} as .npy or .npz")
     try:
         if path.suffix == ".npy":
-            return {"": np.load(path, allow_pickle=False)}
+            return {"": NpyFile(path)}   # read batch by batch, never whole
         with np.load(path, allow_pickle=False) as f:
             return {k: f[k] for k in f.files}
     except (OSError, ValueError) as exc:
         raise AuditError(f"{path}: not a numpy .npy or .npz file ({exc}); expected {what}") from None
 
 
-def load_data(path: str | Path, model: onnx.ModelProto) -> np.ndarray:
-    """The model's input batch from ``path``: a .npy, or the .npz array named after the input (or its only
-    array), float32 with the input's rank and fixed sizes."""
+def load_data(path: str | Path, model: onnx.ModelProto, max_samples: int | None = None):
+    """The model's input from ``path`` (a .npy, or the .npz array named after the input, or its only array), at most
+    ``max_samples`` of it: numbers with the input's rank and fixed sizes, all finite, in the input's own type (int64
+    token ids stay int64). A .npy stays on disk (``NpyFile``) until a batch is read."""
     path = Path(path)
     name, dims = input_spec(model)
+    dtype = input_dtype(model)
     shape = "[" + ", ".join("N" if d is None else str(d) for d in dims) + "]"
     arrays = _arrays(path, f"the model's input '{name}' {shape}")
     key = "" if "" in arrays else name if name in arrays else next(iter(arrays)) if len(arrays) == 1 else None
     if key is None:
         raise AuditError(f"{path}: no array named '{name}' (the model's input) among {sorted(arrays)}")
     x = arrays[key]
+    x = x.head(max_samples) if isinstance(x, NpyFile) else x[:max_samples] if max_samples else x
+    what = "array " + repr(key) if key else "the array"
     if not np.issubdtype(x.dtype, np.number) or x.ndim != len(dims) or any(
-            d is not None and d != s for d, s in zip(dims, x.shape)) or len(x) == 0:
-        raise AuditError(f"{path}: {'array ' + repr(key) if key else 'the array'} is {x.dtype} "
-                         f"{list(x.shape)}; expected the model's input '{name}': numbers shaped {shape}")
-    return np.ascontiguousarray(x, np.float32)
+            d is not None and d != s for d, s in zip(dims[1:], x.shape[1:])) or len(x) == 0:
+        raise AuditError(f"{path}: {what} is {x.dtype} {list(x.shape)}; expected the model's input '{name}': "
+                         f"numbers shaped {shape}")
+    bad = non_finite(x)
+    if bad:
+        raise AuditError(f"{path}: {what} holds {bad[0]} NaN or infinite values (the first in sample {bad[1]}); "
+                         "expected finite inputs")
+    if np.issubdtype(dtype, np.integer) and not np.issubdtype(x.dtype, np.integer):
+        raise AuditError(f"{path}: {what} is {x.dtype}; the model's input '{name}' is {dtype} (token ids, indices): "
+                         "expected integers")
+    return x
+
+
+def non_finite(x, chunk: int = 64) -> tuple[int, int] | None:
+    """(how many values are NaN or infinite, the first sample holding one), read ``chunk`` samples at a time; None
+    when all are finite."""
+    if not np.issubdtype(x.dtype, np.floating):
+        return None
+    count, first = 0, -1
+    for start in range(0, len(x), chunk):
+        bad = ~np.isfinite(np.asarray(x[start:start + chunk]))
+        if bad.any():
+            count += int(bad.sum())
+            first = start + int(np.flatnonzero(bad.reshape(len(bad), -1).any(axis=1))[0]) if first < 0 else first
+    return (count, first) if count else None
 
 
 def load_labels(path: str | Path, n: int) -> np.ndarray:
@@ -108,10 +212,115 @@ def load_labels(path: str | Path, n: int) -> np.ndarray:
     arrays = _arrays(path, f"{n} integer labels")
     key = "" if "" in arrays else "labels" if "labels" in arrays else next(iter(arrays)) if len(arrays) == 1 else None
     y = arrays.get(key) if key is not None else None
+    y = y[:len(y)] if isinstance(y, NpyFile) else y
+    if y is not None and len(y) > n and y.ndim == 1:
+        y = y[:n]   # --max-samples cut the data
     if y is None or y.shape != (n,) or not np.issubdtype(y.dtype, np.integer):
         got = f"{y.dtype} {list(y.shape)}" if y is not None else f"arrays {sorted(arrays)}"
         raise AuditError(f"{path}: {got}; expected 'labels': {n} integers, one per sample of the data")
-    return y.astype(np.int64)
+    return np.asarray(y, np.int64)
+
+
+# --- is this a pair? -------------------------------------------------------------------------------------------
+
+def quantized_weights(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """Float tensor -> its dequantized value, for each ``<W>_quantized`` initializer with its ``<W>_scale`` and
+    ``<W>_zero_point`` (ORT's names, in QDQ and QOperator models); per-channel on the axis the scale's length fits."""
+    inits = {i.name: i for i in model.graph.initializer}
+    axes = {n.input[0]: next((a.i for a in n.attribute if a.name == "axis"), 1)
+            for n in model.graph.node if n.op_type == "DequantizeLinear"}
+    out = {}
+    for name, tensor in inits.items():
+        base = name[: -len("_quantized")] if name.endswith("_quantized") else None
+        if base is None or f"{base}_scale" not in inits:
+            continue
+        q = numpy_helper.to_array(tensor)
+        scale = numpy_helper.to_array(inits[f"{base}_scale"]).astype(np.float32)
+        zero = numpy_helper.to_array(inits[f"{base}_zero_point"]) if f"{base}_zero_point" in inits else np.zeros(
+            scale.shape, np.int64)
+        out[base] = kernels.dequantize_linear(q, scale, zero, weight_axis(q.shape, scale.size, axes.get(name)))
+    return out
+
+
+def weight_axis(shape: tuple, channels: int, axis: int | None) -> int:
+    """The per-channel axis of a weight: its DequantizeLinear's (QDQ), else a matrix's columns (QLinearMatMul, QGemm)
+    or a convolution's output channels (QLinearConv) where the scale's length fits."""
+    if axis is not None:
+        return axis + len(shape) if axis < 0 else axis
+    if len(shape) == 2 and shape[1] == channels:
+        return 1
+    return 0
+
+
+def weight_check(fp32: onnx.ModelProto, int8: onnx.ModelProto) -> dict:
+    """The INT8 model's quantized weights against the FP32 initializers of the same name: how many were compared,
+    those of another shape (a different model) and those further than half a step from the FP32 values in more
+    than ``WEIGHT_OFF`` of their elements (different weights, or a pre-processing that folded a BatchNorm)."""
+    floats = {i.name: i for i in fp32.graph.initializer}
+    axes = {n.input[0]: next((a.i for a in n.attribute if a.name == "axis"), 1)
+            for n in int8.graph.node if n.op_type == "DequantizeLinear"}
+    inits = {i.name: i for i in int8.graph.initializer}
+    shapes, off, compared = [], [], 0
+    for name, value in quantized_weights(int8).items():
+        if name not in floats:
+            continue
+        w = numpy_helper.to_array(floats[name]).astype(np.float32)
+        if w.shape != value.shape:
+            shapes.append(f"{name} {list(value.shape)} (FP32 {list(w.shape)})")
+            continue
+        compared += 1
+        scale = numpy_helper.to_array(inits[f"{name}_scale"]).astype(np.float32)
+        axis = weight_axis(w.shape, scale.size, axes.get(f"{name}_quantized"))
+        half = (scale.reshape([-1 if k == axis else 1 for k in range(w.ndim)]) if scale.size > 1 else scale) / 2
+        far = float(np.mean(np.abs(w - value) > half * 1.001 + 1e-12)) if w.size else 0.0
+        if far > WEIGHT_OFF:
+            off.append(f"{name} ({far:.0%} of its values)")
+    return {"compared": compared, "other_shape": shapes, "other_values": off,
+            "quantized": len(quantized_weights(int8))}
+
+
+def check_pair(fp32_path: Path, fp32: onnx.ModelProto, int8_path: Path, int8: onnx.ModelProto) -> list[str]:
+    """Refuse (``AuditError``) a pair the audit cannot measure; return the warnings for one it can."""
+    if graph.quant_format(int8) == "float":
+        raise AuditError(f"{int8_path}: no quantized node (no QuantizeLinear, DequantizeLinear, QLinear* or *Integer "
+                         "op): this is a float model; expected the INT8 model made from the FP32 one")
+    if graph.quant_format(fp32) != "float":
+        raise AuditError(f"{fp32_path}: it has quantized nodes ({graph.quant_format(fp32)}); expected the FP32 "
+                         "model first, then the INT8 one")
+    (name8, dims8), (name32, dims32) = input_spec(int8), input_spec(fp32)
+    if name8 != name32:
+        raise AuditError(f"{int8_path}: its input is '{name8}', the FP32 model's '{name32}'; expected the same "
+                         "model before and after quantization")
+    if len(dims8) != len(dims32) or any(a and b and a != b for a, b in zip(dims8[1:], dims32[1:])) or \
+            input_dtype(int8) != input_dtype(fp32):
+        raise AuditError(f"{int8_path}: its input '{name8}' is {input_dtype(int8)} {_shape(dims8)}, the FP32 "
+                         f"model's {input_dtype(fp32)} {_shape(dims32)}; expected the same input")
+    weights = weight_check(fp32, int8)
+    if weights["other_shape"]:
+        raise AuditError(f"{int8_path}: weights of another shape than the FP32 model's of the same name: "
+                         f"{', '.join(weights['other_shape'][:3])}; expected the model quantized from {fp32_path}")
+    warnings = []
+    if weights["quantized"] and not weights["compared"]:
+        warnings.append(f"none of the INT8 model's {weights['quantized']} quantized weights has an FP32 initializer "
+                        "of the same name: the audit cannot tell that it was made from this FP32 model")
+    if weights["other_values"]:
+        warnings.append(f"{len(weights['other_values'])} of {weights['compared']} quantized weights differ from "
+                        f"the FP32 model's beyond rounding: {', '.join(weights['other_values'][:3])}; a pre-"
+                        "processing that folds BatchNorm changes weights, otherwise this is not the model quantized "
+                        "from this FP32 one")
+    return warnings
+
+
+def _shape(dims: list) -> str:
+    return "[" + ", ".join("N" if d is None else str(d) for d in dims) + "]"
+
+
+def run_batch(model: onnx.ModelProto, requested: int) -> tuple[int, str | None]:
+    """The batch the model can take (a fixed first dimension wins), and a warning when it is fixed."""
+    fixed = input_spec(model)[1][0] if input_spec(model)[1] else None
+    if fixed:
+        return fixed, f"the model's input has a fixed batch of {fixed}: the audit runs {fixed} sample(s) at a time"
+    return max(1, requested), None
 
 
 # --- the rulers in the graph -------------------------------------------------------------------------------------
@@ -146,42 +355,156 @@ def read_rulers(model: onnx.ModelProto) -> dict[str, InputRuler]:
     return rulers
 
 
-# --- running the models ------------------------------------------------------------------------------------------
+# --- what the audit runs, batch by batch ----------------------------------------------------------------------
 
 def batches(n: int, size: int = BATCH) -> list[slice]:
     return [slice(i, min(n, i + size)) for i in range(0, n, size)]
 
 
-def fp32_tensors(model: onnx.ModelProto, x: np.ndarray, names: Iterable[str],
-                 progress: Callable = iter) -> dict[str, np.ndarray]:
-    """The FP32 model's output and the float tensors ``names`` (those it has) on ``x``, run in batches."""
+def with_outputs(model: onnx.ModelProto, names) -> tuple[onnx.ModelProto, list[str]]:
+    """A copy of ``model`` that also outputs the tensors ``names`` it makes (or reads as input), first output first;
+    and the list of names it returns (the first output, then those)."""
     m = onnx.ModelProto()
     m.CopyFrom(model)
-    produced = {o for n in m.graph.node for o in n.output} | {i.name for i in m.graph.input}
+    made = {o for n in m.graph.node for o in n.output}
     outputs = [m.graph.output[0].name]
     for name in names:
-        if name in produced and name not in outputs:
+        if name in made and name not in outputs:
             outputs.append(name)
-            if name not in {o.name for o in m.graph.output} and name != input_spec(m)[0]:
-                m.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
-    session = graph.session(m)
-    input_name = input_spec(m)[0]
-    runnable = [o for o in outputs if o != input_name]
-    parts: dict[str, list] = {o: [] for o in outputs}
-    for s in progress(batches(len(x))):
-        for name, value in zip(runnable, session.run(runnable, {input_name: x[s]})):
-            parts[name].append(value)
-        if input_name in parts:
-            parts[input_name].append(x[s])
-    return {k: np.concatenate(v) for k, v in parts.items()}
+            if name not in {o.name for o in m.graph.output}:
+                m.graph.output.append(onnx.ValueInfoProto(name=name))
+    return m, outputs
 
 
-def int8_outputs(path: Path, x: np.ndarray, family: str, input_name: str, progress: Callable = iter) -> np.ndarray:
-    """The INT8 model's first output on ``x`` as CPUs of ``family`` compute it (here or emulated), in batches."""
-    return np.concatenate([compare.predict(path, x[s], input_name, family=family) for s in progress(batches(len(x)))])
+def parting_names(int8: onnx.ModelProto, fp32_names: set[str]) -> dict[str, tuple[str, str]]:
+    """FP32 tensor -> (the INT8 model's tensor before its QuantizeLinear, the one after its DequantizeLinear), matched
+    by ORT's qdq_loss_debug rules (QDQ models only)."""
+    names = {o: o for n in int8.graph.node for o in n.output} | {i.name: i.name for i in int8.graph.input}
+    matched = qd.create_activation_matching(names)
+    return {t: (v["pre_qdq"], v["post_qdq"]) for t, v in matched.items() if t in fp32_names}
 
 
-# --- the measurements --------------------------------------------------------------------------------------------
+def per_sample(a: np.ndarray) -> np.ndarray:
+    """[N, ...] -> [N, values] in float64."""
+    return np.asarray(a, np.float64).reshape(len(a), -1)
+
+
+def classes(out: np.ndarray) -> int:
+    """How many classes an output holds per sample (singleton dimensions squeezed: [N, 1000, 1, 1] has 1000), or 0
+    when it is not one vector per sample."""
+    sizes = [d for d in out.shape[1:] if d != 1]
+    return sizes[0] if len(sizes) == 1 and sizes[0] > 1 else 0
+
+
+def top1(out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each sample's top class, and whether it shares the top value with another class (a tie: quantized outputs
+    have many)."""
+    v = per_sample(out)
+    best = v.argmax(axis=1)
+    ties = (v == v.max(axis=1, keepdims=True)).sum(axis=1) > 1
+    return best, ties
+
+
+@dataclass
+class Scores:
+    """One family's agreement with FP32 (and accuracy), max abs error and per-sample errors, summed over batches."""
+
+    n: int = 0
+    max_abs_error: float = 0.0
+    agree: int = 0
+    correct: int = 0
+    ties: int = 0
+    sample_errors: list = field(default_factory=list)
+
+    def add(self, fp32_out: np.ndarray, out: np.ndarray, labels: np.ndarray | None) -> None:
+        a, b = per_sample(fp32_out), per_sample(out)
+        err = np.abs(a - b).max(axis=1) if a.size else np.zeros(len(a))
+        self.sample_errors.extend(err.tolist())
+        self.max_abs_error = max(self.max_abs_error, float(err.max()) if len(err) else 0.0)
+        self.n += len(out)
+        if classes(out):
+            best, ties = top1(out)
+            self.agree += int(np.sum(best == top1(fp32_out)[0]))
+            self.ties += int(ties.sum())
+            if labels is not None:
+                self.correct += int(np.sum(best == labels))
+
+    def result(self, classified: bool, labelled: bool) -> dict:
+        doc: dict = {"max_abs_error": self.max_abs_error}
+        if classified and self.n:
+            doc["agreement"] = self.agree / self.n
+            doc["top1_ties"] = self.ties
+            if labelled:
+                doc["accuracy"] = self.correct / self.n
+        return doc
+
+
+@dataclass
+class Difference:
+    """The two families' outputs against each other: values that differ, the largest difference, top-1 changes."""
+
+    values: int = 0
+    differ: int = 0
+    samples_differ: int = 0
+    max_difference: float = 0.0
+    top1_changes: int = 0
+    samples: int = 0
+
+    def add(self, here: np.ndarray, other: np.ndarray) -> None:
+        a, b = per_sample(here), per_sample(other)
+        d = np.abs(a - b)
+        self.values += d.size
+        self.differ += int(np.count_nonzero(d))
+        self.samples_differ += int(np.count_nonzero(d.max(axis=1))) if d.size else 0
+        self.max_difference = max(self.max_difference, float(d.max()) if d.size else 0.0)
+        self.samples += len(a)
+        if classes(here):
+            self.top1_changes += int(np.sum(top1(here)[0] != top1(other)[0]))
+
+
+@dataclass
+class Stream:
+    """Every statistic of the audit, accumulated batch by batch: ruler counts and extremes, SQNR sums, both families'
+    scores, their difference, and each sample's largest |input| (for the error by input size)."""
+
+    rulers: dict = field(default_factory=dict)      # tensor -> [values, clipped, min, max]
+    sqnr: dict = field(default_factory=dict)        # tensor -> [signal^2, noise vs FP32, pre^2, noise of its QDQ]
+    families: dict = field(default_factory=dict)    # family -> Scores
+    difference: Difference = field(default_factory=Difference)
+    sizes: list = field(default_factory=list)
+    classified: bool = False    # the output is one vector of classes per sample
+    fp32_correct: int = 0
+
+    def add_rulers(self, rulers: dict[str, InputRuler], measured_on: dict[str, str], values: dict) -> None:
+        for tensor, ruler in rulers.items():
+            v = values.get(measured_on.get(tensor, tensor))
+            if v is None:
+                continue
+            v = np.asarray(v, np.float32)
+            acc = self.rulers.setdefault(tensor, [0, 0, math.inf, -math.inf])
+            acc[0] += v.size
+            acc[1] += compare.clipped_count(ruler, v)
+            acc[2], acc[3] = min(acc[2], float(v.min())), max(acc[3], float(v.max()))
+
+    def add_sqnr(self, names: dict[str, tuple[str, str]], fp32: dict, int8: dict) -> None:
+        for tensor, (pre, post) in names.items():
+            if tensor not in fp32 or pre not in int8 or post not in int8:
+                continue
+            f, p, q = (np.asarray(v, np.float64).ravel() for v in (fp32[tensor], int8[pre], int8[post]))
+            acc = self.sqnr.setdefault(tensor, [0.0, 0.0, 0.0, 0.0])
+            acc[0] += float(f @ f)
+            acc[1] += float((f - q) @ (f - q))
+            acc[2] += float(p @ p)
+            acc[3] += float((p - q) @ (p - q))
+
+
+def sqnr_db(signal: float, noise: float) -> float:
+    """ORT's qdq_loss_debug SQNR from summed squares: 20 log10(max(|x|, eps) / max(|x - y|, eps))."""
+    eps = float(np.finfo(float).eps)
+    return 20 * math.log10(max(math.sqrt(signal), eps) / max(math.sqrt(noise), eps))
+
+
+# --- the rulers' rows --------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class RulerRow:
@@ -218,123 +541,49 @@ def measured_tensors(fp32: onnx.ModelProto, rulers: dict[str, InputRuler]) -> di
     return chosen
 
 
-def ruler_rows(rulers: dict[str, InputRuler], values: dict[str, np.ndarray],
-               measured_on: dict[str, str]) -> list[RulerRow]:
-    """Each ruler with lab.compare.diagnose's verdict on the FP32 values it meets (``measured_on`` names them)."""
+def ruler_rows(rulers: dict[str, InputRuler], stats: dict, measured_on: dict[str, str]) -> list[RulerRow]:
+    """Each ruler with ``compare.diagnose_summary``'s verdict on the FP32 values it met (``stats``: per tensor the
+    count, the clipped count, the min and the max, from ``Stream``)."""
     rows = []
     for tensor, ruler in rulers.items():
         low, high = ruler.interval
         unmeasured = RulerRow(tensor=tensor, node=ruler.node, scale=ruler.scale, zero_point=ruler.zero_point,
                               dtype=ruler.dtype, low=low, high=high, measured=False)
-        source = measured_on.get(tensor, tensor)
-        if source not in values:
+        if tensor not in stats:
             rows.append(replace(unmeasured, reason="the FP32 model has no tensor of this name"))
             continue
-        d = compare.diagnose(ruler, values[source])
+        count, clipped, lo, hi = stats[tensor]
+        d = compare.diagnose_summary(ruler, clipped / max(count, 1), lo, hi)
         rows.append(replace(unmeasured, measured=True, clipped_fraction=d.clipped_fraction,
                             steps_used=int(round(d.grid_used_fraction * ruler.steps)), steps=ruler.steps,
-                            diagnosis=d.kind, reason=d.reason, measured_on=source))
+                            diagnosis=d.kind, reason=d.reason, measured_on=measured_on.get(tensor, tensor)))
     return rows
 
 
-def per_sample(a: np.ndarray) -> np.ndarray:
-    return np.asarray(a, np.float64).reshape(len(a), -1)
-
-
-def scores(fp32_out: np.ndarray, out: np.ndarray, labels: np.ndarray | None) -> dict:
-    """Max abs error against FP32, agreement of the top class with FP32's and accuracy (when labelled)."""
-    doc = {"max_abs_error": compare.max_abs_error(fp32_out, out)}
-    if out.ndim == 2 and out.shape[1] > 1:
-        doc["agreement"] = float(np.mean(out.argmax(axis=1) == fp32_out.argmax(axis=1)))
-        if labels is not None:
-            doc["accuracy"] = float(np.mean(out.argmax(axis=1) == labels))
-    return doc
-
-
-def family_rows(path: Path, model: onnx.ModelProto, x: np.ndarray, fp32_out: np.ndarray,
-                labels: np.ndarray | None, progress: Callable = iter) -> list[dict]:
-    """Each kernel family's scores: on this machine's kernels, emulated, or a line naming what is not covered."""
-    rows, missing = [], kernels.uncovered(model)
-    for family in kernels.FAMILIES:
-        row = {"family": family, "description": kernels.DESCRIPTIONS[family]}
-        if kernels.emulated(family) and graph.quant_format(model) != "float" and missing:
-            rows.append({**row, "computed_on": None,
-                         "note": f"not computed: the emulation does not cover {', '.join(missing)}; run the audit "
-                                 f"on a CPU of this family"})
-            continue
-        out = int8_outputs(path, x, family, input_spec(model)[0], progress)
-        rows.append({**row, "computed_on": "emulation" if kernels.emulated(family) else "this machine's kernels",
-                     **scores(fp32_out, out, labels)})
-    return rows
-
-
-def error_by_size(x: np.ndarray, fp32_out: np.ndarray, out: np.ndarray) -> list[dict]:
+def error_by_size(sizes, errors) -> list[dict]:
     """Per-sample max abs error grouped by each sample's largest |input|, as a fraction of the data's largest."""
-    size = np.abs(per_sample(x)).max(axis=1)
-    size = size / size.max() if size.max() > 0 else size
-    return compare.error_by_magnitude(size, compare.sample_errors(per_sample(fp32_out), per_sample(out)))
+    size = np.asarray(sizes, float)
+    size = size / size.max() if size.size and size.max() > 0 else size
+    return compare.error_by_magnitude(size, np.asarray(errors, float))
 
 
-class _Reader(CalibrationDataReader):
-    """The data in batches, rewindable: qdq_loss_debug runs the FP32 and the INT8 model on the same batches."""
-
-    def __init__(self, name: str, x: np.ndarray):
-        self.name, self.x, self.i = name, x, 0
-
-    def get_next(self):
-        if self.i >= len(self.x):
-            return None
-        self.i += BATCH
-        return {self.name: self.x[self.i - BATCH:self.i]}
-
-    def rewind(self):
-        self.i = 0
-
-
-def _debug_activations(fp32_path: Path, int8_path: Path, reader: _Reader) -> tuple[dict, dict]:
-    """Every float tensor of both models on the same batches (qdq_loss_debug), shapes inferred first: the tool
-    types each tensor it adds as an output from the graph's value_info (entries onnx could not type are dropped:
-    ONNX Runtime refuses a model that holds one)."""
-    with tempfile.TemporaryDirectory(prefix="lab-audit-") as tmp:
-        acts = []
-        for path, name in ((fp32_path, "float"), (int8_path, "int8")):
-            inferred, augmented = Path(tmp) / f"{name}-inferred.onnx", Path(tmp) / f"{name}.onnx"
-            m = onnx.load(str(path))
-            m.ir_version = max(m.ir_version, 4)   # below IR 4, shape inference cannot see initializers' types
-            m = onnx.shape_inference.infer_shapes(m)
-            known = [v for v in m.graph.value_info if v.type.tensor_type.elem_type]   # ORT refuses type 0
-            del m.graph.value_info[:]
-            m.graph.value_info.extend(known)
-            onnx.save(m, str(inferred))
-            qd.modify_model_output_intermediate_tensors(str(inferred), str(augmented))
-            reader.rewind()
-            acts.append(qd.collect_activations(str(augmented), reader))
-    return acts[0], acts[1]
-
-
-def parting(fp32_path: Path, int8_path: Path, model: onnx.ModelProto, x: np.ndarray) -> dict:
-    """Per-tensor SQNR (dB) with ORT's qdq_loss_debug, in graph order, and the first tensor below PARTING_DB."""
-    if graph.quant_format(model) != "QDQ":
-        return {"rows": [], "note": f"not measured: ORT's qdq_loss_debug reads QDQ models; this one is "
-                                    f"{graph.quant_format(model)}"}
-    try:
-        float_acts, int8_acts = _debug_activations(fp32_path, int8_path, _Reader(input_spec(model)[0], x))
-    except Exception as exc:  # noqa: BLE001 - ORT's tool raises what ORT raises; the rest of the audit stands
-        return {"rows": [], "note": f"not measured: ORT's qdq_loss_debug failed on this model ({exc})"}
-    matching = {k: v for k, v in qd.create_activation_matching(int8_acts, float_acts).items() if "float" in v}
-    errors = qd.compute_activation_error(matching)
-    order = [o for n in load_model(fp32_path, "FP32").graph.node for o in n.output]
-    rows = [{"tensor": t, "own_db": float(errors[t]["qdq_err"]), "vs_fp32_db": float(errors[t]["xmodel_err"])}
-            for t in [input_spec(model)[0], *order] if t in errors]
-    fp32_ops = {o: n.op_type for n in load_model(fp32_path, "FP32").graph.node for o in n.output}
-    int8_ops = {o: n.op_type for n in model.graph.node for o in n.output}
-    for r in rows:   # QDQ drops a Relu whose ruler starts at 0: the ruler clips what the Relu would have zeroed
-        r["relu_in_ruler"] = fp32_ops.get(r["tensor"]) in ("Relu", "Clip") and int8_ops.get(r["tensor"]) not in (
-            "Relu", "Clip")
+def parting_doc(stream: Stream, fp32: onnx.ModelProto, int8: onnx.ModelProto, names: dict) -> dict:
+    """Per-tensor SQNR (dB) in graph order, and the first tensor below PARTING_DB (QDQ models only)."""
+    if graph.quant_format(int8) != "QDQ":
+        return {"rows": [], "note": f"not measured: the SQNR table matches QDQ models' tensors (ORT's qdq_loss_debug "
+                                    f"rules); this one is {graph.quant_format(int8)}"}
+    order = list(dict.fromkeys([input_spec(fp32)[0], *(o for n in fp32.graph.node for o in n.output)]))
+    fp32_ops = {o: n.op_type for n in fp32.graph.node for o in n.output}
+    int8_ops = {o: n.op_type for n in int8.graph.node for o in n.output}
+    rows = [{"tensor": t, "own_db": sqnr_db(stream.sqnr[t][2], stream.sqnr[t][3]),
+             "vs_fp32_db": sqnr_db(stream.sqnr[t][0], stream.sqnr[t][1]),
+             # QDQ drops a Relu whose ruler starts at 0: the ruler clips what the Relu would have zeroed
+             "relu_in_ruler": fp32_ops.get(t) in ("Relu", "Clip") and int8_ops.get(t) not in ("Relu", "Clip")}
+            for t in order if t in stream.sqnr]
     first = next((r["tensor"] for r in rows if r["vs_fp32_db"] < PARTING_DB), None)
     return {"rows": rows, "first_below": first, "threshold_db": PARTING_DB,
-            "note": "qdq_loss_debug runs an unfused copy (DequantizeLinear, float MatMul or Conv, QuantizeLinear): "
-                    "it cannot see the saturating family's int16 pairs"}
+            "note": "measured on an unfused copy (DequantizeLinear, float MatMul or Conv, QuantizeLinear), as ORT's "
+                    "qdq_loss_debug runs it: it cannot see the saturating family's int16 pairs"}
 
 
 def recipe(model: onnx.ModelProto) -> dict[str, str]:
@@ -344,34 +593,204 @@ def recipe(model: onnx.ModelProto) -> dict[str, str]:
 
 # --- the whole audit ---------------------------------------------------------------------------------------------
 
+@dataclass
+class Runners:
+    """The sessions one audit runs on each batch: the FP32 model with the tensors it measures, the INT8 model on this
+    machine's kernels, its other family (or why not), and its unfused copy for the SQNR table (QDQ)."""
+
+    fp32: ort.InferenceSession
+    fp32_names: list
+    here: ort.InferenceSession
+    other: hybrid.HybridRun | None
+    other_note: str | None
+    debug: ort.InferenceSession | None
+    debug_names: list
+
+
+def runners(fp32: onnx.ModelProto, int8: onnx.ModelProto, measured_on: dict, parting: dict) -> Runners:
+    fp32_model, fp32_names = with_outputs(fp32, [*measured_on.values(), *parting])
+    name = input_spec(int8)[0]
+    other_family = next(f for f in kernels.FAMILIES if f != kernels.machine_family())
+    try:
+        other, note = hybrid.HybridRun(int8, other_family, name), None
+    except kernels.EmulationError as exc:
+        other, note = None, f"not computed: {exc}"
+    debug: ort.InferenceSession | None = None
+    debug_names: list[str] = []
+    if parting:
+        debug_model, debug_names = with_outputs(int8, [n for pair in parting.values() for n in pair])
+        debug = _session(debug_model, "the INT8 model's unfused copy")
+    return Runners(_session(fp32_model, "the FP32 model"), fp32_names, _session(int8, "the INT8 model"), other, note,
+                   debug, debug_names)
+
+
+def _session(model: onnx.ModelProto, what: str):
+    """An ORT session, or an ``AuditError`` with ORT's own first line."""
+    try:
+        return hybrid.lean_session(model)
+    except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types for a model it refuses
+        raise AuditError(f"ONNX Runtime cannot load {what}: {str(exc).splitlines()[0][:300]}") from None
+
+
+def measure(r: Runners, x, labels, batch: int, rulers: dict, measured_on: dict, parting: dict,
+            progress: Callable = iter, dtype=np.float32) -> Stream:
+    """One pass over the data, ``batch`` samples at a time in the input's ``dtype``: every statistic accumulated,
+    nothing kept per tensor."""
+    stream = Stream()
+    name = r.fp32.get_inputs()[0].name
+    here_family = kernels.machine_family()
+    done = 0
+    for s in progress(batches(len(x), batch)):
+        xb = np.ascontiguousarray(x[s], dtype)
+        try:
+            fp32_values, here, debug, other = batch_outputs(r, xb, name)
+        except MemoryError:
+            raise AuditError(out_of_memory(done, batch)) from None
+        except Exception as exc:  # noqa: BLE001 - ORT words a failed allocation in its own exception types
+            if any(w in str(exc) for w in OUT_OF_MEMORY):
+                raise AuditError(out_of_memory(done, batch)) from None
+            raise AuditError(f"ONNX Runtime failed on samples {s.start}-{s.stop - 1}: "
+                             f"{str(exc).splitlines()[0][:300]}") from None
+        fp32_out = fp32_values[r.fp32_names[0]]
+        yb = labels[s] if labels is not None else None
+        stream.add_rulers(rulers, measured_on, fp32_values)
+        stream.add_sqnr(parting, fp32_values, debug)
+        stream.families.setdefault(here_family, Scores()).add(fp32_out, here, yb)
+        stream.classified = bool(classes(here))
+        if yb is not None and stream.classified:
+            stream.fp32_correct += int(np.sum(top1(fp32_out)[0] == yb))
+        stream.sizes.extend(np.abs(per_sample(xb)).max(axis=1).tolist() if xb.size else [0.0] * len(xb))
+        if other is not None and r.other is not None:
+            stream.families.setdefault(r.other.family, Scores()).add(fp32_out, other, yb)
+            stream.difference.add(here, other)
+        done += len(xb)
+    return stream
+
+
+def batch_outputs(r: Runners, xb: np.ndarray, name: str) -> tuple[dict, np.ndarray, dict, np.ndarray | None]:
+    """One batch through every runner: the FP32 tensors, this machine's INT8 output, the unfused copy's tensors and
+    the other family's output (None when it cannot be computed: ``r`` then says why)."""
+    fp32_values = dict(zip(r.fp32_names, r.fp32.run(r.fp32_names, {name: xb})))
+    fp32_values.setdefault(name, xb)
+    here = r.here.run(None, {name: xb})[0]
+    debug = dict(zip(r.debug_names, r.debug.run(r.debug_names, {name: xb}))) if r.debug else {}
+    debug.setdefault(name, xb)
+    other = None
+    if r.other is not None:
+        try:
+            other = r.other.run(xb)
+        except kernels.EmulationError as exc:
+            r.other, r.other_note = None, f"not computed: {exc}"
+    return fp32_values, here, debug, other
+
+
+def out_of_memory(done: int, batch: int) -> str:
+    return (f"out of memory at {done} samples, running a batch of {batch}: the audit holds one batch's tensors at a "
+            f"time, so try --batch {max(1, batch // 4)}" + (f", or --max-samples {done}" if done else ""))
+
+
+def exclude_doc(fp32: onnx.ModelProto, int8: onnx.ModelProto, x, batch: int, samples: int, dtype) -> dict:
+    """``lab.sensitivity``'s ranking on the first ``samples`` samples, on this machine's kernels (QDQ models)."""
+    if not samples or graph.quant_format(int8) != "QDQ":
+        return {"rows": [], "note": "not measured: " + ("--rank-samples 0" if not samples else
+                                                        f"the ranking excludes nodes of QDQ models; this one is "
+                                                        f"{graph.quant_format(int8)}")}
+    xs = np.ascontiguousarray(x[0:min(samples, len(x))], dtype)
+
+    def run(model: onnx.ModelProto, data: np.ndarray) -> np.ndarray:
+        session = hybrid.lean_session(model)
+        name = session.get_inputs()[0].name
+        return np.concatenate([session.run(None, {name: data[s]})[0] for s in batches(len(data), batch)])
+
+    reference = run(fp32, xs)
+    return sensitivity.ranking(int8, fp32, xs, reference, run)
+
+
+def x64_fix_doc(int8: onnx.ModelProto, x, batch: int, samples: int, dtype, computed: bool) -> dict | None:
+    """Does ORT's deploy-time fix close the families' difference? Both families with ``kernels.X64_PRECISION_KEY`` =
+    "1" (U8U8 kernels for weights beyond [-64, 64]) on the first ``samples`` samples, at most ``X64_SAMPLES``
+    (``lab.hybrid``: numpy for one family, slow on a large model); the difference without it is the audit's own."""
+    if not samples or not computed:
+        return None
+    xs = np.ascontiguousarray(x[0:min(samples, X64_SAMPLES, len(x))], dtype)
+    try:
+        outs = [_hybrid_outputs(int8, f, input_spec(int8)[0], True, xs, batch) for f in kernels.FAMILIES]
+    except Exception as exc:  # noqa: BLE001 - ORT refuses the option on S8S8 QOperator models (and fails on others)
+        return {"samples": len(xs), "note": f"not measured: {str(exc).splitlines()[0][:300]}"}
+    d = Difference()
+    d.add(*outs)
+    return {"samples": len(xs), "with": asdict(d)}
+
+
+def _hybrid_outputs(int8: onnx.ModelProto, family: str, name: str, x64: bool, xs: np.ndarray, batch: int):
+    """``lab.hybrid``'s output for ``family`` on ``xs``, in batches; its sessions are freed on return."""
+    run = hybrid.HybridRun(int8, family, name, x64_precision=x64)
+    return np.concatenate([run.run(xs[s]) for s in batches(len(xs), batch)])
+
+
+def family_rows(stream: Stream, classified: bool, labelled: bool, other_note: str | None) -> list[dict]:
+    """Each kernel family's scores: on this machine's kernels, computed for the other, or a line saying why not."""
+    rows = []
+    for family in kernels.FAMILIES:
+        row = {"family": family, "description": kernels.DESCRIPTIONS[family]}
+        if family not in stream.families or (other_note and kernels.emulated(family)):
+            rows.append({**row, "computed_on": None, "note": other_note or "not computed"})
+            continue
+        rows.append({**row, "computed_on": "emulation" if kernels.emulated(family) else "this machine's kernels",
+                     **stream.families[family].result(classified, labelled)})
+    return rows
+
+
+def difference_doc(stream: Stream, computed: bool) -> dict | None:
+    """The two families' outputs against each other, or None when the other family was not computed."""
+    d = stream.difference
+    if not computed or not d.samples:
+        return None
+    return {"values_differ": d.differ, "values": d.values, "samples_differ": d.samples_differ, "samples": d.samples,
+            "max_difference": d.max_difference, "top1_changes": d.top1_changes}
+
+
 def audit(fp32_path: str | Path, int8_path: str | Path, data_path: str | Path, labels_path: str | Path | None = None,
-          progress: Callable = iter) -> dict:
-    """The audit of ``int8_path`` against ``fp32_path`` on the data: a JSON-ready document (schema audit/1)."""
+          progress: Callable = iter, options: Options = Options()) -> dict:
+    """The audit of ``int8_path`` against ``fp32_path`` on the data: a JSON-ready document (schema audit/2)."""
     fp32_path, int8_path = Path(fp32_path), Path(int8_path)
     fp32, int8 = load_model(fp32_path, "FP32"), load_model(int8_path, "INT8")
-    if input_spec(fp32)[0] != input_spec(int8)[0]:
-        raise AuditError(f"{int8_path}: its input is '{input_spec(int8)[0]}', the FP32 model's "
-                         f"'{input_spec(fp32)[0]}'; expected the same model before and after quantization")
-    x = load_data(data_path, fp32)
+    warnings = check_pair(fp32_path, fp32, int8_path, int8)
+    x = load_data(data_path, fp32, options.max_samples)
     labels = load_labels(labels_path, len(x)) if labels_path else None
+    batch, fixed = run_batch(fp32, options.batch)
+    if fixed and len(x) % batch:
+        raise AuditError(f"{data_path}: {len(x)} samples; the model's fixed batch of {batch} needs a multiple of it")
+    warnings += [fixed] if fixed else []
+    if len(x) < MIN_SAMPLES:
+        warnings.append(f"only {len(x)} samples: each one moves an agreement or accuracy by {1 / len(x):.1%}; "
+                        f"audit at least {MIN_SAMPLES}")
     rulers = read_rulers(int8)
     measured_on = measured_tensors(fp32, rulers)
-    values = fp32_tensors(fp32, x, set(measured_on.values()), progress)
-    fp32_out = values[fp32.graph.output[0].name]
-    machine = kernels.machine_family()
-    here = int8_outputs(int8_path, x, machine, input_spec(int8)[0], progress)
+    fp32_names = {input_spec(fp32)[0], *(o for n in fp32.graph.node for o in n.output)}
+    parting = parting_names(int8, fp32_names) if graph.quant_format(int8) == "QDQ" else {}
+    r = runners(fp32, int8, measured_on, parting)
+    stream = measure(r, x, labels, batch, rulers, measured_on, parting, progress, input_dtype(fp32))
+    computed, other_note = r.other is not None, r.other_note
+    del r   # its sessions hold every model's weights: the ranking and the x64 check below build their own
+    machine, classified = kernels.machine_family(), stream.classified
     return {"schema": SCHEMA,
             "models": {"fp32": {"path": str(fp32_path), "sha256": file_sha256(fp32_path)},
                        "int8": {"path": str(int8_path), "sha256": file_sha256(int8_path),
                                 "format": graph.quant_format(int8), "ops": graph.op_counts(int8)}},
             "data": {"path": str(data_path), "samples": len(x), "input": input_spec(int8)[0],
-                     "shape": list(x.shape), "labels": str(labels_path) if labels_path else None},
+                     "shape": list(x.shape), "dtype": str(input_dtype(fp32)), "batch": batch,
+                     "labels": str(labels_path) if labels_path else None},
+            "warnings": warnings,
             "machine_family": machine,
-            "fp32": {k: v for k, v in scores(fp32_out, fp32_out, labels).items() if k == "accuracy"},
-            "rulers": [asdict(r) for r in ruler_rows(rulers, values, measured_on)],
-            "error_by_size": error_by_size(x, fp32_out, here),
-            "parting": parting(fp32_path, int8_path, int8, x),
-            "families": family_rows(int8_path, int8, x, fp32_out, labels, progress),
+            "fp32": {"accuracy": stream.fp32_correct / len(x)} if labels is not None and classified else {},
+            "rulers": [asdict(row) for row in ruler_rows(rulers, stream.rulers, measured_on)],
+            "error_by_size": error_by_size(stream.sizes, stream.families[machine].sample_errors),
+            "parting": parting_doc(stream, fp32, int8, parting),
+            "families": family_rows(stream, classified, labels is not None, other_note),
+            "family_difference": difference_doc(stream, computed),
+            "exclude": exclude_doc(fp32, int8, x, batch, options.rank_samples, input_dtype(fp32)),
+            "x64_fix": x64_fix_doc(int8, x, batch, options.rank_samples, input_dtype(fp32), computed),
             "recipe": recipe(int8)}
 
 
@@ -392,8 +811,44 @@ def jsonable(value):
 def _scores_line(doc: dict) -> str:
     parts = [f"accuracy {doc['accuracy']:.4f}" if "accuracy" in doc else None,
              f"agreement with FP32 {doc['agreement']:.4f}" if "agreement" in doc else None,
+             f"{doc['top1_ties']} top-1 ties" if doc.get("top1_ties") else None,
              f"max abs error {doc['max_abs_error']:.4g}"]
     return ", ".join(p for p in parts if p)
+
+
+def x64_line(fix: dict) -> str:
+    """ORT's session option against the families' difference, in one line."""
+    if "note" in fix:
+        return f"{kernels.X64_PRECISION_KEY} = 1: {fix['note']}"
+    w = fix["with"]
+    return (f"with {kernels.X64_PRECISION_KEY} = 1 on both (first {fix['samples']} samples) they differ on "
+            f"{w['differ']:,} of {w['values']:,} values, max difference {w['max_difference']:.4g}")
+
+
+def exclude_lines(e: dict, top: int = 5) -> list[str]:
+    """The node to exclude first, its measured effect, and the next few."""
+    if not e["rows"]:
+        return [f"which node to exclude: {e['note']}"]
+    best, before = e["rows"][0], e["as_is"]
+    lines = [f"which node to exclude (each GEMM or Conv left in float in turn, first {e['samples']} samples, this "
+             f"machine's kernels, output SQNR against FP32):",
+             tables.format_rows(e["rows"][:top], [("node", "node", ""), ("sqnr_db", "SQNR dB", ".1f"),
+                                                  ("max_abs_error", "max abs error", ".4g")]),
+             f"  as it is: {before['sqnr_db']:.1f} dB, max abs error {before['max_abs_error']:.4g}",
+             f"  suggestion: nodes_to_exclude=['{best['node']}'] measured {best['sqnr_db']:.1f} dB "
+             f"({best['sqnr_db'] - before['sqnr_db']:+.1f}), max abs error {best['max_abs_error']:.4g}"]
+    return lines
+
+
+def difference_line(d: dict | None) -> str:
+    """The families against each other, in one line."""
+    if d is None:
+        return "the families were not compared: the other family was not computed"
+    if not d["values_differ"]:
+        return f"the families agree on all {d['values']:,} output values"
+    changes = f", {d['top1_changes']} top-1 change(s)" if "top1_changes" in d else ""
+    return (f"the families differ on {d['values_differ']:,} of {d['values']:,} output values "
+            f"({d['samples_differ']} of {d['samples']} samples), max difference {d['max_difference']:.4g}{changes}")
 
 
 def _ruler_table(rows: list[dict]) -> str:
@@ -416,7 +871,9 @@ def format_report(doc: dict) -> str:
              f"data: {d['path']}, {d['samples']} samples of '{d['input']}' {d['shape'][1:]}"
              + (f", labels {d['labels']}" if d["labels"] else ", no labels (agreement with FP32 only)"),
              f"this machine: {kernels.describe(doc['machine_family'])}",
-             f"FP32: accuracy {doc['fp32']['accuracy']:.4f}" if doc["fp32"] else "FP32: no labels, no accuracy", "",
+             f"FP32: accuracy {doc['fp32']['accuracy']:.4f}" if doc["fp32"] else "FP32: no labels, no accuracy"]
+    lines += [f"WARNING: {w}" for w in doc["warnings"]]
+    lines += ["",
              f"rulers ({len(doc['rulers'])}, read from the INT8 graph) against the FP32 values on the data:"]
     lines += [_ruler_table(doc["rulers"])] if doc["rulers"] else ["  none: no static 8-bit ruler in the graph"]
     lines += [f"  {r['tensor']}: {r['reason']}" for r in doc["rulers"] if r["diagnosis"] in ("clipping", "squashing")]
@@ -441,6 +898,9 @@ def format_report(doc: dict) -> str:
     for f in doc["families"]:
         where = f" ({f['computed_on']})" if f["computed_on"] else ""
         lines.append(f"  {f['family']}{where}: " + (f["note"] if "note" in f else _scores_line(f)))
+    lines.append(f"  {difference_line(doc['family_difference'])}")
+    lines += [f"  {x64_line(doc['x64_fix'])}"] if doc["x64_fix"] else []
+    lines += ["", *exclude_lines(doc["exclude"])]
     lines += ["", "recipe (the model's metadata):"]
     lines += [f"  {k}: {v if len(v) < 200 else v[:200] + ' ...'}" for k, v in doc["recipe"].items()] or \
              ["  none: the model carries no metadata (ORT's converter writes no recipe)"]

@@ -125,10 +125,22 @@ def diagnose(ruler: InputRuler, deployed: np.ndarray) -> Diagnosis:
     fine: neither.
     """
     x = np.asarray(deployed, np.float32).ravel()
+    return diagnose_summary(ruler, clipped_count(ruler, x) / x.size, float(x.min()), float(x.max()))
+
+
+def clipped_count(ruler: InputRuler, values: np.ndarray) -> int:
+    """How many of ``values`` fall outside the ruler's interval by more than half a step (they saturate)."""
     lo, hi = ruler.interval
     half = ruler.scale / 2
-    clipped = float(((x < lo - half) | (x > hi + half)).mean())
-    deployed_range = float(x.max() - min(float(x.min()), 0.0))
+    x = np.asarray(values, np.float32)
+    return int(np.count_nonzero((x < lo - half) | (x > hi + half)))
+
+
+def diagnose_summary(ruler: InputRuler, clipped: float, low: float, high: float) -> Diagnosis:
+    """``diagnose`` from a summary of the deployed values: the fraction clipped, their min and max (what a streaming
+    pass over batches keeps)."""
+    lo, hi = ruler.interval
+    deployed_range = float(high - min(low, 0.0))
     used = min(1.0, deployed_range / ruler.range_seen) if ruler.range_seen else 0.0
     if clipped > CLIP_LIMIT:
         kind = "clipping"

@@ -299,9 +299,34 @@ def qlinear_matmul(a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero, fami
     """
     a, a_zero, a_is_u8 = _u8_activations(a, a_zero, shift_s8_activations)
     saturate = check_family(family) == SATURATING and a_is_u8 and np.asarray(b).dtype == np.int8
-    acc = int_matmul(a, b, a_zero, b_zero, saturate)
+    acc = matmul_nd(a, b, lambda a2, b2: int_matmul(a2, b2, a_zero, b_zero, saturate))
     multiplier = (np.float32(a_scale) * np.asarray(b_scale, np.float32).reshape(-1)) / np.float32(y_scale)
     return requantize(acc, multiplier, y_zero)
+
+
+def matmul_nd(a, b, matmul: Callable) -> np.ndarray:
+    """``matmul`` (of a 2-D [N, K] and a 2-D [K, M]) at any rank, as ONNX MatMul broadcasts: a 2-D ``b`` takes every
+    row of ``a`` at once; stacked operands (attention) go slice by slice."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.ndim == 2 and b.ndim == 2:
+        return matmul(a, b)
+    if b.ndim == 2:
+        return matmul(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[-1])
+    lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a, b = np.broadcast_to(a, lead + a.shape[-2:]), np.broadcast_to(b, lead + b.shape[-2:])
+    out = [matmul(a[i], b[i]) for i in np.ndindex(*lead)]
+    return np.stack(out).reshape(*lead, a.shape[-2], b.shape[-1])
+
+
+def matmul_integer_to_float(sources, family: str) -> np.ndarray:
+    """ORT's MatMulIntegerToFloat (``DequantizeLinear -> MatMul`` with an int8 weight and a float output): the
+    integer GEMM on s8 activations shifted to u8, scaled to float32; ``sources`` are the two (q, scale, zero point)."""
+    (a, sa, za), (b, sb, zb) = sources
+    za = np.asarray(za)
+    a_u8, za_u8 = (a.astype(np.int64) + 128, za.astype(np.int64) + 128) if a.dtype == np.int8 else (a, za)
+    saturate = family == SATURATING and np.asarray(b).dtype == np.int8
+    acc = matmul_nd(a_u8, b, lambda a2, b2: int_matmul(a2, b2, za_u8, zb, saturate))
+    return (acc.astype(np.float32) * (np.float32(sa) * np.asarray(sb, np.float32).reshape(1, -1))).astype(np.float32)
 
 
 def qgemm(a, a_scale, a_zero, b, b_scale, b_zero, c=None, y_scale=None, y_zero=None, family: str = EXACT,
@@ -658,11 +683,7 @@ def _matmul(run, node, ins):
                              "which this emulation does not cover")
     if all(s is not None for s in written) and np.asarray(written[1][0]).dtype == np.int8:
         # DequantizeLinear -> MatMul with a float output runs as MatMulIntegerToFloat
-        (a, sa, za), (b, sb, zb) = [run.dq_source(i) for i in node.input]
-        a_u8, za_u8 = (a.astype(np.int64) + 128, np.int64(za) + 128) if a.dtype == np.int8 else (a, za)
-        acc = int_matmul(a_u8, b, za_u8, zb, run.family == SATURATING and b.dtype == np.int8)
-        return [(acc.astype(np.float32) * (np.float32(sa) * np.asarray(sb, np.float32).reshape(1, -1)))
-                .astype(np.float32)]
+        return [matmul_integer_to_float([run.dq_source(i) for i in node.input], run.family)]
     return [(ins[0] @ ins[1]).astype(np.float32)]
 
 
@@ -713,7 +734,7 @@ def _matmul_integer(run, node, ins):
     za = ins[2] if len(ins) > 2 and ins[2] is not None else np.zeros((), a.dtype)
     zb = ins[3] if len(ins) > 3 and ins[3] is not None else np.zeros((), b.dtype)
     saturate = run.family == SATURATING and a.dtype == np.uint8 and b.dtype == np.int8
-    return [int_matmul(a, b, za, zb, saturate).astype(np.int32)]
+    return [matmul_nd(a, b, lambda a2, b2: int_matmul(a2, b2, za, zb, saturate)).astype(np.int32)]
 
 
 def _dynamic_quantize(run, node, ins):

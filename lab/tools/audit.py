@@ -2,8 +2,9 @@
 
 Prints every ruler of the INT8 model (the input's and each activation's) against the FP32 values on the data, the
 error by input size, where INT8 parts from FP32, accuracy or agreement under both kernel families, and the recipe
-(see ``lab.audit``). ``--json`` prints the same as one JSON document. A model or data file it cannot take is named
-with what was expected, and the exit status is 2.
+(see ``lab.audit``), reading the data ``--batch`` samples at a time (``--max-samples`` caps them). ``--json`` prints
+the same as one JSON document. A model or data file it cannot take is named with what was expected, and the exit
+status is 2.
 """
 from __future__ import annotations
 
@@ -23,6 +24,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("int8", help="the quantized ONNX model (QDQ, QOperator or dynamic) made from it")
     p.add_argument("--data", required=True, help="the model's input: .npy, or .npz with an array named after it")
     p.add_argument("--labels", help="class labels, one per sample: .npy, or .npz with an array 'labels'")
+    p.add_argument("--batch", type=int, default=audit.BATCH,
+                   help=f"samples per run (default {audit.BATCH}; memory grows with it, not with the data)")
+    p.add_argument("--max-samples", type=int, help="audit only the first N samples of the data")
+    p.add_argument("--rank-samples", type=int, default=audit.RANK_SAMPLES,
+                   help=f"samples the ranking of nodes to exclude runs on (default {audit.RANK_SAMPLES}; 0: none)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the text report")
     return p
 
@@ -34,7 +40,9 @@ def main(argv: list[str] | None = None) -> int:
         return tqdm(items, unit="batch", file=sys.stderr, disable=None, leave=False)
 
     try:
-        doc = audit.audit(args.fp32, args.int8, args.data, args.labels, progress=progress)
+        doc = audit.audit(args.fp32, args.int8, args.data, args.labels, progress=progress,
+                          options=audit.Options(batch=args.batch, max_samples=args.max_samples,
+                                                rank_samples=args.rank_samples))
     except LabError as exc:
         print(f"python -m lab audit: {exc}", file=sys.stderr)
         return 2
