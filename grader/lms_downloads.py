@@ -17,9 +17,10 @@ A name that matches no roster row, or one that two rows match, is ``unmatched``;
 """
 from __future__ import annotations
 
+import datetime as dt
 import re
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 from grader.results import safe_text
@@ -67,7 +68,7 @@ def handed_in_at(path: Path, fields: dict) -> datetime | None:
     if fields.get("time"):
         return datetime.strptime(fields["time"], "%Y-%m-%d-%H-%M-%S")
     try:
-        return datetime.fromtimestamp(path.stat().st_mtime, tz=UTC)
+        return dt.datetime.fromtimestamp(path.stat().st_mtime, tz=dt.UTC)
     except OSError:
         return None
 

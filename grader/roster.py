@@ -19,10 +19,11 @@ import csv
 import io
 import re
 from pathlib import Path
+from types import MappingProxyType
 
 ROSTER_COLUMNS = ("student", "name", "canvas_id", "sis_user_id", "sis_login_id", "section", "idnumber", "email",
                   "moodle_id", "username")
-NEEDS = {"canvas": ("canvas_id", "sis_user_id", "sis_login_id"), "moodle": ("idnumber", "email")}
+NEEDS = MappingProxyType({"canvas": ("canvas_id", "sis_user_id", "sis_login_id"), "moodle": ("idnumber", "email")})
 
 
 class RosterError(ValueError):

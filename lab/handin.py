@@ -29,13 +29,12 @@ import zipfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from lab import contract, schemas, variant, workspace
+from lab import __version__, contract, schemas, variant, workspace
 from lab.contract import MAX_FILE_BYTES
 from lab.convert import versions
 from lab.data import file_sha256
 from lab.errors import LabError
 from lab.kernels import target_family
-from lab.version import __version__
 
 STUB = "raise NotImplementedError("  # the kit's exercise stub, with or without a message
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -111,11 +110,13 @@ def recorded_variant(work: Path, student: str) -> variant.Variant | None:
 
 
 def submit(student: str, work_dir: str | Path = "workspace", out_dir: str | Path = ".") -> Path:
-    """Write ``out_dir/<student>.zip`` from the workspace and return its path."""
+    """Write ``out_dir/<student>.zip`` from the workspace ``work_dir`` (a path as given: absolute, or relative to
+    the current folder; ``hand_in`` resolves a notebook's ``WORK_DIR`` by the lessons' rules) and return its
+    path."""
     if not STUDENT_ID.fullmatch(student or ""):
         raise SubmitError(f"student id {student!r}: use letters, digits, '_', '.' or '-' (at most 64), "
                           "starting with a letter or digit")
-    work = workspace.resolve_work_dir(work_dir)
+    work = Path(work_dir).expanduser().resolve()
     made_for = recorded_variant(work, student)
     files = collect(work)
     doc = schemas.validate("submission", manifest(student, files, made_for), "submission.json")

@@ -28,9 +28,9 @@ REPO = Path(__file__).resolve().parent.parent
 TIMEOUT = "4"
 COPIES = 42
 TIMINGS = ("seconds",)  # the only timing in a results JSON
-# written by a batch only, and "grader grade" does not print them: the input hash (for --resume) and the class
-# report's record of what the hand-in answered (grader.items)
-NOT_CONTENT = ("input_sha256", "handin")
+# written by a batch only, and "grader grade" does not print them: the input hash and the course file's (for
+# --resume) and the class report's record of what the hand-in answered (grader.items)
+NOT_CONTENT = ("input_sha256", "course_sha256", "handin")
 
 
 def copy_names(prefix: str, corpus_names: list[str]) -> list[str]:

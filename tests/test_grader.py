@@ -201,7 +201,8 @@ def test_child_gets_no_secret_and_no_network(good_zip, tmp_path, monkeypatch, is
         assert got["net"] != "connected"
 
 
-def test_a_crash_in_a_check_is_a_failed_check(good_zip, monkeypatch):
+def test_a_crash_in_a_check_is_a_failed_check_and_the_hand_in_an_error(good_zip, monkeypatch):
+    """The grader's own failure is never a grade: the other groups still run and show, but the status is error."""
     def boom(ctx):
         raise RuntimeError("boom")
 
@@ -209,8 +210,9 @@ def test_a_crash_in_a_check_is_a_failed_check(good_zip, monkeypatch):
     monkeypatch.setattr(core, "GROUPS", groups)
     result = core.grade(good_zip)
     growth = [c for c in result.checks if c.part == "growth"]
-    assert result.status == "graded" and growth and all(c.points == 0 for c in growth)
-    assert "RuntimeError: boom" in growth[0].message
+    assert result.status == "error" and growth and all(c.points == 0 for c in growth)
+    assert "RuntimeError: boom" in growth[0].message and "grader's fault" in growth[0].message
+    assert "the grader failed on its side (RuntimeError: boom)" in result.reason and "not a grade" in result.reason
     assert result.score == result.max_score - sum(c.max_points for c in growth) - not_in_reference()
 
 
@@ -245,7 +247,7 @@ def test_a_group_that_fails_names_all_its_checks_hidden_ones_included(good_zip, 
 
     monkeypatch.setattr(core, "GROUPS", tuple(dataclasses.replace(g, run=boom) for g in core.GROUPS))
     result = core.grade(good_zip)
-    assert result.status == "graded" and result.score == 0 and result.max_score == core.possible_points()
+    assert result.status == "error" and result.score == 0 and result.max_score == core.possible_points()
     assert [(c.part, c.name) for c in result.checks] == declared()
     assert all(c.hidden == (c.part == HIDDEN) for c in result.checks)
     assert {c.name for c in result.checks if c.hidden} >= {"secret_summarize", "heldout"}
