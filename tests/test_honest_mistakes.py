@@ -622,7 +622,9 @@ MISTAKES = [
     # honestly records what that reader served, which camera_reported names without a charge
     Mistake("camera_reader_drops_the_last_batch_released_with_it", _camera_released_with_reader(CAMERA_DROPS_LAST),
             {"camera.camera_reader": 0.5},
-            ("FrameReader breaks the contract: it served 11 batches (352 of 360 frames)", CHARGED_IN_10)),
+            ("FrameReader breaks the contract: it served 11 batches (352 of 360 frames",
+             "expected 12 batches of 32, the last 8. Run",
+             "its calibration records what your FrameReader served (352 frames", CHARGED_IN_10)),
     # lesson 10's FrameReader whose rewind() does nothing: one finding, the rewind
     Mistake("camera_reader_rewind_does_nothing",
             camera_reader("pass".join(CAMERA_READER.rsplit("self.position = 0", 1))),  # rewind()'s body
@@ -631,7 +633,9 @@ MISTAKES = [
     # camera_reader; the release's ruler and what follows from it, and the record of what it served, are named
     Mistake("camera_reader_skips_normalisation_released_with_it", _camera_released_with_reader(CAMERA_UNNORMALISED),
             {"camera.camera_reader": 0.5},
-            ("its batches are not lab.camera.preprocess of the frames", CHARGED_IN_10)),
+            ("its batches are not lab.camera.preprocess of the frames",
+             "meets the release's requirements but for what follows from its calibration, calibrated on the camera's "
+             "frames", "it was calibrated with your FrameReader", CHARGED_IN_10)),
     # lesson 06's summarize() returns the accuracy as a percentage: one mistake (on every list it shows), one charge
     Mistake("summarize_accuracy_as_percentage",
             lambda f: corpus.pack({**{k: v for k, v in f.items() if k != "regression.json"},
