@@ -521,9 +521,11 @@ MISTAKES = [
     Mistake("narrow_calibrated_on_the_right_set", _right_on("right", model="narrow"),
             {"calibration.range_seen": 1},
             ("narrow: not judged, narrow.onnx was calibrated on other data than the narrow set (not charged here",)),
+    # lesson 06's file missing zeroes the checks that read it, the FP32 gate among them: judged on the student's own
+    # lesson 06 run, it is no free point (issue 38)
     Mistake("regression_json_missing", corpus.without("regression.json"),
-            {"acceptance.summaries": 3, "acceptance.probabilities": 1, "acceptance.decisions": 2},
-            ("regression.json is not in the submission",)),
+            {"acceptance.summaries": 3, "acceptance.probabilities": 1, "acceptance.decisions": 2,
+             "acceptance.fp32_gate": 1}, ("regression.json is not in the submission",)),
     Mistake("summarize_transposed", corpus.with_file("metrics.py", corpus.METRICS_TRANSPOSED),
             {"acceptance.summarize_code": 1.5}, ("confusion is transposed",)),
     # a last-minute edit to metrics.py that does not even import: charged once, under summarize_code

@@ -69,12 +69,20 @@ def _reported(doc: dict, name: str) -> dict:
 
 
 def run_gate(ctx: Context) -> list:
-    """The FP32 fixture reaches the gate: it needs no file of the hand-in."""
+    """The FP32 model reaches the gate, judged on the student's own lesson 06 run: its regression.json records FP32,
+    whose accuracy is recomputed here from the fixture (what it reports is the summaries' check). Without that file
+    the gate is not earned (a hand-in without lesson 06 earns no point of it), unless summarize()'s percentage kept
+    lesson 06 from writing it: that is charged under summarize_code and named here."""
+    if not ctx.has(REGRESSION):
+        return _without_regression(ctx, ("fp32_gate",))
+    reported = number(value(_reported(ctx.doc(REGRESSION), "fp32"), "accuracy"))
     _, labels = evaluation()
     acc = _summary(fp32_outputs(), labels)["accuracy"]
     reaches = acceptance.decide(acc, acc).accept  # no loss: only the floor decides
+    said = "no accuracy" if reported is None else f"{reported:.4f}"
     return [check(PART, "fp32_gate", float(reaches),
-                  f"FP32 accuracy {acc:.4f} on {len(labels)} evaluation images (gate {FLOOR})")]
+                  f"FP32 accuracy {acc:.4f} on {len(labels)} evaluation images (gate {FLOOR}), recomputed for the "
+                  f"FP32 record of your regression.json (it reports {said})")]
 
 
 PERCENT = "summarize:percentage"  # ctx.charged: summarize() returned the accuracy as a percentage (charged there)
@@ -83,18 +91,19 @@ CHARGED_KINDS = {"percentage": PERCENT, "transposed": TRANSPOSED_CHARGED}  # SUM
 REGRESSION = "regression.json"
 
 
-def _without_regression(ctx: Context) -> list:
-    """regression.json is missing. When summarize() returned a percentage (charged under summarize_code), lesson 06
-    could not write it (its schema takes a 0-1 ratio): the consequence is named, not charged again."""
+def _without_regression(ctx: Context, names: tuple[str, ...] = ("summaries", "probabilities", "decisions")) -> list:
+    """regression.json is missing: its checks ``names`` score 0. When summarize() returned a percentage (charged under
+    summarize_code), lesson 06 could not write it (its schema takes a 0-1 ratio): the consequence is named, not
+    charged again."""
     if PERCENT in ctx.charged:
         why = (f"{REGRESSION} is not in the submission because of the mistake above: summarize() returns the "
                "accuracy as a percentage, and lesson 06 cannot write a percentage into regression.json (a 0-1 ratio). "
                "Return correct / count in metrics.py, re-run lesson 06, then hand in again; "
                + charged_under(PART, "summarize_code"))
-        return [check(PART, name, 1, why) for name in ("summaries", "probabilities", "decisions")]
+        return [check(PART, name, 1, why) for name in names]
     why = (f"{REGRESSION} is not in the submission: lesson 06 writes it into the workspace; run that lesson, "
            "then hand in again")
-    return [check(PART, name, 0, why) for name in ("summaries", "probabilities", "decisions")]
+    return [check(PART, name, 0, why) for name in names]
 
 
 def run(ctx: Context) -> list:
