@@ -150,7 +150,7 @@ def set_apart(results: dict[str, dict]) -> list[Apart]:
         record = d.get("handin")
         if not isinstance(record, dict) or "lessons" not in record:
             continue
-        graded = {check_lesson(c["part"], c["name"]) for c in d.get("checks", [])} - {None}
+        graded = {lesson for c in d.get("checks", []) if (lesson := check_lesson(c["part"], c["name"]))}
         missing = sorted(graded - set(record.get("lessons") or []))
         if missing:
             out.append(Apart(student, f"partial: no file of lesson(s) {', '.join(missing)} handed in; those "

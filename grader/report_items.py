@@ -2,8 +2,9 @@
 
 Six sections: every check's pass rate, what the class predicted (each question's answers, the ones the grader
 judged right marked), every lesson's score distribution, the similar-code groups (a list to look at; no
-score depends on it), the hand-ins made for another variant, and those set apart from the learning signals (whole,
-or the lessons they did not attempt: ``grader.items.counts``). Every text from a hand-in is escaped here or by ``grader.chart``.
+score depends on it), the hand-ins made for another variant, and those set apart from the learning signals
+(whole, or the lessons they did not attempt: ``grader.items.counts``). Every text from a hand-in is escaped here
+or by ``grader.chart``.
 """
 from __future__ import annotations
 
