@@ -21,7 +21,7 @@ import pytest
 from bad_submissions import corpus
 from test_report import browser  # noqa: F401 - the class report's Chromium fixture (skips, or fails in CI)
 
-from grader import similar
+from grader import core, similar
 from grader.items import analyse
 from grader.rubric import rubric, title
 from lab.tools.submit import submit
@@ -95,15 +95,27 @@ def test_the_report_shows_copies_pass_rates_and_predictions_in_chromium(graded, 
         table = page.locator("#pass-rates tbody tr").evaluate_all(
             "rs => rs.map(r => [r.cells[1].innerText, +r.cells[2].innerText, +r.cells[3].innerText])")
         checked = [d for d in res.values() if d.get("checks")]
+        # a check counts for the hand-ins that attempted its lesson (its group's): handed in a file the lesson writes
+        # (the reference hand-in here has no lesson 08 or 09 file), or, a prediction, answered it
+        lesson = {key: g.lesson for g in core.GROUPS for key in g.declared()}
         want = {}
         for d in checked:
             for c in d["checks"]:
+                tried = (c["name"] in d["handin"]["predictions"] if c["part"] == "predictions" else
+                         lesson[(c["part"], c["name"])] in d["handin"]["lessons"])
+                if not tried:
+                    continue
                 k = want.setdefault(title(c["part"], c["name"]), [0, 0])
                 k[0] += c["points"] >= c["max_points"]
                 k[1] += 1
-        assert {t: [p, n] for t, p, n in table} == want  # nobody here is set apart: every hand-in counts everywhere
-        assert page.locator("#set-apart").inner_text().startswith("None")
-        assert len(table) == sum(len([n for n in v if n != "title"]) for v in rubric().values())
+        assert {t: [p, n] for t, p, n in table} == want
+        assert {n for _, _, n in table} == {len(checked)}  # every hand-in here made for its own variant
+        # nobody is set apart whole; each hand-in only for the lessons it has no file of (08 and 09 here)
+        apart = page.locator("#set-apart tbody tr").evaluate_all("rs => rs.map(r => r.cells[1].innerText)")
+        missing = sorted({lesson[key] for key in lesson if key[0] != "predictions"} - set(
+            checked[0]["handin"]["lessons"]))
+        assert apart == [f"partial: no file of lesson(s) {', '.join(missing)} handed in; those lessons' checks are "
+                         "left out of the learning signals"] * len(checked), apart
         bars = page.locator("#pass-rate-figure rect.bar").evaluate_all("rs => rs.map(r => +r.dataset.count)")
         assert bars == [round(100 * p / n) for _, p, n in table]
         # each prediction's answers, the grader's right ones marked: clip_or_squash has 3 wrong answers

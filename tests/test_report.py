@@ -59,11 +59,21 @@ def graded(tmp_path_factory, reference_workspace) -> Path:
 
 
 def most_lost(out: Path) -> tuple[str, int]:
-    """The check lost by the most submissions (ties: more points lost, then rubric part and name), worked out here."""
+    """The check lost by the most submissions (ties: more points lost, then rubric part and name), worked out here:
+    a learning signal, so only a hand-in made for its own variant that attempted the check's lesson (its group's)
+    counts: handed in a file the lesson writes, or, a prediction, answered it."""
+    from grader import core
+
+    lesson = {key: g.lesson for g in core.GROUPS for key in g.declared()}
     lost: dict[tuple[str, str], list[float]] = {}
     for path in (out / "results").glob("*.json"):
-        for c in json.loads(path.read_text()).get("checks", []):
-            if c["points"] < c["max_points"]:
+        d = json.loads(path.read_text())
+        variant = (d.get("instructor") or {}).get("variant") or {}
+        record = d.get("handin") or {}
+        for c in d.get("checks", []):
+            tried = ("lessons" not in record or (c["name"] in record["predictions"] if c["part"] == "predictions"
+                                                 else lesson[(c["part"], c["name"])] in record["lessons"]))
+            if c["points"] < c["max_points"] and tried and variant.get("made_for") == variant.get("own"):
                 lost.setdefault((c["part"], c["name"]), []).append(c["max_points"] - c["points"])
     (part, name), losses = min(lost.items(), key=lambda kv: (-len(kv[1]), -sum(kv[1]), kv[0]))
     return f"{rubric()[part].get('title', part)}: {name}", len(losses)
