@@ -47,8 +47,11 @@ def graded(tmp_path_factory, reference_workspace) -> Path:
     corpus.build(good, folder)
     (folder / "good.zip").write_bytes(good.read_bytes())
     out = tmp_path_factory.mktemp("graded")
+    # each hand-in graded as its submission.json's student (the reference): under its file name each would be made
+    # for another variant, which the report sets apart from the learning signals it checks here
     proc = subprocess.run([sys.executable, "-m", "grader", "batch", str(folder), "--out", str(out), "-j", "2",
-                           "--timeout", "5", "--no-progress"], cwd=REPO, capture_output=True, text=True, timeout=900)
+                           "--timeout", "5", "--no-progress", "--ids-from-submission-json"], cwd=REPO,
+                          capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (out / "report.html").is_file(), "the batch writes report.html itself"
     (out / "report.html").unlink()  # and `grader report OUT` writes it again
