@@ -6,8 +6,9 @@ pickle) into the scratch folder. Nothing here is trusted by the grader beyond wh
 re-checks itself: the student's code runs in this same process.
 
 Of every pass (up to its first end) the reader task reports the SHA-256 of the served values, the batches'
-float32 bytes in order (``lab.data.data_sha256`` of them all, whatever the batching), and the first batch's mean
-and standard deviation: what lets the grader tell served values from the deployed path's without shipping them.
+float32 bytes in order (``lab.data.data_sha256`` of them all, whatever the batching), the range of its finite values
+(what ORT's MinMax calibrator would make of them) and the first batch's mean and standard deviation: what lets the
+grader tell served values from the deployed path's, and a ruler from them, without shipping them.
 """
 from __future__ import annotations
 
@@ -69,6 +70,7 @@ class _Recorder:
         self.reader, self.input_name, self.keep_rows = reader, input_name, keep_rows
         self.passes: list[list[dict]] = [[]]
         self.hashes = [hashlib.sha256()]
+        self.ranges: list[list[float]] = [[]]  # per pass, before its first end: [low, high] of the finite values
         self.ended = [False]
         if not callable(getattr(reader, "rewind", None)):
             # a reader without rewind() is recorded by one without it: check_reader asks for rewind as the reader has it
@@ -84,6 +86,10 @@ class _Recorder:
             event["values"] = "not numbers"
             return
         self.hashes[-1].update(x.tobytes())
+        finite = x[np.isfinite(x)]
+        if finite.size:
+            lo, hi, seen = float(finite.min()), float(finite.max()), self.ranges[-1]
+            self.ranges[-1] = [min(seen[0], lo), max(seen[1], hi)] if seen else [lo, hi]
         if not any("mean" in e for e in self.passes[-1]) and x.size:
             event.update(mean=_plain(x.mean(dtype=np.float64)), std=_plain(x.std(dtype=np.float64)))
 
@@ -95,6 +101,7 @@ class _Recorder:
     def rewind(self):  # noqa: F811 - replaced by None on readers without one
         self.passes.append([])
         self.hashes.append(hashlib.sha256())
+        self.ranges.append([])
         self.ended.append(False)
         return self.reader.rewind()
 
@@ -129,7 +136,7 @@ def _first_pass(events: list) -> tuple[list, bool | None]:
     return events, None
 
 
-def _summary(events: list, digest: str = "") -> dict:
+def _summary(events: list, digest: str = "", value_range: list | None = None) -> dict:
     sizes = [e["shape"][0] if e.get("shape") else -1 for e in events]
     return {"sizes": sizes[:2000], "batches": len(events),
             "keys": sorted({tuple(e["keys"]) for e in events if "keys" in e})[:5],
@@ -137,7 +144,7 @@ def _summary(events: list, digest: str = "") -> dict:
             "shapes": sorted({tuple(e["shape"]) for e in events if "shape" in e and
                               (len(e["shape"]) != 2 or e["shape"][1] != 64)})[:3],
             "types": sorted({e["type"] for e in events if "type" in e})[:3],
-            "sha256": digest,
+            "sha256": digest, "range": value_range or [],
             "first_batch": next(({"mean": e["mean"], "std": e["std"]} for e in events if "mean" in e), {})}
 
 
@@ -158,19 +165,20 @@ def drive_reader(cls, pixels, drive: dict, max_batches: int, arrays: dict, fresh
                          drive["input_name"], keep)
     report = check_reader(recorder, input_name=drive["input_name"], expected_samples=n, max_batches=max_batches)
     first, after_none = _first_pass(recorder.passes[0])
-    out = {"name": name, "report": report.to_dict(), "first": _summary(first, recorder.hashes[0].hexdigest()),
+    out = {"name": name, "report": report.to_dict(),
+           "first": _summary(first, recorder.hashes[0].hexdigest(), recorder.ranges[0]),
            "after_none": after_none, "has_rewind": recorder.rewind is not None, "lines": report.lines()}
     arrays[f"{name}.first"] = _rows(first)
     if len(recorder.passes) > 1:
         again, _ = _first_pass(recorder.passes[1])
-        out["rewind"] = _summary(again, recorder.hashes[1].hexdigest())
+        out["rewind"] = _summary(again, recorder.hashes[1].hexdigest(), recorder.ranges[1])
         arrays[f"{name}.rewind"] = _rows(again)
     if fresh:  # a second reader on the same pixels: position kept on the instance, not the class
         other = _Recorder(cls(data.copy(), batch_size=drive["batch_size"], input_name=drive["input_name"]),
                           drive["input_name"], keep)
         check_reader(other, input_name=drive["input_name"], expected_samples=n, max_batches=max_batches)
         again, _ = _first_pass(other.passes[0])
-        out["fresh"] = _summary(again, other.hashes[0].hexdigest())
+        out["fresh"] = _summary(again, other.hashes[0].hexdigest(), other.ranges[0])
         arrays[f"{name}.fresh"] = _rows(again)
     return out
 

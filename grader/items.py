@@ -6,6 +6,12 @@ the fingerprint of each student module (``grader.similar``). The batch keeps it 
 ``analyse(results)`` turns a class's results into every check's pass rate, each prediction's answers with the
 grader's verdict on each (an answer the grader gave the check's full points is the truth it computed), every
 lesson's score distribution and the similar-code groups. Nothing here changes a score.
+
+The learning signals (pass rates, lesson scores, the most-lost checks of ``grader.report``) count a hand-in's check
+only where it says something about learning (``counts``): never a hand-in made for another variant than its own
+(another student's files, a copy, or the reference data: ``grader.variants``), and a check only for the hand-ins that
+attempted its lesson (handed in a file the lesson writes, ``lab.contract``; a prediction: answered it). Those set
+apart are listed (``set_apart``) with the reason, for the instructor to look at.
 """
 from __future__ import annotations
 
@@ -16,11 +22,16 @@ from pathlib import Path
 
 from grader import similar
 from grader.results import safe_value
-from grader.rubric import HIDDEN, rubric, title
+from grader.rubric import HIDDEN, part_title, rubric, title
+from lab import contract
 
 PREDICTIONS = "predictions.json"
 READ_LIMIT = 1 << 20  # a module or predictions.json larger than this is left out of the record
 OTHER_ANSWERS = 8     # a prediction's most common answers shown one by one; the rest are one row
+PREDICTIONS_PART = "predictions"
+# The lesson of each hidden check (its group's, grader/lessons/; tests/test_item_analysis.py holds them equal); a
+# visible check's lesson is its part's, the number its title starts with ("06 acceptance")
+HIDDEN_LESSONS = {"heldout": "06", "secret_summarize": "06", "choice_heldout": "09"}
 
 
 def _member(names: list[str], rel: str) -> str | None:
@@ -57,9 +68,24 @@ def handin_record(path: str | Path) -> dict | None:
         return None
 
 
+def _names(path: Path) -> list[str]:
+    """The hand-in's file names, relative to its workspace (a hand-zipped workspace's one folder taken off)."""
+    if path.is_dir():
+        return [p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file()]
+    with zipfile.ZipFile(path) as zf:
+        names = [i.filename for i in zf.infolist() if not i.is_dir()]
+    return [n if contract.lesson_of(n) or "/" not in n else n.split("/", 1)[1] for n in names]
+
+
+def lessons_of(names: list[str]) -> list[str]:
+    """The lessons that wrote at least one of these files (``lab.contract``), in order."""
+    return sorted({lesson for n in names if (lesson := contract.lesson_of(n))})
+
+
 def _record(path: Path) -> dict | None:
     try:
         files = _read_files(path, (PREDICTIONS, *similar.MODULES))
+        lessons = lessons_of(_names(path))
     except (OSError, zipfile.BadZipFile, ValueError, RuntimeError, NotImplementedError):
         return None
     answers = {}
@@ -71,7 +97,65 @@ def _record(path: Path) -> dict | None:
     except (ValueError, AttributeError, TypeError):
         answers = {}
     code = {m: (similar.fingerprint(files[m]) if m in files else None) for m in similar.MODULES}
-    return {"predictions": answers, "code": code}
+    return {"predictions": answers, "code": code, "lessons": lessons}
+
+
+def check_lesson(part: str, name: str) -> str | None:
+    """The lesson a check grades: a hidden check's (``HIDDEN_LESSONS``), else its part's number; None for a
+    prediction (each is attempted by answering it) or a part with no lesson number."""
+    if part == HIDDEN:
+        return HIDDEN_LESSONS.get(name)
+    number = part_title(part).split(" ", 1)[0]
+    return number if number.isdigit() else None
+
+
+def foreign(d: dict) -> bool:
+    """Made for another variant than the hand-in's own (the result's instructor-only field, ``grader.variants``)."""
+    v = (d.get("instructor") or {}).get("variant") or {}
+    return bool(v) and v.get("made_for") != v.get("own")
+
+
+def attempted(d: dict, part: str, name: str) -> bool:
+    """Did the hand-in attempt this check's lesson (hand in a file it writes; a prediction: answer it)? A result
+    without the record (written before it existed, or its files unreadable) counts as attempting every lesson."""
+    record = d.get("handin")
+    if not isinstance(record, dict) or "lessons" not in record:
+        return True
+    if part == PREDICTIONS_PART:
+        return name in (record.get("predictions") or {})
+    lesson = check_lesson(part, name)
+    return lesson is None or lesson in (record.get("lessons") or [])
+
+
+def counts(d: dict, part: str, name: str) -> bool:
+    """Does this hand-in's check count as a learning signal (``attempted``, and not made for another variant)?"""
+    return not foreign(d) and attempted(d, part, name)
+
+
+@dataclass
+class Apart:
+    student: str
+    why: str
+
+
+def set_apart(results: dict[str, dict]) -> list[Apart]:
+    """The graded hand-ins the learning signals leave out, whole or in part, and why."""
+    out = []
+    for student, d in sorted(results.items()):
+        if foreign(d):
+            made_for = ((d.get("instructor") or {}).get("variant") or {}).get("made_for")
+            out.append(Apart(student, f"made for another variant than its own ({made_for}): left out of every "
+                                      "learning signal"))
+            continue
+        record = d.get("handin")
+        if not isinstance(record, dict) or "lessons" not in record:
+            continue
+        graded = {lesson for c in d.get("checks", []) if (lesson := check_lesson(c["part"], c["name"]))}
+        missing = sorted(graded - set(record.get("lessons") or []))
+        if missing:
+            out.append(Apart(student, f"partial: no file of lesson(s) {', '.join(missing)} handed in; those "
+                                      "lessons' checks are left out of the learning signals"))
+    return out
 
 
 @dataclass
@@ -112,6 +196,7 @@ class Items:
     predictions: list[Prediction]
     parts: dict[str, tuple[float, list[float]]]  # part -> (its points on offer, each graded hand-in's points)
     similar: list[list[str]]
+    apart: list[Apart] = field(default_factory=list)
 
 
 def _order() -> list[tuple[str, str]]:
@@ -122,15 +207,17 @@ def _order() -> list[tuple[str, str]]:
 
 
 def check_rates(results: dict[str, dict]) -> list[CheckRate]:
-    """Every check's pass rate among the hand-ins whose checks ran."""
-    counts: dict[tuple[str, str], list[int]] = {}
+    """Every check's pass rate among the hand-ins whose checks ran and count for it (``counts``)."""
+    tally: dict[tuple[str, str], list[int]] = {}
     for d in results.values():
         for c in d.get("checks", []):
-            k = counts.setdefault((c["part"], c["name"]), [0, 0])
+            if not counts(d, c["part"], c["name"]):
+                continue
+            k = tally.setdefault((c["part"], c["name"]), [0, 0])
             k[0] += bool(c.get("passed"))
             k[1] += 1
-    order = [k for k in _order() if k in counts] + sorted(k for k in counts if k not in _order())
-    return [CheckRate(p, n, title(p, n), *counts[(p, n)]) for p, n in order]
+    order = [k for k in _order() if k in tally] + sorted(k for k in tally if k not in _order())
+    return [CheckRate(p, n, title(p, n), *tally[(p, n)]) for p, n in order]
 
 
 def prediction_answers(results: dict[str, dict]) -> list[Prediction]:
@@ -163,11 +250,14 @@ def prediction_answers(results: dict[str, dict]) -> list[Prediction]:
 
 
 def part_scores(results: dict[str, dict]) -> dict[str, tuple[float, list[float]]]:
-    """Rubric part -> (points on offer, the points of each hand-in whose checks ran)."""
+    """Rubric part -> (points on offer, the points of each hand-in whose checks ran and count for the part: not made
+    for another variant, and attempting the lesson of the part's first check)."""
     out: dict[str, tuple[float, list[float]]] = {}
     for p in dict.fromkeys(p for p, _ in _order()):
         top = sum(float(v) for n, v in rubric()[p].items() if n != "title" and isinstance(v, (int, float)))
-        got = [float(d["parts"][p]["points"]) for d in results.values() if p in (d.get("parts") or {})]
+        first = next(n for q, n in _order() if q == p)
+        got = [float(d["parts"][p]["points"]) for d in results.values() if p in (d.get("parts") or {})
+               and not foreign(d) and (p == PREDICTIONS_PART or attempted(d, p, first))]
         if got:
             out[p] = (top, got)
     return out
@@ -176,4 +266,5 @@ def part_scores(results: dict[str, dict]) -> dict[str, tuple[float, list[float]]
 def analyse(results: dict[str, dict]) -> Items:
     graded = {s: d for s, d in results.items() if d.get("checks")}
     code = {s: (d.get("handin") or {}).get("code") or {} for s, d in graded.items()}
-    return Items(check_rates(graded), prediction_answers(graded), part_scores(graded), similar.groups(code))
+    return Items(check_rates(graded), prediction_answers(graded), part_scores(graded), similar.groups(code),
+                 set_apart(graded))

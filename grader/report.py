@@ -18,7 +18,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader import chart, report_items
+from grader import chart, items, report_items
 from grader.private import write_private
 from grader.results import GRADEBOOK_STATUSES, PENDING, _part_title
 
@@ -95,8 +95,8 @@ def summarize(out: str | Path) -> ClassSummary:
     lost: dict[tuple[str, str], LostCheck] = {}
     for student in sorted(results):
         for c in results[student].get("checks", []):
-            if c.get("passed", True):
-                continue
+            if c.get("passed", True) or not items.counts(results[student], c["part"], c["name"]):
+                continue  # a check lost for another variant's files, or of a lesson not attempted: no learning signal
             key = (c["part"], c["name"])
             entry = lost.setdefault(key, LostCheck(c["part"], c["name"], f"{_title(c['part'])}: {c['name']}",
                                                    bool(c.get("hidden"))))
@@ -166,9 +166,11 @@ def render(summary: ClassSummary, svg: str) -> str:
     parts.append("<h2>Checks most students lost</h2>")
     if summary.lost:
         first = summary.lost[0]
-        checked = sum(bool(d.get("checks")) for d in summary.results.values())
+        checked = sum(bool(d.get("checks")) and items.counts(d, first.part, first.name)
+                      for d in summary.results.values())
         parts.append(f'<p>Most lost: <strong id="top-lost">{e(first.title)}</strong> '
-                     f"({len(first.students)} of {checked} submission(s) whose checks ran).</p>")
+                     f"({len(first.students)} of {checked} submission(s) whose checks ran, made for their own "
+                     "variant, that attempted its lesson; those set apart are listed below).</p>")
         rows = [[e(c.title) + (" <span class='muted'>(hidden)</span>" if c.hidden else ""),
                  f'<span class="n">{len(c.students)}</span>', f"{c.points_lost:g}",
                  f"{e(c.example)} <span class='muted'>({e(c.example_student)})</span>"]

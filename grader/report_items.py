@@ -1,8 +1,10 @@
 """The class report's item analysis (``grader.items``), as HTML sections with inline SVG (``grader.chart``).
 
-Four sections: every check's pass rate, what the class predicted (each question's answers, the ones the grader
-judged right marked), every lesson's score distribution, and the similar-code groups (a list to look at; no
-score depends on it). Every text from a hand-in is escaped here or by ``grader.chart``.
+Six sections: every check's pass rate, what the class predicted (each question's answers, the ones the grader
+judged right marked), every lesson's score distribution, the similar-code groups (a list to look at; no
+score depends on it), the hand-ins made for another variant, and those set apart from the learning signals
+(whole, or the lessons they did not attempt: ``grader.items.counts``). Every text from a hand-in is escaped here
+or by ``grader.chart``.
 """
 from __future__ import annotations
 
@@ -52,7 +54,9 @@ def pass_rates(items: Items) -> str:
     table = "".join(f"<tr><td>{e(_part_title(c.part))}</td><td>{e(c.title)}</td><td class='n'>{c.passed}</td>"
                     f"<td class='n'>{c.graded}</td><td class='n'>{100 * c.rate:.0f} %</td></tr>" for c in items.checks)
     return ("<h2>Every check's pass rate</h2>"
-            "<p>Among the hand-ins whose checks ran; a check passes at full points.</p>" + figure
+            "<p>Among the hand-ins whose checks ran, made for their own variant, that attempted the check's lesson "
+            "(handed in a file it writes; a prediction: answered it); a check passes at full points. Those set apart "
+            "are listed under \"Set apart from the learning signals\".</p>" + figure
             + '<table id="pass-rates"><thead><tr><th>lesson</th><th>check</th><th>passed</th><th>of</th>'
               f"<th>rate</th></tr></thead><tbody>{table}</tbody></table>")
 
@@ -159,6 +163,20 @@ def variants(results: dict[str, dict], scores: dict[str, str]) -> str:
             f"<th>score</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
 
 
+def set_apart(items: Items, scores: dict[str, str]) -> str:
+    """The hand-ins the learning signals leave out, whole or in part (``grader.items.set_apart``), and why."""
+    e = html.escape
+    head = ("<h2>Set apart from the learning signals</h2><p>The pass rates, lesson scores and most-lost checks count "
+            "a check only for hand-ins made for their own variant that attempted its lesson: a copy, another "
+            "variant's files or a lesson not handed in says nothing about what the class learned.</p>")
+    if not items.apart:
+        return head + '<p id="set-apart">None: every graded hand-in counts in every lesson.</p>'
+    body = "".join(f"<tr><td>{e(a.student)}</td><td>{e(a.why)}</td><td class='n'>{e(scores.get(a.student, ''))}"
+                   "</td></tr>" for a in items.apart)
+    return (head + '<table id="set-apart"><thead><tr><th>student</th><th>why</th><th>score</th></tr></thead>'
+            f"<tbody>{body}</tbody></table>")
+
+
 def _score(v) -> str:
     try:
         return f"{float(v):g}"
@@ -167,8 +185,8 @@ def _score(v) -> str:
 
 
 def sections(results: dict[str, dict], rows: list[dict]) -> str:
-    """The five sections' HTML for a class's results (``OUT/results/*.json``) and gradebook rows."""
+    """The six sections' HTML for a class's results (``OUT/results/*.json``) and gradebook rows."""
     items = analyse(results)
     scores = {r["student"]: _score(r.get("score")) for r in rows}
     return "\n".join([pass_rates(items), predictions(items), lesson_scores(items), similar_code(items, scores),
-                      variants(results, scores)])
+                      variants(results, scores), set_apart(items, scores)])

@@ -166,10 +166,15 @@ def test_hidden_check_feedback_does_not_reveal_the_secret_lists():
     case = acceptance.summarize_cases("instructor-secret")[-1]
     want = acceptance.expected_summary(case)
     wrong = dict(want, count=want["count"] - 1)
-    problem = acceptance._same(wrong, want)
-    assert str(want["count"]) in problem  # the visible cases name the expected value ...
-    hidden = acceptance._without_values(problem, {"returned": wrong})
+    kind, problem = acceptance._same(wrong, want)
+    assert kind == "count" and str(want["count"]) in problem  # the visible cases name the expected value ...
+    hidden = acceptance._without_values(kind, problem, {"returned": wrong})
     assert hidden == "its count is wrong" and str(want["count"]) not in hidden  # ... the secret one does not
+    as_percent = dict(want, accuracy=100 * want["accuracy"])
+    kind, problem = acceptance._same(as_percent, want)
+    assert kind == "percentage" and "(a 0-1 ratio)" in problem
+    assert acceptance._without_values(kind, problem, {"returned": as_percent}) == ("its accuracy is a percentage, "
+                                                                                  "not a 0-1 ratio")
 
 
 @pytest.mark.parametrize("isolate", [None, True, False], ids=["fork-server", "bubblewrap", "rlimits-only"])

@@ -94,7 +94,32 @@ def test_a_reader_that_skips_the_normalisation_is_named_with_its_first_batchs_me
 def test_a_rewind_that_serves_other_values_is_named(tmp_path, frames):
     d = _drive(_reader_class(tmp_path, reference.CAMERA_READER_SOURCE, "camera_reader"), frames)
     d["rewind"] = {**d["rewind"], "sha256": "0" * 64}
-    assert graded.reader_findings(d, len(frames), frames) == ["rewind() did not serve the same batches"]
+    assert graded.reader_findings(d, len(frames), frames) == ["rewind() did not serve the same batches as the "
+                                                              "first pass"]
+
+
+def test_a_reader_that_stops_before_the_last_batch_is_one_finding_and_its_range_is_reported(tmp_path, frames):
+    """Issue 38: a partial FrameReader was four findings, two false (rewind() and a second reader serve what the first
+    pass served) and one that followed (the missing partial batch's shape): one mistake, one finding, the sizes'."""
+    src = reference.CAMERA_READER_SOURCE.replace("if self.position >= len(self.frames):",
+                                                 "if self.position + self.batch_size > len(self.frames):")
+    d = _drive(_reader_class(tmp_path, src, "partial_reader"), frames)
+    b, n = camera_path.BATCH_SIZE, len(frames)
+    served = n // b * b
+    found = graded.reader_findings(d, n, frames)
+    assert found == [f"it served {served // b} batches ({served} of {n} frames: {[b] * 4}...); expected "
+                     f"{-(-n // b)} batches of {b}, the last {n % b}"], found
+    x = camera.preprocess(frames[:served])  # what it served is the deployed path's, of the frames it served
+    assert d["first"]["sha256"] == data_sha256(x) and d["first"]["range"] == [float(x.min()), float(x.max())]
+    assert d["rewind"]["range"] == d["fresh"]["range"] == d["first"]["range"]
+
+
+def test_a_reader_that_skips_the_normalisation_reports_the_range_it_served(tmp_path, frames):
+    d = _drive(_reader_class(tmp_path, _skipping_source(), "skipping_reader"), frames)
+    lo, hi = d["first"]["range"]
+    assert 0 <= lo < hi <= 1  # the frames scaled to [0, 1], not the deployed path's normalised values
+    x = camera.preprocess(frames)
+    assert [float(x.min()), float(x.max())] != [lo, hi]
 
 
 def test_hashing_the_served_values_costs_the_child_little(tmp_path, frames):

@@ -428,6 +428,47 @@ def _released_despite_the_refusal(calibration: str):
 _ATTRACTIVE = _released_despite_the_refusal("attractive")
 
 
+def _camera_released_with_reader(src: str):
+    """Lesson 10 run past its check cell with this FrameReader: the reader written, its check cell's refusal run
+    past, and the release built, measured and released with it (the RECIPE unchanged); camera-release.json is written
+    honestly from that run, so it records what this reader served."""
+    def make(files: corpus.Files) -> bytes:
+        import tempfile
+
+        from lab import camera, workspace
+        from lab.lessons.lesson10_your_own_model import release
+
+        old = json.loads(files[CAMERA_DOC])
+        recipe, seed = old["recipe"], old["acceptance"]["seed"]
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp)
+            (work / "camera_reader.py").write_text(src)
+            reader_cls = workspace.load_module(work, "camera_reader").FrameReader
+            source, ev = release.workspace_source(work), camera.load_split("evaluation")
+            draft, record = release.build(source, work / "camera", recipe, reader_cls)
+            daylight = release.measured(source, draft, ev.image, ev.labels)
+            by_family = release.scenarios(source, draft, ev.frames, ev.labels, seed=seed)
+            doc = release.document(source=source, model=draft, recipe=recipe, record=record, by_family=by_family,
+                                   daylight=daylight, justification=old["justification"], frames=ev.frames, seed=seed)
+            paths = release.release(work, draft, doc)
+            new = {CAMERA_DOC: paths["document"].read_bytes(), CAMERA_MODEL: paths["model"].read_bytes()}
+        return corpus.pack({**files, "camera_reader.py": src.encode(), **new})
+    return make
+
+
+# lesson 10's FrameReader that stops before the last, partial batch (360 frames in 32s: 11 batches, 352 frames)
+CAMERA_DROPS_LAST = CAMERA_READER.replace("if self.position >= len(self.frames):",
+                                          "if self.position + self.batch_size > len(self.frames):")
+CAMERA_UNNORMALISED = _camera_reader_serves("_my_preprocess(batch)", extra=_OWN_PATH)
+# lesson 06's summarize() with the accuracy as a percentage; lesson 06 then cannot write regression.json (a 0-1 ratio)
+METRICS_PERCENT = reference.METRICS_SOURCE.replace('"accuracy": correct / len(labels)',
+                                                   '"accuracy": 100 * correct / len(labels)')
+# lesson 02's reader whose slice stops one image short of each batch (it still steps batch_size)
+READER_SLICE_ONE_SHORT = READER.replace("self.position:self.position + self.batch_size]",
+                                        "self.position:self.position + self.batch_size - 1]")
+CHARGED_IN_10 = "not charged here: charged once, under 10 your own model: your FrameReader serves"
+
+
 def _recipe_flag_flipped(key: str):
     def edit(doc: dict) -> None:
         doc["recipe"][key] = not doc["recipe"][key]
@@ -480,9 +521,11 @@ MISTAKES = [
     Mistake("narrow_calibrated_on_the_right_set", _right_on("right", model="narrow"),
             {"calibration.range_seen": 1},
             ("narrow: not judged, narrow.onnx was calibrated on other data than the narrow set (not charged here",)),
+    # lesson 06's file missing zeroes the checks that read it, the FP32 gate among them: judged on the student's own
+    # lesson 06 run, it is no free point (issue 38)
     Mistake("regression_json_missing", corpus.without("regression.json"),
-            {"acceptance.summaries": 3, "acceptance.probabilities": 1, "acceptance.decisions": 2},
-            ("regression.json is not in the submission",)),
+            {"acceptance.summaries": 3, "acceptance.probabilities": 1, "acceptance.decisions": 2,
+             "acceptance.fp32_gate": 1}, ("regression.json is not in the submission",)),
     Mistake("summarize_transposed", corpus.with_file("metrics.py", corpus.METRICS_TRANSPOSED),
             {"acceptance.summarize_code": 1.5}, ("confusion is transposed",)),
     # a last-minute edit to metrics.py that does not even import: charged once, under summarize_code
@@ -575,6 +618,37 @@ MISTAKES = [
     # the release cell by hand anyway. camera_release loses a part for each requirement the refusal named.
     Mistake(_ATTRACTIVE[0], _ATTRACTIVE[1], lost=_ATTRACTIVE[2],
             words=("the released model, measured here, misses: calibrated on the camera's frames",)),
+    # issue 38, one mistake charged once, where it was made, with no false finding:
+    # lesson 10's FrameReader drops the last partial batch and the student releases with it: the sizes, once (not
+    # its shapes, nor rewind() and a second reader, which serve what the first pass served); camera-release.json
+    # honestly records what that reader served, which camera_reported names without a charge
+    Mistake("camera_reader_drops_the_last_batch_released_with_it", _camera_released_with_reader(CAMERA_DROPS_LAST),
+            {"camera.camera_reader": 0.5},
+            ("FrameReader breaks the contract: it served 11 batches (352 of 360 frames",
+             "expected 12 batches of 32, the last 8. Run",
+             "its calibration records what your FrameReader served (352 frames", CHARGED_IN_10)),
+    # lesson 10's FrameReader whose rewind() does nothing: one finding, the rewind
+    Mistake("camera_reader_rewind_does_nothing",
+            camera_reader("pass".join(CAMERA_READER.rsplit("self.position = 0", 1))),  # rewind()'s body
+            {"camera.camera_reader": 0.5}, ("rewind() did not serve the same batches",)),
+    # lesson 10's FrameReader without the mean/std step, run past the check cell into the release: charged once, under
+    # camera_reader; the release's ruler and what follows from it, and the record of what it served, are named
+    Mistake("camera_reader_skips_normalisation_released_with_it", _camera_released_with_reader(CAMERA_UNNORMALISED),
+            {"camera.camera_reader": 0.5},
+            ("its batches are not lab.camera.preprocess of the frames",
+             "meets the release's requirements but for what follows from its calibration, calibrated on the camera's "
+             "frames", "it was calibrated with your FrameReader", CHARGED_IN_10)),
+    # lesson 06's summarize() returns the accuracy as a percentage: one mistake (on every list it shows), one charge
+    Mistake("summarize_accuracy_as_percentage",
+            lambda f: corpus.pack({**{k: v for k, v in f.items() if k != "regression.json"},
+                                   "metrics.py": METRICS_PERCENT.encode()}),
+            {"acceptance.summarize_code": 1.5},
+            ("accuracy is a percentage", "(a 0-1 ratio)",
+             "not charged here: charged once, under 06 acceptance: summarize() counts right")),
+    # lesson 02's reader slices one image short of each batch: its batch sizes, once (the images it does serve are
+    # the given ones, in order: that rule holds)
+    Mistake("reader_slice_one_short", reader(READER_SLICE_ONE_SHORT), {"reader.contract": 1},
+            ("batches of batch_size, the last one partial, every image once", "served 10 x 35")),
 ]
 
 # What a seeded fuzz of the reference hand-in found unchecked: each now recomputed, or refused by its schema.

@@ -21,7 +21,7 @@ import pytest
 from bad_submissions import corpus
 from test_report import browser  # noqa: F401 - the class report's Chromium fixture (skips, or fails in CI)
 
-from grader import similar
+from grader import core, similar
 from grader.items import analyse
 from grader.rubric import rubric, title
 from lab.tools.submit import submit
@@ -95,14 +95,27 @@ def test_the_report_shows_copies_pass_rates_and_predictions_in_chromium(graded, 
         table = page.locator("#pass-rates tbody tr").evaluate_all(
             "rs => rs.map(r => [r.cells[1].innerText, +r.cells[2].innerText, +r.cells[3].innerText])")
         checked = [d for d in res.values() if d.get("checks")]
+        # a check counts for the hand-ins that attempted its lesson (its group's): handed in a file the lesson writes
+        # (the reference hand-in here has no lesson 08 or 09 file), or, a prediction, answered it
+        lesson = {key: g.lesson for g in core.GROUPS for key in g.declared()}
         want = {}
         for d in checked:
             for c in d["checks"]:
+                tried = (c["name"] in d["handin"]["predictions"] if c["part"] == "predictions" else
+                         lesson[(c["part"], c["name"])] in d["handin"]["lessons"])
+                if not tried:
+                    continue
                 k = want.setdefault(title(c["part"], c["name"]), [0, 0])
                 k[0] += c["points"] >= c["max_points"]
                 k[1] += 1
         assert {t: [p, n] for t, p, n in table} == want
-        assert len(table) == sum(len([n for n in v if n != "title"]) for v in rubric().values())
+        assert {n for _, _, n in table} == {len(checked)}  # every hand-in here made for its own variant
+        # nobody is set apart whole; each hand-in only for the lessons it has no file of (08 and 09 here)
+        apart = page.locator("#set-apart tbody tr").evaluate_all("rs => rs.map(r => r.cells[1].innerText)")
+        missing = sorted({lesson[key] for key in lesson if key[0] != "predictions"} - set(
+            checked[0]["handin"]["lessons"]))
+        assert apart == [f"partial: no file of lesson(s) {', '.join(missing)} handed in; those lessons' checks are "
+                         "left out of the learning signals"] * len(checked), apart
         bars = page.locator("#pass-rate-figure rect.bar").evaluate_all("rs => rs.map(r => +r.dataset.count)")
         assert bars == [round(100 * p / n) for _, p, n in table]
         # each prediction's answers, the grader's right ones marked: clip_or_squash has 3 wrong answers
@@ -163,3 +176,83 @@ def test_the_gradebook_and_results_hold_no_fingerprint_text_from_the_page(graded
     assert "def get_next" not in page and "self.cursor" not in page
     with open(graded / "gradebook.csv", newline="") as f:
         assert "handin" not in next(csv.reader(f))
+
+
+# ----- issue 38, item 5: learning signals apart from integrity and incomplete hand-ins -----
+
+def _check(part: str, name: str, passed: bool, points: float = 1.0) -> dict:
+    return {"part": part, "name": name, "points": points if passed else 0.0, "max_points": points, "passed": passed,
+            "message": f"{name} {'passed' if passed else 'lost'}"}
+
+
+def _result(passed: bool, lessons: list[str], made_for: str = "s", answered: tuple[str, ...] = ("clip_or_squash",),
+            own: str = "s") -> dict:
+    checks = [_check("reader", "contract", passed, 4), _check("acceptance", "fp32_gate", passed),
+              _check("hidden", "heldout", passed, 2), _check("predictions", "clip_or_squash", passed)]
+    return {"status": "graded", "checks": checks,
+            "parts": {p: {"points": sum(c["points"] for c in checks if c["part"] == p), "max_points": 1}
+                      for p in ("reader", "acceptance", "hidden", "predictions")},
+            "instructor": {"variant": {"own": own, "made_for": made_for, "evidence": "test"}},
+            "handin": {"predictions": {q: "x" for q in answered}, "code": {}, "lessons": lessons}}
+
+
+CLASS = {"honest": _result(True, ["01", "02", "06"]),
+         "slipped": _result(False, ["01", "02", "06"]),
+         "copy": _result(False, ["01", "02", "06"], made_for="honest"),       # a classmate's files: another variant
+         "partial": _result(False, ["01", "02"], answered=()),                  # no lesson 06 file, no answer given
+         "old": {**_result(True, []), "handin": None}}                          # a result without the record
+
+
+def test_pass_rates_count_only_own_variant_hand_ins_that_attempted_the_lesson():
+    items = analyse(CLASS)
+    rates = {(c.part, c.name): (c.passed, c.graded) for c in items.checks}
+    assert rates[("reader", "contract")] == (2, 4)          # honest, old; slipped, partial (the copy left out)
+    assert rates[("acceptance", "fp32_gate")] == (2, 3)     # partial handed in no lesson 06 file: not attempted
+    assert rates[("hidden", "heldout")] == (2, 3)           # a hidden check is its lesson's (06)
+    assert rates[("predictions", "clip_or_squash")] == (2, 3)  # partial did not answer it
+    assert sorted(items.parts["acceptance"][1]) == [0.0, 1.0, 1.0]
+    assert sorted(items.parts["reader"][1]) == [0.0, 0.0, 4.0, 4.0]
+    apart = {a.student: a.why for a in items.apart}
+    assert set(apart) == {"copy", "partial"}
+    assert apart["copy"].startswith("made for another variant than its own (honest)")
+    assert apart["partial"].startswith("partial: no file of lesson(s) 06 handed in")
+
+
+def test_most_lost_leaves_out_other_variants_and_lessons_not_attempted(tmp_path):
+    from grader import report
+
+    (tmp_path / "results").mkdir()
+    with open(tmp_path / "gradebook.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["student", "status", "score", "max"])
+        for s, d in CLASS.items():
+            w.writerow([s, "graded", "0", "8"])
+            (tmp_path / "results" / f"{s}.json").write_text(json.dumps(d))
+    lost = {(c.part, c.name): sorted(c.students) for c in report.summarize(tmp_path).lost}
+    assert lost[("reader", "contract")] == ["partial", "slipped"]
+    assert lost[("acceptance", "fp32_gate")] == lost[("hidden", "heldout")] == ["slipped"]
+    page = report.render(report.summarize(tmp_path), "")
+    assert 'id="set-apart"' in page and "made for another variant than its own (honest)" in page
+
+
+def test_each_checks_lesson_is_its_groups():
+    from grader import core
+    from grader.items import check_lesson
+
+    for group in core.GROUPS:
+        for part, name in group.declared():
+            if part != "predictions":
+                assert check_lesson(part, name) == group.lesson, (part, name, group.lesson)
+
+
+def test_the_handin_record_names_the_lessons_handed_in(tmp_path):
+    from grader.items import handin_record
+
+    files = {"submission.json": b"{}", "calibration_reader.py": b"", "regression.json": b"{}",
+             "release/model.onnx": b""}
+    path = tmp_path / "s.zip"
+    path.write_bytes(corpus.pack(files, manifest=False))
+    assert handin_record(path)["lessons"] == ["02", "06", "07"]
+    folder = tmp_path / "nested.zip"  # a workspace zipped by hand inside its one folder
+    folder.write_bytes(corpus.pack({f"workspace/{k}": v for k, v in files.items()}, manifest=False))
+    assert handin_record(folder)["lessons"] == ["02", "06", "07"]

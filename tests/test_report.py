@@ -47,8 +47,11 @@ def graded(tmp_path_factory, reference_workspace) -> Path:
     corpus.build(good, folder)
     (folder / "good.zip").write_bytes(good.read_bytes())
     out = tmp_path_factory.mktemp("graded")
+    # each hand-in graded as its submission.json's student (the reference): under its file name each would be made
+    # for another variant, which the report sets apart from the learning signals it checks here
     proc = subprocess.run([sys.executable, "-m", "grader", "batch", str(folder), "--out", str(out), "-j", "2",
-                           "--timeout", "5", "--no-progress"], cwd=REPO, capture_output=True, text=True, timeout=900)
+                           "--timeout", "5", "--no-progress", "--ids-from-submission-json"], cwd=REPO,
+                          capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (out / "report.html").is_file(), "the batch writes report.html itself"
     (out / "report.html").unlink()  # and `grader report OUT` writes it again
@@ -59,11 +62,21 @@ def graded(tmp_path_factory, reference_workspace) -> Path:
 
 
 def most_lost(out: Path) -> tuple[str, int]:
-    """The check lost by the most submissions (ties: more points lost, then rubric part and name), worked out here."""
+    """The check lost by the most submissions (ties: more points lost, then rubric part and name), worked out here:
+    a learning signal, so only a hand-in made for its own variant that attempted the check's lesson (its group's)
+    counts: handed in a file the lesson writes, or, a prediction, answered it."""
+    from grader import core
+
+    lesson = {key: g.lesson for g in core.GROUPS for key in g.declared()}
     lost: dict[tuple[str, str], list[float]] = {}
     for path in (out / "results").glob("*.json"):
-        for c in json.loads(path.read_text()).get("checks", []):
-            if c["points"] < c["max_points"]:
+        d = json.loads(path.read_text())
+        variant = (d.get("instructor") or {}).get("variant") or {}
+        record = d.get("handin") or {}
+        for c in d.get("checks", []):
+            tried = ("lessons" not in record or (c["name"] in record["predictions"] if c["part"] == "predictions"
+                                                 else lesson[(c["part"], c["name"])] in record["lessons"]))
+            if c["points"] < c["max_points"] and tried and variant.get("made_for") == variant.get("own"):
                 lost.setdefault((c["part"], c["name"]), []).append(c["max_points"] - c["points"])
     (part, name), losses = min(lost.items(), key=lambda kv: (-len(kv[1]), -sum(kv[1]), kv[0]))
     return f"{rubric()[part].get('title', part)}: {name}", len(losses)

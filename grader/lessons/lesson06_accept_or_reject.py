@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import random
-import re
 
 import numpy as np
 
@@ -70,30 +69,41 @@ def _reported(doc: dict, name: str) -> dict:
 
 
 def run_gate(ctx: Context) -> list:
-    """The FP32 fixture reaches the gate: it needs no file of the hand-in."""
+    """The FP32 model reaches the gate, judged on the student's own lesson 06 run: its regression.json records FP32,
+    whose accuracy is recomputed here from the fixture (what it reports is the summaries' check). Without that file
+    the gate is not earned (a hand-in without lesson 06 earns no point of it), unless summarize()'s percentage kept
+    lesson 06 from writing it: that is charged under summarize_code and named here."""
+    if not ctx.has(REGRESSION):
+        return _without_regression(ctx, ("fp32_gate",))
+    reported = number(value(_reported(ctx.doc(REGRESSION), "fp32"), "accuracy"))
     _, labels = evaluation()
     acc = _summary(fp32_outputs(), labels)["accuracy"]
     reaches = acceptance.decide(acc, acc).accept  # no loss: only the floor decides
+    said = "no accuracy" if reported is None else f"{reported:.4f}"
     return [check(PART, "fp32_gate", float(reaches),
-                  f"FP32 accuracy {acc:.4f} on {len(labels)} evaluation images (gate {FLOOR})")]
+                  f"FP32 accuracy {acc:.4f} on {len(labels)} evaluation images (gate {FLOOR}), recomputed for the "
+                  f"FP32 record of your regression.json (it reports {said})")]
 
 
 PERCENT = "summarize:percentage"  # ctx.charged: summarize() returned the accuracy as a percentage (charged there)
+TRANSPOSED_CHARGED = "transposed"  # ctx.charged: summarize()'s confusion is transposed (charged there)
+CHARGED_KINDS = {"percentage": PERCENT, "transposed": TRANSPOSED_CHARGED}  # SUMMARY_MISTAKES kind -> ctx.charged
 REGRESSION = "regression.json"
 
 
-def _without_regression(ctx: Context) -> list:
-    """regression.json is missing. When summarize() returned a percentage (charged under summarize_code), lesson 06
-    could not write it (its schema takes a 0-1 ratio): the consequence is named, not charged again."""
+def _without_regression(ctx: Context, names: tuple[str, ...] = ("summaries", "probabilities", "decisions")) -> list:
+    """regression.json is missing: its checks ``names`` score 0. When summarize() returned a percentage (charged under
+    summarize_code), lesson 06 could not write it (its schema takes a 0-1 ratio): the consequence is named, not
+    charged again."""
     if PERCENT in ctx.charged:
         why = (f"{REGRESSION} is not in the submission because of the mistake above: summarize() returns the "
                "accuracy as a percentage, and lesson 06 cannot write a percentage into regression.json (a 0-1 ratio). "
                "Return correct / count in metrics.py, re-run lesson 06, then hand in again; "
                + charged_under(PART, "summarize_code"))
-        return [check(PART, name, 1, why) for name in ("summaries", "probabilities", "decisions")]
+        return [check(PART, name, 1, why) for name in names]
     why = (f"{REGRESSION} is not in the submission: lesson 06 writes it into the workspace; run that lesson, "
            "then hand in again")
-    return [check(PART, name, 0, why) for name in ("summaries", "probabilities", "decisions")]
+    return [check(PART, name, 0, why) for name in names]
 
 
 def run(ctx: Context) -> list:
@@ -105,7 +115,7 @@ def run(ctx: Context) -> list:
     mine = {name: _summary(p, labels) for name, p in probs.items()}
     out = []
     good, msgs, ev = 0, [], []
-    charged = "transposed" in ctx.charged
+    charged = TRANSPOSED_CHARGED in ctx.charged
     for name in NAMES:
         rep = _reported(doc, name)
         ok, msg, evs = _compare_summary(name, rep, mine[name], probs[name], exact=(name == "fp32"),
@@ -376,37 +386,54 @@ def expected_summary(case: dict) -> dict:
     return summarize(case["predictions"], case["labels"])
 
 
-def _same(got, want: dict) -> str:
+# The mistakes a summary can hold, one charge each however many lists show it (``_same`` names the first it finds):
+# kind -> what the instructor's lists may show of it (``_without_values``: never a value expected on them)
+SUMMARY_MISTAKES = {
+    "not_a_dict": None,            # shown as it is: it names no value
+    "count": "its count is wrong",
+    "correct": "its correct is wrong",
+    "percentage": "its accuracy is a percentage, not a 0-1 ratio",
+    "accuracy": "its accuracy is wrong",
+    "confusion_table": "its confusion is not a 10x10 table of counts",
+    "transposed": None,            # shown as it is: it names no value
+    "confusion": "its confusion does not match the counts",
+}
+
+
+def _same(got, want: dict) -> tuple[str, str]:
+    """(kind, what is wrong) for the first mistake of ``SUMMARY_MISTAKES`` the summary holds; ("", "") if none."""
     if not isinstance(got, dict):
-        return f"returned a {type(got).__name__}, expected a dict with count, correct, accuracy, confusion"
+        return "not_a_dict", (f"returned a {type(got).__name__}, expected a dict with count, correct, accuracy, "
+                              "confusion")
     for key in ("count", "correct"):
         if got.get(key) != want[key]:
-            return f"{key} is {got.get(key)!r}, expected {want[key]}"
+            return key, f"{key} is {got.get(key)!r}, expected {want[key]}"
     acc = number(got.get("accuracy"))
+    if acc is not None and abs(acc - 100 * want["accuracy"]) <= 0.01 + EPSILON and want["accuracy"]:
+        return "percentage", (f"accuracy is a percentage ({got.get('accuracy')!r} for {want['accuracy']:.4f}): "
+                              "return correct / count (a 0-1 ratio)")
     if acc is None or abs(acc - want["accuracy"]) > EPSILON:
-        return f"accuracy is {got.get('accuracy')!r}, expected {want['accuracy']:.4f} (a 0-1 ratio)"
+        return "accuracy", f"accuracy is {got.get('accuracy')!r}, expected {want['accuracy']:.4f} (a 0-1 ratio)"
     conf = got.get("confusion")
     try:
         conf = np.asarray(conf, dtype=float)
     except (TypeError, ValueError):
-        return "confusion is not a 10x10 table of counts"
+        return "confusion_table", "confusion is not a 10x10 table of counts"
     if conf.shape != (10, 10):
-        return f"confusion has shape {list(conf.shape)}, expected 10x10"
+        return "confusion_table", f"confusion has shape {list(conf.shape)}, expected 10x10"
     if not np.array_equal(conf, want["confusion"]):
         if np.array_equal(conf.T, want["confusion"]):
-            return ("confusion is transposed: rows must be the actual class and columns the predicted one "
-                    "(an actual 1 read as 2 increments confusion[1][2])")
-        return "confusion does not match the counts"
-    return ""
+            return "transposed", ("confusion is transposed: rows must be the actual class and columns the predicted "
+                                  "one (an actual 1 read as 2 increments confusion[1][2])")
+        return "confusion", "confusion does not match the counts"
+    return "", ""
 
 
-def _without_values(problem: str, res: dict) -> str:
+def _without_values(kind: str, problem: str, res: dict) -> str:
     """What went wrong on the instructor's lists, without the expected numbers (they would reveal the lists)."""
-    if not problem or "transposed" in problem or problem.startswith("returned a "):
-        return problem
     if "raised" in res:
         return f"raised {str(res['raised'])[:40]}"
-    return f"its {problem.split(' ')[0]} is wrong"
+    return SUMMARY_MISTAKES.get(kind) or problem
 
 
 def _cases() -> list[dict]:
@@ -433,26 +460,27 @@ def runs_planned(ctx: Context) -> list:
     return [_metrics_request(ctx, _cases())]
 
 
-def _case_problems(cases: list[dict], returned: list) -> tuple[dict[str, list[str]], str]:
-    """What summarize() did wrong on each case the child ran: {problem: the cases that show it} (an error case
-    that did not raise under '<case> must raise'), and the secret case's problem without its values."""
+def _case_problems(cases: list[dict], returned: list) -> tuple[dict[str, tuple[str, list[str]]], str]:
+    """What summarize() did wrong on the cases the child ran: {mistake: (its words on the first case that shows it,
+    the cases that show it)}, the mistake a ``SUMMARY_MISTAKES`` kind, a raise, or '<case> must raise' for an error
+    case that did not raise; and the secret case's problem without its values."""
     got = {c.get("name"): c for c in returned if isinstance(c, dict)}
     secret_msg = ""
-    by_problem: dict[str, list[str]] = {}
+    by_problem: dict[str, tuple[str, list[str]]] = {}
     for case in cases:
         res = got.get(case["name"], {})
         if case.get("must_raise"):
-            problem = "" if "raised" in res else f"returned {str(res.get('returned'))[:60]} instead of raising an error"
+            kind = "" if "raised" in res else f"{case['name']} must raise"
+            problem = f"returned {str(res.get('returned'))[:60]} instead of raising an error"
         elif "raised" in res:
-            problem = f"raised {res['raised']}: {res.get('message', '')}"
+            kind, problem = f"raised {res['raised']}", f"raised {res['raised']}: {res.get('message', '')}"
         else:
-            problem = _same(res.get("returned"), expected_summary(case))
+            kind, problem = _same(res.get("returned"), expected_summary(case))
         if case["name"] == "secret":
-            secret_msg = _without_values(problem, res)
+            secret_msg = _without_values(kind, problem, res) if kind else ""
             continue
-        if problem:
-            key = f"{case['name']} must raise" if case.get("must_raise") else problem
-            by_problem.setdefault(key, []).append(case["name"])
+        if kind:
+            by_problem.setdefault(kind, (problem, []))[1].append(case["name"])
     return by_problem, secret_msg
 
 
@@ -478,16 +506,14 @@ def run_summarize(ctx: Context) -> list:
     # one charge per mistake: a wrong summary (whatever lists show it) costs SUMMARY_COST, each error case
     # that does not raise ERROR_CASE_COST; the same summary mistake on the instructor's lists is not charged again
     cost, msgs = 0.0, []
-    for key, names in by_problem.items():
+    for key, (problem, names) in by_problem.items():
         must_raise = key.endswith(" must raise")
         cost += ERROR_CASE_COST if must_raise else SUMMARY_COST
-        problem = (key if not must_raise else
-                   "returned a summary instead of raising an error (a ValueError that says what is wrong)")
+        if must_raise:
+            problem = "returned a summary instead of raising an error (a ValueError that says what is wrong)"
         msgs.append(f"{', '.join(names)}: {problem}")
-        if "transposed" in key:
-            ctx.charged.add("transposed")
-        if "(a 0-1 ratio)" in key and _as_percentage(key):
-            ctx.charged.add(PERCENT)
+        if key in CHARGED_KINDS:
+            ctx.charged.add(CHARGED_KINDS[key])
     main = check(PART, "summarize_code", share_left(PART, "summarize_code", cost),
                  "summarize() passes the lesson's example, the transposition trap, the error cases (mismatched "
                  "lengths, a label or prediction outside 0-9, empty lists) and the evaluation set"
@@ -500,12 +526,6 @@ def run_summarize(ctx: Context) -> list:
         hidden = check(HIDDEN, "secret_summarize", 0.0 if secret_msg else 1.0,
                        f"summarize() on the instructor's lists: {secret_msg or 'correct'}", hidden=True)
     return [main, hidden]
-
-
-def _as_percentage(problem: str) -> bool:
-    """Whether ``_same``'s accuracy problem reports 100 x the expected ratio."""
-    got = re.search(r"accuracy is ([-0-9.e+]+), expected ([0-9.]+)", problem)
-    return got is not None and abs(float(got.group(1)) - 100 * float(got.group(2))) <= 0.01 + 1e-9
 
 
 def run_heldout(ctx: Context) -> list:

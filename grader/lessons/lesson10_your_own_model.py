@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from grader import own_code, sandbox
-from grader.context import SOFTMAX_STEP, Context, check, close, value
+from grader.context import SOFTMAX_STEP, Context, charged_under, check, close, value
 from grader.group import Group
 from lab import camera, graph, variant
 from lab.convert import calibrated_ranges
@@ -46,34 +46,53 @@ def runs_planned(ctx: Context) -> list:
     return [_request(ctx, camera_path.camera_frames())]
 
 
+# The rules of FrameReader's contract, each judged once (``reader_findings``): a mistake is charged under the first
+# rule it breaks, and a rule that only follows from another's finding is not judged (a pass that stops early has no
+# partial last batch to shape; rewind() and a second reader are held to the first pass, not to the expected sizes).
+# The ones whose finding means the reader served other values than the deployed path (``SERVED``): a release
+# calibrated with that reader is named under camera_release and camera_reported, not charged again.
+SIZES, SHAPES, DTYPE, KEY, VALUES, NONE_AGAIN, REWIND, FRESH = (
+    "sizes", "shapes", "dtype", "key", "values", "none_again", "rewind", "fresh")
+SERVED = frozenset({SIZES, SHAPES, DTYPE, KEY, VALUES})
+CHARGED = "camera_reader:served"  # ctx.charged: the reader's served stream, charged under camera_reader
+
+
 def reader_findings(drive: dict, n: int, frames: np.ndarray | None = None) -> list[str]:
-    """What the drive's record says the reader broke: sizes, shapes, dtype, key, the end, rewind and a fresh reader;
-    given the ``frames`` it was driven on, also the served values against ``lab.camera.preprocess`` of them (judged
-    only when the shapes, dtype and frame count are right: else those findings already name the mistake)."""
+    """What the drive's record says the reader broke (``rule_findings``' words, in order)."""
+    return [why for _, why in rule_findings(drive, n, frames)]
+
+
+def rule_findings(drive: dict, n: int, frames: np.ndarray | None = None) -> list[tuple[str, str]]:
+    """(rule, what the reader did) for each rule the drive's record says the reader broke: sizes, shapes, dtype, key,
+    the end, rewind and a fresh reader; given the ``frames`` it was driven on, also the served values against
+    ``lab.camera.preprocess`` of the frames it served (the first ones, judged only when the shapes and dtype are
+    right: else those findings already name the mistake)."""
     b = camera_path.BATCH_SIZE
     sizes = [min(b, n - i) for i in range(0, n, b)]
-    want_shapes = sorted({(s, 1, camera.SIZE, camera.SIZE) for s in sizes})
     first, out = drive.get("first", {}), []
-    if first.get("sizes") != sizes:
-        out.append(f"it served batches of {first.get('sizes', [])[:4]}...; expected {len(sizes)} batches of {b}, "
-                   f"the last {sizes[-1]}")
-    if sorted(tuple(s) for s in first.get("shapes", [])) != want_shapes:
-        out.append(f"its batches have shapes {first.get('shapes')}; expected [n, 1, {camera.SIZE}, {camera.SIZE}] "
-                   "(lab.camera.preprocess of each batch of frames)")
+    served = first.get("sizes", [])
+    shapes = [tuple(s) for s in first.get("shapes", [])]
+    if served != sizes:
+        out.append((SIZES, f"it served {len(served)} batches ({sum(s for s in served if s > 0)} of {n} frames: "
+                           f"{served[:4]}...); expected {len(sizes)} batches of {b}, the last {sizes[-1]}"))
+    # the batch dimension is the sizes rule's: here only each batch's [1, 16, 16]
+    shaped = bool(shapes) and all(len(s) == 4 and s[1:] == (1, camera.SIZE, camera.SIZE) for s in shapes)
+    if not shaped:
+        out.append((SHAPES, f"its batches have shapes {first.get('shapes')}; expected [n, 1, {camera.SIZE}, "
+                            f"{camera.SIZE}] (lab.camera.preprocess of each batch of frames)"))
     if first.get("dtypes") != ["float32"]:
-        out.append(f"its batches are {first.get('dtypes')}; expected float32")
+        out.append((DTYPE, f"its batches are {first.get('dtypes')}; expected float32"))
     if [list(k) for k in first.get("keys", [])] != [[camera_path.INPUT]]:
-        out.append(f"its batches are keyed {first.get('keys')}; expected {camera_path.INPUT!r} (input_name)")
-    comparable = (sorted(tuple(s) for s in first.get("shapes", [])) == want_shapes
-                  and first.get("dtypes") == ["float32"] and sum(first.get("sizes", [])) == n)
-    if frames is not None and comparable:
-        out += _values_findings(first, frames)
+        out.append((KEY, f"its batches are keyed {first.get('keys')}; expected {camera_path.INPUT!r} (input_name)"))
+    count = sum(served) if served and -1 not in served else 0
+    if frames is not None and shaped and first.get("dtypes") == ["float32"] and 0 < count <= n:
+        out += [(VALUES, why) for why in _values_findings(first, frames[:count])]
     if drive.get("after_none") is not False:
-        out.append("get_next() did not keep returning None after the end")
-    for again in ("rewind", "fresh"):
+        out.append((NONE_AGAIN, "get_next() did not keep returning None after the end"))
+    for again, who in ((REWIND, "rewind()"), (FRESH, "a second FrameReader")):
         got = drive.get(again, {})
-        if got.get("sizes") != sizes or got.get("sha256", first.get("sha256")) != first.get("sha256"):
-            out.append(f"{'rewind()' if again == 'rewind' else 'a second FrameReader'} did not serve the same batches")
+        if got.get("sizes") != served or got.get("sha256", first.get("sha256")) != first.get("sha256"):
+            out.append((again, f"{who} did not serve the same batches as the first pass"))
     return out
 
 
@@ -94,26 +113,36 @@ def _values_findings(first: dict, frames: np.ndarray) -> list[str]:
             "copy of its steps"]
 
 
-def _reader(ctx: Context):
-    """camera_reader: FrameReader keeps the reader contract on the camera's frames (driven in the sandbox)."""
+def _reader(ctx: Context) -> tuple:
+    """camera_reader: FrameReader keeps the reader contract on the camera's frames (driven in the sandbox). Also what
+    it served on them (the drive's first pass) when that is charged here as not the deployed path's, else None."""
     refused = own_code.refusal_for(ctx.sub.path(READER), READER)
     if refused:
-        return check(PART, "camera_reader", 0, refused)
+        return check(PART, "camera_reader", 0, refused), None
     child = sandbox.run(*_request(ctx, camera_path.camera_frames()))
     if child.status != "ok" or not child.data.get("ok"):
         return check(PART, "camera_reader", 0, f"the camera reader could not be run: "
-                     f"{child.message or child.data.get('error', '')}")
-    found = reader_findings(child.data["drives"][0], len(camera_path.camera_frames()), camera_path.camera_frames())
+                     f"{child.message or child.data.get('error', '')}"), None
+    drive = child.data["drives"][0]
+    found = rule_findings(drive, len(camera_path.camera_frames()), camera_path.camera_frames())
+    served = None
+    if SERVED & {rule for rule, _ in found}:
+        ctx.charged.add(CHARGED)
+        served = drive.get("first", {})
     return check(PART, "camera_reader", max(0.0, 1 - 0.5 * len(found)),
                  "FrameReader serves the camera's frames as lesson 10 asks" if not found else
-                 "FrameReader breaks the contract: " + "; ".join(found)
-                 + ". Run lesson 10's check cell, camera_path.check_reader(FrameReader), to see it")
+                 "FrameReader breaks the contract: " + "; ".join(why for _, why in found)
+                 + ". Run lesson 10's check cell, camera_path.check_reader(FrameReader), to see it"), served
 
 
 def run(ctx: Context) -> list:
-    results = [_reader(ctx) if ctx.has(READER) else
-               check(PART, "camera_reader", 0, f"{READER} is missing; lesson 10 writes it")]
-    results += _release(ctx) if ctx.has(DOC) and ctx.has(MODEL) else [
+    served = None
+    if ctx.has(READER):
+        reader_check, served = _reader(ctx)
+    else:
+        reader_check = check(PART, "camera_reader", 0, f"{READER} is missing; lesson 10 writes it")
+    results = [reader_check]
+    results += _release(ctx, served) if ctx.has(DOC) and ctx.has(MODEL) else [
         check(PART, name, 0, f"{DOC} and {MODEL} are needed; lesson 10's last cells write them")
         for name in ("camera_release", "camera_reported")]
     return results
@@ -124,44 +153,72 @@ def _calibrated_on_camera(path) -> tuple[bool, str]:
     x = camera.preprocess(camera_path.camera_frames())
     lo, hi = calibrated_ranges(camera.model_path(), ArrayReader(x, camera_path.BATCH_SIZE, camera_path.INPUT))[
         camera_path.INPUT]
+    ok, got = _ruler_from(path, lo, hi)
+    return ok, (f"its input ruler {got} against ORT's calibrator on the camera's frames through "
+                f"lab.camera.preprocess, [{lo:.4g}, {hi:.4g}]")
+
+
+def _ruler_from(path, lo: float, hi: float) -> tuple[bool, str]:
+    """Is the model's input ruler the one ORT's MinMax calibrator makes of values spanning [lo, hi] (the interval
+    widened to hold 0, within one step)? And the ruler, as feedback shows it."""
     ruler = graph.input_ruler(path, camera_path.INPUT)
     got_lo, got_hi = ruler.interval
     ok = abs(got_lo - min(lo, 0.0)) <= ruler.scale + EPSILON and abs(got_hi - max(hi, 0.0)) <= ruler.scale + EPSILON
-    return ok, (f"its input ruler [{got_lo:.4g}, {got_hi:.4g}] against ORT's calibrator on the camera's frames "
-                f"through lab.camera.preprocess, [{lo:.4g}, {hi:.4g}]")
+    return ok, f"[{got_lo:.4g}, {got_hi:.4g}]"
 
 
-def _release(ctx: Context) -> list:
+def _with_the_reader(path, served: dict | None) -> str:
+    """'' unless the model's input ruler is the one ORT's calibrator makes of what the student's FrameReader served
+    (``served``: its first pass, charged under camera_reader as not the deployed path's); then how a later check
+    names what follows from calibrating with that reader, without a charge."""
+    span = (served or {}).get("range") or []
+    if len(span) != 2 or not _ruler_from(path, *span)[0]:
+        return ""
+    return (f"calibrated with your FrameReader, whose batches are not the deployed path's (its input ruler "
+            f"{_ruler_from(path, *span)[1]} is the range they span, [{span[0]:.4g}, {span[1]:.4g}]; "
+            f"{charged_under(PART, 'camera_reader')})")
+
+
+def _release(ctx: Context, served: dict | None = None) -> list:
     doc, path = ctx.doc(DOC), ctx.sub.path(MODEL)
     ctx.model(MODEL)
     ev = camera.load_split("evaluation")
     source = camera.model_path()
     daylight = release.measured(source, path, ev.image, ev.labels)
     by_family = release.scenarios(source, path, ev.frames, ev.labels, seed=value(doc, "acceptance.seed") or 0)
-    return [_meets(doc, path, daylight, by_family), _reported(ctx, doc, path, daylight, by_family, ev)]
+    return [_meets(doc, path, daylight, by_family, served),
+            _reported(ctx, doc, path, daylight, by_family, ev, served)]
 
 
-def _meets(doc: dict, path, daylight: dict, by_family: dict):
+def _meets(doc: dict, path, daylight: dict, by_family: dict, served: dict | None = None):
     """camera_release: the released model, measured here: stamped with its record, calibrated on the camera's frames,
     of the form the lesson measured (folded, per-channel, QDQ: read from the graph), daylight error within the limit
-    and no judged scenario needing work, on both families."""
+    and no judged scenario needing work, on both families.
+
+    A model calibrated with a FrameReader camera_reader charged for serving other values (``_with_the_reader``): its
+    ruler, and the daylight error and scenarios that follow from it, are named here, not charged again."""
     release_id, sha = release.stamp_of(path)
     on_camera, ruler_text = _calibrated_on_camera(path)
+    ruler = f"calibrated on the camera's frames ({ruler_text})"
     parts = {"the model's metadata names camera-release.json (release id and SHA-256)":
-                 release_id == release.RELEASE_ID and sha == file_sha256_of_doc(path),
-             f"calibrated on the camera's frames ({ruler_text})": on_camera}
+                 release_id == release.RELEASE_ID and sha == file_sha256_of_doc(path), ruler: on_camera}
     for problem in release.form_problems(_recipe_in_graph(path)):
         parts[f"the form the lesson measured ({problem}, as the graph shows)"] = False
-    for f, v in daylight.items():
-        parts[f"daylight max abs error {v['max_abs_error']:.3f} within {release.MAX_ERROR} ({f} family)"] = \
-            v["max_abs_error"] <= release.MAX_ERROR + EPSILON
+    measured = {f"daylight max abs error {v['max_abs_error']:.3f} within {release.MAX_ERROR} ({f} family)":
+                v["max_abs_error"] <= release.MAX_ERROR + EPSILON for f, v in daylight.items()}
     for f, rows in by_family.items():
         bad = [r.name for r in rows if r.needs_work]
-        parts[f"no judged scenario needs work ({f} family{': ' + ', '.join(bad) if bad else ''})"] = not bad
-    missed = [k for k, ok in parts.items() if not ok]
+        measured[f"no judged scenario needs work ({f} family{': ' + ', '.join(bad) if bad else ''})"] = not bad
+    parts.update(measured)
+    # the parts that follow from the calibration: the ruler, then the daylight errors and the scenarios
+    named = _with_the_reader(path, served) if not on_camera else ""
+    follows = [k for k in (ruler, *measured) if not parts[k]] if named else []
+    missed = [k for k, ok in parts.items() if not ok and k not in follows]
     return check(PART, "camera_release", (len(parts) - len(missed)) / len(parts),
-                 "the released model, measured here, meets the release's requirements" if not missed else
-                 "the released model, measured here, misses: " + "; ".join(missed))
+                 ("the released model, measured here, meets the release's requirements" if not missed else
+                  "the released model, measured here, misses: " + "; ".join(missed))
+                 + (f"{' but for' if not missed else '; and'} what follows from its calibration, {'; '.join(follows)}"
+                    f": it was {named}" if follows else ""))
 
 
 def file_sha256_of_doc(path) -> str:
@@ -176,20 +233,23 @@ def _recipe_in_graph(path) -> dict:
             "reduce_range": toolbox.max_abs_weight(path) <= 64, "pre_process": "BatchNormalization" not in ops}
 
 
-def _reported(ctx: Context, doc: dict, path, daylight: dict, by_family: dict, ev):
-    """camera_reported: camera-release.json describes the model and recomputes."""
+def _reported(ctx: Context, doc: dict, path, daylight: dict, by_family: dict, ev, served: dict | None = None):
+    """camera_reported: camera-release.json describes the model and recomputes. A record of what a FrameReader
+    camera_reader charged served (its hash and count, on the camera's frames) is named, not charged again."""
     rec, cal = value(doc, "recipe") or {}, value(doc, "calibration") or {}
     in_graph = _recipe_in_graph(path)
     n = len(ev.labels)
     tol = FLIPS / n + PRINTED
     kind = cal.get("set")
     frames = camera_path.frames_of(kind) if kind in camera_path.SETS else None
+    named = _served_by_the_reader(cal, kind, served)
     checks = {
         "recipe (against the graph: " + ", ".join(f"{k}={v}" for k, v in in_graph.items()) + ")":
             all(rec.get(k) == v for k, v in in_graph.items()) and rec.get("calibration") == kind,
         "calibration (frames hash, served hash and count)": frames is not None
-            and cal.get("frames_sha256") == data_sha256(frames)
-            and cal.get("served_sha256") == camera_path.served_sha256(frames) and cal.get("samples") == len(frames),
+            and cal.get("frames_sha256") == data_sha256(frames) and (
+                (cal.get("served_sha256"), cal.get("samples")) == (camera_path.served_sha256(frames), len(frames))
+                or bool(named)),
         "calibration.input_range": isinstance(cal.get("input_range"), list)
             and all(close(a, b, PRINTED * 10) for a, b in zip(cal["input_range"], camera_path.input_range(path))),
         "acceptance (the evaluation frames)": value(doc, "acceptance.sha256") == data_sha256(ev.frames)
@@ -205,7 +265,22 @@ def _reported(ctx: Context, doc: dict, path, daylight: dict, by_family: dict, ev
     }
     wrong = [k for k, ok in checks.items() if not ok]
     return check(PART, "camera_reported", (len(checks) - len(wrong)) / len(checks),
-                 f"{DOC} describes {MODEL}" if not wrong else f"{DOC} does not match {MODEL} in: {', '.join(wrong)}")
+                 (f"{DOC} describes {MODEL}" if not wrong else f"{DOC} does not match {MODEL} in: {', '.join(wrong)}")
+                 + (f"; {named}" if named else ""))
+
+
+def _served_by_the_reader(cal: dict, kind, served: dict | None) -> str:
+    """'' unless the record's served hash and count are what the student's FrameReader served on the camera's frames
+    (``served``, charged under camera_reader); then how the record is named without a charge: it is honest."""
+    if served is None or kind != "camera":
+        return ""
+    count, frames = sum(served.get("sizes", [])), camera_path.camera_frames()
+    record = (cal.get("served_sha256"), cal.get("samples"))
+    if record != (served.get("sha256"), count) or record == (camera_path.served_sha256(frames), len(frames)):
+        return ""
+    return (f"its calibration records what your FrameReader served ({count} frames, served hash "
+            f"{str(cal.get('served_sha256'))[:12]}...), not lab.camera.preprocess of the camera's "
+            f"{len(frames)} frames: {charged_under(PART, 'camera_reader')}")
 
 
 def _same_scenarios(rep, mine: dict, tol: float) -> bool:
