@@ -19,6 +19,7 @@ import json
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
 from grader import similar
 from grader.results import safe_value
@@ -31,7 +32,7 @@ OTHER_ANSWERS = 8     # a prediction's most common answers shown one by one; the
 PREDICTIONS_PART = "predictions"
 # The lesson of each hidden check (its group's, grader/lessons/; tests/test_item_analysis.py holds them equal); a
 # visible check's lesson is its part's, the number its title starts with ("06 acceptance")
-HIDDEN_LESSONS = {"heldout": "06", "secret_summarize": "06", "choice_heldout": "09"}
+HIDDEN_LESSONS = MappingProxyType({"heldout": "06", "secret_summarize": "06", "choice_heldout": "09"})
 
 
 def _member(names: list[str], rel: str) -> str | None:

@@ -29,12 +29,13 @@ import zipfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from lab import __version__, contract, schemas, variant, workspace
+from lab import contract, schemas, variant, workspace
 from lab.contract import MAX_FILE_BYTES
 from lab.convert import versions
 from lab.data import file_sha256
 from lab.errors import LabError
 from lab.kernels import target_family
+from lab.version import __version__
 
 STUB = "raise NotImplementedError("  # the kit's exercise stub, with or without a message
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

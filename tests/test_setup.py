@@ -320,7 +320,8 @@ def old_pythons() -> list[str]:
 def test_an_old_python_hears_why_set_up_stops_before_any_venv(tmp_path):
     """A real Python outside the range runs set-up in a folder holding only what set-up imports: it stops at the
     preflight, names its version and the range, and makes no venv."""
-    for rel in ("lab/__init__.py", "lab/tools/__init__.py", "lab/tools/preflight.py", "lab/tools/setup.py"):
+    for rel in ("lab/__init__.py", "lab/version.py", "lab/tools/__init__.py", "lab/tools/preflight.py",
+                "lab/tools/setup.py"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_bytes((REPO / rel).read_bytes())
     for python in old_pythons():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from types import MappingProxyType
 
 import numpy as np
 
@@ -87,7 +88,8 @@ def run_gate(ctx: Context) -> list:
 
 PERCENT = "summarize:percentage"  # ctx.charged: summarize() returned the accuracy as a percentage (charged there)
 TRANSPOSED_CHARGED = "transposed"  # ctx.charged: summarize()'s confusion is transposed (charged there)
-CHARGED_KINDS = {"percentage": PERCENT, "transposed": TRANSPOSED_CHARGED}  # SUMMARY_MISTAKES kind -> ctx.charged
+# SUMMARY_MISTAKES kind -> ctx.charged
+CHARGED_KINDS = MappingProxyType({"percentage": PERCENT, "transposed": TRANSPOSED_CHARGED})
 REGRESSION = "regression.json"
 
 
@@ -388,7 +390,7 @@ def expected_summary(case: dict) -> dict:
 
 # The mistakes a summary can hold, one charge each however many lists show it (``_same`` names the first it finds):
 # kind -> what the instructor's lists may show of it (``_without_values``: never a value expected on them)
-SUMMARY_MISTAKES = {
+SUMMARY_MISTAKES = MappingProxyType({
     "not_a_dict": None,            # shown as it is: it names no value
     "count": "its count is wrong",
     "correct": "its correct is wrong",
@@ -397,7 +399,7 @@ SUMMARY_MISTAKES = {
     "confusion_table": "its confusion is not a 10x10 table of counts",
     "transposed": None,            # shown as it is: it names no value
     "confusion": "its confusion does not match the counts",
-}
+})
 
 
 def _same(got, want: dict) -> tuple[str, str]:
