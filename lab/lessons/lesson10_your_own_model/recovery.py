@@ -287,8 +287,15 @@ def excluded(source, model, without, x: np.ndarray, labels: np.ndarray) -> dict:
     and both files' bytes."""
     fp32 = answers(source, x, kernels.EXACT)
     out: dict = {"bytes": {"handed": Path(model).stat().st_size, "without": Path(without).stat().st_size}}
+    return {**out, **against_handed(fp32, model, without, x, labels)}
+
+
+def against_handed(fp32: np.ndarray, model, other, x: np.ndarray, labels: np.ndarray) -> dict:
+    """Per family: ``other`` scored against FP32's answers ``fp32``, and pair by pair against the handed-in
+    ``model`` and against FP32."""
+    out = {}
     for f in kernels.FAMILIES:
-        base, q = answers(model, x, f), answers(without, x, f)
+        base, q = answers(model, x, f), answers(other, x, f)
         out[f] = {**_score(fp32, q, labels), "handed": _score(fp32, base, labels),
                   "against_handed": evidence.paired(labels, base.argmax(1), q.argmax(1)),
                   "against_fp32": evidence.paired(labels, fp32.argmax(1), q.argmax(1))}
@@ -334,12 +341,7 @@ def sixteen_bit(source, pre, model, reader_cls, x: np.ndarray, labels: np.ndarra
     out: dict = {"model": m, "opset": opset, "qdq_domains": domains, "bytes": {"fp32": Path(source).stat().st_size,
                                                        "handed": Path(model).stat().st_size,
                                                        "sixteen": m.stat().st_size}}
-    for f in kernels.FAMILIES:
-        base, q = answers(model, x, f), answers(m, x, f)
-        out[f] = {**_score(fp32, q, labels), "handed": _score(fp32, base, labels),
-                  "against_handed": evidence.paired(labels, base.argmax(1), q.argmax(1)),
-                  "against_fp32": evidence.paired(labels, fp32.argmax(1), q.argmax(1))}
-    return out
+    return {**out, **against_handed(fp32, model, m, x, labels)}
 
 
 def sixteen_lines(s: Mapping) -> str:
