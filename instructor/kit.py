@@ -39,6 +39,7 @@ import nbformat
 import numpy as np
 
 from fixtures import HELDOUT_FILES
+from instructor.pins import student_requirements
 from lab.data import preprocess, row_hashes
 from lab.errors import LabError
 from lab.workspace import umask
@@ -247,17 +248,6 @@ def student_readme(readme: str) -> str:
         raise KitError(f"{KIT_FILES / 'README.md'} must hold the line {FOR_STUDENTS.strip()!r} once: "
                        "the 'For students' section goes there")
     return STUDENT_README.replace(FOR_STUDENTS, strip_instructor(_section(readme, "## For students")))
-
-
-def student_requirements(requirements: str) -> str:
-    """The project's pins without the test-only block (students run no test suite)."""
-    out, skipping = [], False
-    for line in requirements.splitlines():
-        if line.startswith("#"):
-            skipping = line.strip().lower() == "# tests"
-        if not skipping:
-            out.append(line)
-    return "\n".join(out) + "\n"
 
 
 # --- committed files only ----------------------------------------------------------------------

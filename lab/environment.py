@@ -172,23 +172,28 @@ def fixture_checks(matches: dict[str, bool]) -> list[Check]:
 
 def kernel_checks(prefix: str, project_venv: str, kernel_python: str | None,
                   kernel_name: str = KERNEL_NAME) -> list[Check]:
-    """Is this Python the project's virtualenv, and does the project's kernel launch it?
+    """Is this Python the project's virtualenv (or the shared one a hub registered the kernel for), and does the
+    project's kernel launch it?
 
     ``kernel_python`` is the interpreter the ``kernel_name`` kernelspec starts (None when the
     kernel is not registered). Paths are compared without resolving symlinks: a virtualenv's
-    ``python`` is usually a link to the system interpreter.
+    ``python`` is usually a link to the system interpreter. On a JupyterHub the kernel is registered for every user
+    and runs a shared virtualenv outside the student's folder: that one is the lab's too.
     """
     here = os.path.normpath(os.path.abspath(prefix))
     venv = os.path.normpath(os.path.abspath(project_venv))
+    kernel_prefix = (None if kernel_python is None else
+                     os.path.normpath(os.path.dirname(os.path.dirname(os.path.abspath(kernel_python)))))
+    found = ("the project's .venv" if here == venv else
+             f"the {KERNEL_DISPLAY_NAME} kernel's (shared)" if here == kernel_prefix else "another one")
     choose = f"choose the kernel '{KERNEL_DISPLAY_NAME}' (Kernel > Change Kernel)"
-    checks = [Check("kernel", "python environment", "the project's .venv" if here == venv else "another one",
-                    "the project's .venv", "ok" if here == venv else "warn",
-                    "" if here == venv else f"this kernel runs Python from outside the project's .venv; {choose}")]
+    ours = found != "another one"
+    checks = [Check("kernel", "python environment", found, "the project's .venv", "ok" if ours else "warn",
+                    "" if ours else f"this kernel runs Python from outside the project's .venv; {choose}")]
     if kernel_python is None:
         checks.append(Check("kernel", f"kernel '{kernel_name}'", "not registered", "registered", "warn",
                             "run `make setup`: it registers the kernel"))
     else:
-        kernel_prefix = os.path.normpath(os.path.dirname(os.path.dirname(os.path.abspath(kernel_python))))
         same = kernel_prefix == here
         checks.append(Check("kernel", f"kernel '{kernel_name}'",
                             "runs this Python" if same else "runs another Python",

@@ -164,7 +164,8 @@ def read_manifest(zip_path: Path) -> dict:
 
 def hand_in(student: str | None = None, work_dir: str | Path = "../workspace", out_dir: str | Path | None = None):
     """Hand in from a notebook cell: pack the workspace the lessons used (``WORK_DIR``, resolved as the lessons
-    resolve it) into ``<student>.zip`` in the student's own folder (the kit's, else the workspace's parent), print
+    resolve it) into ``<student>.zip`` in the student's own folder (the kit's when the workspace is in it, else the
+    workspace's parent: on a hub, ``~/calibration-lab`` even for a lesson opened from the shared read-only kit), print
     what is in it and exactly what is missing, and offer it for download. ``student``: the id lesson 00 recorded
     when not given. Runs in the kernel's Python, wherever the notebook server's Python is. Returns the zip's path."""
     work = workspace.resolve_work_dir(work_dir)
@@ -172,7 +173,8 @@ def hand_in(student: str | None = None, work_dir: str | Path = "../workspace", o
     if not student:
         raise SubmitError("no student id: lesson 00 records it (STUDENT_ID in its parameters cell); or call "
                           "lab.hand_in('your-id')")
-    out = Path(out_dir).expanduser() if out_dir else (workspace.kit_root() or work.parent)
+    kit = workspace.kit_root()
+    out = Path(out_dir).expanduser() if out_dir else (kit if kit and work.is_relative_to(kit) else work.parent)
     path = submit(student, work, out)
     doc = read_manifest(path)
     n = len(doc["files"])

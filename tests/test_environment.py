@@ -58,6 +58,15 @@ def test_another_python_or_an_unregistered_kernel_warns_and_says_what_to_choose(
     env.EnvironmentReport(other + missing).raise_for_problems()
 
 
+def test_a_hubs_shared_venv_that_the_kernel_runs_is_the_labs_own():
+    """On a JupyterHub the Calibration Lab kernel runs a shared venv outside the student's kit: no warning."""
+    shared = env.kernel_checks("/opt/calibration-lab/venv", "/home/s1/calibration-lab/.venv",
+                               "/opt/calibration-lab/venv/bin/python")
+    assert [c.status for c in shared] == ["ok", "ok"] and "shared" in shared[0].found
+    elsewhere = env.kernel_checks("/usr", "/home/s1/calibration-lab/.venv", "/opt/calibration-lab/venv/bin/python")
+    assert [c.status for c in elsewhere] == ["warn", "warn"]
+
+
 def test_table_folds_matching_pins_and_shows_fixes():
     checks = env.version_checks({"onnx": "1", "tqdm": "2", "pytest": "3"}, {"onnx": "0", "tqdm": "2", "pytest": "3"})
     report = env.EnvironmentReport(checks)

@@ -152,3 +152,24 @@ def test_hand_in_from_a_cell_packs_the_workspace_the_lessons_used_into_the_stude
     monkeypatch.setenv(workspace.ENV_WORK_DIR, str(tmp_path / "elsewhere"))
     with pytest.raises(SubmitError, match="no student id"):
         lab.hand_in()
+
+
+def test_hand_in_from_a_shared_read_only_kit_writes_beside_the_students_workspace(tmp_path, monkeypatch, capsys):
+    """On a hub a lesson may be opened from the shared kit (root's, read-only): ``LAB_WORK_DIR`` puts the workspace
+    in the student's home, and the zip goes beside it, never into the kit."""
+    import lab
+    from lab import workspace
+
+    kit = tmp_path / "opt" / "kit"
+    (kit / "notebooks").mkdir(parents=True)
+    (kit / ".calibration-lab-kit").write_text("")
+    work = tmp_path / "home" / "calibration-lab" / "workspace"
+    work.mkdir(parents=True)
+    workspace.record_student(work, "s-007")
+    for rel in contract.files("required"):
+        (work / rel).write_text(f"content of {rel}\n")
+    monkeypatch.setenv(workspace.ENV_WORK_DIR, str(work))
+    monkeypatch.chdir(kit / "notebooks")
+    path = lab.hand_in()
+    assert path == work.parent.resolve() / "s-007.zip" and path.is_file()
+    assert not list(kit.glob("*.zip"))

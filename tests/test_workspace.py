@@ -85,6 +85,16 @@ def test_lab_work_dir_wins_and_an_absolute_work_dir_stays(kit, monkeypatch, tmp_
     assert workspace.make_workspace("../workspace") == tmp_path / "hub" / "workspace"
 
 
+def test_a_tilde_in_lab_work_dir_is_each_users_home(kit, monkeypatch, tmp_path):
+    """A hub's kernel.json sets ``LAB_WORK_DIR=~/calibration-lab/workspace`` for every user; kernel.json expands no
+    ``~``, so the lab does, from the kernel's own ``HOME``."""
+    monkeypatch.chdir(kit / "notebooks")
+    monkeypatch.setenv(workspace.ENV_WORK_DIR, "~/calibration-lab/workspace")
+    for user in ("s1", "s2"):
+        monkeypatch.setenv("HOME", str(tmp_path / "home" / user))
+        assert workspace.resolve_work_dir("../workspace") == tmp_path / "home" / user / "calibration-lab" / "workspace"
+
+
 def test_outside_a_kit_colab_keeps_the_workspace_under_content(tmp_path, monkeypatch):
     monkeypatch.delenv(workspace.ENV_WORK_DIR, raising=False)
     monkeypatch.chdir(tmp_path)
