@@ -1,4 +1,5 @@
-"""``python -m instructor COMMAND``: ``workbook`` (every lesson, then its grade) or ``kit`` (the student kit)."""
+"""``python -m instructor COMMAND``: ``workbook`` (every lesson, then its grade), ``kit`` (the student kit) or ``hub`` (a
+JupyterHub's shared install)."""
 from __future__ import annotations
 
 import argparse
@@ -9,6 +10,7 @@ COMMANDS = {
     "workbook": ("instructor.workbook", "run every lesson headlessly, hand the workspace in and grade it"),
     "kit": ("instructor.kit",
             "write the student kit: the lessons with their solutions stubbed out, the lab package, fixtures"),
+    "hub": ("instructor.hub", "as root: install the lab read-only for every user of a JupyterHub, and its kernel"),
 }
 
 
