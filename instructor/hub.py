@@ -79,6 +79,7 @@ def check_python_for_everyone(python: Path) -> None:
 def jupyterlab_python(env: Path) -> Path:
     """The interpreter of the environment that runs the hub's JupyterLab; HubError if it has no JupyterLab."""
     python = setup.venv_python(env)
+    python = python if python.exists() else python.with_name("python3")  # a system environment has only python3
     if not python.exists():
         raise HubError(f"--jupyterlab-env {env}: no {python}; name the environment the hub's single-user servers run "
                        "JupyterLab from (e.g. /opt/tljh/user, /opt/conda)")

@@ -293,7 +293,9 @@ def export_committed(repo: Path, commit: str, dest: Path) -> Path:
     paths = [p for p in SOURCES if p in present]
     archive = _git(repo, "archive", "--format=tar", commit, "--", *paths)
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(dest, filter="data")
+        # Python before 3.11.4 (Debian bookworm's 3.11.2, which a hub install runs on) has no extraction filters;
+        # the archive is git's own, of this checkout
+        tar.extractall(dest, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
     return dest
 
 
