@@ -1,5 +1,5 @@
-"""``python -m instructor COMMAND``: ``workbook`` (every lesson, then its grade), ``kit`` (the student kit) or ``hub`` (a
-JupyterHub's shared install)."""
+"""``python -m instructor COMMAND``: ``workbook`` (every lesson, then its grade), ``kit`` (the student kit), ``hub``
+(the lab for every user of a JupyterHub)."""
 from __future__ import annotations
 
 import argparse
