@@ -148,7 +148,8 @@ class Hub:
                 raw = resp.read()
                 return resp.status, (json.loads(raw) if raw else None)
         except urllib.error.HTTPError as e:
-            raise AssertionError(f"{method} {path}: HTTP {e.code}: {e.read()[:500]!r}\nhub log:\n{self.log_tail()}") from None
+            raise AssertionError(f"{method} {path}: HTTP {e.code}: {e.read()[:500]!r}\n"
+                                 f"hub log:\n{self.log_tail()}") from None
 
     def log_tail(self, lines: int = 40) -> str:
         text = self.log_path.read_text(encoding="utf-8", errors="replace") if self.log_path.exists() else ""
