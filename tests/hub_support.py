@@ -198,7 +198,8 @@ c.JupyterHub.load_roles = [{{"name": "course-test", "services": ["course-test"],
 def start_hub(state: Path, users: tuple[str, ...], lab_env: Path, environment: dict[str, str],
               timeout: float = 90.0) -> Hub:
     """Start JupyterHub (this venv's) with LocalProcessSpawner, a shared password and a service token, on free
-    loopback ports, its state in ``state``; create ``users`` in it. ``environment`` goes to each user's server."""
+    loopback ports, its state in ``state``; ``users`` are its allowed users (the hub adds them at start).
+    ``environment`` goes to each user's server."""
     token, password = secrets.token_hex(24), secrets.token_hex(12)
     port = free_port()
     config = state / "jupyterhub_config.py"
@@ -225,8 +226,6 @@ def start_hub(state: Path, users: tuple[str, ...], lab_env: Path, environment: d
     else:
         stop_hub(hub)
         raise AssertionError(f"JupyterHub did not answer in {timeout:.0f} s:\n{hub.log_tail()}")
-    for user in users:
-        hub.request("POST", f"/hub/api/users/{user}")
     return hub
 
 
