@@ -241,7 +241,8 @@ def test_two_students_work_and_hand_in_on_a_real_jupyterhub(capsys):
                 variant = json.loads((work / "variant.json").read_text())
                 assert variant["student"] == user
                 made = [p for p in work.rglob("*") if p.is_file()]
-                assert len(made) > 3 and all(p.stat().st_uid == uid for p in made), f"{user}'s workspace: {made}"
+                assert {"variant.json", "source.onnx", "predictions.json"} <= {p.name for p in made}, made
+                assert all(p.stat().st_uid == uid for p in made), f"{user}'s workspace holds files not theirs: {made}"
                 zipped = home / HOME_KIT / f"{user}.zip"
                 assert f"wrote {zipped}" in got["hand_in"], got["hand_in"]
                 assert zipped.stat().st_uid == uid
