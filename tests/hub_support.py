@@ -217,32 +217,36 @@ def start_hub(state: Path, users: tuple[str, ...], lab_env: Path, environment: d
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
+            stop_hub(hub)  # its proxy may outlive it
             raise AssertionError(f"JupyterHub exited with {process.returncode}:\n{hub.log_tail()}")
         try:
             with urllib.request.urlopen(f"{hub.url}/hub/api/", timeout=2):
-                break
+                return hub
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             time.sleep(0.5)
-    else:
-        stop_hub(hub)
-        raise AssertionError(f"JupyterHub did not answer in {timeout:.0f} s:\n{hub.log_tail()}")
-    return hub
+    stop_hub(hub)
+    raise AssertionError(f"JupyterHub did not answer in {timeout:.0f} s:\n{hub.log_tail()}")
 
 
 def stop_hub(hub: Hub, timeout: float = 30.0) -> None:
-    """SIGTERM the hub (it stops the users' servers and its proxy), then its process group if anything is left."""
+    """SIGINT the hub (it stops the users' servers and its proxy), then its process group and its proxy (in a
+    session of its own, its pid in ``jupyterhub-proxy.pid``) if anything is left."""
     if hub.process.poll() is None:
         hub.process.send_signal(signal.SIGINT)
         try:
             hub.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             pass
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(hub.process.pid, sig)
-        except ProcessLookupError:
-            break
-        time.sleep(1)
+    proxy_pid = hub.log_path.with_name("jupyterhub-proxy.pid")
+    groups = [hub.process.pid] + ([int(proxy_pid.read_text())] if proxy_pid.exists() else [])
+    for pgid in groups:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                break
+            time.sleep(1)
+
 
 
 class KernelError(AssertionError):

@@ -198,71 +198,84 @@ def widget_in_the_hubs_jupyterlab(hub: Hub, user: str) -> str:
 def test_two_students_work_and_hand_in_on_a_real_jupyterhub(capsys):
     needs_a_hub()
     base = shared_dir("calibration-lab-hub-test-")
-    hub = None
     try:
         with system_users(USERS) as users:
             t0 = time.monotonic()
             requirements = (REPO / "requirements.txt").read_text(encoding="utf-8")
             lab_env = jupyterlab_env(base / "jupyterlab-env", requirements)
+            say(capsys, f"the hub's JupyterLab env (jupyterhub, jupyterlab) in {time.monotonic() - t0:.0f} s")
             prefix, kernel_prefix = base / "opt", base / "kernels"
+            t0 = time.monotonic()
             install = admin_install(prefix, lab_env, kernel_prefix)
             assert install.returncode == 0, f"the admin's command failed:\n{install.stdout[-3000:]}{install.stderr}"
+            t1 = time.monotonic()
             again = admin_install(prefix, lab_env, kernel_prefix)
             assert again.returncode == 0 and "exists: kept" in again.stdout, f"not idempotent:\n{again.stderr}"
-            say(capsys, f"hub env and the admin's command (twice) in {time.monotonic() - t0:.0f} s")
-
-            kit, spec_dir = prefix / "kit", kernel_prefix / "share" / "jupyter" / "kernels" / "calibration-lab"
-            assert_read_only_for_students(prefix, spec_dir)
-            spec = json.loads((spec_dir / "kernel.json").read_text())
-            assert spec["env"] == {"LAB_WORK_DIR": hub_install.WORK_DIR}
-            assert spec["argv"][0] == str(prefix / "venv" / "bin" / "python")
-            system_path = subprocess.run([lab_env / "bin" / "python", "-c", "import jupyter_core.paths as p; "
-                                          "print(p.SYSTEM_JUPYTER_PATH)"], capture_output=True, text=True).stdout
-            assert f"{hub_install.KERNEL_PREFIX}/share/jupyter" in system_path, \
-                f"the default kernel prefix is not on the hub JupyterLab's system path: {system_path}"
-
+            say(capsys, f"the admin's command in {t1 - t0:.0f} s, again in {time.monotonic() - t1:.0f} s")
+            check_the_install(prefix, kernel_prefix, lab_env)
             hub = start_hub(base, USERS, lab_env, {"JUPYTER_PATH": str(kernel_prefix / "share" / "jupyter")})
-            say(capsys, f"both servers ready {hub.start_servers():.1f} s after the API asked for them at once")
-
-            t1 = time.monotonic()
-            with ThreadPoolExecutor(len(USERS)) as pool:
-                sessions = dict(zip(USERS, pool.map(lambda u: student_session(hub, u, kit, prefix), USERS)))
-            say(capsys, f"both students' sessions at once in {time.monotonic() - t1:.0f} s: " + ", ".join(
-                f"{u} lessons 00 {s['00']:.1f} s and 01 {s['01']:.1f} s" for u, s in sessions.items()))
-
-            for user, got in sessions.items():
-                home = Path(users[user].pw_dir)
-                uid = users[user].pw_uid
-                assert "returncode=0" in got["copy"], got["copy"]
-                assert got["probe"].count("read-only") == 3, f"{user} can write into the shared lab:\n{got['probe']}"
-                assert f"lab from {prefix}/venv/" in got["probe"], got["probe"]
-                assert got["environment"].strip() == "[]", f"{user}'s environment check: {got['environment']}"
-                work = home / HOME_KIT / "workspace"
-                variant = json.loads((work / "variant.json").read_text())
-                assert variant["student"] == user
-                made = [p for p in work.rglob("*") if p.is_file()]
-                assert {"variant.json", "source.onnx", "predictions.json"} <= {p.name for p in made}, made
-                assert all(p.stat().st_uid == uid for p in made), f"{user}'s workspace holds files not theirs: {made}"
-                zipped = home / HOME_KIT / f"{user}.zip"
-                assert f"wrote {zipped}" in got["hand_in"], got["hand_in"]
-                assert zipped.stat().st_uid == uid
-                with zipfile.ZipFile(zipped) as zf:
-                    manifest = json.loads(zf.read("submission.json"))
-                assert manifest["student"] == user and manifest["variant"] == user
-                assert "predictions.json" in manifest["files"], sorted(manifest["files"])
-            assert not list(prefix.rglob("*.zip")) and not list(prefix.rglob("variant.json"))
-
-            t2 = time.monotonic()
-            stats = widget_in_the_hubs_jupyterlab(hub, USERS[0])
-            assert "clipped" in stats, stats
-            say(capsys, f"range explorer in the hub's JupyterLab ({time.monotonic() - t2:.0f} s): {stats!r}")
-
-            if os.environ.get("LAB_HUB_COST"):
-                for group in (USERS[:1], USERS):
-                    seconds, rss = lesson10_cost(hub, group, kit)
-                    say(capsys, f"lesson 10, {len(group)} student(s) at once: " + ", ".join(
-                        f"{s:.1f} s, kernel peak {r:.2f} GB" for s, r in zip(seconds, rss)))
+            try:
+                on_the_hub(hub, users, prefix, capsys)
+            finally:
+                t0 = time.monotonic()
+                stop_hub(hub)
+                say(capsys, f"hub stopped in {time.monotonic() - t0:.0f} s")
     finally:
-        if hub is not None:
-            stop_hub(hub)
         subprocess.run(["rm", "-rf", str(base)], check=False)
+
+
+def check_the_install(prefix: Path, kernel_prefix: Path, lab_env: Path) -> None:
+    """Root's and read-only; the kernel for every user, its workspace in each one's home."""
+    spec_dir = kernel_prefix / "share" / "jupyter" / "kernels" / "calibration-lab"
+    assert_read_only_for_students(prefix, spec_dir)
+    spec = json.loads((spec_dir / "kernel.json").read_text())
+    assert spec["env"] == {"LAB_WORK_DIR": hub_install.WORK_DIR}
+    assert spec["argv"][0] == str(prefix / "venv" / "bin" / "python")
+    system_path = subprocess.run([lab_env / "bin" / "python", "-c", "import jupyter_core.paths as p; "
+                                  "print(p.SYSTEM_JUPYTER_PATH)"], capture_output=True, text=True).stdout
+    assert f"{hub_install.KERNEL_PREFIX}/share/jupyter" in system_path, \
+        f"the default kernel prefix is not on the hub JupyterLab's system path: {system_path}"
+
+
+def on_the_hub(hub: Hub, users: dict, prefix: Path, capsys) -> None:
+    """Both servers at once, both students' sessions at once, their files; one student's browser."""
+    kit = prefix / "kit"
+    say(capsys, f"both servers ready {hub.start_servers():.1f} s after the API asked for them at once")
+    t1 = time.monotonic()
+    with ThreadPoolExecutor(len(USERS)) as pool:
+        sessions = dict(zip(USERS, pool.map(lambda u: student_session(hub, u, kit, prefix), USERS)))
+    say(capsys, f"both students' sessions at once in {time.monotonic() - t1:.0f} s: " + ", ".join(
+        f"{u} lessons 00 {s['00']:.1f} s and 01 {s['01']:.1f} s" for u, s in sessions.items()))
+
+    for user, got in sessions.items():
+        home = Path(users[user].pw_dir)
+        uid = users[user].pw_uid
+        assert "returncode=0" in got["copy"], got["copy"]
+        assert got["probe"].count("read-only") == 3, f"{user} can write into the shared lab:\n{got['probe']}"
+        assert f"lab from {prefix}/venv/" in got["probe"], got["probe"]
+        assert got["environment"].strip() == "[]", f"{user}'s environment check: {got['environment']}"
+        work = home / HOME_KIT / "workspace"
+        variant = json.loads((work / "variant.json").read_text())
+        assert variant["student"] == user
+        made = [p for p in work.rglob("*") if p.is_file()]
+        assert {"variant.json", "source.onnx", "predictions.json"} <= {p.name for p in made}, made
+        assert all(p.stat().st_uid == uid for p in made), f"{user}'s workspace holds files not theirs: {made}"
+        zipped = home / HOME_KIT / f"{user}.zip"
+        assert f"wrote {zipped}" in got["hand_in"], got["hand_in"]
+        assert zipped.stat().st_uid == uid
+        with zipfile.ZipFile(zipped) as zf:
+            manifest = json.loads(zf.read("submission.json"))
+        assert manifest["student"] == user and manifest["variant"] == user
+        assert "predictions.json" in manifest["files"], sorted(manifest["files"])
+    assert not list(prefix.rglob("*.zip")) and not list(prefix.rglob("variant.json"))
+
+    t2 = time.monotonic()
+    stats = widget_in_the_hubs_jupyterlab(hub, USERS[0])
+    assert "clipped" in stats, stats
+    say(capsys, f"range explorer in the hub's JupyterLab ({time.monotonic() - t2:.0f} s): {stats!r}")
+
+    if os.environ.get("LAB_HUB_COST"):
+        for group in (USERS[:1], USERS):
+            seconds, rss = lesson10_cost(hub, group, kit)
+            say(capsys, f"lesson 10, {len(group)} student(s) at once: " + ", ".join(
+                f"{s:.1f} s, kernel peak {r:.2f} GB" for s, r in zip(seconds, rss)))
