@@ -293,9 +293,10 @@ def export_committed(repo: Path, commit: str, dest: Path) -> Path:
     paths = [p for p in SOURCES if p in present]
     archive = _git(repo, "archive", "--format=tar", commit, "--", *paths)
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        # Python before 3.11.4 (Debian bookworm's 3.11.2, which a hub install runs on) has no extraction filters;
-        # the archive is git's own, of this checkout
-        tar.extractall(dest, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(dest, filter="data")
+        else:  # Python before 3.11.4 (Debian bookworm's 3.11.2, a hub's python3): no filters; git's own archive
+            tar.extractall(dest)
     return dest
 
 

@@ -220,8 +220,12 @@ def test_two_students_work_and_hand_in_on_a_real_jupyterhub(capsys):
                 t0 = time.monotonic()
                 stop_hub(hub)
                 say(capsys, f"hub stopped in {time.monotonic() - t0:.0f} s")
+            t0 = time.monotonic()
+        say(capsys, f"users removed in {time.monotonic() - t0:.0f} s")
     finally:
+        t0 = time.monotonic()
         subprocess.run(["rm", "-rf", str(base)], check=False)
+        say(capsys, f"temp folder removed in {time.monotonic() - t0:.0f} s")
 
 
 def check_the_install(prefix: Path, kernel_prefix: Path, lab_env: Path) -> None:
