@@ -173,7 +173,7 @@ class Hub:
 
 
 HUB_CONFIG = """\
-c = get_config()  # noqa
+c = get_config()
 c.JupyterHub.bind_url = "http://127.0.0.1:{port}"
 c.JupyterHub.hub_bind_url = "http://127.0.0.1:{hub_port}"
 c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_port}"
