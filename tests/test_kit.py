@@ -252,7 +252,9 @@ def test_student_kit_makefile_readme_and_requirements_are_written_for_students(s
     repo_pins = [ln for ln in (kit_builder.REPO / "requirements.txt").read_text().splitlines()
                  if ln.startswith(("onnx", "numpy"))]
     assert repo_pins and all(pin in reqs.splitlines() for pin in repo_pins)
-    assert "pytest" not in reqs and "playwright" not in reqs and "-e ." in reqs
+    assert "pytest" not in reqs and "playwright" not in reqs and "jupyterhub" not in reqs and "-e ." in reqs
+    assert "jupyterlab_widgets==" in reqs  # a hub's JupyterLab needs it; the kernel's venv has it with ipywidgets
+    assert "LAB_WORK_DIR" in (student_kit / "docs" / "hub.md").read_text()  # the course on a hub, for students
     if shutil.which("make"):
         for target in (["lab"], ["submit", "STUDENT=s1"], ["help"]):
             dry = subprocess.run(["make", "-n", *target], cwd=student_kit, capture_output=True, text=True)
