@@ -146,6 +146,11 @@ def emulated(family: str | None = None) -> bool:
     return (family or target_family()) != machine_family()
 
 
+def pin(family: str) -> None:
+    """From here on in this context (a notebook's kernel), compute as ``family``; this machine's own: no pin."""
+    _TARGET.set(None if check_family(family) == machine_family() else family)
+
+
 @contextlib.contextmanager
 def computing_as(family: str | None):
     """Within the block, quantized models run as ``family`` computes them (None: this machine's)."""

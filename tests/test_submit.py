@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lab import contract, schemas
+from lab import contract, kernels, schemas, workspace
 from lab.tools.submit import STUB, SubmitError, default_workspace, main, submit
 
 
@@ -152,3 +152,14 @@ def test_hand_in_from_a_cell_packs_the_workspace_the_lessons_used_into_the_stude
     monkeypatch.setenv(workspace.ENV_WORK_DIR, str(tmp_path / "elsewhere"))
     with pytest.raises(SubmitError, match="no student id"):
         lab.hand_in()
+
+
+def test_the_zip_records_the_family_the_workspace_was_computed_as_not_the_packing_process(tmp_path, monkeypatch):
+    """A workspace made as one family and packed where the other is computed is graded as the one it holds."""
+    work = make_workspace(tmp_path)
+    other = next(f for f in kernels.FAMILIES if f != kernels.machine_family())
+    (work / workspace.FAMILY_FILE).write_text(json.dumps({"family": other}))
+    monkeypatch.delenv(kernels.ENV_VAR, raising=False)
+    with zipfile.ZipFile(submit("s-001", work, tmp_path / "out")) as zf:
+        assert json.loads(zf.read("submission.json"))["kernel_family"] == other
+        assert workspace.FAMILY_FILE not in zf.namelist()
