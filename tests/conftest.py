@@ -132,7 +132,7 @@ def pytest_configure(config):
 # (``pytest --durations`` on a 2-core machine). Marked slow here, so ``make test-fast`` (``-m "not slow and not
 # browser"``) keeps the unit tests of lab and grader, the schemas, the layout and the lint.
 WHOLE_RUNS = frozenset({
-    "test_course.py", "test_dask.py", "test_every_field.py", "test_export.py", "test_gradescope.py",
+    "test_collect.py", "test_course.py", "test_dask.py", "test_every_field.py", "test_export.py", "test_gradescope.py",
     "test_grader.py", "test_grader_families.py", "test_honest_mistakes.py", "test_intake_fuzz.py", "test_isolation.py",
     "test_item_analysis.py", "test_kit_wrong_answers.py", "test_lesson10.py", "test_lesson10_kit.py",
     "test_lesson10_recovery.py", "test_lessons_03_05_grader.py", "test_lms_downloads.py", "test_packaging.py",
