@@ -9,6 +9,7 @@ from __future__ import annotations
 from grader.context import SCALE_REL, SOFTMAX_STEP, WHY_OUTPUT, Context, charged_under, check, number, value
 from grader.group import Group
 from grader.lessons import lesson02_the_calibration_reader
+from grader.mistakes import READER_SIZES
 from grader.results import Evidence
 from lab import data, evidence, graph, kernels, ruler, variant
 from lab.data import EPSILON
@@ -60,10 +61,10 @@ def _served(ctx: Context, doc: dict, sel, ev: list) -> list[tuple[str, bool]]:
         return items
     ev.append(Evidence(f"images your DigitReader serves of the selection at batch_size={bs}", count, served, 0,
                        "an integer count: exact"))
-    if served != count and "reader:sizes" in ctx.charged:
+    if served != count and ctx.charged(READER_SIZES):
         ctx.notes.append(f"lesson 07: recipe.json says {count} calibration images, but your DigitReader serves "
                          f"{served} of them at batch_size={bs}: the release was calibrated on fewer images than "
-                         f"its recipe records ({charged_under('reader', 'contract')})")
+                         f"its recipe records ({READER_SIZES.charged_under()})")
         return items
     items.append((f"the recipe's count is what your reader served ({served} at batch_size={bs})", served == count))
     return items
@@ -325,4 +326,5 @@ def _families(doc: dict, model, acc_split, seed: int = 0) -> tuple[float, list[s
     return float(ok), [msg], ev
 
 
-GROUPS = (Group("07", PART, ("recipe", "disjoint", "metadata", "scenarios"), run, needs=NEEDS),)
+GROUPS = (Group("07", PART, ("recipe", "disjoint", "metadata", "scenarios"), run, needs=NEEDS,
+                reads=(READER_SIZES,)),)

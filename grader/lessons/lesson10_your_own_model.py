@@ -54,7 +54,6 @@ def runs_planned(ctx: Context) -> list:
 SIZES, SHAPES, DTYPE, KEY, VALUES, NONE_AGAIN, REWIND, FRESH = (
     "sizes", "shapes", "dtype", "key", "values", "none_again", "rewind", "fresh")
 SERVED = frozenset({SIZES, SHAPES, DTYPE, KEY, VALUES})
-CHARGED = "camera_reader:served"  # ctx.charged: the reader's served stream, charged under camera_reader
 
 
 def reader_findings(drive: dict, n: int, frames: np.ndarray | None = None) -> list[str]:
@@ -127,7 +126,6 @@ def _reader(ctx: Context) -> tuple:
     found = rule_findings(drive, len(camera_path.camera_frames()), camera_path.camera_frames())
     served = None
     if SERVED & {rule for rule, _ in found}:
-        ctx.charged.add(CHARGED)
         served = drive.get("first", {})
     return check(PART, "camera_reader", max(0.0, 1 - 0.5 * len(found)),
                  "FrameReader serves the camera's frames as lesson 10 asks" if not found else
