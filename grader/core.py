@@ -91,17 +91,16 @@ def intake_models(ctx: Context) -> None:
 
 
 def planned_runs(ctx: Context) -> list:
-    """The student-code runs the groups will ask for, in the order they ask (each lesson's ``runs_planned``).
+    """The student-code runs the groups will ask for, in the order they ask (each group's ``request``).
 
-    A lesson that cannot say (a document it cannot read yet) plans nothing: its run then starts when asked for.
+    A group that cannot say (a document it cannot read yet) plans nothing: its run then starts when asked for.
     """
     runs = []
-    for lesson in LESSONS:
-        planner = getattr(lesson, "runs_planned", None)
-        if planner is None:
+    for group in GROUPS:
+        if group.request is None:
             continue
         try:
-            runs += planner(ctx)
+            runs += group.request(ctx)
         except Exception:  # noqa: BLE001 - planning ahead is only for speed; the group reports its own problem
             continue
     return runs

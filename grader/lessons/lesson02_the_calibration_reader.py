@@ -245,7 +245,7 @@ def run(ctx: Context) -> list:
     if refused:  # it would pass on the lab's ArrayReader, not the student's code: nothing of it is run
         return [check(PART, "contract", 0, refused), check(PART, "range_from_reader", 0, refused)]
     pixels = data.calibration_set("right")
-    child = sandbox.run(*_reader_request(ctx, pixels))
+    child = sandbox.run(*reader_runs(ctx)[0])
     if child.status != "ok" or not child.data.get("ok"):
         if child.status == "timeout":
             ctx.timed_out = True
@@ -360,8 +360,8 @@ def _served_drive(pixels: np.ndarray, batch_size: int) -> dict:
             "dtype": "float32"}
 
 
-def runs_planned(ctx: Context) -> list:
-    """The reader run this lesson's checks ask for (``sandbox.plan``), if they will run the reader at all."""
+def reader_runs(ctx: Context) -> list[sandbox.Request]:
+    """The reader run ``run`` asks for (its group's ``request``, planned ahead), if it will run the reader at all."""
     if not ctx.has("calibration_reader.py") or own_code.refusal_for(ctx.sub.path("calibration_reader.py")):
         return []
     return [_reader_request(ctx, data.calibration_set("right"))]
@@ -389,4 +389,4 @@ def served_count(ctx: Context, pixels: np.ndarray, batch_size: int) -> int | Non
 
 
 GROUPS = (Group("02", PART, ("contract", "range_from_reader"), run, needs=("calibration_reader.py",),
-                charges=(READER_SIZES,)),)
+                charges=(READER_SIZES,), request=reader_runs),)

@@ -466,8 +466,9 @@ def _metrics_request(ctx: Context, cases: list[dict]) -> sandbox.Request:
             None, ctx.limits)
 
 
-def runs_planned(ctx: Context) -> list:
-    """The summarize() run this lesson's checks ask for (``sandbox.plan``), if they will run metrics.py at all."""
+def summarize_runs(ctx: Context) -> list[sandbox.Request]:
+    """The summarize() run ``run_summarize`` asks for (its group's ``request``, planned ahead), if it will run
+    metrics.py at all."""
     if not ctx.has("metrics.py") or own_code.refusal_for(ctx.sub.path("metrics.py"), "metrics.py"):
         return []
     return [_metrics_request(ctx, _cases())]
@@ -511,7 +512,7 @@ def run_summarize(ctx: Context) -> list:
         return [check(PART, "summarize_code", 0, refused),
                 check(HIDDEN, "secret_summarize", 0, refused, hidden=True)]
     cases = _cases()
-    child = sandbox.run(*_metrics_request(ctx, cases))
+    child = sandbox.run(*summarize_runs(ctx)[0])
     if child.status != "ok" or not child.data.get("ok"):
         if child.status == "timeout":
             ctx.timed_out = True
@@ -569,7 +570,7 @@ def run_heldout(ctx: Context) -> list:
 # each group needs only the files it uses (the gate uses the fixture alone)
 GROUPS = (
     Group("06", PART, ("summarize_code",), run_summarize, needs=("metrics.py",), hidden=("secret_summarize",),
-          charges=(SUMMARY_PERCENTAGE, SUMMARY_TRANSPOSED)),
+          charges=(SUMMARY_PERCENTAGE, SUMMARY_TRANSPOSED), request=summarize_runs),
     Group("06", PART, ("fp32_gate",), run_gate, reads=(SUMMARY_PERCENTAGE,)),
     Group("06", PART, ("summaries", "probabilities", "decisions"), run, needs=("candidate.onnx",),
           reads=(SUMMARY_PERCENTAGE, SUMMARY_TRANSPOSED)),

@@ -6,6 +6,7 @@ noisy scene's numbers follow it.
 """
 from __future__ import annotations
 
+from grader import sandbox
 from grader.context import SCALE_REL, SOFTMAX_STEP, WHY_OUTPUT, Context, charged_under, check, number, value
 from grader.group import Group
 from grader.lessons import lesson02_the_calibration_reader
@@ -70,9 +71,9 @@ def _served(ctx: Context, doc: dict, sel, ev: list) -> list[tuple[str, bool]]:
     return items
 
 
-def runs_planned(ctx: Context) -> list:
-    """The reader run ``_served`` asks for (``sandbox.plan``): the recipe's selection at its batch size, if the
-    recipe names one and the reader will be run at all."""
+def served_runs(ctx: Context) -> list[sandbox.Request]:
+    """The reader run ``_served`` asks for (the group's ``request``, planned ahead; both through lesson 02's
+    ``served_request``): the recipe's selection at its batch size, if the recipe names one and the reader will run."""
     if not all(ctx.has(rel) for rel in NEEDS):
         return []
     doc = ctx.doc(RECIPE)
@@ -327,4 +328,4 @@ def _families(doc: dict, model, acc_split, seed: int = 0) -> tuple[float, list[s
 
 
 GROUPS = (Group("07", PART, ("recipe", "disjoint", "metadata", "scenarios"), run, needs=NEEDS,
-                reads=(READER_SIZES,)),)
+                reads=(READER_SIZES,), request=served_runs),)
