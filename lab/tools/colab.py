@@ -4,8 +4,9 @@ then say in one line whether the runtime must restart, or that the lessons can s
 The cell runs it by path (``%run "{KIT}/lab/tools/colab.py"``), before the lab is installed: it imports the standard
 library only. A package the runtime had already imported at another version (Colab's numpy, imported when the
 kernel starts) keeps running at that version until a restart, so the second run, after the restart, finds nothing
-to change and says "ready". The workspace goes into the kit's folder (``LAB_WORK_DIR``), which is on Drive when the
-kit is: every lesson's runtime sees it, and it outlives the runtime.
+to change and says "ready", and moves the kernel into the kit's ``notebooks/``: the lessons' ``WORK_DIR``
+("../workspace") is then the kit's ``workspace/`` as on a laptop, on Drive when the kit is there (every lesson's
+runtime sees it, and it outlives the runtime), and ``lab.hand_in()`` writes the zip into the kit's folder.
 """
 from __future__ import annotations
 
@@ -90,10 +91,10 @@ def main() -> None:
     if changed:
         print(restart_line(changed))
         return
-    os.environ.setdefault("LAB_WORK_DIR", str(KIT / "workspace"))
+    os.chdir(KIT / "notebooks")  # the lessons' "../workspace" is then the kit's workspace, as on a laptop
     versions = installed(["onnx", "onnxruntime", "numpy", DISTRIBUTION])
     print(f"ready: calibration-lab {versions[DISTRIBUTION]} with onnx {versions['onnx']}, onnxruntime "
-          f"{versions['onnxruntime']}, numpy {versions['numpy']}; your workspace: {os.environ['LAB_WORK_DIR']}")
+          f"{versions['onnxruntime']}, numpy {versions['numpy']}; your workspace: {KIT / 'workspace'}")
 
 
 if __name__ == "__main__":
