@@ -136,7 +136,8 @@ def test_colabs_python_313_stack_runs_lessons_00_to_03_from_the_first_cell_and_h
         out = run(f"lesson {number}", "python /tmp/run_notebook.py " + lesson(root, kit, project, number, cell))
         if number == "00":
             assert "versions: every pin in lab/pins-colab.txt matches" in out, out[-3000:]
-    run("hand-in", "python /tmp/run_notebook.py " + notebook(root, "hand_in.ipynb", [cell, "import lab\nlab.hand_in()"]))
+    hand_in = notebook(root, "hand_in.ipynb", [cell, "import lab\nlab.hand_in()"])
+    run("hand-in", f"python /tmp/run_notebook.py {hand_in}")
     print("Colab-like root: " + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items()))
 
     handed = root / KIT.lstrip("/") / f"{STUDENT}.zip"
