@@ -260,6 +260,18 @@ def student_requirements(requirements: str) -> str:
     return "\n".join(out) + "\n"
 
 
+PINS_HEADER = ("# The lessons' pins, shipped with the lab: lab.environment checks them where it finds no\n"
+               "# requirements.txt. requirements.txt without its test stack and the project itself, written by\n"
+               "# instructor.kit.lab_pins; tests/test_environment.py keeps the two equal.\n")
+
+
+def lab_pins(requirements: str) -> str:
+    """``lab/pins.txt``: the student's pins (``student_requirements``) without the project's own line."""
+    lines = [ln for ln in student_requirements(requirements).splitlines()
+             if not ln.startswith("-") and ln.strip().lower() != "# this project (lab, grader, fixtures)"]
+    return PINS_HEADER + "\n".join(lines) + "\n"
+
+
 # --- committed files only ----------------------------------------------------------------------
 
 def _git(repo: Path, *args: str) -> bytes:

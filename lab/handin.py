@@ -201,9 +201,12 @@ def offer_download(path: Path) -> None:
     if get_ipython() is None:
         return
     if workspace.in_colab():
-        # deferred: google.colab exists only on Colab (imported by name: no stubs to type-check against elsewhere)
-        importlib.import_module("google.colab.files").download(str(path))
-        return
+        try:
+            # deferred: google.colab exists only on Colab (imported by name: no stubs to type-check against elsewhere)
+            importlib.import_module("google.colab.files").download(str(path))
+            return
+        except ImportError:  # a runtime that says it is Colab (COLAB_RELEASE_TAG) without Colab's frontend package
+            pass
     try:
         display(FileLink(os.path.relpath(path), result_html_prefix="download: "))
     except ValueError:  # another drive (Windows): no relative link; the printed path says where it is
