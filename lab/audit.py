@@ -1009,10 +1009,10 @@ def report_sections(doc: dict, top: int = weight_rulers.TOP) -> list[list]:
     rulers += [_ruler_table(doc["rulers"])] if doc["rulers"] else ["  none: no static 8-bit ruler in the graph"]
     rulers += [f"  {r['tensor']}: {r['reason']}" for r in doc["rulers"] if r["diagnosis"] in ("clipping", "squashing")]
     w = doc["weight_rulers"]
-    weights = [f"weight rulers ({len(w)}, worst first" + (f", the first {top}" if len(w) > top else "") + "): "
-               f"steps used per channel, share on the grid's ends, a channel's max|w| over the median (outlier above "
-               f"{weight_rulers.OUTLIER:g}x; 'paid': one per-tensor scale stretched for it)"]
-    weights += [weight_table(w[:top])] if w else ["  none: no 8-bit weight initializer read by a quantized op"]
+    weights = [f"weight rulers ({len(w)}, worst first" + (f", the first {top}" if len(w) > top else "") + "):"]
+    weights += [weight_table(w[:top]), f"  outlier: the largest channel max|w| over the median; '(paid)': above "
+                f"{weight_rulers.OUTLIER:g}x on one per-tensor scale, which every other channel pays for in steps"] \
+        if w else ["  none: no 8-bit weight initializer read by a quantized op"]
     size = ["error by input size (each sample's largest |input|, as a fraction of the data's largest), "
             f"{doc['machine_family']} kernels:",
             tables.format_rows(doc["error_by_size"], [("low", "from", ".2f"), ("high", "to", ".2f"),

@@ -36,8 +36,9 @@ def sqnr_figure(rows: list[dict], threshold: float) -> Figure | None:
     ax.axhline(threshold, color=palette.ALERT, ls=":", lw=1.2,
                label=f"{threshold:g} dB: the error is 10% of the signal")
     low = int(np.argmin(y))
-    ax.annotate(str(names[low]), (x[low], y[low]), xytext=(0, -14), textcoords="offset points", ha="center",
-                fontsize=9, color=palette.NEUTRAL)
+    side = "right" if x[low] > 0.6 * x.max() else "left" if x[low] < 0.4 * x.max() else "center"
+    ax.annotate(str(names[low]), (x[low], y[low]), xytext=(0, -14), textcoords="offset points", ha=side,
+                fontsize=9, color=palette.NEUTRAL)   # inside the axes wherever the lowest point falls
     ax.set_ylim(min(0.0, float(y.min()) - 5), float(y.max()) + 5)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("tensor, in graph order (position)")
@@ -63,7 +64,7 @@ def weight_figure(rows: list[dict]) -> Figure | None:
     median = np.array([r["steps_median"] for r in ordered])
     worst = np.array([r["steps_worst"] for r in ordered])
     steps = max(r["steps"] for r in ordered)
-    fig = Figure(figsize=(8.6, 4.0))
+    fig = Figure(figsize=(8.6, 4.3))
     ax = fig.subplots()
     ax.plot(x, median, **palette.style("median", 0), ms=4, lw=1.2, label="median channel")
     ax.plot(x, worst, **palette.style("worst", 1), ms=4, lw=1.2, label="worst channel")
@@ -71,14 +72,16 @@ def weight_figure(rows: list[dict]) -> Figure | None:
     for k, r in enumerate(ordered):
         if r["paid"]:
             ax.annotate(f"{r['weight']}: outlier {r['outlier_ratio']:.1f}x", (k, r["steps_median"]),
-                        xytext=(4, -12), textcoords="offset points", fontsize=8, color=palette.ALERT)
+                        xytext=(0, -14), textcoords="offset points", fontsize=8, color=palette.ALERT,
+                        ha="right" if k > 0.6 * x.max() else "left" if k < 0.4 * x.max() else "center")
     ax.set_ylim(0, steps * 1.12)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlim(-0.5, len(ordered) - 0.5)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     ax.set_xlabel("quantized weight, in graph order (position)")
     ax.set_ylabel("grid steps used by a channel")
     ax.set_title("Weight rulers: steps each weight's channels use", fontsize=11, y=1.0)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8, frameon=False, ncol=3)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=8, frameon=False, ncol=3)
     w = int(np.argmin(worst))
     paid = [r["weight"] for r in ordered if r["paid"]]
     kinds = sorted({"per-channel" if r["per_channel"] else "per-tensor" for r in ordered})
@@ -87,7 +90,7 @@ def weight_figure(rows: list[dict]) -> Figure | None:
             f"in {ordered[w]['weight']}. "
             + (f"{len(paid)} weight(s) stretch one per-tensor scale for an outlier channel: {', '.join(paid[:5])}."
                if paid else "No per-tensor scale pays for an outlier channel."))
-    return alt_text.attach(plots.fixed_margins(fig, left=0.8, right=0.2, bottom=0.6, top=0.4), said)
+    return alt_text.attach(plots.fixed_margins(fig, left=0.8, right=0.2, bottom=0.9, top=0.4), said)
 
 
 def _item(item) -> str:
