@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from bad_submissions import corpus
-from browser_support import chromium_path, launched_chromium
+from browser_support import axe_blocking, chromium_path, launched_chromium
 
 from grader import report, report_items
 from grader.report import write_report
@@ -136,6 +136,9 @@ def test_report_names_the_most_lost_check_in_chromium(graded, browser):
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "class-report.png"), full_page=True)
         assert not errors, errors
+        # WCAG 2.1 AA, as the lessons' reading copies are checked: axe-core in this Chromium, nothing serious
+        blocking = axe_blocking(page)
+        assert not blocking, "report.html: axe-core finds\n" + "\n".join(blocking)
     finally:
         context.close()
 
