@@ -1,4 +1,5 @@
-"""``python -m grader grade PATH`` or ``python -m grader batch DIR --out OUT [-j N] [--resume]``.
+"""``python -m grader grade PATH`` or ``python -m grader batch DIR --out OUT [-j N] [--resume]``; ``python -m grader
+collect '/home/*/calibration-lab/workspace' --out DIR`` packs students' workspaces from their homes for ``batch``.
 
 Both refuse to run student code where bubblewrap does not work, unless given ``--unsafe-no-sandbox``.
 ``grade``, ``batch`` and ``gradescope`` first check the fixtures, the rubric and the instructor secret
@@ -14,13 +15,22 @@ from pathlib import Path
 from grader import gradescope, preflight, sandbox
 from grader.private import write_private
 from grader.report import write_report
-from grader.roster import RosterError
+from grader.roster import RosterError, read_roster
 from grader.sandbox import Limits
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m grader", description="Calibration Lab grader")
     sub = parser.add_subparsers(dest="command", required=True)
+    co = sub.add_parser("collect", help="pack every student's workspace from their home (a pattern whose one '*' is "
+                        "the user) into OUT/ID.zip, as `lab submit` packs it, for `grader batch OUT`")
+    co.add_argument("pattern", help="where each workspace is, the user's part as '*': "
+                    "'/home/*/calibration-lab/workspace' (quote it: the shell must not expand it)")
+    co.add_argument("--out", required=True, help="a new folder for the zips and collection.csv / collection.md")
+    co.add_argument("--users", metavar="FILE", help="the hub's users (one a line, or JupyterHub's /hub/api/users "
+                    "JSON), each put in place of the '*'; default: every folder the pattern matches")
+    co.add_argument("--roster", metavar="CSV", help="map each user to a roster id (its student, username or "
+                    "sis_login_id column) and list the roster's students with no home as missing")
     g = sub.add_parser("grade", help="grade one submission (a zip or a folder) and print its feedback")
     g.add_argument("path")
     g.add_argument("--json", action="store_true", help="print the result as JSON instead of Markdown")
@@ -110,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         return _export(args)
     if args.command == "adjust":
         return _adjust(args)
+    if args.command == "collect":
+        return _collect(args)
     limits = Limits(wall=args.timeout, cpu=max(1, int(args.timeout)), memory=args.memory_mib << 20)
     unsafe = True if args.unsafe_no_sandbox else None
     if args.command == "grade":
@@ -252,6 +264,23 @@ def _adjust(args) -> int:
     a = every.get(args.student)
     print(f"{args.student}: " + (f"{a.points:+g} point(s), '{a.comment}'" if a else "no adjustment")
           + f"; {out / adjustments.FILE}, gradebook and feedback updated")
+    return 0
+
+
+def _collect(args) -> int:
+    """``collect`` (grader.collect): no student code runs; a bad pattern, user list or roster is exit code 2."""
+    from grader import collect  # deferred: lab.handin's packing (onnxruntime's versions); only this command needs it
+
+    try:
+        users = collect.read_users(args.users) if args.users else None
+        roster = read_roster(args.roster) if args.roster else None
+        rows = collect.collect(args.pattern, args.out, users, roster)
+    except (OSError, ValueError) as e:  # RosterError and CollectError are ValueErrors
+        print(f"collect: {e}", file=sys.stderr)
+        return 2
+    print(collect.summary(rows))
+    print(f"zips and {collect.REPORT}.csv / {collect.REPORT}.md in {args.out}; grade them with "
+          f"`python -m grader batch {args.out} --out GRADES`")
     return 0
 
 

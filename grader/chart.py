@@ -2,7 +2,8 @@
 
 The report needs bars, ticks and labels, which the browser draws. matplotlib cost a batch about 0.5 s of CPU to
 import while its workers graded and 0.5 s to draw the three panels after the last result, about 5 % of a class
-of 100 on two cores. Every text is escaped here; callers pass plain strings.
+of 100 on two cores. Every text is escaped here; callers pass plain strings. Every bar is also a row of the figure's
+data table (``data_table``, under the figure): no number is shown only by a tooltip.
 """
 from __future__ import annotations
 
@@ -49,6 +50,8 @@ class Panel:
         self.w, self.h = width * size[0], height * size[1]
         self.x_top, self.y_top = x_top or 1.0, y_top or 1.0
         self.parts: list[str] = []
+        self.title = ""
+        self.rows: list[tuple[str, str, int]] = []  # every bar as (label, the range it covers, count)
 
     def x(self, v: float) -> float:
         return self.x0 + v / self.x_top * self.w
@@ -56,8 +59,11 @@ class Panel:
     def y(self, v: float) -> float:
         return self.y0 - v / self.y_top * self.h
 
-    def bar(self, x0: float, x1: float, y0: float, y1: float, color: str, label: str, count: int) -> None:
-        """A data rectangle; ``label`` and ``count`` are kept as its tooltip and data attributes."""
+    def bar(self, x0: float, x1: float, y0: float, y1: float, color: str, label: str, count: int,
+            span: str = "") -> None:
+        """A data rectangle; ``label``, ``span`` (a histogram bin's range) and ``count`` are kept as its tooltip, its
+        data attributes and a row of the figure's data table."""
+        self.rows.append((label, span, count))
         self.parts.append(f'<rect class="bar" data-label="{html.escape(label)}" data-count="{count}" '
                           f'x="{min(x0, x1):.1f}" y="{min(y0, y1):.1f}" width="{abs(x1 - x0):.1f}" '
                           f'height="{abs(y1 - y0):.1f}" fill="{color}"><title>{html.escape(label)}: {count}</title>'
@@ -66,6 +72,7 @@ class Panel:
     def axes(self, title: str, xlabel: str, ylabel: str, x_ticks: list[float], y_ticks: list[float] | None) -> None:
         """The frame, the x ticks (and y ticks, unless None) with their numbers, the title and the axis labels."""
         p = self.parts
+        self.title = title
         p.append(f'<rect x="{self.x0:.1f}" y="{self.y0 - self.h:.1f}" width="{self.w:.1f}" height="{self.h:.1f}" '
                  'fill="none" stroke="#333"/>')
         for v in x_ticks:
@@ -94,7 +101,8 @@ def stacked_histogram(rect, title: str, xlabel: str, top: float, stacks: list[tu
         lo, hi, base = i * top / bins, (i + 1) * top / bins, 0
         for (label, color, _), c in zip(stacks, counts):
             if c[i]:
-                panel.bar(panel.x(lo), panel.x(hi), panel.y(base), panel.y(base + c[i]), color, label, c[i])
+                panel.bar(panel.x(lo), panel.x(hi), panel.y(base), panel.y(base + c[i]), color, label, c[i],
+                          f"{lo:g} to {hi:g}")
                 base += c[i]
     x_ticks = [t for t in nice_ticks(top) if t <= top * (1 + 1e-9)] or [0]  # none past the frame's end
     panel.axes(title, xlabel, "submissions", x_ticks, y_ticks)
@@ -133,3 +141,15 @@ def svg(panels: list[Panel], label: str, svg_id: str = "figure", size: tuple[flo
     return (f'<svg id="{html.escape(svg_id)}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w:g} {h:g}" '
             f'width="100%" role="img" aria-label="{html.escape(label)}">\n<rect width="{w:g}" height="{h:g}" '
             f'fill="white"/>\n{body}\n</svg>')
+
+
+def data_table(panels: list[Panel], svg_id: str) -> str:
+    """The figure's data, one row a bar (panel, bar, range, count), as a table under it (``<details>``, id
+    ``<svg_id>-data``): what a tooltip shows, for a keyboard, a screen reader and a printout."""
+    e = html.escape
+    rows = "".join(f"<tr><td>{e(p.title)}</td><td>{e(label)}</td><td>{e(span)}</td><td class='n'>{n}</td></tr>"
+                   for p in panels for label, span, n in p.rows)
+    count = sum(len(p.rows) for p in panels)
+    return (f'<details class="figure-data"><summary>The figure\'s data: {count} bar(s) as a table</summary>'
+            f'<table id="{e(svg_id)}-data"><thead><tr><th scope="col">panel</th><th scope="col">bar</th>'
+            f'<th scope="col">range</th><th scope="col">count</th></tr></thead><tbody>{rows}</tbody></table></details>')

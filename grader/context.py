@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from grader.mistakes import Mistake
 from grader.models import load_checked
 from grader.results import Check, Evidence
 from grader.reuse import per_worker
@@ -65,13 +66,31 @@ class Context:
     timed_out: bool = False
     grader_faults: list[str] = field(default_factory=list)  # the grader's own failures: the result is an error
     touched: list[str] = field(default_factory=list)  # the hand-in's files used by the group being checked, in order
-    charged: set[str] = field(default_factory=set)  # mistakes already charged by one check, not to be charged again
+    _charged: set[Mistake] = field(default_factory=set)  # charged by one check, named by later ones (``charge``)
+    # what the running group declares it charges and reads (``grader.core`` sets it); None: not checked
+    _declared: tuple[frozenset[Mistake], frozenset[Mistake]] | None = None
     _models: dict = field(default_factory=dict)
     _outputs: dict = field(default_factory=dict)
     _docs: dict = field(default_factory=dict)
 
     def has(self, rel: str) -> bool:
         return self.sub.has(rel)
+
+    def declare(self, charges: frozenset[Mistake], reads: frozenset[Mistake]) -> None:
+        """The running group's declared mistakes: ``charge`` and ``charged`` refuse any other."""
+        self._declared = (charges, reads)
+
+    def charge(self, mistake: Mistake) -> None:
+        """``mistake`` is charged by the running check: later groups name it without charging it again."""
+        if self._declared is not None and mistake not in self._declared[0]:
+            raise UndeclaredMistake(f"a check charges {mistake.key!r}, which its group does not declare it charges")
+        self._charged.add(mistake)
+
+    def charged(self, mistake: Mistake) -> bool:
+        """Did an earlier group charge ``mistake``?"""
+        if self._declared is not None and mistake not in self._declared[1]:
+            raise UndeclaredMistake(f"a check reads {mistake.key!r}, which its group does not declare it reads")
+        return mistake in self._charged
 
     def check_models(self) -> None:
         """Intake: every ONNX file of the submission passes the model checks (``ModelRefused``) before any is run."""
@@ -110,6 +129,10 @@ class Context:
                 raise Missing(name)
             self._docs[name] = loads(self.sub.path(name).read_text(encoding="utf-8"))
         return self._docs[name]
+
+
+class UndeclaredMistake(Exception):
+    """A check charged or read a mistake its group does not declare: the grader's own error."""
 
 
 class StudentFileError(LabError):

@@ -30,6 +30,7 @@ from grader.lessons import (
     lesson10_your_own_model,
     predictions,
 )
+from grader.mistakes import MISTAKES
 from grader.models import ModelRefused
 from grader.results import GradeResult, safe_text
 from grader.rubric import points, rubric
@@ -40,11 +41,43 @@ from lab import kernels, variant
 from lab.environment import EnvironmentProblem
 from lab.errors import LabError, WorkspaceError
 
-# The grader's lesson modules, in the order feedback lists their checks; each declares its own GROUPS
+# The grader's lesson modules, in the order feedback lists their checks and the groups run; each declares its GROUPS
 LESSONS = (lesson02_the_calibration_reader, lesson03_narrow_right_wide, lesson04_more_batches,
            lesson05_qdq_vs_qoperator, lesson06_accept_or_reject, lesson07_calibrate_the_deployed_representation,
            lesson08_the_quantization_toolbox, lesson09_choosing_a_recipe, lesson10_your_own_model, predictions)
-GROUPS: tuple[Group, ...] = tuple(group for lesson in LESSONS for group in lesson.GROUPS)
+
+
+class GroupOrderError(Exception):
+    """The groups' declared mistakes do not fit their order: a mistake read before it is charged, or charged twice."""
+
+
+def verify_mistakes(groups: tuple[Group, ...]) -> tuple[Group, ...]:
+    """``groups`` if each mistake of the registry is charged by one group, under one of that group's checks, and every
+    group that reads one runs after it; else ``GroupOrderError`` naming the mistake and the groups."""
+    if len({m.key for m in MISTAKES}) != len(MISTAKES):
+        raise GroupOrderError("two mistakes of grader.mistakes.MISTAKES share a key")
+    charger = {m: [g for g in groups if m in g.charges] for m in MISTAKES}
+    for m, by in charger.items():
+        if len(by) != 1:
+            raise GroupOrderError(f"mistake {m.key!r} is charged by {len(by)} groups"
+                                  + (f" ({'; '.join(g.label for g in by)})" if by else "") + ": it must be one")
+        if (m.part, m.check) not in by[0].declared():
+            raise GroupOrderError(f"mistake {m.key!r} is charged under [{m.part}] {m.check}, which its charging group "
+                                  f"{by[0].label} does not produce")
+    for i, group in enumerate(groups):
+        for m in group.charges + group.reads:
+            if m not in charger:
+                raise GroupOrderError(f"{group.label} declares mistake {m.key!r}, which grader.mistakes.MISTAKES "
+                                      "does not hold")
+        for m in group.reads:
+            if charger[m][0] not in groups[:i]:
+                raise GroupOrderError(f"{group.label} reads mistake {m.key!r} before {charger[m][0].label} charges "
+                                      "it: the charging group must run first (order them in grader.core.LESSONS or "
+                                      "the lesson's GROUPS)")
+    return groups
+
+
+GROUPS: tuple[Group, ...] = verify_mistakes(tuple(group for lesson in LESSONS for group in lesson.GROUPS))
 
 
 def possible_points() -> float:
@@ -58,17 +91,16 @@ def intake_models(ctx: Context) -> None:
 
 
 def planned_runs(ctx: Context) -> list:
-    """The student-code runs the groups will ask for, in the order they ask (each lesson's ``runs_planned``).
+    """The student-code runs the groups will ask for, in the order they ask (each group's ``request``).
 
-    A lesson that cannot say (a document it cannot read yet) plans nothing: its run then starts when asked for.
+    A group that cannot say (a document it cannot read yet) plans nothing: its run then starts when asked for.
     """
     runs = []
-    for lesson in LESSONS:
-        planner = getattr(lesson, "runs_planned", None)
-        if planner is None:
+    for group in GROUPS:
+        if group.request is None:
             continue
         try:
-            runs += planner(ctx)
+            runs += group.request(ctx)
         except Exception:  # noqa: BLE001 - planning ahead is only for speed; the group reports its own problem
             continue
     return runs
@@ -85,6 +117,7 @@ def run_groups(ctx: Context, finding: variants.Finding | None = None) -> list:
                                    "writes it into the workspace; run that lesson, then hand in again")
             continue
         ctx.touched = []
+        ctx.declare(frozenset(group.charges), frozenset(group.reads))
         try:
             got = group.run(ctx)
         except Missing as e:

@@ -89,7 +89,8 @@ def grade_of(row: dict | None, adjustment: adjustments.Adjustment | None = None)
     return f"{round(adjustments.applied(base, adjustment, possible), 4):g}"
 
 
-def _csv(rows: list[list[str]]) -> str:
+def csv_text(rows: list[list[str]]) -> str:
+    """Rows as CSV text, one line each."""
     buf = io.StringIO()
     csv.writer(buf, lineterminator="\n").writerows(rows)
     return buf.getvalue()
@@ -102,7 +103,7 @@ def canvas_csv(roster: dict[str, dict], grades: dict[str, str], assignment: str,
         if grades.get(student):
             rows.append([r.get("name", ""), r.get("canvas_id", ""), r.get("sis_user_id", ""),
                          r.get("sis_login_id", ""), r.get("section", ""), grades[student]])
-    return _csv(rows)
+    return csv_text(rows)
 
 
 def moodle_csv(roster: dict[str, dict], grades: dict[str, str], item: str, feedback: dict[str, str]) -> str:
@@ -111,7 +112,7 @@ def moodle_csv(roster: dict[str, dict], grades: dict[str, str], item: str, feedb
     for student, r in roster.items():
         if grades.get(student):
             rows.append([r.get("idnumber", ""), r.get("email", ""), grades[student], feedback.get(student, "")])
-    return _csv(rows)
+    return csv_text(rows)
 
 
 def canvas_upload_name(handed_in: str) -> str | None:

@@ -69,12 +69,12 @@ def _code_cells(notebook: str, notebooks: Path = NOTEBOOKS) -> list[str]:
 
 
 def solution_module(notebook: str, name: str, notebooks: Path = NOTEBOOKS) -> str:
-    """The module an instructor notebook writes with ``%%writefile {WORK_DIR}/<name>``: that cell, magic line out."""
+    """The module an instructor notebook writes with ``%%writefile {WORK}/<name>``: that cell, magic line out."""
     for source in _code_cells(notebook, notebooks):
         first, _, body = source.partition("\n")
         if first.startswith("%%writefile") and first.strip('"').endswith(f"/{name}"):
             return body.rstrip("\n") + "\n"
-    raise LookupError(f"{notebook} has no code cell starting '%%writefile \"{{WORK_DIR}}/{name}\"'; expected the "
+    raise LookupError(f"{notebook} has no code cell starting '%%writefile \"{{WORK}}/{name}\"'; expected the "
                       f"exercise cell that writes {name}")
 
 

@@ -17,12 +17,16 @@ import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
 from grader import chart, items, report_items
 from grader.private import write_private
 from grader.results import GRADEBOOK_STATUSES, PENDING, _part_title
 
 TOP_CHECKS = 10
+STATUS_COLORS = MappingProxyType({"graded": "#4c72b0", "invalid": "#dd8452", "timeout": "#c44e52", "error": "#8172b3",
+                                  PENDING: "#bbbbbb"})  # each bar of a status is labelled with it, in words
+FIGURE = "score distribution, checks most students lost, grading time"
 LINE_LIMIT = 240
 # The figure's three panels (left, bottom, width, height, as fractions of the figure): scores, the most-lost checks
 # (their titles, at most 48 characters, fill the space on its left) and the grading time; below each, room for the
@@ -116,12 +120,12 @@ def summarize(out: str | Path) -> ClassSummary:
     return ClassSummary(rows, results, ranked, not_graded, seconds)
 
 
-def figure(summary: ClassSummary) -> str:
-    """Score distribution, the most-lost checks and the grading time, side by side, as SVG text (``grader.chart``)."""
-    colors = {"graded": "#4c72b0", "invalid": "#dd8452", "timeout": "#c44e52", "error": "#8172b3", PENDING: "#bbbbbb"}
+def panels(summary: ClassSummary) -> list[chart.Panel]:
+    """Score distribution (a stack per status, each bar named by its status), the most-lost checks and the grading
+    time, side by side (``grader.chart``)."""
     top = max((m for _, m in summary.scores), default=0) or 1
     stacks = [(st, color, [s for (s, _), r in zip(summary.scores, summary.rows) if r["status"] == st])
-              for st, color in colors.items()]
+              for st, color in STATUS_COLORS.items()]
     scores = chart.stacked_histogram(PANELS[0], f"Scores of {len(summary.rows)} submission(s)",
                                      f"score (out of {top:g})", top, stacks)
     lost = chart.horizontal_bars(PANELS[1], "Checks most students lost", "students who lost points",
@@ -131,18 +135,11 @@ def figure(summary: ClassSummary) -> str:
     slowest = max(times, default=0) or 1
     timing = chart.stacked_histogram(PANELS[2], f"Grading time: {sum(times):.1f} s in all", "seconds per submission",
                                      slowest, [("results", "#55a868", times)])
-    return chart.svg([scores, lost, timing], "score distribution, checks most students lost, grading time")
+    return [scores, lost, timing]
 
 
 def _short(text: str, width: int = 48) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
-
-
-def _table(header: list[str], rows: list[list[str]], table_id: str) -> str:
-    """Cells are HTML already (escaped by the caller)."""
-    head = "".join(f"<th>{h}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
 CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1500px;color:#222}
@@ -152,6 +149,7 @@ code{background:#f5f5f5;padding:0 .2em}"""
 
 
 def render(summary: ClassSummary, svg: str) -> str:
+    """The page; ``svg``: the first figure and its data table."""
     e = html.escape
     n = len(summary.rows)
     graded = [s for (s, _), r in zip(summary.scores, summary.rows) if r["status"] == "graded"]
@@ -175,15 +173,15 @@ def render(summary: ClassSummary, svg: str) -> str:
                  f'<span class="n">{len(c.students)}</span>', f"{c.points_lost:g}",
                  f"{e(c.example)} <span class='muted'>({e(c.example_student)})</span>"]
                 for c in summary.lost[:TOP_CHECKS]]
-        parts.append(_table(["check", "students", "points lost in all", "example feedback (student)"], rows,
-                            "lost-checks"))
+        parts.append(report_items.table(["check", "students", "points lost in all", "example feedback (student)"],
+                                        rows, "lost-checks"))
     else:
         parts.append('<p id="top-lost">No check was lost.</p>')
     parts.append(report_items.sections(summary.results, summary.rows))
     parts.append("<h2>Not graded</h2>")
     if summary.not_graded:
-        parts.append(_table(["student", "status", "reason"],
-                            [[e(s), e(st), e(r)] for s, st, r in summary.not_graded], "not-graded"))
+        parts.append(report_items.table(["student", "status", "reason"],
+                                        [[e(s), e(st), e(r)] for s, st, r in summary.not_graded], "not-graded"))
     else:
         parts.append("<p>Every submission was graded.</p>")
     times = summary.seconds
@@ -195,14 +193,14 @@ def render(summary: ClassSummary, svg: str) -> str:
                      f"{statistics.median(values):.2f} s, slowest {max(values):.2f} s per submission "
                      "(each submission's own time in its worker; a batch with N workers takes about 1/N of the "
                      "total).</p>")
-        parts.append(_table(["slowest", "seconds"], [[e(s), f"{v:.2f}"] for s, v in slow], "slowest"))
+        parts.append(report_items.table(["slowest", "seconds"], [[e(s), f"{v:.2f}"] for s, v in slow], "slowest"))
     isolation: dict[str, int] = {}
     for r in summary.rows:
         isolation[r.get("isolation") or "no student code run"] = isolation.get(r.get("isolation") or
                                                                               "no student code run", 0) + 1
     parts.append("<h2>Student code</h2>")
-    parts.append(_table(["isolation", "submissions"], [[e(k), str(v)] for k, v in sorted(isolation.items())],
-                        "isolation"))
+    parts.append(report_items.table(["isolation", "submissions"],
+                                    [[e(k), str(v)] for k, v in sorted(isolation.items())], "isolation"))
     versions = sorted({r.get("grader_version", "") for r in summary.rows} - {""})
     parts.append(f'<p class="muted">grader {e(", ".join(versions))}; from gradebook.csv and results/*.json</p>')
     body = "\n".join(parts)
@@ -214,8 +212,9 @@ def write_report(out_dir: str | Path) -> Path:
     """Write ``out_dir/report.html`` and ``out_dir/report.svg`` for a finished (or partial) batch; the HTML path."""
     out = Path(out_dir)
     summary = summarize(out)
-    svg = figure(summary)
+    drawn = panels(summary)
+    svg = chart.svg(drawn, FIGURE)
     write_private(out / "report.svg", svg + "\n")
     target = out / "report.html"
-    write_private(target, render(summary, svg))
+    write_private(target, render(summary, svg + chart.data_table(drawn, "figure")))
     return target

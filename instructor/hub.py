@@ -106,8 +106,9 @@ def share_read_only(root: Path) -> int:
 
 
 def kernel_requirements(repo: Path) -> str:
-    """The pins the kernel's venv gets: the student kit's, without the editable install of the checkout."""
-    return pins.without_project(pins.student_requirements((repo / "requirements.txt").read_text(encoding="utf-8")))
+    """The pins the kernel's venv gets: the lessons' pins the lab ships (``lab/pins.txt``: the student kit's, without
+    the editable install of the checkout)."""
+    return (repo / "lab" / "pins.txt").read_text(encoding="utf-8")
 
 
 def install(prefix: Path, jupyterlab_env: Path, kernel_prefix: Path = KERNEL_PREFIX, repo: Path = REPO) -> Path:

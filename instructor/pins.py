@@ -3,7 +3,6 @@ only, so a bare ``python3`` can read them before any venv exists)."""
 from __future__ import annotations
 
 TESTS_HEADER = "# tests"  # the block from this comment line to the next comment line holds the test stack
-PROJECT_LINE = "-e "  # the line that installs this folder itself, editable
 
 
 def student_requirements(requirements: str) -> str:
@@ -17,9 +16,17 @@ def student_requirements(requirements: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def without_project(requirements: str) -> str:
-    """``requirements`` without the editable install of the project itself (a hub installs the kit, not a checkout)."""
-    return "\n".join(line for line in requirements.splitlines() if not line.startswith(PROJECT_LINE)) + "\n"
+PINS_HEADER = ("# The lessons' pins, shipped with the lab: lab.environment checks them where it finds no\n"
+               "# requirements.txt. requirements.txt without its test stack and the project itself, written by\n"
+               "# instructor.pins.lab_pins; tests/test_environment.py keeps the two equal.\n")
+
+
+def lab_pins(requirements: str) -> str:
+    """``lab/pins.txt``: the student's pins (``student_requirements``) without the project's own line (a hub's
+    shared venv installs exactly these, then the lab from the kit)."""
+    lines = [ln for ln in student_requirements(requirements).splitlines()
+             if not ln.startswith("-") and ln.strip().lower() != "# this project (lab, grader, fixtures)"]
+    return PINS_HEADER + "\n".join(lines) + "\n"
 
 
 def pin(requirements: str, name: str) -> str:

@@ -68,7 +68,7 @@ def series(name: str, x: Sequence | np.ndarray, y: Sequence | np.ndarray) -> str
             f"{number(xs[lo])}, highest {number(ys[hi])} at {number(xs[hi])}")
 
 
-def _named(label: str) -> bool:
+def named(label: str) -> bool:
     return bool(label) and not label.startswith("_")
 
 
@@ -78,16 +78,16 @@ def _line(ax, line) -> str | None:
     label = line.get_label()
     if len(x) == 2 and line.get_transform() != ax.transData:
         if x[0] == x[1]:
-            return f"vertical line at x = {number(x[0])}" + (f" ({label})" if _named(label) else "")
+            return f"vertical line at x = {number(x[0])}" + (f" ({label})" if named(label) else "")
         if y[0] == y[1]:
-            return f"horizontal line at y = {number(y[0])}" + (f" ({label})" if _named(label) else "")
-    return series(f"line '{label}'", x, y) if _named(label) else None
+            return f"horizontal line at y = {number(y[0])}" + (f" ({label})" if named(label) else "")
+    return series(f"line '{label}'", x, y) if named(label) else None
 
 
 def _points(ax, collection) -> str | None:
     label = collection.get_label()
     xy = np.asarray(collection.get_offsets())
-    if not _named(label) or not len(xy):
+    if not named(label) or not len(xy):
         return None
     order = np.argsort(xy[:, 0], kind="stable")
     return series(f"points '{label}'", xy[order, 0], xy[order, 1])
@@ -101,7 +101,7 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _tick_names(ax, positions: np.ndarray) -> list:
+def tick_names(ax, positions: np.ndarray) -> list:
     """The x tick label nearest each position when the ticks name categories, else the positions themselves."""
     ticks = [(t.get_position()[0], t.get_text()) for t in ax.get_xticklabels() if t.get_text()]
     if not ticks or any(_is_number(text) for _, text in ticks):
@@ -117,8 +117,8 @@ def _bars(ax, container) -> str | None:
     centres = np.array([b.get_x() + b.get_width() / 2 for b in bars])
     heights = np.array([b.get_height() for b in bars])
     label = container.get_label()
-    name = f"bars '{label}'" if _named(label) else "bars"
-    return series(name, _tick_names(ax, centres) if len(bars) <= ALL_VALUES else centres, heights)
+    name = f"bars '{label}'" if named(label) else "bars"
+    return series(name, tick_names(ax, centres) if len(bars) <= ALL_VALUES else centres, heights)
 
 
 def _errorbars(ax, container) -> str | None:
@@ -126,7 +126,7 @@ def _errorbars(ax, container) -> str | None:
     if line is None:
         return None
     label = container.get_label()
-    return series(f"line '{label}'" if _named(label) else "line", line.get_xdata(orig=True),
+    return series(f"line '{label}'" if named(label) else "line", line.get_xdata(orig=True),
                   line.get_ydata(orig=True))
 
 
@@ -141,7 +141,7 @@ def _patch(ax, patch) -> str | None:
     from matplotlib.patches import Polygon, Rectangle  # deferred: as in _kinds
 
     label = patch.get_label()
-    if not _named(label):
+    if not named(label):
         return None
     if isinstance(patch, Polygon) and patch.get_transform() == ax.transData:
         xy = np.asarray(patch.get_xy(), dtype=np.float64)
@@ -198,7 +198,7 @@ def panel(ax) -> str:
     return ". ".join(p for p in parts if p) + "."
 
 
-def _all_axes(fig) -> list:
+def drawn_axes(fig) -> list:
     return [ax for ax in fig.get_axes() if ax.get_visible() and (ax.axison or ax.images or ax.texts)]
 
 
@@ -209,7 +209,7 @@ def _suptitles(fig) -> list[str]:
 
 def describe(fig) -> Description:
     """``fig`` in words: a caption (its title) and alt text from its data, the figure function's summary first."""
-    axes = _all_axes(fig)
+    axes = drawn_axes(fig)
     titles = _suptitles(fig)
     first = next((ax.get_title() or ax.get_title(loc="left") for ax in axes
                   if ax.get_title() or ax.get_title(loc="left")), "")

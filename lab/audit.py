@@ -38,12 +38,12 @@ import onnxruntime as ort
 from onnx import helper, numpy_helper
 from onnxruntime.quantization import qdq_loss_debug as qd
 
-from lab import compare, graph, hybrid, kernels, sensitivity, tables
+from lab import compare, graph, hybrid, kernels, sensitivity, tables, weight_rulers
 from lab.data import file_sha256
 from lab.errors import LabError
 from lab.ruler import InputRuler
 
-SCHEMA = "audit/2"
+SCHEMA = "audit/3"
 BATCH = 4            # small: a batch's intermediate tensors of both models are what the audit holds at once
 MIN_SAMPLES = 100    # below this, an agreement or an accuracy moves by 1 % or more per sample: warned
 PARTING_DB = 20.0    # SQNR against FP32 below this: the error is over 10 % of the signal
@@ -397,12 +397,18 @@ def classes(out: np.ndarray) -> int:
 
 
 def top1(out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each sample's top class, and whether it shares the top value with another class (a tie: quantized outputs
-    have many)."""
-    v = per_sample(out)
-    best = v.argmax(axis=1)
-    ties = (v == v.max(axis=1, keepdims=True)).sum(axis=1) > 1
+    """Each sample's top class (argmax's first), and whether it shares the top value with another class (a tie:
+    quantized outputs have many)."""
+    best, ties, _ = top_classes(out)
     return best, ties
+
+
+def top_classes(out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each sample's top class (argmax's first), whether it is tied, and the mask [N, classes] of every class that
+    shares the top value (singleton dimensions squeezed: [N, 1000, 1, 1] is [N, 1000])."""
+    v = per_sample(out)
+    top = v == v.max(axis=1, keepdims=True)
+    return v.argmax(axis=1), top.sum(axis=1) > 1, top
 
 
 @dataclass
@@ -414,6 +420,8 @@ class Scores:
     agree: int = 0
     correct: int = 0
     ties: int = 0
+    agree_in_tie: int = 0      # tied rows where argmax's first is not FP32's class but FP32's class is among the tied
+    correct_in_tie: int = 0    # the same against the label
     sample_errors: list = field(default_factory=list)
 
     def add(self, fp32_out: np.ndarray, out: np.ndarray, labels: np.ndarray | None) -> None:
@@ -423,19 +431,27 @@ class Scores:
         self.max_abs_error = max(self.max_abs_error, float(err.max()) if len(err) else 0.0)
         self.n += len(out)
         if classes(out):
-            best, ties = top1(out)
-            self.agree += int(np.sum(best == top1(fp32_out)[0]))
+            best, ties, top = top_classes(out)
+            rows = np.arange(len(best))
+            want = top1(fp32_out)[0]
+            self.agree += int(np.sum(best == want))
+            self.agree_in_tie += int(np.sum(ties & (best != want) & top[rows, want]))
             self.ties += int(ties.sum())
             if labels is not None:
                 self.correct += int(np.sum(best == labels))
+                inside = (labels >= 0) & (labels < top.shape[1])
+                self.correct_in_tie += int(np.sum(inside & ties & (best != labels)
+                                                  & top[rows, np.clip(labels, 0, top.shape[1] - 1)]))
 
     def result(self, classified: bool, labelled: bool) -> dict:
         doc: dict = {"max_abs_error": self.max_abs_error}
         if classified and self.n:
             doc["agreement"] = self.agree / self.n
             doc["top1_ties"] = self.ties
+            doc["agreement_ties_to_fp32"] = (self.agree + self.agree_in_tie) / self.n
             if labelled:
                 doc["accuracy"] = self.correct / self.n
+                doc["accuracy_ties_to_label"] = (self.correct + self.correct_in_tie) / self.n
         return doc
 
 
@@ -774,7 +790,7 @@ def audit(fp32_path: str | Path, int8_path: str | Path, data_path: str | Path, l
     computed, other_note = r.other is not None, r.other_note
     del r   # its sessions hold every model's weights: the ranking and the x64 check below build their own
     machine, classified = kernels.machine_family(), stream.classified
-    return {"schema": SCHEMA,
+    doc = {"schema": SCHEMA,
             "models": {"fp32": {"path": str(fp32_path), "sha256": file_sha256(fp32_path)},
                        "int8": {"path": str(int8_path), "sha256": file_sha256(int8_path),
                                 "format": graph.quant_format(int8), "ops": graph.op_counts(int8)}},
@@ -785,6 +801,7 @@ def audit(fp32_path: str | Path, int8_path: str | Path, data_path: str | Path, l
             "machine_family": machine,
             "fp32": {"accuracy": stream.fp32_correct / len(x)} if labels is not None and classified else {},
             "rulers": [asdict(row) for row in ruler_rows(rulers, stream.rulers, measured_on)],
+            "weight_rulers": weight_rulers.rows(int8, fp32),
             "error_by_size": error_by_size(stream.sizes, stream.families[machine].sample_errors),
             "parting": parting_doc(stream, fp32, int8, parting),
             "families": family_rows(stream, classified, labels is not None, other_note),
@@ -792,6 +809,7 @@ def audit(fp32_path: str | Path, int8_path: str | Path, data_path: str | Path, l
             "exclude": exclude_doc(fp32, int8, x, batch, options.rank_samples, input_dtype(fp32)),
             "x64_fix": x64_fix_doc(int8, x, batch, options.rank_samples, input_dtype(fp32), computed),
             "recipe": recipe(int8)}
+    return {"schema": SCHEMA, "summary": summary(doc, graph.per_channel(int8)), **doc}
 
 
 def jsonable(value):
@@ -808,12 +826,113 @@ def jsonable(value):
 
 # --- the text report ---------------------------------------------------------------------------------------------
 
+def ties_note(doc: dict) -> str | None:
+    """The tied top-1 rows of one family's scores, said: argmax takes the first tied class, so an agreement or an
+    accuracy is a lower bound; the bound if every tie broke toward FP32 (or the label)."""
+    if not doc.get("top1_ties"):
+        return None
+    bounds = [f"agreement {doc['agreement_ties_to_fp32']:.4f}" if "agreement_ties_to_fp32" in doc else None,
+              f"accuracy {doc['accuracy_ties_to_label']:.4f}" if "accuracy_ties_to_label" in doc else None]
+    return (f"{doc['top1_ties']} row(s) tie at the INT8 top-1 (argmax takes the first class; ties broken toward FP32 "
+            f"or the label: {', '.join(b for b in bounds if b)})")
+
+
 def _scores_line(doc: dict) -> str:
     parts = [f"accuracy {doc['accuracy']:.4f}" if "accuracy" in doc else None,
              f"agreement with FP32 {doc['agreement']:.4f}" if "agreement" in doc else None,
-             f"{doc['top1_ties']} top-1 ties" if doc.get("top1_ties") else None,
-             f"max abs error {doc['max_abs_error']:.4g}"]
+             f"max abs error {doc['max_abs_error']:.4g}", ties_note(doc)]
     return ", ".join(p for p in parts if p)
+
+
+# --- the summary: five lines a practitioner reads first ----------------------------------------------------------
+
+def format_fields(doc: dict, per_channel: bool) -> dict:
+    """The INT8 model's format: QDQ or QOperator, per-channel or per-tensor weights, activation and weight types."""
+    weights = doc["weight_rulers"]
+    return {"format": doc["models"]["int8"]["format"],
+            "weights": ("per-channel" if per_channel else "per-tensor") if weights else "none found",
+            "weight_types": sorted({w["dtype"] for w in weights}),
+            "activation_types": sorted({r["dtype"] for r in doc["rulers"]})}
+
+
+def worst_rulers(doc: dict, top: int = 3) -> list[dict]:
+    """Up to ``top`` rulers that hurt, worst kind first: activations that clip, weights whose per-tensor scale pays
+    for an outlier channel, clipped weights, activations squashed; when none hurts, the fewest steps used."""
+    acts = [r for r in doc["rulers"] if r["measured"]]
+    clip = sorted((r for r in acts if r["diagnosis"] == "clipping"), key=lambda r: -r["clipped_fraction"])
+    squash = sorted((r for r in acts if r["diagnosis"] == "squashing"), key=lambda r: r["steps_used"])
+    weights = doc["weight_rulers"]
+    found = ([{"tensor": r["tensor"], "kind": "activation", "why": f"clipping {r['clipped_fraction']:.2%} of its "
+               "values"} for r in clip]
+             + [{"tensor": w["weight"], "kind": "weight", "why": w["why"]} for w in weights if w["paid"]]
+             + [{"tensor": w["weight"], "kind": "weight", "why": w["why"]} for w in weights
+                if w["clipped"] and not w["paid"]]
+             + [{"tensor": r["tensor"], "kind": "activation", "why": f"squashing: {r['steps_used']}/{r['steps']} "
+                 "steps used"} for r in squash])
+    if found:
+        return [{**f, "fine": False} for f in found[:top]]
+    fewest = sorted(acts, key=lambda r: r["steps_used"])[:2]
+    return ([{"tensor": r["tensor"], "kind": "activation", "why": f"{r['steps_used']}/{r['steps']} steps",
+              "fine": True} for r in fewest]
+            + [{"tensor": w["weight"], "kind": "weight", "why": f"worst channel {w['steps_worst']}/{w['steps']} "
+                "steps", "fine": True} for w in weights[:1]])[:top]
+
+
+def exclude_fields(e: dict) -> dict:
+    """The suggested node to exclude with its measured effect, or why it was not measured."""
+    if not e["rows"]:
+        return {"node": None, "note": e["note"]}
+    best, before = e["rows"][0], e["as_is"]
+    return {"node": best["node"], "sqnr_db": best["sqnr_db"], "gain_db": best["sqnr_db"] - before["sqnr_db"],
+            "max_abs_error": best["max_abs_error"], "max_abs_error_as_is": before["max_abs_error"],
+            "samples": e["samples"]}
+
+
+def _family_short(f: dict) -> str:
+    where = {"this machine's kernels": "this CPU", "emulation": "emulated"}.get(f["computed_on"], "not computed")
+    if "note" in f:
+        return f"{f['family']} ({where}) {f['note']}"
+    parts = [f"accuracy {f['accuracy']:.4f}" if "accuracy" in f else None,
+             f"agreement {f['agreement']:.4f}" if "agreement" in f else None,
+             None if "agreement" in f else f"max abs error {f['max_abs_error']:.4g}",
+             f"{f['top1_ties']} tied row(s)" if f.get("top1_ties") else None]
+    return f"{f['family']} ({where}) " + ", ".join(p for p in parts if p)
+
+
+def summary_lines(s: dict) -> list[str]:
+    """The summary's five lines: format, both families' scores, their difference, the worst rulers, the node to
+    exclude."""
+    fmt, d, e = s["format"], s["family_difference"], s["exclude"]
+    types = "/".join(fmt["weight_types"]) or "-"
+    first = (f"format: {fmt['format']}, {fmt['weights']} weights ({types}), activations "
+             f"{'/'.join(fmt['activation_types']) or '-'}")
+    scores = "top-1 vs FP32: " if any("agreement" in f for f in s["families"]) else "output vs FP32: "
+    if d is None:
+        diff = "family difference: not measured (the other family was not computed)"
+    elif not d["values_differ"]:
+        diff = f"family difference: none, all {d['values']:,} output values equal"
+    else:
+        diff = (f"family difference: {d['values_differ']:,} of {d['values']:,} output values differ (max "
+                f"{d['max_difference']:.4g})" + (f", {d['top1_changes']} top-1 change(s)" if "top1_changes" in d
+                                                  else ""))
+    named = "; ".join(f"{w['tensor']} ({w['why']})" for w in s["worst_rulers"]) or "none read"
+    fine = s["worst_rulers"] and all(w.get("fine") for w in s["worst_rulers"])
+    worst = ("worst rulers: none clips, squashes or pays for an outlier; fewest steps: " if fine else
+             "worst rulers: ") + named
+    excl = (f"exclude: {e['note']}" if e["node"] is None else
+            f"exclude: nodes_to_exclude=['{e['node']}']: output SQNR {e['sqnr_db']:.1f} dB ({e['gain_db']:+.1f}), "
+            f"max abs error {e['max_abs_error']:.4g} (now {e['max_abs_error_as_is']:.4g}), on {e['samples']} samples")
+    return [first, scores + "; ".join(_family_short(f) for f in s["families"]), diff, worst, excl]
+
+
+def summary(doc: dict, per_channel: bool) -> dict:
+    """What a practitioner reads first (``summary_lines``), as fields and as its five lines."""
+    s = {"format": format_fields(doc, per_channel),
+         "families": [{k: v for k, v in f.items() if k != "description"} for f in doc["families"]],
+         "family_difference": doc["family_difference"],
+         "worst_rulers": worst_rulers(doc),
+         "exclude": exclude_fields(doc["exclude"])}
+    return {**s, "lines": summary_lines(s)}
 
 
 def x64_line(fix: dict) -> str:
@@ -864,44 +983,67 @@ def _ruler_table(rows: list[dict]) -> str:
     return tables.format_rows(shown, columns)
 
 
-def format_report(doc: dict) -> str:
-    """The audit as text for people: models, rulers, error by input size, parting, families, recipe."""
+def weight_table(rows: list[dict]) -> tables.Table:
+    """The weight rulers as a table: scale spread, outlier ratio, share at the grid's ends and clipped, steps used."""
+    shown = [{**r, "steps_used": f"{r['steps_median']} / {r['steps_worst']} of {r['steps']}",
+              "outlier": f"{r['outlier_ratio']:.1f}x" + (" (paid)" if r["paid"] else "")} for r in rows]
+    return tables.format_rows(shown, [("weight", "weight", ""), ("op", "op", ""), ("per_channel", "per-channel", ""),
+                                      ("scale_spread", "scale spread", ".3g"), ("outlier", "outlier", ""),
+                                      ("at_ends", "at the ends", ".2%"), ("clipped", "clipped", ".2%"),
+                                      ("steps_used", "steps used: median / worst channel", "")])
+
+
+def report_sections(doc: dict, top: int = weight_rulers.TOP) -> list[list]:
+    """The report as sections, each a heading line then its lines and tables (``tables.Table``): the text report
+    joins them, the HTML report (``lab.audit_html``) renders them."""
     m, d = doc["models"], doc["data"]
-    lines = [f"audit of {m['int8']['path']} ({m['int8']['format']}) against {m['fp32']['path']}",
-             f"data: {d['path']}, {d['samples']} samples of '{d['input']}' {d['shape'][1:]}"
-             + (f", labels {d['labels']}" if d["labels"] else ", no labels (agreement with FP32 only)"),
-             f"this machine: {kernels.describe(doc['machine_family'])}",
-             f"FP32: accuracy {doc['fp32']['accuracy']:.4f}" if doc["fp32"] else "FP32: no labels, no accuracy"]
-    lines += [f"WARNING: {w}" for w in doc["warnings"]]
-    lines += ["",
-             f"rulers ({len(doc['rulers'])}, read from the INT8 graph) against the FP32 values on the data:"]
-    lines += [_ruler_table(doc["rulers"])] if doc["rulers"] else ["  none: no static 8-bit ruler in the graph"]
-    lines += [f"  {r['tensor']}: {r['reason']}" for r in doc["rulers"] if r["diagnosis"] in ("clipping", "squashing")]
-    lines += ["", "error by input size (each sample's largest |input|, as a fraction of the data's largest), "
-                  f"{doc['machine_family']} kernels:",
-              tables.format_rows(doc["error_by_size"], [("low", "from", ".2f"), ("high", "to", ".2f"),
-                                                        ("count", "samples", "d"), ("mean_error", "mean error", ".4f"),
-                                                        ("max_error", "max error", ".4f")]),
-              "", "where INT8 parts from FP32 (ORT's qdq_loss_debug, SQNR in dB, graph order):"]
+    head = [f"audit of {m['int8']['path']} ({m['int8']['format']}) against {m['fp32']['path']}",
+            *(f"  {line}" for line in doc["summary"]["lines"])]
+    setting = ["the data and this machine:",
+               f"data: {d['path']}, {d['samples']} samples of '{d['input']}' {d['shape'][1:]}"
+               + (f", labels {d['labels']}" if d["labels"] else ", no labels (agreement with FP32 only)"),
+               f"this machine: {kernels.describe(doc['machine_family'])}",
+               f"FP32: accuracy {doc['fp32']['accuracy']:.4f}" if doc["fp32"] else "FP32: no labels, no accuracy",
+               *(f"WARNING: {w}" for w in doc["warnings"])]
+    rulers = [f"rulers ({len(doc['rulers'])}, read from the INT8 graph) against the FP32 values on the data:"]
+    rulers += [_ruler_table(doc["rulers"])] if doc["rulers"] else ["  none: no static 8-bit ruler in the graph"]
+    rulers += [f"  {r['tensor']}: {r['reason']}" for r in doc["rulers"] if r["diagnosis"] in ("clipping", "squashing")]
+    w = doc["weight_rulers"]
+    weights = [f"weight rulers ({len(w)}, worst first" + (f", the first {top}" if len(w) > top else "") + "):"]
+    weights += [weight_table(w[:top]), f"  outlier: the largest channel max|w| over the median; '(paid)': above "
+                f"{weight_rulers.OUTLIER:g}x on one per-tensor scale, which every other channel pays for in steps"] \
+        if w else ["  none: no 8-bit weight initializer read by a quantized op"]
+    size = ["error by input size (each sample's largest |input|, as a fraction of the data's largest), "
+            f"{doc['machine_family']} kernels:",
+            tables.format_rows(doc["error_by_size"], [("low", "from", ".2f"), ("high", "to", ".2f"),
+                                                      ("count", "samples", "d"), ("mean_error", "mean error", ".4f"),
+                                                      ("max_error", "max error", ".4f")])]
     p = doc["parting"]
+    parting = ["where INT8 parts from FP32 (ORT's qdq_loss_debug, SQNR in dB, graph order):"]
     if p["rows"]:
-        lines.append(tables.format_rows(p["rows"], [("tensor", "tensor", ""), ("own_db", "own", ".1f"),
-                                                    ("vs_fp32_db", "vs FP32", ".1f"),
-                                                    ("relu_in_ruler", "Relu in the ruler", "")]))
-        lines.append(f"  first below {p['threshold_db']:g} dB: {p['first_below']}" if p["first_below"]
-                     else f"  every tensor stays above {p['threshold_db']:g} dB against FP32")
+        parting.append(tables.format_rows(p["rows"], [("tensor", "tensor", ""), ("own_db", "own", ".1f"),
+                                                      ("vs_fp32_db", "vs FP32", ".1f"),
+                                                      ("relu_in_ruler", "Relu in the ruler", "")]))
+        parting.append(f"  first below {p['threshold_db']:g} dB: {p['first_below']}" if p["first_below"]
+                       else f"  every tensor stays above {p['threshold_db']:g} dB against FP32")
     if any(r["relu_in_ruler"] for r in p["rows"]):
-        lines += ["  'own' is low where the ruler stands in for a Relu the converter removed:",
-                  "  it compares the tensor before the Relu with the clipped one"]
-    lines.append(f"  {p['note']}")
-    lines += ["", "kernel families:"]
+        parting += ["  'own' is low where the ruler stands in for a Relu the converter removed:",
+                    "  it compares the tensor before the Relu with the clipped one"]
+    parting.append(f"  {p['note']}")
+    families = ["kernel families:"]
     for f in doc["families"]:
         where = f" ({f['computed_on']})" if f["computed_on"] else ""
-        lines.append(f"  {f['family']}{where}: " + (f["note"] if "note" in f else _scores_line(f)))
-    lines.append(f"  {difference_line(doc['family_difference'])}")
-    lines += [f"  {x64_line(doc['x64_fix'])}"] if doc["x64_fix"] else []
-    lines += ["", *exclude_lines(doc["exclude"])]
-    lines += ["", "recipe (the model's metadata):"]
-    lines += [f"  {k}: {v if len(v) < 200 else v[:200] + ' ...'}" for k, v in doc["recipe"].items()] or \
-             ["  none: the model carries no metadata (ORT's converter writes no recipe)"]
-    return "\n".join(lines)
+        families.append(f"  {f['family']}{where}: " + (f["note"] if "note" in f else _scores_line(f)))
+    families.append(f"  {difference_line(doc['family_difference'])}")
+    families += [f"  {x64_line(doc['x64_fix'])}"] if doc["x64_fix"] else []
+    exclude = exclude_lines(doc["exclude"])
+    metadata = ["recipe (the model's metadata):"]
+    metadata += [f"  {k}: {v if len(v) < 200 else v[:200] + ' ...'}" for k, v in doc["recipe"].items()] or \
+        ["  none: the model carries no metadata (ORT's converter writes no recipe)"]
+    return [head, setting, rulers, weights, size, parting, families, exclude, metadata]
+
+
+def format_report(doc: dict) -> str:
+    """The audit as text for people: the summary, then models, rulers, weights, error by input size, parting,
+    families, the node to exclude, recipe."""
+    return "\n\n".join("\n".join(section) for section in report_sections(doc))

@@ -1,6 +1,11 @@
 """Is this the environment the lessons expect? Versions against the pins, fixtures against the manifest, the kernel,
 and the CPU's INT8 kernel family.
 
+The pins are ``requirements.txt`` in a checkout or a kit; elsewhere the ones the lab ships (``lab/pins.txt``, the
+lessons' part of requirements.txt; on Colab ``lab/pins-colab.txt``, the lean install ``lab/tools/colab.py`` makes).
+Where the lab runs (``host``) also decides the fix a student is told: ``make setup``, ask the instructor (a hub),
+restart the runtime (Colab).
+
 ``check()`` gathers the facts; every judgement is a pure function of plain values, so the
 rules can be tested without changing the machine.
 """
@@ -14,11 +19,13 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
 from lab import kernels, tables
 from lab.data import verify_fixtures
 from lab.errors import LabError
+from lab.workspace import in_colab
 
 REPO = Path(__file__).resolve().parent.parent  # the checkout, when the lab is imported from one (editable install)
 DISTRIBUTION = "calibration-lab"  # pyproject.toml's project name: its metadata holds requires-python once installed
@@ -27,6 +34,34 @@ KERNEL_DISPLAY_NAME = "Calibration Lab"
 # A mismatch here changes the bytes of every converted model: the lessons' numbers stop matching.
 CORE_PACKAGES = ("onnx", "onnxruntime", "numpy")
 NOTE_WIDTH = 96  # a note under a table line wraps at this many characters
+SHIPPED_PINS = Path(__file__).resolve().with_name("pins.txt")  # requirements.txt's lesson sections (tests keep it so)
+COLAB_PINS = SHIPPED_PINS.with_name("pins-colab.txt")  # the lean install for Colab (lab/tools/colab.py installs it)
+HUB_VARIABLES = ("JUPYTERHUB_USER", "JUPYTERHUB_API_TOKEN")  # JupyterHub sets these in every server it spawns
+
+
+@dataclass(frozen=True)
+class Host:
+    """Where the lab runs, as far as a wrong version goes: what to do about one, and about a stale import."""
+
+    name: str
+    fix: str
+    """A pinned package has another version: how to install the pins here."""
+    restart: str
+    """The pinned version is installed, but this kernel imported another one before the install."""
+
+
+HOSTS = {host.name: host for host in (
+    Host("checkout", "run `make setup` from the repository root, then restart the kernel",
+         "restart the kernel (Kernel > Restart Kernel): the pinned version is installed"),
+    Host("hub", "ask your instructor: this hub's Python is theirs to set up (send them this table)",
+         "restart the kernel (Kernel > Restart Kernel): the pinned version is installed"),
+    Host("colab", "run the Colab first cell again (it installs the lab's pins), then restart the runtime "
+         "(Runtime > Restart session)",
+         "restart the runtime (Runtime > Restart session), then run the Colab first cell again: the pinned "
+         "version is installed"),
+    Host("installed", "install the pins into this Python (`pip install -r requirements.txt` from the kit's "
+         "folder), then restart the kernel",
+         "restart the kernel (Kernel > Restart Kernel): the pinned version is installed"))}
 
 
 class EnvironmentProblem(LabError):
@@ -52,6 +87,8 @@ class EnvironmentReport:
     """Every check, a readable table, and a short summary with no machine-specific text."""
 
     checks: list[Check] = field(default_factory=list)
+    pins_source: str = "requirements.txt"
+    """Where the pins came from (``pins_for``)."""
 
     @property
     def failures(self) -> list[Check]:
@@ -75,7 +112,7 @@ class EnvironmentReport:
         if quiet:
             at = max(i for i, c in enumerate(listed) if c.topic == "versions") + 1
             shown.insert(at, None)
-            rows.insert(at, ("OK", "versions", f"{len(quiet)} other pins", "all match", "requirements.txt"))
+            rows.insert(at, ("OK", "versions", f"{len(quiet)} other pins", "all match", self.pins_source))
         head = ("", "topic", "name", "found", "expected")
         widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(4)]
         columns = [(h, f"<{w}") for h, w in zip(head, widths)] + [(head[4], "")]
@@ -98,7 +135,7 @@ class EnvironmentReport:
             if topic == "fixtures":
                 text = f"{len(cs) - len(bad)}/{len(cs)} match the manifest"
             elif not bad:
-                text = {"python": f"ok ({cs[0].expected})", "versions": "every pin in requirements.txt matches",
+                text = {"python": f"ok ({cs[0].expected})", "versions": f"every pin in {self.pins_source} matches",
                         "kernel": "the project's kernel and virtualenv",
                         # the same words on both families: the family itself is in the table, not here
                         INT8_TOPIC: "kernel family known (the table names it)"}.get(topic, "ok")
@@ -131,23 +168,43 @@ def parse_pins(text: str) -> dict[str, str]:
     return pins
 
 
+def parse_specifiers(text: str) -> dict[str, str]:
+    """Requirement lines (exact pins and ranges) -> {normalized name: specifier}; options and comments are skipped."""
+    specs = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line and not line.startswith("-"):
+            req = Requirement(line)
+            specs[normalize(req.name)] = str(req.specifier)
+    return specs
+
+
+def expected(pin: str) -> str:
+    """A pin as the table shows it: a bare version is ``==version``; a specifier stays as it is."""
+    return pin if pin[:1] in "<>=!~" else f"=={pin}"
+
+
 def normalize(name: str) -> str:
     """Package names compare case-insensitively, with ``-``, ``_`` and ``.`` alike (PEP 503)."""
     return name.lower().replace("_", "-").replace(".", "-")
 
 
 def version_checks(pins: dict[str, str], installed: dict[str, str | None],
-                   core: tuple[str, ...] = CORE_PACKAGES) -> list[Check]:
-    """Installed version against each pin. A core package that differs fails; any other warns."""
+                   core: tuple[str, ...] = CORE_PACKAGES, host: Host = HOSTS["checkout"],
+                   on_disk: dict[str, str | None] | None = None) -> list[Check]:
+    """The version this kernel runs (``installed``) against each pin (a version, or a specifier). A core package
+    that differs fails; any other warns. ``on_disk``: the installed versions, where a package was imported before
+    an install changed it; when that one matches, the fix is the host's restart."""
     checks = []
     for name in sorted(pins, key=lambda n: (n not in core, n)):
-        want, have = pins[name], installed.get(name)
-        if have == want:
-            checks.append(Check("versions", name, have, f"=={want}", "ok"))
+        want, have = expected(pins[name]), installed.get(name)
+        if have is not None and SpecifierSet(want).contains(have, prereleases=True):
+            checks.append(Check("versions", name, have, want, "ok"))
             continue
-        checks.append(Check("versions", name, have or "not installed", f"=={want}",
-                            "fail" if name in core else "warn",
-                            "run `make setup` from the repository root, then restart the kernel"))
+        disk = (on_disk or {}).get(name)
+        stale = disk is not None and disk != have and SpecifierSet(want).contains(disk, prereleases=True)
+        checks.append(Check("versions", name, have or "not installed", want, "fail" if name in core else "warn",
+                            host.restart if stale else host.fix))
     return checks
 
 
@@ -240,6 +297,26 @@ def kernel_family_check(machine: str | None, requested: str | None = None, probl
                        f"family; this CPU computes as {machine}. " + FAMILY_MEANING[target]))
 
 
+def running_versions(installed: dict[str, str | None], core: tuple[str, ...] = CORE_PACKAGES) -> dict[str, str | None]:
+    """``installed`` with each core package this kernel has imported at the version it imported: an install after
+    the import (Colab's first cell) changes the files, not the running module."""
+    running = dict(installed)
+    for name in core:
+        version = getattr(sys.modules.get(name.replace("-", "_")), "__version__", None)
+        if name in running and isinstance(version, str):
+            running[name] = version
+    return running
+
+
+def host(environ=os.environ, colab: bool | None = None, checkout: bool = False) -> Host:
+    """Where the lab runs: Colab, a JupyterHub, a checkout or kit (``requirements.txt`` found), or anywhere else."""
+    if in_colab() if colab is None else colab:
+        return HOSTS["colab"]
+    if any(environ.get(v) for v in HUB_VARIABLES):
+        return HOSTS["hub"]
+    return HOSTS["checkout" if checkout else "installed"]
+
+
 def installed_versions(names) -> dict[str, str | None]:
     """Installed distribution versions (None when a package is missing)."""
     found: dict[str, str | None] = {}
@@ -289,20 +366,30 @@ def project_root(repo: Path = REPO, cwd: Path | None = None) -> Path:
     return next((d for d in (cwd, cwd.parent) if (d / "requirements.txt").exists()), repo)
 
 
+def pins_for(where: Host, requirements: Path) -> tuple[str, dict[str, str]]:
+    """(where the pins come from, the pins): Colab's lean install there; else ``requirements`` when it exists (a
+    checkout or a kit), else the lessons' pins the lab ships."""
+    if where.name == "colab":
+        return "lab/pins-colab.txt", parse_specifiers(COLAB_PINS.read_text(encoding="utf-8"))
+    if requirements.exists():
+        return "requirements.txt", parse_pins(requirements.read_text(encoding="utf-8"))
+    return "lab/pins.txt", parse_pins(SHIPPED_PINS.read_text(encoding="utf-8"))
+
+
 def check(repo: Path | None = None) -> EnvironmentReport:
-    """Check this machine: Python, pinned versions, fixture checksums, and the kernel."""
+    """Check this machine: Python, pinned versions, fixture checksums, and the kernel (not on a hub or Colab,
+    whose kernel is theirs)."""
     repo = project_root() if repo is None else repo
-    requirements = repo / "requirements.txt"
-    pins = parse_pins(requirements.read_text()) if requirements.exists() else {}
+    where = host(checkout=(repo / "requirements.txt").exists())
+    source, pins = pins_for(where, repo / "requirements.txt")
     checks = [python_check(".".join(map(str, sys.version_info[:3])), requires_python(repo / "pyproject.toml"))]
-    checks += version_checks(pins, installed_versions(pins))
-    if not pins:
-        checks.append(Check("versions", "requirements.txt", "not found", "pins", "warn",
-                            "the pins live in requirements.txt at the repository root"))
+    on_disk = installed_versions(pins)
+    checks += version_checks(pins, running_versions(on_disk), host=where, on_disk=on_disk)
     checks += fixture_checks(verify_fixtures())
-    checks += kernel_checks(sys.prefix, str(repo / ".venv"), kernelspec_python())
+    if where.name in ("checkout", "installed"):
+        checks += kernel_checks(sys.prefix, str(repo / ".venv"), kernelspec_python())
     checks.append(probe_kernel_family())
-    return EnvironmentReport(checks)
+    return EnvironmentReport(checks, pins_source=source)
 
 
 def probe_kernel_family() -> Check:

@@ -77,14 +77,16 @@ def collect(work: Path) -> dict[str, Path]:
     return files
 
 
-def manifest(student: str, files: dict[str, Path], made_for: variant.Variant | None = None) -> dict:
+def manifest(student: str, files: dict[str, Path], made_for: variant.Variant | None = None,
+             family: str | None = None) -> dict:
     """``submission.json``; ``made_for``: the (student id, draw) whose variant of the data the workspace holds (None:
-    the instructor's reference variant, and no ``variant`` field)."""
+    the instructor's reference variant, and no ``variant`` field); ``family``: the kernel family the workspace
+    records (None: the target family, for a workspace made before the lab recorded it)."""
     made = {"variant": made_for[0], "variant_draw": made_for[1]} if made_for else {}
     return {"schema": "submission/1", "student": student, **made,
             "submitted_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "lab_version": __version__, "versions": versions(), "platform": platform.platform(),
-            "kernel_family": target_family(),
+            "kernel_family": family or target_family(),
             "missing": [rel for rel in contract.files("optional") if rel not in files],
             "files": {rel: file_sha256(p) for rel, p in sorted(files.items())}}
 
@@ -120,7 +122,11 @@ def submit(student: str, work_dir: str | Path = "workspace", out_dir: str | Path
     work = Path(work_dir).expanduser().resolve()
     made_for = recorded_variant(work, student)
     files = collect(work)
-    doc = schemas.validate("submission", manifest(student, files, made_for), "submission.json")
+    try:
+        family = workspace.recorded_family(work)
+    except LabError as e:
+        raise SubmitError(str(e)) from None
+    doc = schemas.validate("submission", manifest(student, files, made_for, family), "submission.json")
     out = Path(out_dir).expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)
     target = out / f"{student}.zip"
@@ -197,9 +203,12 @@ def offer_download(path: Path) -> None:
     if get_ipython() is None:
         return
     if workspace.in_colab():
-        # deferred: google.colab exists only on Colab (imported by name: no stubs to type-check against elsewhere)
-        importlib.import_module("google.colab.files").download(str(path))
-        return
+        try:
+            # deferred: google.colab exists only on Colab (imported by name: no stubs to type-check against elsewhere)
+            importlib.import_module("google.colab.files").download(str(path))
+            return
+        except ImportError:  # a runtime that says it is Colab (COLAB_RELEASE_TAG) without Colab's frontend package
+            pass
     try:
         display(FileLink(os.path.relpath(path), result_html_prefix="download: "))
     except ValueError:  # another drive (Windows): no relative link; the printed path says where it is

@@ -31,7 +31,7 @@ import contextvars
 import functools
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,6 +146,11 @@ def emulated(family: str | None = None) -> bool:
     return (family or target_family()) != machine_family()
 
 
+def pin(family: str) -> None:
+    """From here on in this context (a notebook's kernel), compute as ``family``; this machine's own: no pin."""
+    _TARGET.set(None if check_family(family) == machine_family() else family)
+
+
 @contextlib.contextmanager
 def computing_as(family: str | None):
     """Within the block, quantized models run as ``family`` computes them (None: this machine's)."""
@@ -173,9 +178,12 @@ def int_matmul(a: np.ndarray, b: np.ndarray, a_zero: np.ndarray, b_zero: np.ndar
     a, b = np.asarray(a), np.asarray(b)
     za, zb = np.asarray(a_zero, np.int64), np.asarray(b_zero, np.int64).reshape(1, -1)
     n, k = a.shape
-    raw = _saturated_pairs_matmul(a, b) if saturate_pairs else exact_matmul(a, b)
-    return (raw - za * b.sum(axis=0, keepdims=True, dtype=np.int64)
-            - a.sum(axis=1, keepdims=True, dtype=np.int64) * zb + k * za * zb)
+    out = _saturated_pairs_matmul(a, b) if saturate_pairs else exact_matmul(a, b)
+    if za.any():
+        out -= za * b.sum(axis=0, keepdims=True, dtype=np.int64) - k * za * zb
+    if zb.any():  # symmetric weights (zero point 0, the usual) need no row sums of a
+        out -= a.sum(axis=1, keepdims=True, dtype=np.int64) * zb
+    return out
 
 
 FLOAT32_EXACT = 1 << 24  # every integer up to this magnitude is a float32, and so is every sum that stays below it
@@ -187,24 +195,33 @@ def _abs_max(x: np.ndarray, axis: int | None = None):
     return np.maximum(np.abs(np.asarray(lo, np.int64)), np.asarray(hi, np.int64))
 
 
+def _bound(x: np.ndarray) -> int:
+    """max |x|: from the dtype alone for 8-bit integers (no pass over ``x``), else measured."""
+    if x.dtype.itemsize == 1 and x.dtype.kind in "iu":
+        return 255 if x.dtype.kind == "u" else 128
+    return int(_abs_max(x))
+
+
 def exact_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a @ b for integer a [N, K] and b [K, M] (any integer dtypes), exactly, as int64.
 
-    Summed in float32 by numpy's einsum loops (1.5-2 times faster than numpy's integer matmul on the lessons'
-    layers), in blocks of K short enough that no partial sum can pass 2**24, below which float32 counts exactly.
-    Not BLAS, whose idle threads would spin on the other core after each product. Operands whose single products
-    pass 2**24 are multiplied as integers. ``a`` is never copied to int64 (a convolution's is the size of the
-    input times the kernel's taps).
+    Multiplied in float32 by BLAS (the grader runs it on one thread, ``grader/__init__.py``), in blocks of K short
+    enough that no partial sum can pass 2**24, below which float32 counts exactly in any order of summation.
+    Operands whose single products pass 2**24 are multiplied as integers. ``a`` is never copied to int64 (a
+    convolution's is the size of the input times the kernel's taps).
     """
-    bound = int(_abs_max(a)) * int(_abs_max(b))
+    bound = _bound(a) * _bound(b)
+    if bound * a.shape[1] >= FLOAT32_EXACT:  # the dtypes' extremes could pass 2**24: measure the operands
+        bound = int(_abs_max(a)) * int(_abs_max(b))
     if bound >= FLOAT32_EXACT:
         return a.astype(np.int64) @ b.astype(np.int64)
     step = FLOAT32_EXACT // max(bound, 1)
-    a32, bt32 = a.astype(np.float32), np.ascontiguousarray(b.T, np.float32)  # rows of b.T: each a dot product
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    if a.shape[1] <= step:
+        return (a32 @ b32).astype(np.int64)
     out = np.zeros((a.shape[0], b.shape[1]), np.int64)
     for start in range(0, a.shape[1], step):
-        block = np.einsum("nk,mk->nm", a32[:, start:start + step], bt32[:, start:start + step], optimize=False)
-        out += block.astype(np.int64)
+        out += (a32[:, start:start + step] @ b32[start:start + step]).astype(np.int64)
     return out
 
 
@@ -389,21 +406,29 @@ class ConvShape:
                 (w + self.pads[1] + self.pads[3] - dw * (kw - 1) - 1) // sw + 1)
 
 
-def im2col_nhwc(x: np.ndarray, shape: ConvShape, pad_value=0) -> np.ndarray:
-    """[N, C, H, W] -> [G, N*OH*OW, KH*KW*C/G]: each output position's window, kernel position major and the
-    group's input channels minor, as ORT's NHWC im2col lays out the integer GEMM's K (padding reads ``pad_value``,
-    the input's zero point)."""
-    n, c, h, w = x.shape
+def _taps(x: np.ndarray, shape: ConvShape, pad_value) -> Iterator[np.ndarray]:
+    """Each kernel position's [N, C, OH, OW] view of ``x`` padded with ``pad_value``, kernel row major."""
+    _, _, h, w = x.shape
     (kh, kw), (sh, sw), (dh, dw) = shape.kernel, shape.strides, shape.dilations
     oh, ow = shape.output_size(h, w)
     t, left, b, r = shape.pads
     padded = np.pad(x, ((0, 0), (0, 0), (t, b), (left, r)), constant_values=pad_value)
-    taps = [padded[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw]
-            for i in range(kh) for j in range(kw)]
-    cols = np.stack(taps, axis=-1)                               # N, C, OH, OW, KH*KW
-    g = shape.group
-    cols = cols.reshape(n, g, c // g, oh, ow, kh * kw).transpose(1, 0, 3, 4, 5, 2)
-    return cols.reshape(g, n * oh * ow, kh * kw * (c // g))
+    for i in range(kh):
+        for j in range(kw):
+            yield padded[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw]
+
+
+def im2col_nhwc(x: np.ndarray, shape: ConvShape, pad_value=0) -> np.ndarray:
+    """[N, C, H, W] -> [G, N*OH*OW, KH*KW*C/G]: each output position's window, kernel position major and the
+    group's input channels minor, as ORT's NHWC im2col lays out the integer GEMM's K (padding reads ``pad_value``,
+    the input's zero point). Written once, tap by tap, into the result."""
+    n, c, h, w = x.shape
+    oh, ow = shape.output_size(h, w)
+    g, taps = shape.group, shape.kernel[0] * shape.kernel[1]
+    cols = np.empty((g, n, oh, ow, taps, c // g), x.dtype)
+    for t, tap in enumerate(_taps(x, shape, pad_value)):  # tap: N, C, OH, OW
+        cols[:, :, :, :, t, :] = tap.reshape(n, g, c // g, oh, ow).transpose(1, 0, 3, 4, 2)
+    return cols.reshape(g, n * oh * ow, taps * (c // g))
 
 
 def conv_weights(w: np.ndarray, group: int) -> np.ndarray:
@@ -475,11 +500,12 @@ def max_pool(x: np.ndarray, shape: ConvShape) -> np.ndarray:
     """MaxPool over 2-D windows (any dtype: the max commutes with a ruler, so int8 and float agree); padding never
     wins."""
     x = np.asarray(x)
-    n, c, h, w = x.shape
     lowest = np.iinfo(x.dtype).min if np.issubdtype(x.dtype, np.integer) else -np.inf
-    oh, ow = shape.output_size(h, w)
-    cols = im2col_nhwc(x.reshape(n * c, 1, h, w), shape, pad_value=lowest)[0]
-    return cols.max(axis=1).reshape(n, c, oh, ow).astype(x.dtype)
+    taps = _taps(x, shape, lowest)
+    out = next(taps).copy()
+    for tap in taps:
+        np.maximum(out, tap, out=out)
+    return out
 
 
 def qlinear_global_average_pool(x, x_scale, x_zero, y_scale, y_zero) -> np.ndarray:

@@ -1,8 +1,8 @@
 """The figures lessons share, and their colours. Pure: each takes arrays or rows and returns a matplotlib Figure.
 
 Every figure a lesson shows goes through ``shown``: an HTML ``<figure>`` whose picture carries alt text written from
-the figure's data and a caption (``lab.alt_text``), in colours safe for colour-vision deficiency, each with a marker
-or line style too (``lab.palette``).
+the figure's data and a caption (``lab.alt_text``), then the data itself as a table and a CSV (``lab.figure_data``),
+in colours safe for colour-vision deficiency, each with a marker or line style too (``lab.palette``).
 
 Lessons 01 and 03 draw the round-trip error by value here, and lesson 00 its grid of digits; a figure one lesson
 alone draws lives in that lesson's module (lesson 04's ``growth_figure``, lesson 05's ``difference_histogram``),
@@ -29,7 +29,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import NullLocator, StrMethodFormatter
 
-from lab import alt_text, palette
+from lab import alt_text, figure_data, palette
 from lab.ruler import round_trip
 
 COLORS = palette.COLORS   # safe for colour-vision deficiency; each name has a marker and line style too
@@ -64,13 +64,14 @@ def fixed_margins(fig, left: float, right: float, bottom: float, top: float,
 class Shown:
     """A figure as a notebook shows it: the PNG inside an HTML ``<figure>`` whose ``<img>`` carries alt text written
     from the figure's data and whose ``<figcaption>`` holds its title and the same words, for readers who do not
-    see the picture (WCAG 2.1 1.1.1). JupyterLab and nbconvert's HTML export both render the HTML; a terminal and
-    ``text/plain`` get the words."""
+    see the picture (WCAG 2.1 1.1.1), then the numbers it draws as a table and a CSV (``table``). JupyterLab and
+    nbconvert's HTML export both render the HTML; a terminal and ``text/plain`` get the words."""
 
     data: bytes  # the PNG
     description: alt_text.Description
     width: int   # pixels
     height: int
+    table: figure_data.Table
 
     def html(self) -> str:
         d = self.description
@@ -79,7 +80,7 @@ class Shown:
                 f'<img src="{src}" alt="{escape(d.alt)}" width="{self.width}" height="{self.height}" '
                 f'style="max-width: 100%; height: auto">'
                 f"<figcaption>{escape(d.caption)}<details><summary>The figure in words</summary>"
-                f"<p>{escape(d.alt)}</p></details></figcaption></figure>")
+                f"<p>{escape(d.alt)}</p></details>{self.table.html()}</figcaption></figure>")
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
         return {"text/html": self.html(), "text/plain": self.description.text()}
@@ -101,9 +102,10 @@ def shown(fig) -> Shown:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", facecolor=fig.get_facecolor(), edgecolor=fig.get_edgecolor())
     description = alt_text.describe(fig)
+    data = figure_data.table(fig, figure_data.file_name(description.caption))
     plt.close(fig)
     png = buffer.getvalue()
-    return Shown(png, description, int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big"))
+    return Shown(png, description, int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big"), data)
 
 
 def plain_log_scale(ax, which: str = "y", base: float = 10) -> None:
@@ -231,6 +233,9 @@ def digit_grid_figure(images: np.ndarray, labels: np.ndarray, read: np.ndarray,
         ax.imshow(mosaic, cmap="gray_r", vmin=0, vmax=vmax, interpolation="nearest", aspect="auto")
         ax.axis("off")
         ax.set_title(title, fontsize=11, y=1.0)
+    figure_data.attach(fig, ("group", "digit", "true label", "read as"),
+                       [(title, k + 1, int(labels[i]), int(read[i]))
+                        for title, idx in groups for k, i in enumerate(idx)])
     return alt_text.attach(fig, digit_grid_summary(labels, read, groups), alone=True)
 
 

@@ -33,7 +33,7 @@ from lab.readers import ArrayReader
 from lab.tables import format_rows
 
 if TYPE_CHECKING:
-    from lab import evidence  # lab.evidence imports scipy.stats (about a second): deferred to the functions using it
+    from lab import evidence  # deferred to the functions using it
 
 logging.getLogger().setLevel(logging.ERROR)  # ORT's "consider pre-processing" hint, as in lab.convert
 

@@ -5,6 +5,10 @@ Where it is does not depend on the folder a kernel or a terminal happens to star
 ``WORK_DIR`` is read against the kit's ``notebooks/`` folder, the one the lessons' ``"../workspace"`` is written for;
 outside a kit, on Colab, under ``/content``, which the runtime keeps. Files are written with the mode the umask
 gives (an instructor can read a student's workspace where the umask lets them).
+
+The first lesson to open a workspace records the INT8 kernel family its numbers are computed as (``FAMILY_FILE``);
+every later lesson computes as that family, emulating it where the CPU differs (a Colab runtime or a hub node can
+change CPU between sessions), so one workspace never mixes families and ``lab submit`` can say which it holds.
 """
 from __future__ import annotations
 
@@ -17,15 +21,16 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from lab import variant
+from lab import kernels, variant
 from lab.data import file_sha256, fixture_path
-from lab.errors import WorkspaceError
+from lab.errors import LabError, WorkspaceError
 
 DEFAULT_WORK_DIR = "workspace"
 ENV_WORK_DIR = "LAB_WORK_DIR"  # overrides every WORK_DIR: where a hub or Colab keeps the student's work
 KIT_MARKERS = (".calibration-lab-kit", "lab/__init__.py")  # a kit (``make kit`` marks it) or a checkout of the lab
 COLAB_ROOT = Path("/content")  # the only folder a Colab runtime's files survive in, unless Drive is mounted
 VARIANT_FILE = "variant.json"  # the student id whose variant of the data this workspace holds (lesson 00 writes it)
+FAMILY_FILE = "kernel-family.json"  # the kernel family the workspace's numbers are computed as (the first lesson's)
 
 
 def kit_root(start: Path | None = None) -> Path | None:
@@ -99,8 +104,43 @@ def make_workspace(work_dir: str | Path = DEFAULT_WORK_DIR, student: str | None 
     if student:
         record_student(work, student)
     variant.activate(*(recorded_variant(work) or (None,)))
+    note = pin_family(work)
+    if note:
+        print(note)
     source_model(work)
     return work
+
+
+def recorded_family(work: str | Path) -> str | None:
+    """The kernel family ``work/FAMILY_FILE`` records, or None (no file yet)."""
+    path = Path(work) / FAMILY_FILE
+    if not path.exists():
+        return None
+    try:
+        return kernels.check_family(json.loads(path.read_text(encoding="utf-8"))["family"])
+    except (OSError, ValueError, KeyError, TypeError, LabError) as e:
+        raise WorkspaceError(f"{path}: field 'family' should be 'exact' or 'saturating' ({e}); delete the file and "
+                             "run the lessons again from lesson 00") from None
+
+
+def pin_family(work: str | Path) -> str:
+    """Compute as the family ``work`` records (recording the target family the first time); a line for the student
+    when that is not this CPU's own, or when ``$LAB_KERNEL_FAMILY`` asks for another (that setting wins)."""
+    recorded, asked = recorded_family(work), os.environ.get(kernels.ENV_VAR) or None
+    if recorded is None:
+        recorded = kernels.target_family()
+        atomic_write_text(Path(work) / FAMILY_FILE,
+                          json.dumps({"schema": "kernel-family/1", "family": recorded}, indent=2) + "\n")
+    if asked and kernels.check_family(asked) != recorded:
+        return (f"Kernel family: {FAMILY_FILE} records {recorded}, but {kernels.ENV_VAR}={asked} computes this "
+                f"notebook as {asked}: the workspace's lessons then disagree; unset it to compute as {recorded}")
+    if asked:
+        return ""
+    kernels.pin(recorded)
+    if recorded == kernels.machine_family():
+        return ""
+    return (f"Kernel family: this workspace's numbers are computed as the {recorded} family ({FAMILY_FILE}); this "
+            f"CPU's kernels are {kernels.machine_family()}, so the lab emulates {recorded} to keep them consistent")
 
 
 def record_student(work: str | Path, student: str) -> Path:

@@ -60,6 +60,28 @@ class JupyterServer:
         return "\n".join(text.splitlines()[-lines:])
 
 
+# axe-core's WCAG 2.1 A/AA rules, run in a page; a violation of these impacts fails a test
+WCAG_AA = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
+BLOCKING = {"serious", "critical"}
+AXE_RUN = "tags => axe.run(document, {runOnly: {type: 'tag', values: tags}, resultTypes: ['violations']})"
+
+
+def axe_script() -> Path:
+    """axe-core's browser bundle, as the pinned ``axe-playwright-python`` ships it."""
+    import pytest  # deferred: this module is also imported by scripts that do not run under pytest
+
+    axe = pytest.importorskip("axe_playwright_python", reason="axe-playwright-python (requirements.txt) is missing")
+    return Path(axe.__file__).parent / "axe.min.js"
+
+
+def axe_blocking(page) -> list[str]:
+    """axe-core's serious and critical WCAG 2.1 A/AA violations on ``page``, one line each."""
+    page.add_script_tag(path=str(axe_script()))
+    violations = page.evaluate(AXE_RUN, WCAG_AA)["violations"]
+    return [f"{v['id']} ({v['impact']}, {len(v['nodes'])} nodes): {v['nodes'][0]['html'][:160]}"
+            for v in violations if v["impact"] in BLOCKING]
+
+
 def chromium_path() -> Path | None:
     """Debian's Chromium if it is installed and executable, else None."""
     return CHROMIUM if CHROMIUM.is_file() and os.access(CHROMIUM, os.X_OK) else None

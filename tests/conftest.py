@@ -78,8 +78,9 @@ REPO_WATCHERS = ("test_batch_with_a_read_only_project_writes_nothing",)  # fails
 
 # The longest groups (``pytest --durations`` on a 2-core machine: each takes minutes) go to the workers first, so
 # that no worker is left running one of them alone at the end of a run while the other waits.
-LONGEST_FIRST = ("test_fresh_machine.py", "test_hub.py", "test_setup_kit.py", "test_prose_numbers.py",
-                 "test_determinism.py", "test_every_field.py", "test_packaging.py", "nbval: this machine's",
+LONGEST_FIRST = ("test_fresh_machine.py", "test_hub.py", "test_colab_root.py", "test_setup_kit.py",
+                 "test_prose_numbers.py", "test_determinism.py", "test_every_field.py", "test_packaging.py",
+                 "nbval: this machine's",
                  "nbval: the other", "lesson_suite", "test_honest_mistakes.py", "test_grader_families.py",
                  "test_dask.py", "test_kit_wrong_answers.py", "test_grader.py", "test_intake_fuzz.py")
 
@@ -132,7 +133,7 @@ def pytest_configure(config):
 # (``pytest --durations`` on a 2-core machine). Marked slow here, so ``make test-fast`` (``-m "not slow and not
 # browser"``) keeps the unit tests of lab and grader, the schemas, the layout and the lint.
 WHOLE_RUNS = frozenset({
-    "test_course.py", "test_dask.py", "test_every_field.py", "test_export.py", "test_gradescope.py",
+    "test_collect.py", "test_course.py", "test_dask.py", "test_every_field.py", "test_export.py", "test_gradescope.py",
     "test_grader.py", "test_grader_families.py", "test_honest_mistakes.py", "test_intake_fuzz.py", "test_isolation.py",
     "test_item_analysis.py", "test_kit_wrong_answers.py", "test_lesson10.py", "test_lesson10_kit.py",
     "test_lesson10_recovery.py", "test_lessons_03_05_grader.py", "test_lms_downloads.py", "test_packaging.py",

@@ -5,25 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from browser_support import chromium_path, launched_chromium
+from browser_support import axe_blocking, chromium_path, launched_chromium
 
 from lab import palette
 from lab.tools import reading_copy, run
 
 NAMES = [nb.name for nb in run.discover()]
-WCAG_AA = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
-BLOCKING = {"serious", "critical"}
-AXE_RUN = "tags => axe.run(document, {runOnly: {type: 'tag', values: tags}, resultTypes: ['violations']})"
 PAGE_FACTS = """() => ({
   images: [...document.querySelectorAll('.jp-OutputArea-output img')].map(i => i.getAttribute('alt') || ''),
   tables: [...document.querySelectorAll('table.lab-table')].map(t => t.querySelectorAll('th[scope=col]').length),
 })"""
-
-
-def axe_script() -> Path:
-    """axe-core's browser bundle, as the pinned ``axe-playwright-python`` ships it."""
-    axe = pytest.importorskip("axe_playwright_python", reason="axe-playwright-python (requirements.txt) is missing")
-    return Path(axe.__file__).parent / "axe.min.js"
 
 
 def test_every_contrast_fix_reaches_4_5_to_1_on_its_background():
@@ -50,13 +41,10 @@ def test_the_reading_copy_has_no_serious_or_critical_wcag_violation(lesson_suite
     page = chromium.new_page()
     try:
         page.goto(page_path.as_uri())
-        page.add_script_tag(path=str(axe_script()))
-        violations = page.evaluate(AXE_RUN, WCAG_AA)["violations"]
+        blocking = axe_blocking(page)
         facts = page.evaluate(PAGE_FACTS)
     finally:
         page.close()
-    blocking = [f"{v['id']} ({v['impact']}, {len(v['nodes'])} nodes): {v['nodes'][0]['html'][:160]}"
-                for v in violations if v["impact"] in BLOCKING]
     assert not blocking, f"{name}: axe-core finds\n" + "\n".join(blocking)
     assert all(len(alt) > 20 for alt in facts["images"]), f"{name}: an image without alt text: {facts['images']}"
     assert all(n > 0 for n in facts["tables"]), f"{name}: a table without column headers"

@@ -7,6 +7,7 @@ model upgraded to opset 17 and quantized here.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -20,7 +21,7 @@ from onnx import helper, numpy_helper, version_converter
 from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
-from lab import audit, camera, compare, data, graph, kernels
+from lab import audit, camera, compare, data, graph, kernels, weight_rulers
 from lab.readers import ArrayReader
 from lab.tools import audit as audit_tool
 
@@ -416,3 +417,132 @@ def test_the_x64_option_is_measured_against_the_families_difference(cnn_doc):
     assert fix["samples"] == audit.X64_SAMPLES
     assert fix["with"]["differ"] == 0 and cnn_doc["family_difference"]["values_differ"] > 0
     assert f"= 1 on both (first {audit.X64_SAMPLES} samples) they differ on 0 of" in audit.format_report(cnn_doc)
+
+
+# --- the summary, the weight rulers, ties, the HTML page -------------------------------------------------------------
+
+def test_the_summary_comes_first_in_five_lines_and_in_the_json(cnn, cnn_doc, capsys):
+    s = cnn_doc["summary"]
+    assert len(s["lines"]) == 5
+    assert s["lines"][0] == "format: QDQ, per-channel weights (int8), activations int8"
+    assert [f["family"] for f in s["families"]] == list(kernels.FAMILIES)
+    assert all(f"{f['family']} (" in s["lines"][1] and f"accuracy {f['accuracy']:.4f}" in s["lines"][1]
+               for f in s["families"])
+    d = cnn_doc["family_difference"]
+    assert s["lines"][2].startswith(f"family difference: {d['values_differ']:,} of {d['values']:,}")
+    best = cnn_doc["exclude"]["rows"][0]["node"]
+    assert s["exclude"]["node"] == best and s["lines"][4].startswith(f"exclude: nodes_to_exclude=['{best}']")
+    text = audit.format_report(cnn_doc).splitlines()
+    assert text[1:6] == [f"  {line}" for line in s["lines"]]
+    assert audit_tool.main([str(cnn["fp32"]), str(cnn["qop"]), "--data", str(cnn["data"]), "--json",
+                            "--max-samples", "8", "--rank-samples", "0"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert list(doc)[:2] == ["schema", "summary"]
+    assert doc["summary"]["format"] == {"format": "QOperator", "weights": "per-channel", "weight_types": ["int8"],
+                                        "activation_types": ["uint8"]}
+    assert doc["summary"]["lines"][4] == "exclude: not measured: --rank-samples 0"
+
+
+def outlier_conv(folder: Path) -> dict[str, Path]:
+    """A Conv whose output channel 5 has weights 8 times the others', quantized QDQ per-tensor and per-channel, and
+    QOperator per-channel; with its data."""
+    rng = np.random.default_rng(3)
+    w = rng.normal(0, 0.1, (8, 4, 3, 3)).astype(np.float32)
+    w[5] *= 8
+    graph_ = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["y"], name="conv", pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["y"], ["r"], name="relu"),
+         helper.make_node("GlobalAveragePool", ["r"], ["g"], name="gap"),
+         helper.make_node("Flatten", ["g"], ["out"], name="flatten")],
+        "outlier", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 4, 8, 8])],
+        [helper.make_tensor_value_info("out", onnx.TensorProto.FLOAT, ["N", 8])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.zeros(8, np.float32), "b")])
+    model = helper.make_model(graph_, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, folder / "fp32.onnx")
+    x = rng.normal(0, 1, (24, 4, 8, 8)).astype(np.float32)
+    np.save(folder / "x.npy", x)
+    paths = {"fp32": folder / "fp32.onnx", "data": folder / "x.npy"}
+    for name, fmt, per_channel in (("tensor", QuantFormat.QDQ, False), ("channel", QuantFormat.QDQ, True),
+                                   ("qop", QuantFormat.QOperator, True)):
+        quantize_static(str(folder / "fp32.onnx"), str(folder / f"{name}.onnx"), ArrayReader(x, 8, "x"),
+                        quant_format=fmt, per_channel=per_channel)
+        paths[name] = folder / f"{name}.onnx"
+    return paths
+
+
+def test_weight_rulers_flag_an_outlier_channel_a_per_tensor_scale_pays_for(tmp_path):
+    m = outlier_conv(tmp_path)
+    fp32 = onnx.load(str(m["fp32"]))
+    (tensor,), (channel,), (qop,) = (weight_rulers.rows(onnx.load(str(m[k])), fp32) for k in ("tensor", "channel",
+                                                                                                "qop"))
+    w = numpy_helper.to_array(fp32.graph.initializer[0])
+    ratio = float(np.abs(w).reshape(8, -1).max(1).max() / np.median(np.abs(w).reshape(8, -1).max(1)))
+    for row in (tensor, channel, qop):
+        assert row["weight"] == "w" and row["op"] in ("Conv", "QLinearConv") and row["channels"] == 8
+        assert row["outlier_channel"] == 5 and row["outlier_ratio"] == pytest.approx(ratio, rel=0.02)
+        assert row["clipped"] == 0.0
+    # per-tensor: one scale stretched for channel 5, the others squashed to about 254 / 8 steps
+    assert tensor["paid"] and not tensor["per_channel"] and tensor["scale_spread"] == 1.0
+    assert tensor["steps_median"] < 254 / ratio * 1.5 and tensor["steps_worst"] < 50
+    assert tensor["at_ends"] < 1 / 8                      # only channel 5 reaches +-127
+    # per-channel: channel 5 has its own scale, the others keep their steps
+    assert channel["outlier"] and not channel["paid"] and channel["scale_spread"] > 4
+    assert channel["steps_median"] > 200
+    assert {k: qop[k] for k in ("steps_median", "steps_worst", "at_ends")} == \
+        {k: channel[k] for k in ("steps_median", "steps_worst", "at_ends")}   # the same ruler, read from QLinearConv
+    doc = audit.audit(m["fp32"], m["tensor"], m["data"], options=audit.Options(rank_samples=0))
+    assert doc["summary"]["worst_rulers"][0]["tensor"] == "w"
+    assert "w (channel 5's max|w| is" in doc["summary"]["lines"][3]
+    tables_ = [audit.weight_table(r).splitlines()[2] for r in ([tensor], [channel])]
+    assert "(paid)" in tables_[0] and "(paid)" not in tables_[1]
+
+
+def test_top1_ties_are_counted_and_a_singleton_output_is_squeezed(tmp_path):
+    """A MatMul whose classes 0 and 1 differ by 1e-4 of their weights, output [N, 3, 1, 1]: FP32 always picks class
+    1, the INT8 weights are equal so every row ties and argmax takes class 0. Agreement 0 is said as ties."""
+    rng = np.random.default_rng(5)
+    col = rng.uniform(0.5, 1.0, (6, 1)).astype(np.float32)
+    w = np.concatenate([col, col * (1 + 1e-4), -col], axis=1)
+    graph_ = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+         helper.make_node("Reshape", ["m", "shape"], ["out"], name="reshape")],
+        "ties", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 6])],
+        [helper.make_tensor_value_info("out", onnx.TensorProto.FLOAT, ["N", 3, 1, 1])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array([-1, 3, 1, 1], np.int64), "shape")])
+    onnx.save(helper.make_model(graph_, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "fp32.onnx")
+    x = rng.uniform(0, 1, (20, 6)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    quantize_static(str(tmp_path / "fp32.onnx"), str(tmp_path / "int8.onnx"), ArrayReader(x, 5, "x"),
+                    quant_format=QuantFormat.QDQ)
+    out = compare.predict(tmp_path / "int8.onnx", x, "x")
+    assert out.shape == (20, 3, 1, 1) and np.all(out[:, 0] == out[:, 1])        # tied for real
+    doc = audit.audit(tmp_path / "fp32.onnx", tmp_path / "int8.onnx", tmp_path / "x.npy",
+                      options=audit.Options(rank_samples=0))
+    here = next(f for f in doc["families"] if f["computed_on"] == "this machine's kernels")
+    assert here["agreement"] == 0.0 and here["top1_ties"] == 20 and here["agreement_ties_to_fp32"] == 1.0
+    assert "20 row(s) tie at the INT8 top-1 (argmax takes the first class; ties broken toward FP32 or the label: " \
+           "agreement 1.0000)" in audit.format_report(doc)
+    assert "20 tied row(s)" in doc["summary"]["lines"][1]
+
+
+def test_the_html_report_has_the_summary_real_tables_and_described_figures(tmp_path):
+    m = outlier_conv(tmp_path)
+    page = tmp_path / "audit.html"
+    assert audit_tool.main([str(m["fp32"]), str(m["tensor"]), "--data", str(m["data"]), "--html", str(page),
+                            "--rank-samples", "4"]) == 0
+    text = page.read_text(encoding="utf-8")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert page.stat().st_mode & 0o777 == 0o666 & ~mask
+    assert "<h2>Summary</h2>" in text and "format: QDQ, per-tensor weights (int8), activations" in text
+    assert "exclude: nodes_to_exclude=[&#x27;conv&#x27;]" in text
+    assert re.search(r'<th scope="col"[^>]*>steps used: median / worst channel</th>', text)
+    assert '<th scope="row" style="text-align: left">w</th>' in text
+    images = re.findall(r"<img [^>]*>", text)
+    assert len(images) == 2
+    for img in images:
+        assert re.search(r'src="data:image/png;base64,[A-Za-z0-9+/=]{100,}"', img)
+        alt = re.search(r'alt="([^"]*)"', img)
+        assert alt and alt.group(1).strip(), img[:200]
+    assert "stretch one per-tensor scale for an outlier channel: w" in text
+    assert "http://" not in text and "https://" not in text          # self-contained

@@ -377,7 +377,7 @@ def drive_lessons(page, errors: list[str], jupyter: JupyterServer, lab_root: Pat
 
 # A first try many students write: a list of batches read by index (IndexError after the last one),
 # kept in float64. Both break the CalibrationDataReader contract that lesson 02 teaches.
-BROKEN_READER = '''%%writefile "{WORK_DIR}/calibration_reader.py"
+BROKEN_READER = '''%%writefile "{WORK}/calibration_reader.py"
 """A first try: a list of batches read by index, left in float64."""
 import numpy as np
 from onnxruntime.quantization import CalibrationDataReader
@@ -409,7 +409,7 @@ def write_broken_reader_lesson(lab_root: Path) -> Path:
     nb = nbformat.read(lessons[0], as_version=4)
     params = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     readers = [c for c in nb.cells if c.cell_type == "code"
-               and c.source.startswith('%%writefile "{WORK_DIR}/calibration_reader.py"')]
+               and c.source.startswith('%%writefile "{WORK}/calibration_reader.py"')]
     assert len(params) == 1 and len(readers) == 1, \
         f"{lessons[0].name}: expected one parameters cell and one %%writefile reader cell"
     params[0].source, n = re.subn(r'^WORK_DIR = "[^"]*"', 'WORK_DIR = "../workspace-broken-reader"',

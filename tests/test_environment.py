@@ -4,8 +4,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from packaging.specifiers import SpecifierSet
 
 from instructor import kit as kit_builder
+from instructor import pins
 from lab import environment as env
 
 
@@ -140,3 +142,90 @@ def test_every_place_that_names_the_kernel_names_lab_environments():
     assert notebooks
     names = {nb.name: json.loads(nb.read_text())["metadata"]["kernelspec"]["name"] for nb in notebooks}
     assert set(names.values()) == {env.KERNEL_NAME}, names
+
+
+# --- the pins the lab ships, and each host's fix ------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_shipped_pins_are_requirements_txts_lesson_part():
+    requirements = (REPO / "requirements.txt").read_text(encoding="utf-8")
+    assert env.SHIPPED_PINS.read_text(encoding="utf-8") == pins.lab_pins(requirements), (
+        "lab/pins.txt differs from requirements.txt; write it again: python -c \"from instructor.pins import lab_pins; "
+        "open('lab/pins.txt', 'w').write(lab_pins(open('requirements.txt').read()))\"")
+    shipped = env.parse_pins(env.SHIPPED_PINS.read_text(encoding="utf-8"))
+    assert set(env.CORE_PACKAGES) <= set(shipped) and "pytest" not in shipped and "calibration-lab" not in shipped
+
+
+def test_colabs_pins_keep_the_core_exact_and_hold_both_the_lock_and_colabs_own_versions():
+    from test_colab_root import COLAB_PREINSTALLED
+
+    lock = env.parse_pins((REPO / "requirements.txt").read_text(encoding="utf-8"))
+    colab = env.parse_specifiers(env.COLAB_PINS.read_text(encoding="utf-8"))
+    assert {name: colab[name] for name in env.CORE_PACKAGES} == {name: f"=={lock[name]}" for name in env.CORE_PACKAGES}
+    preinstalled = env.parse_pins("\n".join(COLAB_PREINSTALLED))
+    for name, spec in colab.items():
+        if name in lock:
+            assert SpecifierSet(spec).contains(lock[name]), f"{name}{spec} leaves out requirements.txt's {lock[name]}"
+        if name not in env.CORE_PACKAGES and name != "protobuf":  # protobuf: onnx needs >= 6, Colab has 5.29
+            assert SpecifierSet(spec).contains(preinstalled[name]), f"{name}{spec}: Colab has {preinstalled[name]}"
+    assert not {"jupyterlab", "papermill", "pytest", "playwright", "ipykernel"} & set(colab), "not lean"
+
+
+@pytest.mark.parametrize("environ, colab, checkout, name, words", [
+    ({}, False, True, "checkout", "make setup"),
+    ({"JUPYTERHUB_USER": "ada"}, False, True, "hub", "ask your instructor"),
+    ({}, True, False, "colab", "Runtime > Restart session"),
+    ({}, False, False, "installed", "pip install -r requirements.txt"),
+])
+def test_each_host_tells_its_own_fix(environ, colab, checkout, name, words):
+    where = env.host(environ, colab=colab, checkout=checkout)
+    assert where.name == name and words in where.fix
+    [c] = env.version_checks({"numpy": "2.4.6"}, {"numpy": "2.1.3"}, host=where)
+    assert c.status == "fail" and c.fix == where.fix
+
+
+def test_an_install_under_a_running_kernel_says_restart_not_reinstall():
+    colab = env.HOSTS["colab"]
+    [stale] = env.version_checks({"numpy": "==2.4.6"}, {"numpy": "2.1.3"}, host=colab, on_disk={"numpy": "2.4.6"})
+    assert stale.found == "2.1.3" and stale.fix.startswith("restart the runtime (Runtime > Restart session)")
+    [old] = env.version_checks({"numpy": "==2.4.6"}, {"numpy": "2.1.3"}, host=colab, on_disk={"numpy": "2.1.3"})
+    assert old.fix == colab.fix
+    [ranged] = env.version_checks({"matplotlib": ">=3.9"}, {"matplotlib": "3.10.0"})
+    assert (ranged.status, ranged.expected) == ("ok", ">=3.9")
+
+
+def test_the_running_version_is_the_imported_modules():
+    import numpy
+
+    assert env.running_versions({"numpy": "0.0.1", "tqdm": "1"}) == {"numpy": numpy.__version__, "tqdm": "1"}
+
+
+def test_with_no_checkout_the_check_reads_the_pins_the_lab_ships(tmp_path, monkeypatch):
+    for variable in (*env.HUB_VARIABLES, "COLAB_RELEASE_TAG"):
+        monkeypatch.delenv(variable, raising=False)
+    report = env.check(tmp_path)  # a folder with no requirements.txt: a pip-installed lab
+    assert report.pins_source == "lab/pins.txt"
+    assert {"onnx", "onnxruntime", "numpy"} <= {c.name for c in report.checks if c.topic == "versions"}
+    assert not [c for c in report.checks if c.name in env.CORE_PACKAGES and c.status != "ok"], report.table()
+    assert env.pins_for(env.HOSTS["colab"], REPO / "requirements.txt")[0] == "lab/pins-colab.txt"
+
+
+def test_the_colab_installer_names_each_package_imported_at_another_version():
+    from types import SimpleNamespace
+
+    from lab.tools import colab
+
+    names = colab.requirement_names(colab.PINS.read_text(encoding="utf-8"))
+    assert names[:4] == ["onnx", "onnxruntime", "numpy", "protobuf"] and set(env.parse_specifiers(
+        colab.PINS.read_text(encoding="utf-8"))) == {env.normalize(n) for n in names}
+    import numpy
+
+    imported = {"numpy": SimpleNamespace(__version__="2.1.3"), "google.protobuf": SimpleNamespace(__version__="5.29.6")}
+    changed = colab.stale(["numpy", "protobuf", "onnx"], imported)
+    assert changed["numpy"] == ("2.1.3", numpy.__version__) and "onnx" not in changed
+    assert colab.restart_line({"numpy": ("2.1.3", "2.4.6")}) == (
+        "restart the runtime now (Runtime > Restart session), then run this cell again: numpy 2.1.3 -> 2.4.6 was "
+        "already imported in this runtime")
+    assert colab.stale(["numpy"]) == {}, "this kernel runs the numpy it has installed"

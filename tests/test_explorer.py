@@ -1,10 +1,12 @@
 """The range explorer: its numbers move with the range, the figure shows the ranges, the widget follows the slider."""
 import io
+import re
 
+import numpy as np
 import pytest
 from onnx import numpy_helper
 
-from lab import convert, data, graph, workspace
+from lab import convert, data, graph, variant, workspace
 from lab.errors import ModelContractError
 from lab.lessons import lesson01_the_ruler as explorer
 
@@ -55,7 +57,7 @@ def test_numbers_change_as_the_range_moves(pixels):
 
 def test_stats_text_has_the_documented_form(pixels):
     text = explorer.explore(pixels, 0.0, 0.25)["text"]
-    assert text.startswith("clipped 39.1% · steps used 255/255 · max error ")
+    assert re.match(r"clipped 39\.1% \([\d,]+ of 25,600 values\) · steps used 255/255 · max error ", text), text
 
 
 def test_hidden_layer_presets_match_the_scales_onnx_runtime_writes(tmp_path):
@@ -80,7 +82,7 @@ def test_draw_one_panel_per_range_with_the_numbers_in_the_titles(pixels, presets
     titles = [ax.get_title(loc="left") for ax in axes]
     for (name, _), title in zip(presets.items(), titles):
         assert title.startswith(name)
-    assert "clipped 39.1%" in titles[0] and "clipped 0.0%" in titles[1]
+    assert "clipped 39.1%" in titles[0] and "clipped 0% (none of" in titles[1]
     assert "steps used 16/255" in titles[2]
     # the narrow panel shades the clipped region, the right one does not
     assert len(axes[0].patches) > len(axes[1].patches)
@@ -95,7 +97,7 @@ def test_widget_has_stable_classes_and_follows_the_slider(pixels, presets):
     buttons, slider, stats, _ = box.children
     assert "cl-range-slider" in slider._dom_classes and "cl-range-stats" in stats._dom_classes
     before = stats.value
-    assert "clipped 0.0%" in before
+    assert "clipped 0% (none of" in before
     slider.value = (0.0, 0.25)
     assert stats.value != before and "clipped 39.1%" in stats.value
     assert buttons.value is None
@@ -108,11 +110,11 @@ def test_slider_track_fits_the_data_and_stretches_only_for_a_far_preset():
     values = explorer.layer_values(data.fixture_path("fp32.onnx"), data.load_split("evaluation").pixels)
     ranges = explorer.calibration_ranges(data.fixture_path("fp32.onnx"))
     buttons, slider, _, _ = explorer.range_explorer(values, ranges).children
-    assert slider.max == pytest.approx(2 * values.max())
+    assert slider.max == pytest.approx(explorer.TRACK_TIMES_MAX * values.max())
     buttons.value = "wide"
     assert slider.value == ranges["wide"] and slider.max > ranges["wide"][1]
     buttons.value = "narrow"
-    assert slider.value == ranges["narrow"] and slider.max == pytest.approx(2 * values.max())
+    assert slider.value == ranges["narrow"] and slider.max == pytest.approx(explorer.TRACK_TIMES_MAX * values.max())
 
 
 def test_preset_colours_match_the_later_lessons_figures():
@@ -186,6 +188,27 @@ def test_the_explorer_names_its_handles_exposes_its_presets_and_announces_result
     assert "aria-pressed" in script and '"aria-live": "polite"' in script and '"role": "status"' in script
     buttons, slider, stats, _ = explorer.range_explorer(pixels, presets).children
     assert slider.description == "calibration range"
-    assert stats.value.startswith("<code>right: range [0.000, 1.000], scale 0.003922 · clipped 0.0%")
+    assert stats.value.startswith("<code>right: range [0.000, 1.000], scale 0.003922 · "
+                                  "clipped 0% (none of 25,600 values)")
     slider.value = (0.0, 0.25)
     assert stats.value.startswith("<code>your range: range [0.000, 0.250]")
+
+
+@pytest.mark.parametrize("student", [None, "s2417093", "q7new"])
+def test_the_explorer_can_answer_its_own_questions(student):
+    """Lesson 01 asks for the smallest upper end that clips nothing, and how wide the right range can get before
+    the max error doubles: a single clipped value must not read as 0 %, and the doubling must lie on the track."""
+    variant.activate(student)
+    try:
+        values = explorer.layer_values(data.fixture_path("fp32.onnx"), data.load_split("evaluation").pixels)
+        lo, hi = explorer.calibration_ranges(data.fixture_path("fp32.onnx"))["right"]
+    finally:
+        variant.activate(None)
+    top = float(values.max())
+    just_below = explorer.explore(values, lo, float(np.nextafter(np.float32(top), np.float32(0))))
+    assert just_below["clipped_count"] >= 1 and "clipped 0%" not in just_below["text"], just_below["text"]
+    right = explorer.explore(values, lo, hi)["max_abs_error"]
+    track = explorer.slider_span(values, (lo, hi))
+    doubled = next(k for k in np.linspace(1, track / hi, 200)
+                   if explorer.explore(values, lo, hi * k)["max_abs_error"] >= 2 * right)
+    assert hi * doubled < track

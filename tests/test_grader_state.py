@@ -30,7 +30,7 @@ from lab.tools.submit import submit
 # the grading state: ``grader.reuse.per_worker`` replaces an ``lru_cache`` of fixture values). Nothing may be added.
 ELSEWHERE = {
     "grader.export": {"NEEDS", "EXPORTED"},
-    "grader.lessons.lesson02_the_calibration_reader": {"_RANGES", "RULE_KEYS", "DRIVES"},
+    "grader.lessons.lesson02_the_calibration_reader": {"_RANGES", "DRIVES"},
     "grader.lessons.lesson03_narrow_right_wide": {"SETTING_WORDS", "SETTINGS", "EXPECTED_DIAGNOSIS", "_hidden_values"},
     "grader.lessons.lesson04_more_batches": {"_kept_stream", "_kept_sha256", "ADVICE", "KIND_DATA", "OTHER_KIND"},
     "grader.lessons.lesson06_accept_or_reject": {"NAMES", "FILE_NAMES"},

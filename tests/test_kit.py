@@ -461,7 +461,7 @@ def test_hand_in_works_from_the_notebooks_folder_as_the_readme_says(student_kit,
 
 KIT_CASES = {
     "06 summarize without the 0-9 rule": (
-        "06_accept_or_reject", '%%writefile "{WORK_DIR}/metrics.py"',
+        "06_accept_or_reject", '%%writefile "{work}/metrics.py"',
         lambda s: s.replace("    for name, values in ((\"predictions\", predictions), (\"labels\", labels)):\n"
                             "        for i, value in enumerate(values):\n"
                             "            if value != int(value) or not 0 <= value < N_CLASSES:\n"
@@ -471,7 +471,7 @@ KIT_CASES = {
         ("SummarizeCheckError", "raised IndexError (list index out of range) instead: a label outside 0-9 must "
                                 "raise ValueError naming the bad value 10")),
     "06 summarize with a transposed matrix": (
-        "06_accept_or_reject", '%%writefile "{WORK_DIR}/metrics.py"',
+        "06_accept_or_reject", '%%writefile "{work}/metrics.py"',
         lambda s: s.replace("confusion[int(actual)][int(predicted)] += 1",
                             "confusion[int(predicted)][int(actual)] += 1"),
         "acceptance.check_summarize(", True, ("the confusion matrix is transposed", "belongs in confusion[1][2]")),

@@ -28,6 +28,17 @@ LESSONS = run.discover()
 NAMES = [nb.name for nb in LESSONS]
 NBVAL_TIMEOUT_S = 3000
 FIGURE_WITH_ALT = re.compile(r'<figure[^>]*><img src="data:image/png;base64,[^"]+" alt="[^"]*\d[^"]{20,}"')
+FIGURE = re.compile(r'<figure class="lab-figure".*?</figure>', re.S)
+# a figure's data (lab.figure_data): at least one row as a table, and the CSV to download
+FIGURE_DATA = re.compile(r"<summary>The figure's data \([1-9]\d* rows.*?<a download=\"[^\"]+\.csv\" "
+                         r'href="data:text/csv;charset=utf-8,[^"]+".*?<tbody><tr>', re.S)
+
+
+def figures_without_data(nb: nbformat.NotebookNode) -> list[str]:
+    """The captions of the figures in ``nb``'s outputs that carry no data table with its CSV."""
+    shown = [f for c in code_cells(nb) for o in c.outputs
+             for f in FIGURE.findall(o.get("data", {}).get("text/html", ""))]
+    return [re.sub(r"<.*", "", f.split("<figcaption>", 1)[-1])[:80] for f in shown if not FIGURE_DATA.search(f)]
 
 
 def read(name: str) -> nbformat.NotebookNode:
@@ -115,6 +126,8 @@ def test_lesson_runs_headless_with_small_parameters(lesson_suite, name):
     blank = [i for i in drawn if not any(FIGURE_WITH_ALT.search(o.get("data", {}).get("text/html", ""))
                                          for o in cells[i].outputs)]
     assert not blank, f"{name}: code cells {blank} call lab.plots.shown but show no picture with alt text"
+    bare_figures = figures_without_data(executed)
+    assert not bare_figures, f"{name}: figures without their data (a table and a CSV): {bare_figures}"
     assert not any(c.outputs for c in code_cells(read(name))
                    if not c.source.lstrip().startswith("# NBVAL_CHECK_OUTPUT")), "the source was written over"
 

@@ -122,3 +122,48 @@ def test_the_digit_grid_and_the_speed_sweep_fit_their_canvas():
                                                     vmax=data.RAW_MAX))
     _assert_fits_its_canvas(speed.plot_sweep([speed.WidthPoint(w, 64, 1.0, 1.0 / s)
                                               for w, s in ((64, 0.8), (256, 1.3), (1024, 2.4))]))
+
+
+def test_a_figures_data_is_read_from_what_it_draws_bins_bars_lines_and_small_images():
+    """``lab.figure_data``: a histogram's bins and counts, bars by category, a named line's points, a 3x2 image's
+    values; the table and the CSV hold the same rows."""
+    import csv
+
+    from lab import figure_data
+
+    fig = Figure()
+    ax1, ax2 = fig.subplots(1, 2)
+    ax1.hist([0.5, 1.5, 1.6, 2.5], bins=[0, 1, 2, 3], histtype="step", label="pixels")
+    ax1.plot([1, 2], [3, 4], label="fit")
+    ax1.set_title("left")
+    ax2.bar([0, 1], [7, 2], label="count")
+    ax2.set_xticks([0, 1], ["narrow", "wide"])
+    ax2.imshow(np.arange(6).reshape(3, 2))
+    ax2.set_title("right")
+    table = figure_data.table(fig, "two panels")
+    assert table.headings == ("series", "panel", "x", "to", "y", "value")
+    rows = list(table.rows)
+    assert [r[2:5] for r in rows if r[0] == "pixels"] == [("0", "1", "1"), ("1", "2", "2"), ("2", "3", "1")]
+    assert ("fit", "left", "2", "", "4", "") in rows
+    assert [(r[2], r[4]) for r in rows if r[0] == "count"] == [("narrow", "7"), ("wide", "2")]
+    assert [r[5] for r in rows if r[0] == "image"] == ["0", "1", "2", "3", "4", "5"]
+    assert list(csv.reader(io.StringIO(table.csv()))) == [list(table.headings), *map(list, rows)]
+    page = table.html()
+    assert 'download="two panels.csv"' in page and "<th scope=\"col\"" in page and "(13 rows)" in page
+
+
+def test_every_shown_figure_carries_its_data(monkeypatch):
+    """The digit grid gives its own rows (each digit's label and reading); a figure with many rows shows the first
+    ones in its table and every one in its CSV."""
+    from lab import figure_data
+
+    images, labels = np.zeros((3, 64)), np.array([1, 2, 3])
+    shown = plots.shown(plots.digit_grid_figure(images, labels, np.array([1, 7, 3]), [("first", [0, 1, 2])], 16))
+    assert shown.table.headings == ("group", "digit", "true label", "read as")
+    assert shown.table.rows[1] == ("first", "2", "2", "7")
+    assert "The figure's data (3 rows)" in shown.html()
+    fig = Figure()
+    fig.subplots().plot(np.arange(100), np.arange(100) ** 2, label="square")
+    many = plots.shown(fig)
+    assert len(many.table.rows) == 100 and many.table.csv().count("\n") == 101
+    assert f"the first {figure_data.SHOWN_ROWS} shown here" in many.html()

@@ -11,12 +11,14 @@ import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 from bad_submissions import corpus
-from browser_support import chromium_path, launched_chromium
+from browser_support import axe_blocking, chromium_path, launched_chromium
 
+from grader import report, report_items
 from grader.report import write_report
 from grader.rubric import rubric
 from lab.tools.submit import submit
@@ -134,8 +136,94 @@ def test_report_names_the_most_lost_check_in_chromium(graded, browser):
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "class-report.png"), full_page=True)
         assert not errors, errors
+        # WCAG 2.1 AA, as the lessons' reading copies are checked: axe-core in this Chromium, nothing serious
+        blocking = axe_blocking(page)
+        assert not blocking, "report.html: axe-core finds\n" + "\n".join(blocking)
     finally:
         context.close()
+
+
+class Page(HTMLParser):
+    """What a reader of the page gets: each figure's bars (label, count, fill, tooltip), each table's body rows as
+    cell texts, and every element's ``title=`` tooltip."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.bars: dict[str, list[dict]] = {}
+        self.tables: dict[str, list[list[str]]] = {}
+        self.tooltips: list[str] = []
+        self._svg = self._table = None
+        self._bar: dict | None = None
+        self._cell: list[str] | None = None
+        self._in_title = False
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if "title" in a:
+            self.tooltips.append(a["title"])
+        if tag == "svg":
+            self._svg = a["id"]
+            self.bars[self._svg] = []
+        elif tag == "rect" and a.get("class") == "bar":
+            self._bar = {"label": a["data-label"], "count": a["data-count"], "fill": a["fill"], "title": ""}
+            self.bars[self._svg].append(self._bar)
+        elif tag == "title" and self._bar is not None:
+            self._in_title = True
+        elif tag == "table":
+            self._table = a.get("id")
+            self.tables[self._table] = []
+        elif tag == "tr" and self._table is not None:
+            self.tables[self._table].append([])
+        elif tag == "td" and self._table is not None:
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag == "svg":
+            self._svg = None
+        elif tag == "rect":
+            self._bar = None
+        elif tag == "title":
+            self._in_title = False
+        elif tag == "table":
+            self._table = None
+        elif tag == "tr" and self._table is not None and not self.tables[self._table][-1]:
+            self.tables[self._table].pop()  # the header's row: no td
+        elif tag == "td" and self._cell is not None:
+            self.tables[self._table][-1].append("".join(self._cell).strip())
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._in_title:
+            self._bar["title"] += data
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def test_no_status_is_told_by_colour_alone_and_no_number_by_hover_alone(graded):
+    """Every bar of every figure is a row of that figure's data table (its label, its count), not only a tooltip;
+    a bar coloured by a status or a verdict says it in words, and a table row says the pass-rate band."""
+    page = Page((graded / "report.html").read_text())
+    assert not page.tooltips  # no title= attribute: a tooltip is read by no keyboard and no screen reader
+    assert {"figure", "pass-rate-figure", "lesson-score-figure"} <= set(page.bars)
+    assert any(svg.startswith("prediction-") for svg in page.bars)
+    for svg, bars in page.bars.items():
+        rows = [(label, count) for _, label, _, count in page.tables[f"{svg}-data"]]
+        assert rows == [(b["label"], b["count"]) for b in bars], svg
+        assert all(b["title"] == f"{b['label']}: {b['count']}" for b in bars)  # the tooltip holds nothing more
+    by_status = [b for b in page.bars["figure"] if b["label"] in report.STATUS_COLORS]
+    assert {b["label"] for b in by_status} >= {"graded", "invalid", "timeout"}
+    assert all(b["fill"] == report.STATUS_COLORS[b["label"]] for b in by_status)  # the word is the colour's
+    words = {report_items.RIGHT: ("(pass)", "right:"), report_items.MIXED: ("(partial)", "partly right:"),
+             report_items.WRONG: ("(fail)", "wrong:")}
+    for svg in [s for s in page.bars if s == "pass-rate-figure" or s.startswith("prediction-")]:
+        for b in page.bars[svg]:
+            assert any(w in b["label"] for w in words[b["fill"]]), (svg, b)
+    bands = {row[-1] for row in page.tables["pass-rates"]}
+    assert bands and bands <= {"pass", "partial", "fail"}
+    for table in [t for t in page.tables if t.startswith("answers-")]:
+        assert all(row[-1].split(":")[0] in ("\u2713 right", "\u2717 wrong", "partly right")
+                   for row in page.tables[table])
 
 
 def _fake_batch(out: Path, rows: list[dict]) -> None:
@@ -191,6 +279,9 @@ def test_chart_ticks_bins_and_bars():
     assert [(b.get("data-label"), b.get("data-count")) for b in bars] == [("a", "2"), ("b", "1"), ("a", "1")]
     unit = panel.h / panel.y_top  # pixels per submission
     assert [float(b.get("height")) / unit for b in bars] == pytest.approx([2, 1, 1], abs=0.01)
+    data = Page(chart.svg([panel], "f") + chart.data_table([panel], "figure"))
+    assert data.tables["figure-data"] == [["t", "a", "1 to 1.5", "2"], ["t", "b", "1 to 1.5", "1"],
+                                          ["t", "a", "9 to 9.5", "1"]]  # each bar: panel, label, bin, count
     rows = chart.horizontal_bars((0.5, 0.2, 0.3, 0.7), "t", "x", [("<b>evil</b>", 4), ("ok", 2)], "red", "none")
     text = chart.svg([rows], "f")
     assert "<b>evil" not in text and "&lt;b&gt;evil&lt;/b&gt;" in text

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lab import contract, schemas
+from lab import contract, kernels, schemas, workspace
 from lab.tools.submit import STUB, SubmitError, default_workspace, main, submit
 
 
@@ -173,3 +173,14 @@ def test_hand_in_from_a_shared_read_only_kit_writes_beside_the_students_workspac
     path = lab.hand_in()
     assert path == work.parent.resolve() / "s-007.zip" and path.is_file()
     assert not list(kit.glob("*.zip"))
+
+
+def test_the_zip_records_the_family_the_workspace_was_computed_as_not_the_packing_process(tmp_path, monkeypatch):
+    """A workspace made as one family and packed where the other is computed is graded as the one it holds."""
+    work = make_workspace(tmp_path)
+    other = next(f for f in kernels.FAMILIES if f != kernels.machine_family())
+    (work / workspace.FAMILY_FILE).write_text(json.dumps({"family": other}))
+    monkeypatch.delenv(kernels.ENV_VAR, raising=False)
+    with zipfile.ZipFile(submit("s-001", work, tmp_path / "out")) as zf:
+        assert json.loads(zf.read("submission.json"))["kernel_family"] == other
+        assert workspace.FAMILY_FILE not in zf.namelist()

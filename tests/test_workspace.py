@@ -1,7 +1,10 @@
 """The workspace never touches the fixtures, and says clearly when it cannot be written."""
+import contextvars
+import json
+
 import pytest
 
-from lab import data, workspace
+from lab import data, kernels, workspace
 from lab.errors import WorkspaceError
 
 
@@ -126,3 +129,42 @@ def test_a_folder_without_write_permission_says_permission_denied(tmp_path):
     locked.mkdir(mode=0o500)
     with pytest.raises(WorkspaceError, match="permission denied"):
         workspace.make_workspace(locked / "workspace")
+
+
+def _in_own_context(fn, *args):
+    """Run ``fn`` in a copy of the context: a pinned family must not outlive the test."""
+    return contextvars.copy_context().run(fn, *args)
+
+
+def test_the_first_lesson_records_the_family_and_later_lessons_compute_as_it(tmp_path, monkeypatch, capsys):
+    """A Colab runtime or hub node can change CPU between sessions: the workspace keeps computing as its family."""
+    monkeypatch.delenv(kernels.ENV_VAR, raising=False)
+    here = kernels.machine_family()
+    other = next(f for f in kernels.FAMILIES if f != here)
+
+    def opened(work):
+        workspace.make_workspace(work)
+        return kernels.target_family()
+
+    assert _in_own_context(opened, tmp_path / "mine") == here
+    assert workspace.recorded_family(tmp_path / "mine") == here
+    assert capsys.readouterr().out == ""
+    (tmp_path / "moved").mkdir()
+    (tmp_path / "moved" / workspace.FAMILY_FILE).write_text(json.dumps({"family": other}))
+    assert _in_own_context(opened, tmp_path / "moved") == other
+    assert f"computed as the {other} family" in capsys.readouterr().out
+    assert kernels.target_family() == here  # nothing leaked out of the notebook's context
+
+
+def test_an_explicit_family_wins_and_says_the_workspace_disagrees(tmp_path, monkeypatch, capsys):
+    here = kernels.machine_family()
+    other = next(f for f in kernels.FAMILIES if f != here)
+    work = tmp_path / "ws"
+    work.mkdir()
+    (work / workspace.FAMILY_FILE).write_text(json.dumps({"family": here}))
+    monkeypatch.setenv(kernels.ENV_VAR, other)
+    assert _in_own_context(lambda: (workspace.make_workspace(work), kernels.target_family())[1]) == other
+    assert f"records {here}, but {kernels.ENV_VAR}={other}" in capsys.readouterr().out
+    (work / workspace.FAMILY_FILE).write_text(json.dumps({"family": "avx"}))
+    with pytest.raises(WorkspaceError, match="kernel-family.json: field 'family' should be 'exact' or 'saturating'"):
+        workspace.make_workspace(work)

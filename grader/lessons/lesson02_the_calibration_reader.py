@@ -12,6 +12,7 @@ from onnxruntime.quantization.calibrate import CalibrationMethod, create_calibra
 from grader import own_code, sandbox
 from grader.context import RANGE_REL, SCALE_REL, Context, Missing, charged_under, check, share_left
 from grader.group import Group
+from grader.mistakes import READER_SIZES, Mistake
 from grader.results import Evidence
 from lab import contract, data, graph, ruler
 from lab.data import BATCH_SIZE
@@ -205,20 +206,20 @@ def _restart(s: dict, d: dict, arrays: dict, pixels: np.ndarray) -> str | None:
     return None
 
 
-# the reader contract's rules, in the order they are judged: (rule, short key for ctx.charged, test)
-RULES = (("get_next() returns None at the end, without raising", "ending", _ending),
-         ("each batch is {input_name: array}, under the name it was given", "key", _key),
-         ("batches are float32, whatever dtype the pixels came in", "dtype", _dtype),
-         ("batches have shape [batch, 64]", "shape", _shape),
-         (SIZES_RULE, "sizes", _sizes),
-         ("the images are served unchanged and in order", "images", _images),
-         ("after None, get_next() keeps returning None", "none_again", _none_again),
-         ("rewind() and a new reader serve the same batches again", "restart", _restart))
-RULE_KEYS = {rule: key for rule, key, _ in RULES}  # rule -> short key, for ctx.charged ("reader:sizes")
+# the reader contract's rules, in the order they are judged: (rule, test, the registry's mistake when a later group
+# names it)
+RULES = (("get_next() returns None at the end, without raising", _ending, None),
+         ("each batch is {input_name: array}, under the name it was given", _key, None),
+         ("batches are float32, whatever dtype the pixels came in", _dtype, None),
+         ("batches have shape [batch, 64]", _shape, None),
+         (SIZES_RULE, _sizes, READER_SIZES),
+         ("the images are served unchanged and in order", _images, None),
+         ("after None, get_next() keeps returning None", _none_again, None),
+         ("rewind() and a new reader serve the same batches again", _restart, None))
 
 
-def findings(data: dict, arrays: dict, pixels: np.ndarray) -> list[tuple[str, str, float]]:
-    """Each broken rule of the reader contract once: (rule, what the reader did, points it costs).
+def findings(data: dict, arrays: dict, pixels: np.ndarray) -> list[tuple[str, str, float, Mistake | None]]:
+    """Each broken rule of the reader contract once: (rule, what the reader did, points it costs, its mistake).
 
     A rule is judged on the first configuration that breaks it; rules that need a finished pass
     (None again, rewind) are judged only where the pass ended with None.
@@ -226,13 +227,14 @@ def findings(data: dict, arrays: dict, pixels: np.ndarray) -> list[tuple[str, st
     drives = {d["name"]: d for d in data.get("drives", [])}
     runs = [(s, drives[s["name"]]) for s in DRIVES if s["name"] in drives]  # the lab's order of configurations
     out = []
-    for rule, _, test in RULES:
+    for rule, test, mistake in RULES:
         why = next((w for s, d in runs if (w := test(s, d, arrays, pixels))), None)
         if why:
-            out.append((rule, why, RULE_COST))
+            out.append((rule, why, RULE_COST, mistake))
     if not data.get("subclass"):
         out.append(("DigitReader subclasses CalibrationDataReader",
-                    "DigitReader does not subclass onnxruntime.quantization.CalibrationDataReader", SUBCLASS_COST))
+                    "DigitReader does not subclass onnxruntime.quantization.CalibrationDataReader", SUBCLASS_COST,
+                    None))
     return out
 
 
@@ -243,7 +245,7 @@ def run(ctx: Context) -> list:
     if refused:  # it would pass on the lab's ArrayReader, not the student's code: nothing of it is run
         return [check(PART, "contract", 0, refused), check(PART, "range_from_reader", 0, refused)]
     pixels = data.calibration_set("right")
-    child = sandbox.run(*_reader_request(ctx, pixels))
+    child = sandbox.run(*reader_runs(ctx)[0])
     if child.status != "ok" or not child.data.get("ok"):
         if child.status == "timeout":
             ctx.timed_out = True
@@ -262,13 +264,15 @@ def run(ctx: Context) -> list:
     found = findings(child.data, child.arrays, pixels)
     lesson = drives.get("lesson", {})
     report = lesson.get("report", {})
-    ctx.charged.update(f"reader:{RULE_KEYS.get(rule, rule)}" for rule, _, _ in found)
-    cost = sum(c for _, _, c in found)
+    for *_, mistake in found:
+        if mistake is not None:
+            ctx.charge(mistake)
+    cost = sum(c for _, _, c, _ in found)
     fraction = share_left(PART, "contract", cost)
     if found:
         msg = (f"the reader breaks {len(found)} rule(s) of the contract lesson 02's tests check "
                f"(1 point each, half for the subclass, at the committed rubric's price): "
-               + " ".join(f"({i}) '{rule}': {why}." for i, (rule, why, _) in enumerate(found, 1))
+               + " ".join(f"({i}) '{rule}': {why}." for i, (rule, why, _, _) in enumerate(found, 1))
                + " Run lesson 02's check cell (lesson.check_reader and lesson.check_other_input, which builds the "
                  "reader with input_name='x' and float64 pixels) and its test cell to see each rule")
         problems = " ".join(report.get("problems", []))
@@ -337,11 +341,11 @@ def _other_data(ctx: Context, got, pixels: np.ndarray) -> bool:
 
 
 def reader_batches_charged(ctx: Context) -> str:
-    """'' unless the reader's batch sizes were charged under ``contract``; then how a later check names a batch
-    count that follows from them (a report honestly records the batches the reader served), without a charge."""
-    if f"reader:{RULE_KEYS.get(SIZES_RULE, 'sizes')}" not in ctx.charged:
+    """'' unless the reader's batch sizes were charged under ``contract`` (``READER_SIZES``); then how a later check
+    names a batch count that follows from them (a report honestly records the batches the reader served)."""
+    if not ctx.charged(READER_SIZES):
         return ""
-    return f"because of the reader's batch sizes above ({charged_under(PART, 'contract')})"
+    return f"because of {READER_SIZES.wording} above ({READER_SIZES.charged_under()})"
 
 
 def _reader_request(ctx: Context, pixels: np.ndarray, drives=DRIVES) -> sandbox.Request:
@@ -356,8 +360,8 @@ def _served_drive(pixels: np.ndarray, batch_size: int) -> dict:
             "dtype": "float32"}
 
 
-def runs_planned(ctx: Context) -> list:
-    """The reader run this lesson's checks ask for (``sandbox.plan``), if they will run the reader at all."""
+def reader_runs(ctx: Context) -> list[sandbox.Request]:
+    """The reader run ``run`` asks for (its group's ``request``, planned ahead), if it will run the reader at all."""
     if not ctx.has("calibration_reader.py") or own_code.refusal_for(ctx.sub.path("calibration_reader.py")):
         return []
     return [_reader_request(ctx, data.calibration_set("right"))]
@@ -384,4 +388,5 @@ def served_count(ctx: Context, pixels: np.ndarray, batch_size: int) -> int | Non
     return int(sum(got["first"]["sizes"]))
 
 
-GROUPS = (Group("02", PART, ("contract", "range_from_reader"), run, needs=("calibration_reader.py",)),)
+GROUPS = (Group("02", PART, ("contract", "range_from_reader"), run, needs=("calibration_reader.py",),
+                charges=(READER_SIZES,), request=reader_runs),)

@@ -28,6 +28,7 @@ from grader.context import (
 )
 from grader.group import Group
 from grader.lessons.lesson02_the_calibration_reader import reader_batches_charged
+from grader.mistakes import READER_SIZES
 from grader.models import ModelRefused
 from grader.results import Evidence
 from lab import compare, contract, data, graph, ruler
@@ -372,4 +373,4 @@ def _dynamic(ctx: Context, doc: dict):
 
 
 GROUPS = (Group("03", PART, ("quantized", "ruler_reported", "range_seen", "max_abs_error", "diagnosis", "dynamic"), run,
-                needs=("results.json",)),)
+                needs=("results.json",), reads=(READER_SIZES,)),)

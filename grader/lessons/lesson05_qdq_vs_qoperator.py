@@ -26,6 +26,7 @@ from grader.context import (
 from grader.group import Group
 from grader.lessons.lesson02_the_calibration_reader import reader_batches_charged
 from grader.lessons.lesson03_narrow_right_wide import forbidden_settings
+from grader.mistakes import READER_SIZES
 from grader.results import Evidence
 from lab import compare, contract, data, graph, ruler
 from lab.lessons import lesson05_qdq_vs_qoperator
@@ -307,4 +308,4 @@ def _elementwise(ctx: Context, doc: dict, qdq_rel: str, qop_rel: str, wrong: Seq
 
 
 GROUPS = (Group("05", "formats", ("two_formats", "same_scales", "same_order", "elementwise"), run,
-                needs=("formats.json", QDQ, QOPERATOR)),)
+                needs=("formats.json", QDQ, QOPERATOR), reads=(READER_SIZES,)),)

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import random
+from dataclasses import dataclass
 from types import MappingProxyType
+from typing import NamedTuple
 
 import numpy as np
 
@@ -28,6 +30,7 @@ from grader.context import (
     value,
 )
 from grader.group import Group
+from grader.mistakes import SUMMARY_PERCENTAGE, SUMMARY_TRANSPOSED, Mistake
 from grader.results import Evidence
 from lab import compare, data, graph
 from lab.data import EPSILON
@@ -86,10 +89,6 @@ def run_gate(ctx: Context) -> list:
                   f"FP32 record of your regression.json (it reports {said})")]
 
 
-PERCENT = "summarize:percentage"  # ctx.charged: summarize() returned the accuracy as a percentage (charged there)
-TRANSPOSED_CHARGED = "transposed"  # ctx.charged: summarize()'s confusion is transposed (charged there)
-# SUMMARY_MISTAKES kind -> ctx.charged
-CHARGED_KINDS = MappingProxyType({"percentage": PERCENT, "transposed": TRANSPOSED_CHARGED})
 REGRESSION = "regression.json"
 
 
@@ -97,11 +96,11 @@ def _without_regression(ctx: Context, names: tuple[str, ...] = ("summaries", "pr
     """regression.json is missing: its checks ``names`` score 0. When summarize() returned a percentage (charged under
     summarize_code), lesson 06 could not write it (its schema takes a 0-1 ratio): the consequence is named, not
     charged again."""
-    if PERCENT in ctx.charged:
-        why = (f"{REGRESSION} is not in the submission because of the mistake above: summarize() returns the "
-               "accuracy as a percentage, and lesson 06 cannot write a percentage into regression.json (a 0-1 ratio). "
+    if ctx.charged(SUMMARY_PERCENTAGE):
+        why = (f"{REGRESSION} is not in the submission because of the mistake above: {SUMMARY_PERCENTAGE.wording}, "
+               "and lesson 06 cannot write a percentage into regression.json (a 0-1 ratio). "
                "Return correct / count in metrics.py, re-run lesson 06, then hand in again; "
-               + charged_under(PART, "summarize_code"))
+               + SUMMARY_PERCENTAGE.charged_under())
         return [check(PART, name, 1, why) for name in names]
     why = (f"{REGRESSION} is not in the submission: lesson 06 writes it into the workspace; run that lesson, "
            "then hand in again")
@@ -116,12 +115,13 @@ def run(ctx: Context) -> list:
     probs = {name: _probs(ctx, name) for name in NAMES}
     mine = {name: _summary(p, labels) for name, p in probs.items()}
     out = []
-    good, msgs, ev = 0, [], []
-    charged = TRANSPOSED_CHARGED in ctx.charged
+    good, msgs, ev, transposed = 0, [], [], False
+    charged = ctx.charged(SUMMARY_TRANSPOSED)
     for name in NAMES:
         rep = _reported(doc, name)
-        ok, msg, evs = _compare_summary(name, rep, mine[name], probs[name], exact=(name == "fp32"),
-                                        transposed_charged=charged)
+        ok, msg, evs, shown = _compare_summary(name, rep, mine[name], probs[name], exact=(name == "fp32"),
+                                               transposed_charged=charged)
+        transposed |= shown
         file_wrong = _file_facts(ctx, name, rep) if rep else []
         if name == "fp32":  # the file's own inputs: charged once, with the first model
             file_wrong += common_claims(doc, "regression.json")
@@ -131,7 +131,7 @@ def run(ctx: Context) -> list:
         msgs.append(msg)
         ev += evs
     text = "; ".join(msgs)
-    if TRANSPOSED in text and not charged:
+    if transposed:
         text += (". Rows must be the actual class and columns the predicted one: fix summarize() in metrics.py, "
                  "then re-run lesson 06")
     out.append(check(PART, "summaries", good / 3, text, ev))
@@ -182,9 +182,10 @@ def run_candidate(ctx: Context) -> list:
 
 
 def _compare_summary(name: str, rep: dict, mine: dict, probs: np.ndarray, exact: bool,
-                     transposed_charged: bool = False):
+                     transposed_charged: bool = False) -> tuple[bool, str, list[Evidence], bool]:
+    """(right, message, evidence, whether the message charges a transposed confusion) for one model's summary."""
     if not rep:
-        return False, f"{name}: no summary reported in regression.json", []
+        return False, f"{name}: no summary reported in regression.json", [], False
     count_rep, correct_rep = value(rep, "count"), value(rep, "correct")
     acc_rep = number(value(rep, "accuracy"))
     conf_rep = np.asarray(value(rep, "confusion", default=[]), dtype=object)
@@ -195,7 +196,7 @@ def _compare_summary(name: str, rep: dict, mine: dict, probs: np.ndarray, exact:
     ev = [Evidence(f"{name} count", count_rep, mine["count"], 0, "exact"),
           Evidence(f"{name} correct", correct_rep, mine["correct"], allowed, why),
           Evidence(f"{name} accuracy", acc_rep, mine["accuracy"], allowed / mine["count"] + EPSILON, why)]
-    problems, notes = [], []
+    problems, notes, transposed_here = [], [], False
     if count_rep != mine["count"]:
         problems.append(f"count {count_rep}, expected {mine['count']}")
     if not isinstance(correct_rep, int) or abs(correct_rep - mine["correct"]) > allowed:
@@ -209,9 +210,10 @@ def _compare_summary(name: str, rep: dict, mine: dict, probs: np.ndarray, exact:
         diff = np.abs(conf_rep - np.asarray(mine["confusion"])).sum()
         transposed = np.abs(conf_rep - np.asarray(mine["confusion"]).T).sum()
         if diff > 2 * allowed and transposed == 0 and transposed_charged:
-            notes.append(f"{TRANSPOSED}, written by your summarize(): {charged_under(PART, 'summarize_code')}")
+            notes.append(f"{TRANSPOSED}, written by your summarize(): {SUMMARY_TRANSPOSED.charged_under()}")
         elif diff > 2 * allowed:
-            problems.append(TRANSPOSED if transposed == 0 else
+            transposed_here = transposed == 0
+            problems.append(TRANSPOSED if transposed_here else
                             f"confusion differs from the recomputed one in {int(diff)} count(s)")
     preds = value(rep, "predictions")
     if isinstance(preds, list) and len(preds) == len(mine["predictions"]):
@@ -223,10 +225,10 @@ def _compare_summary(name: str, rep: dict, mine: dict, probs: np.ndarray, exact:
         if outside:
             problems.append(f"predictions differ on samples {outside[:10]}, which are not near a decision boundary")
     if problems:
-        return False, f"{name}: " + ", ".join(problems), ev
+        return False, f"{name}: " + ", ".join(problems), ev, transposed_here
     note = f" (samples near a boundary: {near[:10]})" if near else ""
     note += "".join(f"; {n}" for n in notes)
-    return True, f"{name}: {mine['correct']}/{mine['count']} recomputed{note}", ev
+    return True, f"{name}: {mine['correct']}/{mine['count']} recomputed{note}", ev, False
 
 
 def _probabilities(doc: dict, probs: dict, paths: dict):
@@ -388,17 +390,25 @@ def expected_summary(case: dict) -> dict:
     return summarize(case["predictions"], case["labels"])
 
 
-# The mistakes a summary can hold, one charge each however many lists show it (``_same`` names the first it finds):
-# kind -> what the instructor's lists may show of it (``_without_values``: never a value expected on them)
+@dataclass(frozen=True)
+class SummaryKind:
+    """A kind of wrong summary: what the instructor's lists may show of it (``_without_values``: never a value expected
+    on them; None: shown as it is, it names no value), and the registry's mistake when a later group names it."""
+
+    secret_words: str | None
+    mistake: Mistake | None = None
+
+
+# The mistakes a summary can hold, one charge each however many lists show it (``_same`` names the first it finds)
 SUMMARY_MISTAKES = MappingProxyType({
-    "not_a_dict": None,            # shown as it is: it names no value
-    "count": "its count is wrong",
-    "correct": "its correct is wrong",
-    "percentage": "its accuracy is a percentage, not a 0-1 ratio",
-    "accuracy": "its accuracy is wrong",
-    "confusion_table": "its confusion is not a 10x10 table of counts",
-    "transposed": None,            # shown as it is: it names no value
-    "confusion": "its confusion does not match the counts",
+    "not_a_dict": SummaryKind(None),
+    "count": SummaryKind("its count is wrong"),
+    "correct": SummaryKind("its correct is wrong"),
+    "percentage": SummaryKind("its accuracy is a percentage, not a 0-1 ratio", SUMMARY_PERCENTAGE),
+    "accuracy": SummaryKind("its accuracy is wrong"),
+    "confusion_table": SummaryKind("its confusion is not a 10x10 table of counts"),
+    "transposed": SummaryKind(None, SUMMARY_TRANSPOSED),
+    "confusion": SummaryKind("its confusion does not match the counts"),
 })
 
 
@@ -435,7 +445,8 @@ def _without_values(kind: str, problem: str, res: dict) -> str:
     """What went wrong on the instructor's lists, without the expected numbers (they would reveal the lists)."""
     if "raised" in res:
         return f"raised {str(res['raised'])[:40]}"
-    return SUMMARY_MISTAKES.get(kind) or problem
+    known = SUMMARY_MISTAKES.get(kind)
+    return (known.secret_words if known else None) or problem
 
 
 def _cases() -> list[dict]:
@@ -455,34 +466,43 @@ def _metrics_request(ctx: Context, cases: list[dict]) -> sandbox.Request:
             None, ctx.limits)
 
 
-def runs_planned(ctx: Context) -> list:
-    """The summarize() run this lesson's checks ask for (``sandbox.plan``), if they will run metrics.py at all."""
+def summarize_runs(ctx: Context) -> list[sandbox.Request]:
+    """The summarize() run ``run_summarize`` asks for (its group's ``request``, planned ahead), if it will run
+    metrics.py at all."""
     if not ctx.has("metrics.py") or own_code.refusal_for(ctx.sub.path("metrics.py"), "metrics.py"):
         return []
     return [_metrics_request(ctx, _cases())]
 
 
-def _case_problems(cases: list[dict], returned: list) -> tuple[dict[str, tuple[str, list[str]]], str]:
+class CaseMistake(NamedTuple):
+    """One mistake of summarize() on the cases, charged once whichever cases show it: one field is set."""
+
+    summary: str = ""     # a wrong summary: its ``SUMMARY_MISTAKES`` kind
+    raised: str = ""      # the exception it raised where a summary was due
+    must_raise: str = ""  # the error case that returned a summary instead of raising
+
+
+def _case_problems(cases: list[dict], returned: list) -> tuple[dict[CaseMistake, tuple[str, list[str]]], str]:
     """What summarize() did wrong on the cases the child ran: {mistake: (its words on the first case that shows it,
-    the cases that show it)}, the mistake a ``SUMMARY_MISTAKES`` kind, a raise, or '<case> must raise' for an error
-    case that did not raise; and the secret case's problem without its values."""
+    the cases that show it)}; and the secret case's problem without its values."""
     got = {c.get("name"): c for c in returned if isinstance(c, dict)}
     secret_msg = ""
-    by_problem: dict[str, tuple[str, list[str]]] = {}
+    by_problem: dict[CaseMistake, tuple[str, list[str]]] = {}
     for case in cases:
         res = got.get(case["name"], {})
         if case.get("must_raise"):
-            kind = "" if "raised" in res else f"{case['name']} must raise"
+            key = CaseMistake() if "raised" in res else CaseMistake(must_raise=case["name"])
             problem = f"returned {str(res.get('returned'))[:60]} instead of raising an error"
         elif "raised" in res:
-            kind, problem = f"raised {res['raised']}", f"raised {res['raised']}: {res.get('message', '')}"
+            key, problem = CaseMistake(raised=str(res["raised"])), f"raised {res['raised']}: {res.get('message', '')}"
         else:
             kind, problem = _same(res.get("returned"), expected_summary(case))
+            key = CaseMistake(summary=kind)
         if case["name"] == "secret":
-            secret_msg = _without_values(kind, problem, res) if kind else ""
+            secret_msg = _without_values(key.summary, problem, res) if any(key) else ""
             continue
-        if kind:
-            by_problem.setdefault(kind, (problem, []))[1].append(case["name"])
+        if any(key):
+            by_problem.setdefault(key, (problem, []))[1].append(case["name"])
     return by_problem, secret_msg
 
 
@@ -492,7 +512,7 @@ def run_summarize(ctx: Context) -> list:
         return [check(PART, "summarize_code", 0, refused),
                 check(HIDDEN, "secret_summarize", 0, refused, hidden=True)]
     cases = _cases()
-    child = sandbox.run(*_metrics_request(ctx, cases))
+    child = sandbox.run(*summarize_runs(ctx)[0])
     if child.status != "ok" or not child.data.get("ok"):
         if child.status == "timeout":
             ctx.timed_out = True
@@ -509,18 +529,18 @@ def run_summarize(ctx: Context) -> list:
     # that does not raise ERROR_CASE_COST; the same summary mistake on the instructor's lists is not charged again
     cost, msgs = 0.0, []
     for key, (problem, names) in by_problem.items():
-        must_raise = key.endswith(" must raise")
-        cost += ERROR_CASE_COST if must_raise else SUMMARY_COST
-        if must_raise:
+        cost += ERROR_CASE_COST if key.must_raise else SUMMARY_COST
+        if key.must_raise:
             problem = "returned a summary instead of raising an error (a ValueError that says what is wrong)"
         msgs.append(f"{', '.join(names)}: {problem}")
-        if key in CHARGED_KINDS:
-            ctx.charged.add(CHARGED_KINDS[key])
+        kind = SUMMARY_MISTAKES.get(key.summary)
+        if kind is not None and kind.mistake is not None:
+            ctx.charge(kind.mistake)
     main = check(PART, "summarize_code", share_left(PART, "summarize_code", cost),
                  "summarize() passes the lesson's example, the transposition trap, the error cases (mismatched "
                  "lengths, a label or prediction outside 0-9, empty lists) and the evaluation set"
                  if not msgs else "summarize() " + "; ".join(msgs))
-    visible_wrong = any(not k.endswith(" must raise") for k in by_problem)
+    visible_wrong = any(not k.must_raise for k in by_problem)
     if secret_msg and visible_wrong:
         hidden = check(HIDDEN, "secret_summarize", 1.0, "summarize() on the instructor's lists: the same kind "
                        f"of mistake as on the lesson's lists; {charged_under(PART, 'summarize_code')}", hidden=True)
@@ -546,12 +566,14 @@ def run_heldout(ctx: Context) -> list:
                      "data"), hidden=True)]
 
 
-# summarize() first, so the summaries it wrote into regression.json are not charged again for its mistake; each
-# group needs only the files it uses (the gate uses the fixture alone)
+# summarize() charges its mistakes first, and the groups that read them come after it (grader.core checks the order);
+# each group needs only the files it uses (the gate uses the fixture alone)
 GROUPS = (
-    Group("06", PART, ("summarize_code",), run_summarize, needs=("metrics.py",), hidden=("secret_summarize",)),
-    Group("06", PART, ("fp32_gate",), run_gate),
-    Group("06", PART, ("summaries", "probabilities", "decisions"), run, needs=("candidate.onnx",)),
+    Group("06", PART, ("summarize_code",), run_summarize, needs=("metrics.py",), hidden=("secret_summarize",),
+          charges=(SUMMARY_PERCENTAGE, SUMMARY_TRANSPOSED), request=summarize_runs),
+    Group("06", PART, ("fp32_gate",), run_gate, reads=(SUMMARY_PERCENTAGE,)),
+    Group("06", PART, ("summaries", "probabilities", "decisions"), run, needs=("candidate.onnx",),
+          reads=(SUMMARY_PERCENTAGE, SUMMARY_TRANSPOSED)),
     Group("06", PART, ("candidate",), run_candidate, needs=("candidate.onnx",)),
     Group("06", PART, (), run_heldout, needs=("candidate.onnx",), hidden=("heldout",)),
 )

@@ -6,9 +6,11 @@ noisy scene's numbers follow it.
 """
 from __future__ import annotations
 
+from grader import sandbox
 from grader.context import SCALE_REL, SOFTMAX_STEP, WHY_OUTPUT, Context, charged_under, check, number, value
 from grader.group import Group
 from grader.lessons import lesson02_the_calibration_reader
+from grader.mistakes import READER_SIZES
 from grader.results import Evidence
 from lab import data, evidence, graph, kernels, ruler, variant
 from lab.data import EPSILON
@@ -60,18 +62,18 @@ def _served(ctx: Context, doc: dict, sel, ev: list) -> list[tuple[str, bool]]:
         return items
     ev.append(Evidence(f"images your DigitReader serves of the selection at batch_size={bs}", count, served, 0,
                        "an integer count: exact"))
-    if served != count and "reader:sizes" in ctx.charged:
+    if served != count and ctx.charged(READER_SIZES):
         ctx.notes.append(f"lesson 07: recipe.json says {count} calibration images, but your DigitReader serves "
                          f"{served} of them at batch_size={bs}: the release was calibrated on fewer images than "
-                         f"its recipe records ({charged_under('reader', 'contract')})")
+                         f"its recipe records ({READER_SIZES.charged_under()})")
         return items
     items.append((f"the recipe's count is what your reader served ({served} at batch_size={bs})", served == count))
     return items
 
 
-def runs_planned(ctx: Context) -> list:
-    """The reader run ``_served`` asks for (``sandbox.plan``): the recipe's selection at its batch size, if the
-    recipe names one and the reader will be run at all."""
+def served_runs(ctx: Context) -> list[sandbox.Request]:
+    """The reader run ``_served`` asks for (the group's ``request``, planned ahead; both through lesson 02's
+    ``served_request``): the recipe's selection at its batch size, if the recipe names one and the reader will run."""
     if not all(ctx.has(rel) for rel in NEEDS):
         return []
     doc = ctx.doc(RECIPE)
@@ -325,4 +327,5 @@ def _families(doc: dict, model, acc_split, seed: int = 0) -> tuple[float, list[s
     return float(ok), [msg], ev
 
 
-GROUPS = (Group("07", PART, ("recipe", "disjoint", "metadata", "scenarios"), run, needs=NEEDS),)
+GROUPS = (Group("07", PART, ("recipe", "disjoint", "metadata", "scenarios"), run, needs=NEEDS,
+                reads=(READER_SIZES,), request=served_runs),)

@@ -39,8 +39,8 @@ def _request(ctx: Context, frames: np.ndarray) -> sandbox.Request:
                            "drives": [drive], "max_batches": 1000}, {"input.npz": {"pixels": frames}}, ctx.limits)
 
 
-def runs_planned(ctx: Context) -> list:
-    """The reader run ``camera_reader`` asks for (``sandbox.plan``)."""
+def frame_reader_runs(ctx: Context) -> list[sandbox.Request]:
+    """The reader run ``camera_reader`` asks for (its group's ``request``, planned ahead), if it will run the reader."""
     if not ctx.has(READER) or own_code.refusal_for(ctx.sub.path(READER)):
         return []
     return [_request(ctx, camera_path.camera_frames())]
@@ -54,7 +54,6 @@ def runs_planned(ctx: Context) -> list:
 SIZES, SHAPES, DTYPE, KEY, VALUES, NONE_AGAIN, REWIND, FRESH = (
     "sizes", "shapes", "dtype", "key", "values", "none_again", "rewind", "fresh")
 SERVED = frozenset({SIZES, SHAPES, DTYPE, KEY, VALUES})
-CHARGED = "camera_reader:served"  # ctx.charged: the reader's served stream, charged under camera_reader
 
 
 def reader_findings(drive: dict, n: int, frames: np.ndarray | None = None) -> list[str]:
@@ -119,7 +118,7 @@ def _reader(ctx: Context) -> tuple:
     refused = own_code.refusal_for(ctx.sub.path(READER), READER)
     if refused:
         return check(PART, "camera_reader", 0, refused), None
-    child = sandbox.run(*_request(ctx, camera_path.camera_frames()))
+    child = sandbox.run(*frame_reader_runs(ctx)[0])
     if child.status != "ok" or not child.data.get("ok"):
         return check(PART, "camera_reader", 0, f"the camera reader could not be run: "
                      f"{child.message or child.data.get('error', '')}"), None
@@ -127,7 +126,6 @@ def _reader(ctx: Context) -> tuple:
     found = rule_findings(drive, len(camera_path.camera_frames()), camera_path.camera_frames())
     served = None
     if SERVED & {rule for rule, _ in found}:
-        ctx.charged.add(CHARGED)
         served = drive.get("first", {})
     return check(PART, "camera_reader", max(0.0, 1 - 0.5 * len(found)),
                  "FrameReader serves the camera's frames as lesson 10 asks" if not found else
@@ -317,4 +315,4 @@ def lesson_sets(family: str, seed: int = 0) -> tuple[dict, np.ndarray]:
     return out, labels
 
 
-GROUPS = (Group("10", PART, ("camera_reader", "camera_release", "camera_reported"), run),)
+GROUPS = (Group("10", PART, ("camera_reader", "camera_release", "camera_reported"), run, request=frame_reader_runs),)

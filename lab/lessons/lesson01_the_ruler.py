@@ -34,16 +34,26 @@ def explore(values: np.ndarray, rmin: float, rmax: float, dtype: str = "int8") -
     """
     stats = ruler_stats(values, rmin, rmax, dtype)
     stats["low"], stats["high"] = representable_range(stats["scale"], stats["zero_point"], dtype)
+    x = np.asarray(values, np.float32)
+    stats["count"], stats["clipped_count"] = int(x.size), int(np.count_nonzero((x < rmin) | (x > rmax)))
     stats["text"] = stats_text(stats)
     return stats
 
 
+def clipped_text(clipped: int, count: int) -> str:
+    """``clipped 0.0078% (1 of 12,800 values)``: a single clipped value never reads as 0 %."""
+    share = clipped / count if count else 0.0
+    pct = "0%" if not clipped else f"{share:.1%}" if share >= 0.001 else f"{100 * share:.2g}%"
+    return f"clipped {pct} ({clipped:,} of {count:,} values)" if clipped else f"clipped 0% (none of {count:,} values)"
+
+
 def stats_text(stats: dict) -> str:
-    """``clipped 12.3% · steps used 64/255 · max error 0.0123 · mean error 0.0012``."""
+    """``clipped 12.3% (1,574 of 12,800 values) · steps used 64/255 · max error 0.0123 · mean error 0.0012``."""
     if max(stats["rmax"], 0.0) - min(stats["rmin"], 0.0) <= 0:
         return ("empty range: the ruler has no width, so ONNX Runtime falls back to scale 1 "
                 "and every value rounds to a whole number · widen the range")
-    return (f"clipped {stats['clipped_fraction']:.1%} · steps used {stats['steps_used']}/{stats['steps']} · "
+    return (f"{clipped_text(stats['clipped_count'], stats['count'])} · "
+            f"steps used {stats['steps_used']}/{stats['steps']} · "
             f"max error {stats['max_abs_error']:.4g} · mean error {stats['mean_abs_error']:.2g}")
 
 
@@ -127,13 +137,17 @@ def draw(values: np.ndarray, ranges: dict[str, tuple[float, float]], dtype: str 
     return fixed_margins(fig, left=0.75, right=0.15, bottom=0.5, top=0.5 + 0.3 * bool(title), hgap=0.55)
 
 
-def slider_span(values: np.ndarray, rng: tuple[float, float]) -> float:
-    """Upper end of the slider's track: twice the largest value, or a little past ``rng`` if it reaches further.
+TRACK_TIMES_MAX = 3  # the explorer's track ends at this multiple of the largest value
 
-    A track long enough for the wide preset would squeeze the data into a few pixels, so the
-    track rescales only when a preset needs it.
+
+def slider_span(values: np.ndarray, rng: tuple[float, float]) -> float:
+    """Upper end of the slider's track: three times the largest value, or a little past ``rng`` if it reaches further.
+
+    Three times, so the lesson's question "how wide before the max error doubles?" has its answer (about twice the
+    right range) inside the track; a track long enough for the wide preset would squeeze the data into a few pixels,
+    so the track rescales only when a preset needs it.
     """
-    return float(max(2 * float(np.max(values)), 1.02 * rng[1]))
+    return float(max(TRACK_TIMES_MAX * float(np.max(values)), 1.02 * rng[1]))
 
 
 # What ipywidgets cannot say itself (WCAG 2.1 4.1.2, 4.1.3): the slider's handles get names, the preset buttons
@@ -179,7 +193,7 @@ def range_explorer(values: np.ndarray, presets: dict[str, tuple[float, float]], 
                    value_label: str = "value", start: str = "right"):
     """A widget: drag the calibration range over the values' histogram; the stats and figure follow.
 
-    Preset buttons set the range to each calibration set's; the track spans twice the largest
+    Preset buttons set the range to each calibration set's; the track spans three times the largest
     value, and stretches when a preset reaches further (see ``slider_span``). CSS classes for tests and styling:
     ``cl-range-explorer`` (the whole widget), ``cl-range-slider``, ``cl-range-presets``,
     ``cl-range-stats``. Operable by keyboard (Tab to a preset or a handle; Space picks a preset, the arrow keys

@@ -1,10 +1,11 @@
-"""``python -m lab audit FP32 INT8 --data FILE [--labels FILE] [--json]``: the lessons' diagnostics for any model.
+"""``python -m lab audit FP32 INT8 --data FILE [--labels FILE] [--json] [--html PATH]``: the lessons' diagnostics.
 
-Prints every ruler of the INT8 model (the input's and each activation's) against the FP32 values on the data, the
-error by input size, where INT8 parts from FP32, accuracy or agreement under both kernel families, and the recipe
-(see ``lab.audit``), reading the data ``--batch`` samples at a time (``--max-samples`` caps them). ``--json`` prints
-the same as one JSON document. A model or data file it cannot take is named with what was expected, and the exit
-status is 2.
+Prints a five-line summary, then every ruler of the INT8 model (the input's, each activation's, each weight's)
+against the FP32 values on the data, the error by input size, where INT8 parts from FP32, accuracy or agreement under
+both kernel families, the node to exclude and the recipe (see ``lab.audit``), reading the data ``--batch`` samples at
+a time (``--max-samples`` caps them). ``--json`` prints the same as one JSON document; ``--html PATH`` also writes it
+as one HTML page with figures (``lab.audit_html``). A model or data file it cannot take is named with what was
+expected, and the exit status is 2.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rank-samples", type=int, default=audit.RANK_SAMPLES,
                    help=f"samples the ranking of nodes to exclude runs on (default {audit.RANK_SAMPLES}; 0: none)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the text report")
+    p.add_argument("--html", metavar="PATH", help="also write the report as one self-contained HTML page to PATH")
     return p
 
 
@@ -47,6 +49,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m lab audit: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(audit.jsonable(doc), indent=2, allow_nan=False) if args.json else audit.format_report(doc))
+    if args.html:
+        from lab import audit_html  # deferred: matplotlib is imported only for the page's figures
+
+        try:
+            audit_html.write(doc, args.html)
+        except OSError as exc:
+            print(f"python -m lab audit: {args.html}: cannot write the HTML report ({exc.strerror})", file=sys.stderr)
+            return 2
+        print(f"python -m lab audit: wrote {args.html}", file=sys.stderr)
     return 0
 
 

@@ -171,7 +171,7 @@ def format_candidates(rows: Sequence[Mapping], ratios: Mapping[tuple[str, int], 
         (f"{e}_accuracy", f"{e} acc", ".3f"), (f"{e}_error", f"{e} err", ".3f"), (f"{e}_needs", "needs work", ""),
         (f"{s}_accuracy", f"{s} acc", ".3f"), (f"{s}_error", f"{s} err", ".3f"), (f"{s}_needs", "needs work", ""),
         ("saturation_free", "no int16 pairs", ""), ("holds", "holds", ""),
-        *[(f"t{b}", f"batch {b} vs FP32", ".2f") for b in batches]])
+        *[(f"t{b}", f"batch {b} time / FP32's", ".2f") for b in batches]])
 
 
 def settings_of(name: str, candidates: Mapping[str, tuple[str, dict]] = CANDIDATES) -> dict:

@@ -589,7 +589,7 @@ def plot_ranges(values: dict[str, np.ndarray], ranges: dict[str, dict[str, tuple
     cols = 2 if n > 1 else 1
     rows = -(-n // cols)
     if fig is None:
-        fig = plt.figure(figsize=(11, 3.2 * rows))
+        fig = plt.figure(figsize=(11, 4.3 * rows))
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
     styles = ["-", "--", "-.", ":", (0, (5, 1)), (0, (1, 1))]
     for ax, tensor in zip(axes, tensors):
@@ -602,18 +602,21 @@ def plot_ranges(values: dict[str, np.ndarray], ranges: dict[str, dict[str, tuple
             if tensor in r:
                 lo, hi = r[tensor]
                 color = palette.CYCLE[i % len(palette.CYCLE)]
-                ax.axvline(hi, color=color, ls=styles[i % len(styles)], lw=1.6, label=f"{label}: [{lo:.3g}, {hi:.3g}]")
+                # earlier methods drawn wider: methods that chose the same end show as nested stripes, none hidden
+                lw = 1.6 + 0.9 * (len(ranges) - 1 - i)
+                ax.axvline(hi, color=color, ls=styles[i % len(styles)], lw=lw, label=f"{label}: [{lo:.3g}, {hi:.3g}]")
                 if lo < 0:
-                    ax.axvline(lo, color=color, ls=styles[i % len(styles)], lw=1.6)
+                    ax.axvline(lo, color=color, ls=styles[i % len(styles)], lw=lw)
         ax.set_title(f"{tensor}: values seen in calibration, and each method's range", fontsize=10, y=1.0)
         ax.set_xlabel("value")
         ax.set_ylabel("count (log)")
-        ax.legend(fontsize=7, loc="upper right")
+        # below the panel, never over the lines it names
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
     for ax in axes[n:]:
         ax.set_visible(False)
     width, height = fig.get_size_inches()
-    fig.subplots_adjust(left=0.75 / width, right=1 - 0.15 / width, bottom=0.55 / height, top=1 - 0.35 / height,
-                        wspace=0.2, hspace=0.45)
+    fig.subplots_adjust(left=0.75 / width, right=1 - 0.15 / width, bottom=1.5 / height, top=1 - 0.35 / height,
+                        wspace=0.2, hspace=0.9)
     return fig
 
 
