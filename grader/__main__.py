@@ -238,7 +238,7 @@ def _course(args):
 
 def _adjust(args) -> int:
     """``adjust`` (grader.adjustments): the instructor's file, then the gradebook row and the feedback again."""
-    from grader import adjustments, course  # deferred: only this command needs them
+    from grader import adjustments, course, export  # deferred: only this command needs them
     from grader.batch import read_gradebook, write_gradebook  # deferred: the grading stack, as in `batch`
 
     out = Path(args.out)
@@ -257,13 +257,16 @@ def _adjust(args) -> int:
         extras.setdefault(s, {}).update(adjustments.columns(each))
     write_gradebook(out, list(book), book, extras)
     feedback = out / "feedback" / f"{args.student}.md"
+    a, row = every.get(args.student), book[args.student]
+    total = export.grade_of(row, a)
+    total = f"{total} / {float(row['max']):g}" if total and row.get("max") not in (None, "") else total
     if feedback.is_file():
-        write_private(feedback, adjustments.in_feedback(feedback.read_text(encoding="utf-8"),
-                                                            every.get(args.student)))
+        write_private(feedback, adjustments.in_feedback(feedback.read_text(encoding="utf-8"), a, total))
     course.like_folder(out, [out / adjustments.FILE, out / "gradebook.csv", feedback])
-    a = every.get(args.student)
     print(f"{args.student}: " + (f"{a.points:+g} point(s), '{a.comment}'" if a else "no adjustment")
-          + f"; {out / adjustments.FILE}, gradebook and feedback updated")
+          + (f", grade now {total}" if total else "")
+          + f"; {out / adjustments.FILE}, gradebook and feedback updated. The LMS files and report.html still hold "
+          f"the old grade: run `python -m grader export {out} ...` (and `python -m grader report {out}`) again")
     return 0
 
 

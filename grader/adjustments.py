@@ -80,13 +80,15 @@ def columns(adjustment: Adjustment | None) -> dict[str, str]:
     return {"adjustment": f"{adjustment.points:+g}", "adjustment_comment": adjustment.comment}
 
 
-def in_feedback(markdown: str, adjustment: Adjustment | None) -> str:
-    """The feedback with its adjustment section (replacing an earlier one), or without one."""
+def in_feedback(markdown: str, adjustment: Adjustment | None, total: str = "") -> str:
+    """The feedback with its adjustment section (replacing an earlier one), or without one; ``total``: the grade
+    with it, as the LMS gets it ("48.5 / 68"), when known."""
     body = markdown.split(MARK, 1)[0].rstrip("\n") + "\n"
     if adjustment is None:
         return body
     return (body.rstrip("\n") + MARK + f"{adjustment.points:+g} point(s): {adjustment.comment}\n\n"
-            "This adjustment is added to the grade above, with the total kept between 0 and the points possible, "
+            + (f"**Your grade with it: {total}.** " if total else "")
+            + "This adjustment is added to the grade above, with the total kept between 0 and the points possible, "
             "and kept when your hand-in is graded again.\n")
 
 

@@ -40,7 +40,7 @@ from grader.core import grade, possible_points
 from grader.course import DEFAULT, Course
 from grader.items import handin_record
 from grader.lms_downloads import Collected, HandIn, collect, handed_in_at
-from grader.private import write_private
+from grader.private import private_dir, write_private
 from grader.report import write_report
 from grader.results import PENDING, GradeResult
 from grader.roster import read_roster
@@ -319,7 +319,7 @@ def batch(folder: str | Path, out: str | Path, jobs: int = 2, resume: bool = Fal
     ``--resume`` and ``regrade`` (``regrading``); a fresh batch over it refuses, rather than drop them.
     """
     folder, out = Path(folder), Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    private_dir(out)
     previous = read_gradebook(out)
     if not resume and not regrading and any(r.get("published") for r in previous.values()):
         raise SystemExit(f"{out / 'gradebook.csv'} holds published grades (a regrade's): a fresh batch would drop "

@@ -20,7 +20,7 @@ from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 
 from grader.export import csv_text
-from grader.private import MODE, write_private
+from grader.private import MODE, private_dir, write_private
 from lab import contract, handin, workspace
 from lab.errors import LabError
 
@@ -154,6 +154,10 @@ def collect_one(home: Home, student: str, out: Path) -> Row:
         recorded = workspace.recorded_student(home.work)
     except LabError as e:
         return row(FLAGGED, f"not packed: {e}")
+    if recorded is not None and recorded != student and student == home.user:  # no roster row mapped the user
+        return row(FLAGGED, f"not packed: lesson 00 recorded student {recorded} in {workspace.VARIANT_FILE}, not the "
+                            f"user name {home.user}: give --roster, with a row mapping username {home.user} to the "
+                            f"student id (or collect with user names as ids only where students used them)")
     if recorded is not None and recorded != student:
         return row(FLAGGED, f"not packed: lesson 00 recorded student {recorded} in {workspace.VARIANT_FILE}, "
                             f"but this home is {student}'s: the files are {recorded}'s variant. Look before "
@@ -177,7 +181,7 @@ def collect(pattern: str, out: str | Path, users: list[str] | None = None,
     """Every home's workspace packed into ``out`` (a new or zip-free folder), one ``Row`` each, then the roster's
     students with no home as missing; writes ``out/collection.csv`` and ``collection.md``."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    private_dir(out)
     if any(out.glob("*.zip")):
         raise CollectError(f"{out} already holds hand-ins; collect into a new folder (a zip left from an earlier "
                            "collection would be graded as this one's)")

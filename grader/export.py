@@ -31,7 +31,7 @@ from pathlib import Path
 from grader import adjustments
 from grader.course import like_folder
 from grader.lms_downloads import NAMINGS
-from grader.private import write_private
+from grader.private import private_dir, write_private
 from grader.roster import NEEDS, ROSTER_COLUMNS, RosterError, read_roster  # noqa: F401 - the export's public names
 
 FORMATS = tuple(NEEDS)
@@ -130,7 +130,7 @@ def canvas_feedback_zip(path: Path, book: dict[str, dict], grades: dict[str, str
     """Each exported student's feedback, named for Canvas's bulk upload; the students it could not name."""
     by_hand = []
     tmp = path.with_name(path.name + ".part")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     # private (0600), as every file the grader writes: it holds each student's feedback
     with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as raw, \
             zipfile.ZipFile(raw, "w", zipfile.ZIP_DEFLATED) as zf:

@@ -151,6 +151,9 @@ def test_the_course_file_changes_prices_prediction_grading_and_late_policy(good_
     modes = {p.relative_to(tmp_path).as_posix(): oct(p.stat().st_mode & 0o777)
              for p in (tmp_path / "committed").rglob("*") if p.is_file()}
     assert set(modes.values()) == {oct(0o600)}, modes
+    folders = {p.relative_to(tmp_path).as_posix(): oct(p.stat().st_mode & 0o777)
+               for p in [tmp_path / "committed", *(tmp_path / "committed").rglob("*")] if p.is_dir()}
+    assert set(folders.values()) == {oct(0o700)}, folders  # nobody else can list whose feedback is there
     # --resume without the course file the gradebook was graded under refuses, rather than regrade at other prices
     with pytest.raises(SystemExit, match="give --config again"), ThreadPoolExecutor(1) as ex:
         batch(folder, tmp_path / "course", executor=ex, progress=False, ids_from_submission=True, resume=True,

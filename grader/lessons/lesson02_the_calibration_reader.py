@@ -270,8 +270,8 @@ def run(ctx: Context) -> list:
     cost = sum(c for _, _, c, _ in found)
     fraction = share_left(PART, "contract", cost)
     if found:
-        msg = (f"the reader breaks {len(found)} rule(s) of the contract lesson 02's tests check "
-               f"(1 point each, half for the subclass, at the committed rubric's price): "
+        msg = (f"the reader in calibration_reader.py breaks {len(found)} rule(s) of the contract lesson 02's tests "
+               f"check: "
                + " ".join(f"({i}) '{rule}': {why}." for i, (rule, why, _, _) in enumerate(found, 1))
                + " Run lesson 02's check cell (lesson.check_reader and lesson.check_other_input, which builds the "
                  "reader with input_name='x' and float64 pixels) and its test cell to see each rule")
