@@ -251,14 +251,23 @@ def prediction_answers(results: dict[str, dict]) -> list[Prediction]:
 
 
 def part_scores(results: dict[str, dict]) -> dict[str, tuple[float, list[float]]]:
-    """Rubric part -> (points on offer, the points of each hand-in whose checks ran and count for the part: not made
-    for another variant, and attempting the lesson of the part's first check)."""
+    """Rubric part -> (points on offer, each hand-in's points on the part's checks that count for it: not made for
+    another variant, of a lesson it attempted; scaled to the points on offer where it attempted only some, so a
+    part spanning lessons (predictions, hidden) is not lowered by lessons nobody was asked to hand in)."""
     out: dict[str, tuple[float, list[float]]] = {}
     for p in dict.fromkeys(p for p, _ in _order()):
         top = sum(float(v) for n, v in rubric()[p].items() if n != "title" and isinstance(v, (int, float)))
-        first = next(n for q, n in _order() if q == p)
-        got = [float(d["parts"][p]["points"]) for d in results.values() if p in (d.get("parts") or {})
-               and not foreign(d) and (p == PREDICTIONS_PART or attempted(d, p, first))]
+        got = []
+        for d in results.values():
+            if p not in (d.get("parts") or {}) or foreign(d):
+                continue
+            every = [c for c in d.get("checks", []) if c["part"] == p]
+            mine = [c for c in every if attempted(d, p, c["name"])]
+            possible = sum(float(c.get("max_points") or 0) for c in mine)
+            if len(mine) == len(every) and (mine or attempted(d, p, next(n for q, n in _order() if q == p))):
+                got.append(float(d["parts"][p]["points"]))
+            elif possible > 0:
+                got.append(top * sum(float(c.get("points") or 0) for c in mine) / possible)
         if got:
             out[p] = (top, got)
     return out
