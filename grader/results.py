@@ -373,20 +373,26 @@ def render_markdown(result: GradeResult, show_hidden: bool = True) -> str:
         lines += ["## Where you lost points", "",
                   "Each entry says what was expected and what the grader found. The grader recomputes every "
                   "number from your models and modules; a tolerance comes from the quantization grid.", ""]
+        # checks that failed for one reason (a missing file: one message, no evidence) are one entry, across parts
+        entries: list[list[Check]] = []
+        by_message: dict[str, list[Check]] = {}
         for part in _ordered_parts(result):
-            in_part = [c for c in lost if c.part == part]
-            while in_part:
-                first = in_part[0]
-                # checks that failed for one reason (a missing file) are one entry
-                same = [c for c in in_part if c.message == first.message and not c.evidence] if not first.evidence \
-                    else [first]
-                in_part = [c for c in in_part if c not in same]
-                names = "; ".join(_check_title(c) for c in same)
-                got = sum(c.points for c in same)
-                top = sum(c.max_points for c in same)
-                lines += [f"### {_part_title(part)}: {names} ({got:g} / {top:g})", "", first.message, ""]
-                table = _evidence_table(first) if len(same) == 1 else []
-                if table:
-                    lines += table + [""]
+            for c in (c for c in lost if c.part == part):
+                if c.evidence or c.message not in by_message:
+                    entries.append([c])
+                    if not c.evidence:
+                        by_message[c.message] = entries[-1]
+                else:
+                    by_message[c.message].append(c)
+        for same in entries:
+            first = same[0]
+            spans = list(dict.fromkeys(c.part for c in same))
+            names = "; ".join(f"{_part_title(part)}: " + ", ".join(_check_title(c) for c in same if c.part == part)
+                              for part in spans)
+            got, top = sum(c.points for c in same), sum(c.max_points for c in same)
+            lines += [f"### {names} ({got:g} / {top:g})", "", first.message, ""]
+            table = _evidence_table(first) if len(same) == 1 else []
+            if table:
+                lines += table + [""]
     lines += [f"_grader {result.grader_version}, {result.seconds:.1f} s_", ""]
     return "\n".join(lines)
