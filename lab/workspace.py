@@ -157,7 +157,8 @@ def record_student(work: str | Path, student: str) -> Path:
                              "lessons wrote there, then run the lessons again from lesson 00)")
     if not path.exists():
         made = sorted(p.relative_to(work).as_posix() for p in Path(work).rglob("*")
-                      if p.suffix in (".onnx", ".json") and p.name != "source.onnx" and not p.name.startswith("."))
+                      if p.suffix in (".onnx", ".json") and p.name not in ("source.onnx", FAMILY_FILE)
+                      and not p.name.startswith("."))
         if made:
             raise WorkspaceError(f"{Path(work)} already holds {made[0]} (and {len(made) - 1} more files) that lessons "
                                  f"wrote with the instructor's reference data, before any STUDENT_ID was given: use a "

@@ -168,3 +168,20 @@ def test_an_explicit_family_wins_and_says_the_workspace_disagrees(tmp_path, monk
     (work / workspace.FAMILY_FILE).write_text(json.dumps({"family": "avx"}))
     with pytest.raises(WorkspaceError, match="kernel-family.json: field 'family' should be 'exact' or 'saturating'"):
         workspace.make_workspace(work)
+
+
+def test_lesson_00_run_first_without_an_id_can_still_take_one(tmp_path, monkeypatch):
+    """A student who ran lesson 00 once with STUDENT_ID empty has only its own records there: the id is taken."""
+    monkeypatch.delenv(kernels.ENV_VAR, raising=False)
+    work = _in_own_context(workspace.make_workspace, tmp_path / "ws")
+    assert (work / workspace.FAMILY_FILE).exists()
+    _in_own_context(workspace.make_workspace, work, "stu4711")
+    assert workspace.recorded_student(work) == "stu4711"
+    with pytest.raises(WorkspaceError, match="already holds narrow.onnx"):
+        _reference_then_id(tmp_path / "ws3")
+
+
+def _reference_then_id(work):
+    _in_own_context(workspace.make_workspace, work)
+    (work / "narrow.onnx").write_bytes(b"a model made with the reference data")
+    _in_own_context(workspace.make_workspace, work, "stu4711")
