@@ -499,6 +499,9 @@ MISTAKES = [
     Mistake("reader_restarts_after_none",
             reader(READER.replace("            return None", "            self.position = 0\n            return None")),
             {"reader.contract": 1}, ("must keep returning None",)),
+    Mistake("reader_ends_with_an_empty_dict",
+            reader(READER.replace("            return None", "            return {}", 1)),
+            {"reader.contract": 1}, ("ended with an empty dict, not None",)),
     Mistake("reader_one_image_per_call",
             reader(READER.replace("self.position + self.batch_size]", "self.position + 1]")
                    .replace("self.position += self.batch_size", "self.position += 1")),

@@ -162,3 +162,43 @@ def test_a_notebook_without_the_module_cell_is_named():
 
     with pytest.raises(LookupError, match=r"03_narrow_right_wide.ipynb has no code cell starting '%%writefile"):
         reference.solution_module("03_narrow_right_wide.ipynb", "calibration_reader.py")
+
+
+class Batches(CalibrationDataReader):
+    """Serves the given batches (each an array under 'pixels'), then ``end``."""
+
+    def __init__(self, batches, end=None):
+        self.batches, self.end, self.i = batches, end, 0
+
+    def get_next(self):
+        self.i += 1
+        return {"pixels": self.batches[self.i - 1]} if self.i <= len(self.batches) else self.end
+
+    def rewind(self):
+        self.i = 0
+
+
+def _in_batches(x, size):
+    return [np.asarray(x[i:i + size], np.float32) for i in range(0, len(x), size)]
+
+
+@pytest.mark.parametrize("batches, end, needle", [
+    (_in_batches(X, 36), {}, "ended with an empty dict; return None"),
+    (_in_batches(X[::-1], 36), None, "not served unchanged and in order (image 0 differs"),
+    (_in_batches(X / 16, 36), None, "not served unchanged and in order"),
+    (_in_batches(X, len(X)), None, "served batches of 360 images; with batch_size=36"),
+    (_in_batches(X, 1), None, "served batches of 1, 1, 1"),
+])
+def test_the_notebook_check_refuses_what_the_contract_forbids(batches, end, needle):
+    """Lesson 02's check cell, given the pixels and the batch size, refuses what the grader charges (the student's
+    review found each of these called 'OK, ready for quantize_static')."""
+    report = check_reader(Batches(batches, end), expected_samples=len(X), pixels=X, batch_size=36)
+    assert any(needle in p for p in report.problems), report.problems
+
+
+def test_the_notebook_check_accepts_the_contract():
+    report = check_reader(Batches(_in_batches(X, 36)), expected_samples=len(X), pixels=X, batch_size=36)
+    assert report.ok, report.problems
+    odd = check_reader(Batches(_in_batches(X[:10].astype(np.float64), 3)), expected_samples=10, pixels=X[:10],
+                       batch_size=3)
+    assert odd.ok, odd.problems

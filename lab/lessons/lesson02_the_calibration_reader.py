@@ -34,6 +34,7 @@ class ReaderReport:
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     batch_problems: dict[str, list[int]] = field(default_factory=dict, repr=False)
+    served: list[np.ndarray] = field(default_factory=list, repr=False)  # the first pass's well-formed batches
 
     @property
     def ok(self) -> bool:
@@ -157,6 +158,7 @@ def _check_item(item, number: int, report: ReaderReport, input_name: str, n_feat
         return 0
     if value.size and not np.all(np.isfinite(value)):
         problem("it holds NaN or infinity; calibration ranges would be meaningless")
+    report.served.append(value)
     return int(value.shape[0])
 
 
@@ -193,16 +195,41 @@ def check_other_input(reader_class, pixels: np.ndarray, input_name: str = "x", n
     given breaks: the batches come under the name given to ``__init__``, and as float32 whatever came in."""
     odd = np.asarray(pixels, dtype=np.float64)[:n]
     return check_reader(reader_class(odd, batch_size=batch_size, input_name=input_name), input_name=input_name,
-                        expected_samples=len(odd))
+                        expected_samples=len(odd), pixels=odd, batch_size=batch_size)
+
+
+def _sizes_problem(sizes: list[int], batch_size: int) -> str:
+    """'' when every batch holds ``batch_size`` images but the last (at most that many); else the rule in words."""
+    if all(n == batch_size for n in sizes[:-1]) and (not sizes or 0 < sizes[-1] <= batch_size):
+        return ""
+    shown = ", ".join(map(str, sizes[:8])) + (" ..." if len(sizes) > 8 else "")
+    return (f"served batches of {shown} images; with batch_size={batch_size}, every batch holds {batch_size} "
+            "images but the last, which holds what is left (use self.batch_size, not a number of your own)")
+
+
+def _images_problem(served: list[np.ndarray], pixels: np.ndarray) -> str:
+    """'' when the batches, in order, are ``pixels`` as float32; else the first image that differs."""
+    want = np.asarray(pixels, np.float32)
+    got = np.concatenate(served) if served else np.zeros((0, want.shape[1]), np.float32)
+    if got.shape == want.shape and np.array_equal(got, want):
+        return ""
+    n = min(len(got), len(want))
+    differs = np.flatnonzero(~np.all(got[:n] == want[:n], axis=1))
+    where = (f"image {differs[0]} differs from pixels[{differs[0]}]" if differs.size else
+             f"{len(got)} images served of {len(want)}")
+    return (f"the images are not served unchanged and in order ({where}): serve pixels[i:i + batch_size] as they "
+            "came (only converted to float32), from the first image on, without rescaling or reordering")
 
 
 def check_reader(reader, input_name: str = INPUT_NAME, n_features: int = N_FEATURES,
-                 expected_samples: int | None = None, max_batches: int = 100_000) -> ReaderReport:
+                 expected_samples: int | None = None, max_batches: int = 100_000,
+                 pixels: np.ndarray | None = None, batch_size: int | None = None) -> ReaderReport:
     """Drive ``reader`` the way ONNX Runtime's calibrator does, and report in plain words.
 
     Catches the two classic mistakes: raising at the end instead of returning ``None``,
-    and reusing an exhausted reader (the second pass yields nothing unless ``rewind()``).
-    The reader is consumed; rewind it or make a new one before converting.
+    and reusing an exhausted reader (the second pass yields nothing unless ``rewind()``). Given the ``pixels`` the
+    reader was built on and its ``batch_size``, also that every image is served once, unchanged and in order, in
+    batches of that size. The reader is consumed; rewind it or make a new one before converting.
     """
     report = ReaderReport()
     if not callable(getattr(reader, "get_next", None)):
@@ -221,12 +248,18 @@ def check_reader(reader, input_name: str = INPUT_NAME, n_features: int = N_FEATU
     elif ending.startswith("no end"):
         report.problems.append(f"get_next() never returned None ({ending}); calibration would never finish")
     elif ending != "None":
-        report.notes.append(f"ended with an {ending}; the calibrator accepts it, but None is the contract")
+        report.problems.append(f"get_next() ended with an {ending}; return None when the data runs out (ONNX "
+                               "Runtime's loop happens to stop on any empty value, but None is the contract, and "
+                               "code that reads the batch it gets, as lesson 02's test does, fails on an empty one)")
     if report.batches == 0 and not ending.startswith("raise"):
         report.problems.append("the first pass gave no batches: calibration would fail with "
                                "'No data is collected'. Is the reader already used up?")
     if expected_samples is not None and report.samples != expected_samples:
         report.problems.append(f"gave {report.samples} samples; expected {expected_samples}")
+    if batch_size is not None and report.served and not report.batch_problems:
+        report.problems += [p for p in [_sizes_problem([len(b) for b in report.served], batch_size)] if p]
+    if pixels is not None and report.served and not report.batch_problems and report.samples == len(pixels):
+        report.problems += [p for p in [_images_problem(report.served, pixels)] if p]
     if report.problems and ending.startswith(("raise", "no end")):
         report.second_pass = "not tried: the first pass did not end with None"
         return report
