@@ -168,3 +168,18 @@ def test_the_reference_answers_are_the_notebooks_solutions(tmp_path):
     (tmp_path / name).write_text(json.dumps(doubled), encoding="utf-8")
     with pytest.raises(LookupError, match=f"{name}: 2 solution blocks bind 'PREDICTION'"):
         reference.solution(name, "PREDICTION", notebooks=tmp_path)
+
+
+def test_range_over_256_is_refused_as_lesson_01_warns():
+    """Counting the 256 marks instead of the 255 steps between them is 0.39 % off: the prediction is wrong."""
+    from lab import ruler
+    from lab.lessons import lesson03_narrow_right_wide as l03
+
+    tops = (("narrow", 0.25), ("right", 1.0), ("wide", 16.0))
+    rulers = {k: ruler.ruler_for(0.0, hi, "int8") for k, hi in tops}
+    said = {k: {"scale": r.scale, "zero_point": r.zero_point} for k, r in rulers.items()}
+    assert l03.judge_input_rulers(said, rulers).score == 1
+    by_256 = {k: {"scale": hi / 256, "zero_point": -128} for k, hi in tops}
+    assert l03.judge_input_rulers(by_256, rulers).score == 0
+    three_digits = {k: {"scale": float(f"{r.scale:.3g}"), "zero_point": r.zero_point} for k, r in rulers.items()}
+    assert l03.judge_input_rulers(three_digits, rulers).score == 1
