@@ -75,6 +75,10 @@ class Table(str):
     def _repr_html_(self) -> str:
         return html_table(self.headings, self.cells, self.right)
 
+    def _repr_pretty_(self, p, cycle) -> None:
+        """The text form where a notebook shows plain text (IPython would show a str's quoted repr)."""
+        p.text(str(self))
+
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
         return {"text/plain": str(self), "text/html": self._repr_html_()}
 

@@ -203,6 +203,10 @@ def _variant(**changes):
             s["confusion"] = [list(r) for r in np.array(s["confusion"]).T]
         if changes.get("percent"):
             s["accuracy"] *= 100
+        if changes.get("rounded"):
+            s["accuracy"] = round(s["accuracy"], 2)
+        if changes.get("array"):
+            s["confusion"] = np.array(s["confusion"])
         if changes.get("no_arrays") and isinstance(labels, np.ndarray):
             raise ValueError("The truth value of an array with more than one element is ambiguous")
         return s
@@ -221,6 +225,8 @@ def test_check_summarize_passes_the_reference_and_prints_one_line_per_rule():
     (_variant(transpose=True), "transposed"),
     (_variant(percent=True), "not a percentage"),
     (_variant(no_arrays=True), "numpy arrays"),
+    (_variant(rounded=True), "expected 2 / 3 = 0.6666666666666666, correct / count unrounded"),
+    (_variant(array=True), "confusion is a ndarray; expected a list of 10 lists"),
     (lambda pixels, labels: None, "returned NoneType"),
 ])
 def test_check_summarize_names_the_broken_rule_in_one_line(student, words):

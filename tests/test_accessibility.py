@@ -216,3 +216,7 @@ def test_a_table_is_text_in_a_terminal_and_a_table_with_headers_in_a_notebook():
     assert "<td" in html and 'style="text-align: right"' in html
     bundle = table._repr_mimebundle_()
     assert bundle["text/plain"] == str(table)
+    # what a notebook stores as plain text (nbval, a terminal, a screen reader on the text form): the table, unquoted
+    from IPython.core.interactiveshell import InteractiveShell
+    shown, _ = InteractiveShell.instance().display_formatter.format(table)
+    assert shown["text/plain"] == str(table) and shown["text/html"] == html

@@ -319,6 +319,9 @@ def check_summarize(summarize) -> list[str]:
     if not isinstance(s["accuracy"], (int, float)) or abs(s["accuracy"] - 0.6) > 1e-12:
         raise SummarizeCheckError(f"{call}: accuracy {s['accuracy']!r}; expected 0.6, a ratio between 0 and 1 "
                                   "(correct / count), not a percentage")
+    if not isinstance(s["confusion"], list) or not all(isinstance(row, list) for row in s["confusion"]):
+        raise SummarizeCheckError(f"{call}: confusion is a {type(s['confusion']).__name__}; expected a list of 10 "
+                                  "lists, as the exercise asks (a numpy array's .tolist() gives one)")
     c = np.asarray(s["confusion"])
     if c.shape != (N_CLASSES, N_CLASSES):
         raise SummarizeCheckError(f"{call}: confusion has shape {list(c.shape)}; expected 10 x 10 "
@@ -338,6 +341,11 @@ def check_summarize(summarize) -> list[str]:
     if not isinstance(on_arrays, dict) or on_arrays.get("correct") != 3:
         raise SummarizeCheckError("summarize on numpy arrays of the same five answers does not count 3 correct; "
                                   "the models' predictions are numpy arrays")
+    thirds = ([4, 5, 7], [4, 5, 6])  # two of three right: an accuracy no rounding leaves alone
+    got = summarize(*map(list, thirds)).get("accuracy")
+    if not isinstance(got, (int, float)) or abs(got - 2 / 3) > 1e-12:
+        raise SummarizeCheckError(f"{_call(summarize, thirds)}: accuracy {got!r}; expected 2 / 3 = {2 / 3!r}, "
+                                  "correct / count unrounded (round only where you print it)")
     for args, what, named in SUMMARIZE_REFUSALS:
         call = _call(summarize, args)
         try:
