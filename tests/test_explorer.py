@@ -205,7 +205,7 @@ def test_the_explorer_can_answer_its_own_questions(student):
     finally:
         variant.activate(None)
     top = float(values.max())
-    just_below = explorer.explore(values, lo, float(np.nextafter(np.float32(top), np.float32(0))))
+    just_below = explorer.explore(values, lo, 0.99 * top)  # the largest value is past the grid's end
     assert just_below["clipped_count"] >= 1 and "clipped 0%" not in just_below["text"], just_below["text"]
     right = explorer.explore(values, lo, hi)["max_abs_error"]
     track = explorer.slider_span(values, (lo, hi))

@@ -307,3 +307,14 @@ def test_the_other_familys_nbval_workspace_is_graded_in_full_here(nbval_runs, tm
 
 WHOLE_RUN_TESTS = {"test_nbval_run_writes_only_into_work_dir",
                    "test_the_other_familys_nbval_workspace_is_graded_in_full_here"}
+
+
+def test_papermill_sees_every_parameter_of_every_lesson():
+    """A parameters-cell comment papermill cannot parse hides its parameter (lesson 00's STUDENT_ID was missing from
+    --help-notebook and -p STUDENT_ID was 'unknown'): every assignment of every parameters cell is one it sees."""
+    import papermill
+
+    for nb in LESSONS:
+        cell = next(c for c in nbformat.read(nb, as_version=4).cells if "parameters" in c.metadata.get("tags", []))
+        assigned = [ln.split("=", 1)[0].strip() for ln in cell.source.splitlines() if re.match(r"^[A-Z_]+ *=", ln)]
+        assert set(assigned) <= set(papermill.inspect_notebook(str(nb))), nb.name

@@ -34,8 +34,8 @@ def explore(values: np.ndarray, rmin: float, rmax: float, dtype: str = "int8") -
     """
     stats = ruler_stats(values, rmin, rmax, dtype)
     stats["low"], stats["high"] = representable_range(stats["scale"], stats["zero_point"], dtype)
-    x = np.asarray(values, np.float32)
-    stats["count"], stats["clipped_count"] = int(x.size), int(np.count_nonzero((x < rmin) | (x > rmax)))
+    count = int(np.asarray(values).size)  # clipped: beyond the grid's ends by more than half a step (ruler_stats)
+    stats["count"], stats["clipped_count"] = count, int(round(stats["clipped_fraction"] * count))
     stats["text"] = stats_text(stats)
     return stats
 
