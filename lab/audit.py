@@ -920,8 +920,9 @@ def summary_lines(s: dict) -> list[str]:
     worst = ("worst rulers: none clips, squashes or pays for an outlier; fewest steps: " if fine else
              "worst rulers: ") + named
     excl = (f"exclude: {e['note']}" if e["node"] is None else
-            f"exclude: nodes_to_exclude=['{e['node']}']: output SQNR {e['sqnr_db']:.1f} dB ({e['gain_db']:+.1f}), "
-            f"max abs error {e['max_abs_error']:.4g} (now {e['max_abs_error_as_is']:.4g}), on {e['samples']} samples")
+            f"exclude: try nodes_to_exclude=['{e['node']}']: run wholly in float it gives output SQNR "
+            f"{e['sqnr_db']:.1f} dB ({e['gain_db']:+.1f}), max abs error {e['max_abs_error']:.4g} (now "
+            f"{e['max_abs_error_as_is']:.4g}), on {e['samples']} samples; re-convert and audit to confirm")
     return [first, scores + "; ".join(_family_short(f) for f in s["families"]), diff, worst, excl]
 
 
@@ -954,8 +955,11 @@ def exclude_lines(e: dict, top: int = 5) -> list[str]:
              tables.format_rows(e["rows"][:top], [("node", "node", ""), ("sqnr_db", "SQNR dB", ".1f"),
                                                   ("max_abs_error", "max abs error", ".4g")]),
              f"  as it is: {before['sqnr_db']:.1f} dB, max abs error {before['max_abs_error']:.4g}",
-             f"  suggestion: nodes_to_exclude=['{best['node']}'] measured {best['sqnr_db']:.1f} dB "
-             f"({best['sqnr_db'] - before['sqnr_db']:+.1f}), max abs error {best['max_abs_error']:.4g}"]
+             f"  candidate: nodes_to_exclude=['{best['node']}'], {best['sqnr_db']:.1f} dB "
+             f"({best['sqnr_db'] - before['sqnr_db']:+.1f}), max abs error {best['max_abs_error']:.4g} with it run "
+             "wholly in float: an upper bound. A real nodes_to_exclude keeps an input another node reads quantized,",
+             "  and ORT may fuse the float-weight node back into an integer kernel with weights it quantizes at load:",
+             "  re-convert with it and audit the new model"]
     return lines
 
 

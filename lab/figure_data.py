@@ -125,7 +125,8 @@ def table(fig, name: str) -> Table:
     axes = alt_text.drawn_axes(fig)
     found = []
     for k, ax in enumerate(axes, 1):
-        title = ax.get_title().replace("\n", " ").strip() or f"panel {k}"
+        title = next((t for loc in ("center", "left", "right") if (t := ax.get_title(loc=loc).strip())),
+                     f"panel {k}").replace("\n", " ")
         found += [dict(r, panel=title) for read in READERS for r in read(ax)]
     columns = [c for c in COLUMNS if any(c in r for r in found) and (c != "panel" or len(axes) > 1)]
     return Table(name, tuple(_heading(c, axes) for c in columns),

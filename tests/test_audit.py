@@ -407,7 +407,7 @@ def test_the_suggested_node_excluded_for_real_repairs_a_model_one_layer_breaks(t
     print(f"excluding {best['node']}: agreement {agreement[0]:.4f} -> {agreement[1]:.4f}, "
           f"max abs error {errors[0]:.4f} -> {errors[1]:.4f}")
     assert agreement[1] > agreement[0] + 0.05 and errors[1] < errors[0]
-    assert "suggestion: nodes_to_exclude=['fc2_MatMul']" in audit.format_report(doc)
+    assert "candidate: nodes_to_exclude=['fc2_MatMul']" in audit.format_report(doc)
 
 
 def test_the_x64_option_is_measured_against_the_families_difference(cnn_doc):
@@ -431,7 +431,7 @@ def test_the_summary_comes_first_in_five_lines_and_in_the_json(cnn, cnn_doc, cap
     d = cnn_doc["family_difference"]
     assert s["lines"][2].startswith(f"family difference: {d['values_differ']:,} of {d['values']:,}")
     best = cnn_doc["exclude"]["rows"][0]["node"]
-    assert s["exclude"]["node"] == best and s["lines"][4].startswith(f"exclude: nodes_to_exclude=['{best}']")
+    assert s["exclude"]["node"] == best and s["lines"][4].startswith(f"exclude: try nodes_to_exclude=['{best}']")
     text = audit.format_report(cnn_doc).splitlines()
     assert text[1:6] == [f"  {line}" for line in s["lines"]]
     assert audit_tool.main([str(cnn["fp32"]), str(cnn["qop"]), "--data", str(cnn["data"]), "--json",
@@ -535,7 +535,7 @@ def test_the_html_report_has_the_summary_real_tables_and_described_figures(tmp_p
     os.umask(mask)
     assert page.stat().st_mode & 0o777 == 0o666 & ~mask
     assert "<h2>Summary</h2>" in text and "format: QDQ, per-tensor weights (int8), activations" in text
-    assert "exclude: nodes_to_exclude=[&#x27;conv&#x27;]" in text
+    assert "exclude: try nodes_to_exclude=[&#x27;conv&#x27;]" in text
     assert re.search(r'<th scope="col"[^>]*>steps used: median / worst channel</th>', text)
     assert '<th scope="row" style="text-align: left">w</th>' in text
     images = re.findall(r"<img [^>]*>", text)
@@ -546,3 +546,13 @@ def test_the_html_report_has_the_summary_real_tables_and_described_figures(tmp_p
         assert alt and alt.group(1).strip(), img[:200]
     assert "stretch one per-tensor scale for an outlier channel: w" in text
     assert "http://" not in text and "https://" not in text          # self-contained
+
+
+@pytest.mark.parametrize("option, value", [("--max-samples", "-5"), ("--max-samples", "0"), ("--batch", "0"),
+                                           ("--rank-samples", "-1")])
+def test_a_count_out_of_range_is_one_line_not_a_traceback(option, value, capsys):
+    from lab.tools import audit as tool
+
+    with pytest.raises(SystemExit) as info:
+        tool.parser().parse_args(["a.onnx", "b.onnx", "--data", "x.npy", option, value])
+    assert info.value.code == 2 and f"argument {option}: invalid integer of at least" in capsys.readouterr().err

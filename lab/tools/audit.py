@@ -19,16 +19,27 @@ from lab import audit
 from lab.errors import LabError
 
 
+def _at_least(low: int):
+    """An argparse type: an integer of at least ``low`` (argparse names the option and the value it refuses)."""
+    def whole(text: str) -> int:
+        n = int(text)
+        if n < low:
+            raise ValueError(text)
+        return n
+    whole.__name__ = f"integer of at least {low}"
+    return whole
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m lab audit", description=__doc__.splitlines()[0].split(": ", 1)[1])
     p.add_argument("fp32", help="the FP32 ONNX model")
     p.add_argument("int8", help="the quantized ONNX model (QDQ, QOperator or dynamic) made from it")
     p.add_argument("--data", required=True, help="the model's input: .npy, or .npz with an array named after it")
     p.add_argument("--labels", help="class labels, one per sample: .npy, or .npz with an array 'labels'")
-    p.add_argument("--batch", type=int, default=audit.BATCH,
+    p.add_argument("--batch", type=_at_least(1), default=audit.BATCH,
                    help=f"samples per run (default {audit.BATCH}; memory grows with it, not with the data)")
-    p.add_argument("--max-samples", type=int, help="audit only the first N samples of the data")
-    p.add_argument("--rank-samples", type=int, default=audit.RANK_SAMPLES,
+    p.add_argument("--max-samples", type=_at_least(1), help="audit only the first N samples of the data")
+    p.add_argument("--rank-samples", type=_at_least(0), default=audit.RANK_SAMPLES,
                    help=f"samples the ranking of nodes to exclude runs on (default {audit.RANK_SAMPLES}; 0: none)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the text report")
     p.add_argument("--html", metavar="PATH", help="also write the report as one self-contained HTML page to PATH")
