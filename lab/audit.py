@@ -700,6 +700,13 @@ def batch_outputs(r: Runners, xb: np.ndarray, name: str) -> tuple[dict, np.ndarr
     return fp32_values, here, debug, other
 
 
+def approximated(r: Runners) -> str:
+    """Why the other family's numbers are approximate ('' when they are exact as far as is known)."""
+    ops = r.other.approximate if r.other is not None else []
+    return (f"approximate: ORT runs {', '.join(ops)} here with this CPU's kernels, and a CPU of the other family was "
+            "measured one output step away there" if ops else "")
+
+
 def out_of_memory(done: int, batch: int) -> str:
     return (f"out of memory at {done} samples, running a batch of {batch}: the audit holds one batch's tensors at a "
             f"time, so try --batch {max(1, batch // 4)}" + (f", or --max-samples {done}" if done else ""))
@@ -744,8 +751,10 @@ def _hybrid_outputs(int8: onnx.ModelProto, family: str, name: str, x64: bool, xs
     return np.concatenate([run.run(xs[s]) for s in batches(len(xs), batch)])
 
 
-def family_rows(stream: Stream, classified: bool, labelled: bool, other_note: str | None) -> list[dict]:
-    """Each kernel family's scores: on this machine's kernels, computed for the other, or a line saying why not."""
+def family_rows(stream: Stream, classified: bool, labelled: bool, other_note: str | None,
+                approximate: str = "") -> list[dict]:
+    """Each kernel family's scores: on this machine's kernels, computed for the other (``approximate``: why its
+    numbers are not exact), or a line saying why not."""
     rows = []
     for family in kernels.FAMILIES:
         row = {"family": family, "description": kernels.DESCRIPTIONS[family]}
@@ -753,17 +762,19 @@ def family_rows(stream: Stream, classified: bool, labelled: bool, other_note: st
             rows.append({**row, "computed_on": None, "note": other_note or "not computed"})
             continue
         rows.append({**row, "computed_on": "emulation" if kernels.emulated(family) else "this machine's kernels",
-                     **stream.families[family].result(classified, labelled)})
+                     **stream.families[family].result(classified, labelled),
+                     **({"caveat": approximate} if approximate and kernels.emulated(family) else {})})
     return rows
 
 
-def difference_doc(stream: Stream, computed: bool) -> dict | None:
+def difference_doc(stream: Stream, computed: bool, approximate: str = "") -> dict | None:
     """The two families' outputs against each other, or None when the other family was not computed."""
     d = stream.difference
     if not computed or not d.samples:
         return None
     return {"values_differ": d.differ, "values": d.values, "samples_differ": d.samples_differ, "samples": d.samples,
-            "max_difference": d.max_difference, "top1_changes": d.top1_changes}
+            "max_difference": d.max_difference, "top1_changes": d.top1_changes,
+            **({"caveat": approximate} if approximate else {})}
 
 
 def audit(fp32_path: str | Path, int8_path: str | Path, data_path: str | Path, labels_path: str | Path | None = None,
@@ -787,7 +798,7 @@ def audit(fp32_path: str | Path, int8_path: str | Path, data_path: str | Path, l
     parting = parting_names(int8, fp32_names) if graph.quant_format(int8) == "QDQ" else {}
     r = runners(fp32, int8, measured_on, parting)
     stream = measure(r, x, labels, batch, rulers, measured_on, parting, progress, input_dtype(fp32))
-    computed, other_note = r.other is not None, r.other_note
+    computed, other_note, approximate = r.other is not None, r.other_note, approximated(r)
     del r   # its sessions hold every model's weights: the ranking and the x64 check below build their own
     machine, classified = kernels.machine_family(), stream.classified
     doc = {"schema": SCHEMA,
@@ -804,8 +815,8 @@ def audit(fp32_path: str | Path, int8_path: str | Path, data_path: str | Path, l
             "weight_rulers": weight_rulers.rows(int8, fp32),
             "error_by_size": error_by_size(stream.sizes, stream.families[machine].sample_errors),
             "parting": parting_doc(stream, fp32, int8, parting),
-            "families": family_rows(stream, classified, labels is not None, other_note),
-            "family_difference": difference_doc(stream, computed),
+            "families": family_rows(stream, classified, labels is not None, other_note, approximate),
+            "family_difference": difference_doc(stream, computed, approximate),
             "exclude": exclude_doc(fp32, int8, x, batch, options.rank_samples, input_dtype(fp32)),
             "x64_fix": x64_fix_doc(int8, x, batch, options.rank_samples, input_dtype(fp32), computed),
             "recipe": recipe(int8)}
@@ -896,7 +907,7 @@ def _family_short(f: dict) -> str:
              f"agreement {f['agreement']:.4f}" if "agreement" in f else None,
              None if "agreement" in f else f"max abs error {f['max_abs_error']:.4g}",
              f"{f['top1_ties']} tied row(s)" if f.get("top1_ties") else None]
-    return f"{f['family']} ({where}) " + ", ".join(p for p in parts if p)
+    return f"{f['family']} ({where}) " + ", ".join(p for p in parts if p) + (" (approximate)" if "caveat" in f else "")
 
 
 def summary_lines(s: dict) -> list[str]:
@@ -967,11 +978,13 @@ def difference_line(d: dict | None) -> str:
     """The families against each other, in one line."""
     if d is None:
         return "the families were not compared: the other family was not computed"
+    rough = " (approximate: see the other family's line)" if "caveat" in d else ""
     if not d["values_differ"]:
-        return f"the families agree on all {d['values']:,} output values"
+        return f"the families agree on all {d['values']:,} output values{rough}"
     changes = f", {d['top1_changes']} top-1 change(s)" if "top1_changes" in d else ""
     return (f"the families differ on {d['values_differ']:,} of {d['values']:,} output values "
-            f"({d['samples_differ']} of {d['samples']} samples), max difference {d['max_difference']:.4g}{changes}")
+            f"({d['samples_differ']} of {d['samples']} samples), max difference {d['max_difference']:.4g}{changes}"
+            + rough)
 
 
 def _ruler_table(rows: list[dict]) -> str:
@@ -1037,7 +1050,8 @@ def report_sections(doc: dict, top: int = weight_rulers.TOP) -> list[list]:
     families = ["kernel families:"]
     for f in doc["families"]:
         where = f" ({f['computed_on']})" if f["computed_on"] else ""
-        families.append(f"  {f['family']}{where}: " + (f["note"] if "note" in f else _scores_line(f)))
+        families.append(f"  {f['family']}{where}: " + (f["note"] if "note" in f else _scores_line(f))
+                        + (f"; {f['caveat']}" if "caveat" in f else ""))
     families.append(f"  {difference_line(doc['family_difference'])}")
     families += [f"  {x64_line(doc['x64_fix'])}"] if doc["x64_fix"] else []
     exclude = exclude_lines(doc["exclude"])

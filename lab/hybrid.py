@@ -1,9 +1,11 @@
 """A quantized model as either kernel family computes it, on any graph: ONNX Runtime runs every op whose result does
 not depend on the family, ``lab.kernels`` emulates only the integer GEMM and Conv kernels.
 
-Only ORT's u8 x s8 GEMM and Conv kernels differ between the families (``lab.kernels``): Concat, Transpose, Shape,
-AveragePool, LayerNormalization, Resize, Sigmoid, the QLinear element-wise ops and every float op give the same
-result on both. Which QDQ groups ORT fuses into an integer kernel depends on the whole graph (a Conv whose input also
+The families are told apart by ORT's u8 x s8 GEMM and Conv kernels (``lab.kernels``): Concat, Transpose, Shape,
+LayerNormalization, Resize, Sigmoid, QLinearAdd and every float op give the same result on both. The quantized average
+pools are not known to: on a ShuffleNet a real AVX2 CPU (qemu Haswell) computed ORT's QDQ AveragePool one output step
+away from a VNNI CPU, so a graph that runs them (``APPROXIMATE``) gets the other family's numbers as approximate.
+Which QDQ groups ORT fuses into an integer kernel depends on the whole graph (a Conv whose input also
 feeds another op may stay in float), so the graph the audit cuts is **ORT's own optimized graph** for this model
 (``optimized``): in it every integer kernel is a node of its own (``EMULATED``: QLinearConv, in NCHW or channels
 last, QLinearMatMul at any rank, QGemm, MatMulInteger, MatMulIntegerToFloat). Those run in ``lab.kernels``; the
@@ -54,6 +56,7 @@ def _matmul_integer_to_float(run, node, ins):
 EMULATED = {"QLinearConv": _qlinear_conv, "QLinearMatMul": kernels.HANDLERS["QLinearMatMul"],
             "QGemm": kernels.HANDLERS["QGemm"], "MatMulInteger": kernels.HANDLERS["MatMulInteger"],
             "MatMulIntegerToFloat": _matmul_integer_to_float}
+APPROXIMATE = ("QLinearAveragePool", "QLinearGlobalAveragePool")  # run on this CPU's kernels, which may differ
 NOT_EMULATED = ("DynamicQuantizeMatMul", "ConvInteger", "QAttention", "DynamicQuantizeLSTM", "QEmbedLayerNormalization",
                 "QOrderedMatMul", "NhwcQLinearConv")
 
@@ -180,6 +183,7 @@ class HybridRun:
         if refused:
             raise kernels.EmulationError(f"{label}: ORT runs {', '.join(refused)} for it, an integer kernel the "
                                          "emulation does not cover; run the audit on a CPU of that family")
+        self.approximate = sorted({n.op_type for n in self.model.graph.node if n.op_type in APPROXIMATE})
         self.steps = plan(self.model.graph)
         self.constants = {i.name: numpy_helper.to_array(i) for i in self.model.graph.initializer}
         self.producer = {o: n for n in self.model.graph.node for o in n.output if o}
