@@ -925,7 +925,7 @@ def summary_lines(s: dict) -> list[str]:
     else:
         diff = (f"family difference: {d['values_differ']:,} of {d['values']:,} output values differ (max "
                 f"{d['max_difference']:.4g})" + (f", {d['top1_changes']} top-1 change(s)" if "top1_changes" in d
-                                                  else ""))
+                                                  else "") + _fix_words(s.get("x64_fix")))
     named = "; ".join(f"{w['tensor']} ({w['why']})" for w in s["worst_rulers"]) or "none read"
     fine = s["worst_rulers"] and all(w.get("fine") for w in s["worst_rulers"])
     worst = ("worst rulers: none clips, squashes or pays for an outlier; fewest steps: " if fine else
@@ -937,11 +937,22 @@ def summary_lines(s: dict) -> list[str]:
     return [first, scores + "; ".join(_family_short(f) for f in s["families"]), diff, worst, excl]
 
 
+def _fix_words(fix: dict | None) -> str:
+    """The deploy-time fix, where it was measured: '' when not."""
+    if not fix or "with" not in fix:
+        return ""
+    w = fix["with"]
+    left = "closes it" if not w["differ"] else f"leaves {w['differ']:,} of {w['values']:,} differing"
+    return (f"; session option {kernels.X64_PRECISION_KEY} = 1 {left} (first {fix['samples']} samples; whoever "
+            "creates the session sets it)")
+
+
 def summary(doc: dict, per_channel: bool) -> dict:
     """What a practitioner reads first (``summary_lines``), as fields and as its five lines."""
     s = {"format": format_fields(doc, per_channel),
          "families": [{k: v for k, v in f.items() if k != "description"} for f in doc["families"]],
          "family_difference": doc["family_difference"],
+         "x64_fix": doc.get("x64_fix"),
          "worst_rulers": worst_rulers(doc),
          "exclude": exclude_fields(doc["exclude"])}
     return {**s, "lines": summary_lines(s)}
