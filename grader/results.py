@@ -387,7 +387,7 @@ def render_markdown(result: GradeResult, show_hidden: bool = True) -> str:
         for same in entries:
             first = same[0]
             spans = list(dict.fromkeys(c.part for c in same))
-            names = "; ".join(f"{_part_title(part)}: " + ", ".join(_check_title(c) for c in same if c.part == part)
+            names = "; ".join(f"{_part_title(part)}: " + "; ".join(_check_title(c) for c in same if c.part == part)
                               for part in spans)
             got, top = sum(c.points for c in same), sum(c.max_points for c in same)
             lines += [f"### {names} ({got:g} / {top:g})", "", first.message, ""]

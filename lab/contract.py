@@ -52,6 +52,9 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("source.onnx", ("00",), "never",
           "byte copy of `fixtures/fp32.onnx`; every conversion reads this, never the fixture (the converter writes "
           "temporary files next to its input); the grader has the fixture itself"),
+    Entry("kernel-family.json", ("00",), "never",
+          "the INT8 kernel family the workspace's numbers are computed as, recorded by the first lesson to open it; "
+          "later lessons compute as it, and `lab submit` copies it into `submission.json`"),
     Entry("calibration_reader.py", ("02",), "required",
           "the reader: `class DigitReader(CalibrationDataReader)` with `__init__(self, pixels, "
           "batch_size=32, input_name=\"pixels\")`, `get_next()`, `rewind()`", module=True, exercise="DigitReader"),
