@@ -1,7 +1,8 @@
 """lab.kernels computes Conv models as each INT8 kernel family does: checked against ORT's real kernels.
 
-The models: the CNN fixture (Conv + BatchNormalization as exported, MaxPool, GlobalAveragePool, Gemm, Softmax)
-converted in QDQ and QOperator form (QLinearConv, QLinearGlobalAveragePool, QGemm), per-tensor and per-channel
+The models: the CNN fixture (Conv + BatchNormalization as exported, a depthwise Conv and a residual Add, MaxPool,
+GlobalAveragePool, Gemm, Softmax) converted in QDQ and QOperator form (QLinearConv, QLinearAdd,
+QLinearGlobalAveragePool, QGemm), per-tensor and per-channel
 (Conv weights on axis 0), with and without reduce_range, before and after ORT's pre-processing (which folds the
 BatchNormalization into the Conv); and PyTorch-exported Conv2d models from onnx's own test data (strides, pads,
 dilations, groups, depthwise, no bias), upgraded to opset 17 first (their opset has no ``axis`` on
@@ -16,6 +17,7 @@ DequantizeLinear), which the lab did not write.
 """
 from __future__ import annotations
 
+import platform
 import shutil
 from pathlib import Path
 
@@ -50,6 +52,9 @@ CNN_KINDS = {
     # pre-processing folds each BatchNormalization into its Conv; QOperator then runs QLinearGlobalAveragePool
     "pre_qdq_channel": (True, dict(quant_format=QDQ, per_channel=True)),
     "pre_qop_u8_channel": (True, dict(quant_format=QOP, per_channel=True, activation_type=U8)),
+    # QUInt8 QDQ: the residual block's shared input needs no s8 -> u8 move, so ORT fuses its depthwise Conv into
+    # QLinearConv and its Add into QLinearAdd; with QInt8 (every other QDQ kind) both stay float ops on x86
+    "pre_qdq_u8_channel": (True, dict(quant_format=QDQ, per_channel=True, activation_type=U8)),
 }
 TORCH_KINDS = {k: CNN_KINDS[k][1] for k in ("qdq_tensor", "qdq_channel", "qop_u8_channel")}
 
@@ -129,8 +134,9 @@ def output_step(model) -> float:
 
 def test_the_cnn_kinds_cover_the_integer_ops(cnn_models):
     ops = {kind: graph.op_counts(path) for kind, path in cnn_models.items()}
-    assert ops["qop_u8_channel"]["QLinearConv"] == 2 and ops["qop_u8_channel"]["BatchNormalization"] == 2
-    assert ops["qdq_channel"]["Conv"] == 2 and ops["qdq_channel"]["BatchNormalization"] == 2
+    assert ops["qop_u8_channel"]["QLinearConv"] == 3 and ops["qop_u8_channel"]["BatchNormalization"] == 3
+    assert ops["qop_u8_channel"]["QLinearAdd"] == 1                     # the residual Add
+    assert ops["qdq_channel"]["Conv"] == 3 and ops["qdq_channel"]["BatchNormalization"] == 3
     assert "BatchNormalization" not in ops["pre_qdq_channel"]          # folded by ORT's pre-processing
     assert ops["pre_qop_u8_channel"]["QLinearGlobalAveragePool"] == 1
     weights = graph.load(cnn_models["qdq_channel"])
@@ -306,12 +312,25 @@ def fused_counts(model) -> dict[str, int]:
     return counts
 
 
+def test_what_ort_fuses_in_the_residual_block(cnn_models):
+    """QInt8 QDQ on x86: the block's input (pool1) is read by the depthwise Conv and the Add, so its
+    QuantizeLinear has two DequantizeLinear copies (EnsureUniqueDQForNodeUnit) and QDQS8ToU8Transformer, which
+    moves only a pair with one edge, leaves it int8; the selectors want one type in and out, so the depthwise Conv
+    and the Add run as float ops between DequantizeLinear and QuantizeLinear. QUInt8 QDQ and QOperator fuse both."""
+    s8, u8, qop = (fused_counts(cnn_models[k]) for k in ("pre_qdq_channel", "pre_qdq_u8_channel", "pre_qop_u8_channel"))
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        assert (s8["QLinearConv"], s8["Conv"], s8["Add"], s8.get("QLinearAdd", 0)) == (2, 1, 1, 0)
+    assert (u8["QLinearConv"], u8.get("Conv", 0), u8.get("Add", 0), u8["QLinearAdd"]) == (3, 0, 0, 1)
+    assert (qop["QLinearConv"], qop["QLinearAdd"]) == (3, 1)
+
+
 def depthwise_probe(channels: int) -> onnx.ModelProto:
-    """A QDQ depthwise Conv (``channels`` groups of one channel, 3x3, no padding on a 3x3 input): inputs 1.0 (u8 255
-    at 1/255), weights 127 at scale 1, output scale 8: 9 x 127 = 1,143, on the grid 1,144, in every channel if the
-    products add in int32; pairs saturating at 32,767 would give less. 16 channels take MLAS's symmetric depthwise kernel
-    (``MlasConvSymDepthwiseKernelAvx2``: ``vpmovzxbd`` / ``vpmovsxbd`` to int32, then ``vpmaddwd``), 12 channels
-    (not a multiple of 16) the generic ``MlasConvDepthwiseKernelAvx2`` (16-bit products widened to int32)."""
+    """A QDQ depthwise Conv (``channels`` groups of one channel, 3x3, no padding on a 3x3 input): inputs 1.0 (u8
+    255 at 1/255), weights 127 at scale 1, output scale 8: 9 x 127 = 1,143, on the grid 1,144, in every channel if
+    the products add in int32; pairs saturating at 32,767 would give less. 16 channels take MLAS's symmetric
+    depthwise kernel (``MlasConvSymDepthwiseKernelAvx2``: ``vpmovzxbd`` / ``vpmovsxbd`` to int32, then
+    ``vpmaddwd``), 12 channels (not a multiple of 16) the generic ``MlasConvDepthwiseKernelAvx2`` (16-bit products
+    widened to int32)."""
     init = [numpy_helper.from_array(np.array(1 / 255, np.float32), "x_scale"),
             numpy_helper.from_array(np.array(0, np.uint8), "x_zero"),
             numpy_helper.from_array(np.full((channels, 1, 3, 3), 127, np.int8), "w_q"),

@@ -109,15 +109,18 @@ def check_reader(reader_cls, frames: np.ndarray | None = None, batch_size: int =
 
 
 def quantize_cnn(source: str | Path, output: str | Path, reader, *, quant_format: str = "QDQ",
-                 per_channel: bool = False, reduce_range: bool = False) -> dict:
-    """``quantize_static`` of ``source`` calibrated by ``reader`` (MinMax, QInt8 activations and weights): the
-    settings, the served images' SHA-256 and count, and the model's SHA-256."""
+                 per_channel: bool = False, reduce_range: bool = False, activation_type: str = "QInt8") -> dict:
+    """``quantize_static`` of ``source`` calibrated by ``reader`` (MinMax, QInt8 weights; QInt8 activations unless
+    ``activation_type`` says QUInt8): the settings, the served images' SHA-256 and count, and the model's SHA-256."""
+    if activation_type not in ("QInt8", "QUInt8"):
+        raise ValueError(f"activation_type {activation_type!r}: expected 'QInt8' or 'QUInt8'")
     recorder = RecordingReader(reader, input_name=INPUT)
     quantize_static(str(source), str(output), recorder, quant_format=QuantFormat[quant_format],
-                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, per_channel=bool(per_channel),
-                    reduce_range=bool(reduce_range), calibrate_method=CalibrationMethod.MinMax)
+                    activation_type=QuantType[activation_type], weight_type=QuantType.QInt8,
+                    per_channel=bool(per_channel), reduce_range=bool(reduce_range),
+                    calibrate_method=CalibrationMethod.MinMax)
     return {"quant_format": quant_format, "per_channel": bool(per_channel), "reduce_range": bool(reduce_range),
-            "activation_type": "QInt8", "weight_type": "QInt8", "calibrate_method": "MinMax",
+            "activation_type": activation_type, "weight_type": "QInt8", "calibrate_method": "MinMax",
             "served_sha256": recorder.sha256, "served_samples": recorder.samples, "served_batches": recorder.batches,
             "sha256": file_sha256(output)}
 
@@ -163,7 +166,8 @@ def weight_scales(model) -> list[dict]:
                 0 if n.op_type == "QLinearConv" else 1 - next((a.i for a in n.attribute if a.name == "transB"), 0)
             rows.append({"weight": w, "shape": "x".join(map(str, inits[w].dims)), "scales": int(scale.size),
                          "axis": axis if scale.size > 1 else "-",
-                         "scale_min": float(scale.min()), "scale_max": float(scale.max())})
+                         "scale_min": float(scale.min()), "scale_max": float(scale.max()),
+                         "ratio": float(scale.max() / scale.min()) if scale.min() > 0 else float("inf")})
     return rows
 
 
@@ -216,3 +220,80 @@ def judge_attractive_photographs(answer, measured: dict, labels: np.ndarray) -> 
          f"({rulers})")],
         "clean photographs never show the camera's dark paper, bright strokes or noise: their ruler is narrower, "
         "and the camera's frames clip against it")
+
+
+# --- the residual Add: QLinearAdd's requantization ---------------------------------------------------------------
+
+ADD_NODE = "residual"   # the fixture's residual Add (fixtures.build_cnn)
+
+
+RESIDUAL_OPS = ("Conv", "Add", "QLinearConv", "QLinearAdd")
+
+
+def residual_block_ops(models: dict[str, str | Path]) -> list[dict]:
+    """For each named model, what ORT's CPU session on this machine runs (its optimized graph, saved by the session):
+    the float ``Conv`` and ``Add`` nodes left between DequantizeLinear and QuantizeLinear, and the integer
+    ``QLinearConv`` and ``QLinearAdd`` (com.microsoft) kernels; one row per op type."""
+    from lab import hybrid
+    counts = {}
+    for name, model in models.items():
+        ops = [n.op_type for n in hybrid.optimized(graph.load(model)).graph.node]
+        counts[name] = {op: ops.count(op) for op in RESIDUAL_OPS}
+    return [{"op": op, **{name: c[op] for name, c in counts.items()}} for op in RESIDUAL_OPS]
+
+
+def _q_of(m: onnx.ModelProto, tensor: str):
+    """The QuantizeLinear that reads ``tensor`` (its ruler) in a QDQ graph."""
+    return next(n for n in m.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == tensor)
+
+
+def add_requantization(model, x: np.ndarray, family: str, node: str = ADD_NODE) -> dict:
+    """What the residual Add's requantization does in QDQ ``model`` on images ``x``, as ``family`` computes it.
+
+    The two inputs arrive as integers on their own rulers (scales ``a_scale``, ``b_scale``); the sum is written on
+    the output's ruler (``out_scale``, ``ruler``) with one rounding, by QLinearAdd or by a float Add and the
+    QuantizeLinear after it. Measured against the exact sum of the two inputs' dequantized values: for the sums
+    inside the output ruler, the largest and mean error in output steps (rounding: at most half a step); how many
+    sums fall past the ruler's ends (calibrated on the calibration frames) and clip, and by how many steps."""
+    from lab import kernels
+    m = graph.load(model)
+    add = next(n for n in m.graph.node if n.name.startswith(node) and n.op_type == "Add")
+    inits = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+    producers = {o: n for n in m.graph.node for o in n.output}
+    dq = [producers[i] for i in add.input]
+    if any(d.op_type != "DequantizeLinear" for d in dq):
+        raise LabError(f"the Add '{add.name}' does not read two DequantizeLinear outputs: not a QDQ residual Add")
+    q_out = _q_of(m, add.output[0])
+    names = [d.input[0] for d in dq] + [q_out.output[0]]
+    got = kernels.emulate_tensors(m, x, family, names, INPUT)
+    scales = [float(inits[d.input[1]]) for d in dq] + [float(inits[q_out.input[1]])]
+    zeros = [int(inits[d.input[2]]) for d in dq] + [int(inits[q_out.input[2]])]
+    a, b, out = ((got[n].astype(np.int64) - z) * np.float64(s) for n, z, s in zip(names, zeros, scales))
+    exact = a + b
+    step = scales[2]
+    err = np.abs(out - exact)
+    limits = np.iinfo(got[names[2]].dtype)
+    lo, hi = (limits.min - zeros[2]) * step, (limits.max - zeros[2]) * step
+    clipped = (exact < lo - step / 2) | (exact > hi + step / 2)
+    inside = err[~clipped]
+    read = [producers[d.input[0]].input[0] if d.input[0] in producers else d.input[0] for d in dq]
+    return {"node": add.name, "inputs": read, "a_scale": scales[0], "b_scale": scales[1], "out_scale": step,
+            "ruler": [float(lo), float(hi)], "count": int(err.size),
+            "inside_max_steps": float(inside.max() / step) if inside.size else 0.0,
+            "inside_mean_steps": float(inside.mean() / step) if inside.size else 0.0,
+            "clipped": int(clipped.sum()), "max_error": float(err.max()),
+            "clipped_max_steps": float(err[clipped].max() / step) if clipped.any() else 0.0}
+
+
+def add_lines(rows: dict[str, dict]) -> list[str]:
+    """The residual Add's requantization on each family, one block of lines."""
+    first = next(iter(rows.values()))
+    out = [f"the Add '{first['node']}' reads {first['inputs'][0]} (scale {first['a_scale']:.5f}) and "
+           f"{first['inputs'][1]} (scale {first['b_scale']:.5f}); writes on scale {first['out_scale']:.5f}, "
+           "ruler [{:.4g}, {:.4g}]".format(*first["ruler"])]
+    for family, r in rows.items():
+        out.append(f"{family:<10}: of {r['count']:,} sums, {r['count'] - r['clipped']:,} inside the output ruler, "
+                   f"off the exact sum of the two inputs by at most {r['inside_max_steps']:.2f} output step "
+                   f"(mean {r['inside_mean_steps']:.2f}); {r['clipped']:,} past its ends, clipped by up to "
+                   f"{r['clipped_max_steps']:.2f} steps (max error {r['max_error']:.4f})")
+    return out
