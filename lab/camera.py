@@ -319,3 +319,21 @@ def condition(name: str, frames: np.ndarray, seed: int = 0) -> np.ndarray:
 def describe() -> dict[str, str]:
     """Condition name -> its one-line description."""
     return {name: (fn.__doc__ or "").strip().splitlines()[0] for name, fn in CONDITIONS.items()}
+
+
+# --- the deployment app's own copy of the path (lesson 10's mismatch exercise) ---------------------------------
+
+APP_MEAN, APP_STD = np.float32(0.5), np.float32(0.5)
+STEPS = ("crop", "resize", "scale", "normalise", "layout")
+"""The deployed path's steps, in order: the central crop, the bilinear resize, the division by 255, the mean/std
+normalisation, the NCHW layout."""
+
+
+def app_preprocess(frames: np.ndarray) -> np.ndarray:
+    """The phone app's own copy of the deployed path, as it shipped: uint8 frames -> float32 NCHW
+    [N, 1, SIZE, SIZE]. One of its ``STEPS`` is not the training's; lesson 10 finds which from measurements."""
+    f = as_frames(frames)
+    window = f[:, CROP_START:CROP_START + CROP, CROP_START:CROP_START + CROP].astype(np.float32)
+    small = np.einsum("ij,njk,lk->nil", _RESIZE, window, _RESIZE, optimize=True)
+    x = (small / np.float32(255) - APP_MEAN) / APP_STD
+    return np.ascontiguousarray(x[:, None], np.float32)

@@ -189,3 +189,38 @@ def test_a_rebuild_gives_the_same_frames_and_the_same_accuracy(tmp_path):
 
     assert abs(accuracy(tmp_path / build_cnn.MODEL_FILE) - accuracy(camera.model_path())) <= 0.01
     assert sorted(json.loads((tmp_path / "manifest.json").read_text())) == sorted(build_cnn.FILES)
+
+
+# --- the app's own copy of the path (lesson 10's mismatch question) -------------------------------------------------
+
+def test_the_app_parts_from_the_deployed_path_in_one_value_step(evaluation):
+    frames = evaluation.frames[:30]
+    dep, app = camera.preprocess(frames), camera.app_preprocess(frames)
+    assert app.shape == dep.shape and app.dtype == np.float32
+    assert not np.allclose(app, dep)
+    # an affine map of the deployed values: the same pixels, another normalisation
+    slope, offset = np.polyfit(dep.ravel(), app.ravel(), 1)
+    np.testing.assert_allclose(app, slope * dep + offset, atol=1e-4)
+    assert camera.STEPS == ("crop", "resize", "scale", "normalise", "layout")
+
+
+def _diagnostics(evaluation):
+    from lab.lessons.lesson10_your_own_model import camera_path
+    return camera_path, {"cards": {"deployed": camera_path.card_values(camera.preprocess),
+                                   "app": camera_path.card_values(camera.app_preprocess)},
+                         "range": {"deployed": [-1.0, 3.9], "app": [-0.7, 1.0]}, "ruler": [-1.9, 4.0]}
+
+
+@pytest.mark.parametrize("step, why", [
+    ("crop", "cannot move it"), ("resize", "cannot move it"), ("layout", "cannot move it"),
+    ("scale", "whatever the divisor"), ("colour", "name one of")])
+def test_the_mismatch_check_refuses_a_step_the_cards_rule_out(evaluation, step, why):
+    camera_path, diag = _diagnostics(evaluation)
+    with pytest.raises(camera_path.MismatchRefused, match=why):
+        camera_path.check_mismatch(step, diag)
+
+
+def test_the_mismatch_check_names_the_apps_normalisation(evaluation):
+    camera_path, diag = _diagnostics(evaluation)
+    line = camera_path.check_mismatch("normalise", diag)
+    assert line.startswith("mismatch ok: the normalisation") and "(x - 0.50) / 0.50" in line

@@ -297,3 +297,99 @@ def add_lines(rows: dict[str, dict]) -> list[str]:
                    f"(mean {r['inside_mean_steps']:.2f}); {r['clipped']:,} past its ends, clipped by up to "
                    f"{r['clipped_max_steps']:.2f} steps (max error {r['max_error']:.4f})")
     return out
+
+
+# --- the app's preprocessing: find the step that differs -----------------------------------------------------------
+
+class MismatchRefused(LabError):
+    """The named step cannot be the one where the app's path parts from the deployed path: the measurements say why."""
+
+
+CARDS = {"black": 0, "grey": 128, "white": 255}
+"""Uniform test cards (sensor values): every pixel the same, so cropping, resampling or re-laying them changes nothing,
+and only the value steps (the division, the normalisation) can move where they land."""
+
+
+def card_values(path) -> dict[str, float]:
+    """Where each uniform test card (``CARDS``) lands through ``path`` (a function of uint8 frames): its model input."""
+    return {name: float(path(np.full((1, camera.FRAME, camera.FRAME), v, np.uint8)).mean())
+            for name, v in CARDS.items()}
+
+
+def app_diagnostics(fp32, int8, frames: np.ndarray, labels: np.ndarray, seed: int = 0) -> dict:
+    """The deployed path (``lab.camera.preprocess``) against the app's (``lab.camera.app_preprocess``) on the same
+    frames: the test cards' values, each path's input range on the evaluation frames beside ``int8``'s input ruler,
+    FP32 accuracy under every condition through each path, and ``int8``'s daylight accuracy through each on both
+    kernel families."""
+    from lab.lessons.lesson10_your_own_model import release
+    paths = {"deployed": camera.preprocess, "app": camera.app_preprocess}
+    session = graph.session(fp32)
+    accuracy: dict[str, dict[str, float]] = {k: {} for k in paths}
+    for name in camera.CONDITIONS:
+        shot = camera.condition(name, frames, seed)
+        for k, path in paths.items():
+            out = session.run(None, {INPUT: path(shot)})[0]
+            accuracy[k][name] = float(np.mean(out.argmax(axis=1) == labels))
+    x = {k: path(frames) for k, path in paths.items()}
+    from lab import kernels
+    return {"cards": {k: card_values(path) for k, path in paths.items()},
+            "range": {k: [float(v.min()), float(v.max())] for k, v in x.items()},
+            "ruler": input_range(int8), "fp32": accuracy,
+            "int8_daylight": {k: {f: float(np.mean(release.predict(int8, x[k], f).argmax(axis=1) == labels))
+                                  for f in kernels.FAMILIES} for k in paths}}
+
+
+def app_rows(diag: dict) -> list[dict]:
+    """The diagnostics as rows: one per measurement, the deployed path and the app side by side."""
+    rows = [{"measure": f"{card} card ({v}) -> model input", "deployed": f"{diag['cards']['deployed'][card]:.3f}",
+             "app": f"{diag['cards']['app'][card]:.3f}"} for card, v in CARDS.items()]
+    rows.append({"measure": "input range, evaluation frames",
+                 "deployed": "{:.3f} .. {:.3f}".format(*diag["range"]["deployed"]),
+                 "app": "{:.3f} .. {:.3f}".format(*diag["range"]["app"])})
+    rows.append({"measure": "the INT8 release's input ruler", "deployed": "{:.3f} .. {:.3f}".format(*diag["ruler"]),
+                 "app": "{:.3f} .. {:.3f}".format(*diag["ruler"])})
+    rows += [{"measure": f"FP32 accuracy, {name}", "deployed": f"{diag['fp32']['deployed'][name]:.4f}",
+              "app": f"{diag['fp32']['app'][name]:.4f}"} for name in diag["fp32"]["deployed"]]
+    rows += [{"measure": f"INT8 release, daylight, {family}", "deployed": f"{acc:.4f}",
+              "app": f"{diag['int8_daylight']['app'][family]:.4f}"}
+             for family, acc in diag["int8_daylight"]["deployed"].items()]
+    return rows
+
+
+APP_COLUMNS = [("measure", "measurement", ""), ("deployed", "lab.camera.preprocess", ""), ("app", "the app", "")]
+
+
+def check_mismatch(step: str, diag: dict) -> str:
+    """The exercise's check: ``step`` (one of ``lab.camera.STEPS``) must be the step where the app parts from the
+    deployed path, as ``diag`` (``app_diagnostics``) measures it. Raises ``MismatchRefused`` naming why a wrong
+    step cannot be it; returns the verdict as a line."""
+    if step not in camera.STEPS:
+        raise MismatchRefused(f"MISMATCH = {step!r}: name one of the deployed path's steps {list(camera.STEPS)}")
+    dep, app = diag["cards"]["deployed"], diag["cards"]["app"]
+    moved = max(abs(app[c] - dep[c]) for c in CARDS)
+    if moved < 1e-4:
+        raise MismatchRefused("the test cards land where the deployed path puts them: nothing to find in the values")
+    black = f"a black card reaches the model at {app['black']:.3f} through the app, {dep['black']:.3f} through " \
+            "lab.camera.preprocess"
+    if step in ("crop", "resize", "layout"):
+        raise MismatchRefused(f"MISMATCH = {step!r}: a uniform card has one value in every pixel, so cropping, "
+                              f"resampling or re-laying its pixels cannot move it; yet {black}. A value step differs")
+    s = 1 / (app["white"] - app["black"])          # the app's x = (v / 255 - m) / s, from two cards
+    m = -app["black"] * s
+    if step == "scale":
+        if abs(app["black"] - dep["black"]) > 1e-3:
+            raise MismatchRefused(f"MISMATCH = 'scale': dividing by another number than 255 scales a pixel before "
+                                  f"the mean is subtracted, so a black card (0) lands at -MEAN/STD = "
+                                  f"{dep['black']:.3f} whatever the divisor; but {black}. The offset moved: the "
+                                  "step after the division")
+        return f"mismatch ok: the division; the white card lands at {app['white']:.3f}, not {dep['white']:.3f}"
+    if abs(app["black"] - dep["black"]) <= 1e-3:
+        raise MismatchRefused(f"MISMATCH = 'normalise': the black card lands where training puts it "
+                              f"({dep['black']:.3f}), so the mean/std step agrees at 0; only the white card moved "
+                              f"({app['white']:.3f} against {dep['white']:.3f}): the division before it differs")
+    return (f"mismatch ok: the normalisation. From the cards the app computes (x - {m:.2f}) / {s:.2f}, training "
+            f"(x - {float(camera.MEAN):.2f}) / {float(camera.STD):.2f}: the app's inputs span "
+            "{:.3f} .. {:.3f}, ".format(*diag["range"]["app"]) +
+            "inside the release's ruler {:.3f} .. {:.3f} but on ".format(*diag["ruler"]) +
+            f"{(diag['range']['app'][1] - diag['range']['app'][0]) / (diag['ruler'][1] - diag['ruler'][0]):.0%} "
+            "of its width, and the model reads them as other images")
