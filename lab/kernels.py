@@ -12,10 +12,13 @@ ONNX Runtime multiplies u8 activations by s8 weights in one of two ways:
 ONNX Runtime uses on x86: a QDQ ``DequantizeLinear -> op -> QuantizeLinear`` runs as the op's integer kernel
 (``QLinearMatMul``, ``QGemm``, ``QLinearConv`` with s8 activations shifted to u8; ``QLinearSoftmax``,
 ``QLinearGlobalAveragePool``; ``QLinearAdd`` when its inputs and output are of one integer type on x86, s8
-activations counted as u8), every other QDQ op as written. Convolutions pair their raw products along K in
-the order ORT's kernels read it (kernel position major, input channel minor); depthwise ones run on an exact
-kernel in both families. ``HANDLERS`` maps each op type it covers to its handler; an op it does not cover
-raises ``EmulationError`` instead of guessing, and ``uncovered(model)`` lists them beforehand.
+activations counted as u8 where ORT moves them, a QuantizeLinear / DequantizeLinear pair with one consumer: a
+tensor two nodes read keeps int8, and its readers stay float ops), every other QDQ op as written. Convolutions
+pair their raw products along K in the order ORT's kernels read it (kernel position major, input channel minor);
+depthwise ones run on an exact kernel in both families (MLAS widens each product to int32), and QLinearAdd, which
+sums no products, is the same float32 arithmetic on both. ``HANDLERS`` maps each op type it covers to its
+handler; an op it does not cover raises ``EmulationError`` instead of guessing, and ``uncovered(model)`` lists
+them beforehand.
 
 ``emulate(..., x64_precision=True)`` computes what a session with ONNX Runtime's config entry
 ``session.x64quantprecision = "1"`` (``X64_PRECISION_KEY``) outputs on x86: when the session loads, every constant
@@ -381,13 +384,22 @@ def qlinear_softmax(x: np.ndarray, x_scale, x_zero, y_scale, y_zero) -> np.ndarr
 
 
 def qlinear_add(a, a_scale, a_zero, b, b_scale, b_zero, c_scale, c_zero) -> np.ndarray:
-    """QLinearAdd: (a - za) sa/sc + (b - zb) sb/sc, rounded half to even, plus zc, saturated."""
-    sc = np.float32(c_scale)
-    v = ((np.asarray(a, np.int64) - np.int64(a_zero)).astype(np.float32) * (np.float32(a_scale) / sc)
-         + (np.asarray(b, np.int64) - np.int64(b_zero)).astype(np.float32) * (np.float32(b_scale) / sc))
+    """QLinearAdd as MLAS computes it on x86 (``MlasQLinearAddKernelAvx2Helper``, ``qladd_avx2.cpp``; both x86
+    families run it): float32 ratios ``ra = sa / sc``, ``rb = sb / sc`` and a fixed part ``zc - (ra za + rb zb)``,
+    then ``fma(a, ra, fma(b, rb, fixed))`` (each fused multiply-add rounded once to float32), rounded half to even,
+    saturated. Family-independent: no integer products are summed. ``(a - za) ra + (b - zb) rb`` rounded twice
+    differs from it in the last bit, and so in the integer near a half."""
+    f32 = np.float32
+    ra, rb = f32(f32(a_scale) / f32(c_scale)), f32(f32(b_scale) / f32(c_scale))
+    za, zb, zc = (f32(int(np.asarray(z).reshape(-1)[0])) for z in (a_zero, b_zero, c_zero))
+    fixed = f32(zc - f32(f32(ra * za) + f32(rb * zb)))
+    # an 8-bit integer times a float32 is exact in float64, and so is its sum with a float32 of like magnitude:
+    # one rounding to float32 per fused multiply-add, as the kernel's
+    t = (np.asarray(b, np.float64) * np.float64(rb) + np.float64(fixed)).astype(np.float32)
+    v = (np.asarray(a, np.float64) * np.float64(ra) + t.astype(np.float64)).astype(np.float32)
     zp = np.asarray(c_zero)
     lo, hi = _limits(zp.dtype)
-    return np.clip(np.rint(v) + int(zp.reshape(-1)[0]), lo, hi).astype(zp.dtype)
+    return np.clip(np.rint(v), lo, hi).astype(zp.dtype)
 
 
 @dataclass(frozen=True)
@@ -561,6 +573,7 @@ class _Run:
     x64_precision: bool = False
     constants: frozenset = frozenset()
     opset: int = 0
+    graph_outputs: frozenset = frozenset()
 
     def dq_source(self, name: str, deployed: bool = True):
         """The (q, scale, zero point) behind a DequantizeLinear output, or None. ``deployed``: as the session holds
@@ -576,19 +589,44 @@ class _Run:
         return q, self.values[node.input[1]], np.zeros((), np.uint8) if zp is None else zp
 
     def x86_dtype(self, name: str):
-        """The integer type behind a DequantizeLinear output in the session's graph on x86: an activation's int8
-        moves to uint8 (``QDQS8ToU8Transformer``), a constant's is ``dq_source``'s."""
+        """The integer type behind a DequantizeLinear output in the session's graph on x86. A constant's is
+        ``dq_source``'s; an activation's int8 moves to uint8 only where ORT's ``QDQS8ToU8Transformer`` converts its
+        QuantizeLinear / DequantizeLinear pair (``x86_shifted``)."""
         q = np.asarray(self.dq_source(name)[0])
-        constant = self.producer[name].input[0] in self.constants
-        return np.dtype(np.uint8) if q.dtype == np.int8 and not constant else q.dtype
+        dq = self.producer[name]
+        if dq.input[0] in self.constants or q.dtype != np.int8:
+            return q.dtype
+        quantize = self.producer.get(dq.input[0])
+        return np.dtype(np.uint8) if quantize is not None and self.x86_shifted(quantize) else q.dtype
+
+    def x86_shifted(self, quantize) -> bool:
+        """Whether ORT on x86 moves this int8 QuantizeLinear (and its DequantizeLinear) to uint8.
+        ``QDQS8ToU8Transformer`` converts a QuantizeLinear whose output has exactly one consumer, a DequantizeLinear,
+        and is no graph output (``optimizer_utils::CheckOutputEdges(graph, node, 1)``); it runs after
+        ``EnsureUniqueDQForNodeUnit`` has given each consumer of a shared DequantizeLinear its own copy, so a pair
+        whose DequantizeLinear feeds two nodes (a residual block's input) keeps int8 (seen in the session's
+        optimized graph)."""
+        zp = np.asarray(self.values[quantize.input[2]]) if len(quantize.input) > 2 and quantize.input[2] else None
+        if zp is None or zp.dtype != np.int8 or quantize.output[0] in self.graph_outputs:
+            return False
+        after = self.consumers.get(quantize.output[0], [])
+        if len(after) != 1 or after[0].op_type != "DequantizeLinear":
+            return False
+        dq_out = after[0].output[0]
+        return len(self.consumers.get(dq_out, [])) + (dq_out in self.graph_outputs) <= 1
 
     def fused_producer(self, node):
         """The op a QuantizeLinear closes into one integer kernel (``DequantizeLinear -> op -> QuantizeLinear``),
         or None: its producer must be in FUSED, feed only it, and read every input through a DequantizeLinear;
-        an Add only when its inputs and output are of one integer type on x86 (ORT's ``BinarySelector``). Never
-        with 16-bit activations (``activation_type=QUInt16``): the CPU's integer kernels take 8-bit ones, so ORT
-        leaves the float op between DequantizeLinear and QuantizeLinear (seen in its optimized graph), the same on
-        every family."""
+        its inputs (a Conv's, MatMul's or Gemm's activations only: their weights have a type of their own) and
+        its output must be of one integer type in the session's graph on x86 (ORT's QDQ selectors:
+        ``ConvNodeGroupSelector``'s "input and output types need to be same", the Binary selector's likewise; an
+        Add's constant bias counts, so it fuses only when the bias is uint8),
+        and uint8 for Conv, MatMul and Gemm (``QDQIsInt8Allowed()`` is false off ARM). Never with
+        16-bit activations (``activation_type=QUInt16``): the CPU's integer kernels take 8-bit ones, so ORT leaves
+        the float op between DequantizeLinear and QuantizeLinear (seen in its optimized graph), the same on every
+        family. An all-int8 Add, Softmax or GlobalAveragePool on x86 (every pair kept int8) is refused: not
+        measured, so not guessed."""
         op = self.producer.get(node.input[0])
         if op is None or op.op_type not in FUSED or len(self.consumers[op.output[0]]) != 1:
             return None
@@ -598,10 +636,19 @@ class _Run:
         if np.asarray(self.dq_source(op.input[0])[0]).dtype.itemsize > 1 or \
                 (out_zero is not None and np.asarray(out_zero).dtype.itemsize > 1):
             return None
-        if op.op_type == "Add":
-            out = np.asarray(self.values[node.input[2]]).dtype if len(node.input) > 2 else np.dtype(np.uint8)
-            if {self.x86_dtype(i) for i in op.input} != {np.dtype(np.uint8) if out == np.int8 else out}:
+        out = np.asarray(out_zero).dtype if out_zero is not None else np.dtype(np.uint8)
+        out = np.dtype(np.uint8) if out == np.int8 and self.x86_shifted(node) else out
+        weighted = op.op_type in ("Conv", "MatMul", "Gemm")   # their constant weights have a type of their own
+        read = [i for i in op.input if not weighted or self.producer[i].input[0] not in self.constants]
+        types = {self.x86_dtype(i) for i in read} | {out}
+        if len(types) != 1:
+            return None
+        if types == {np.dtype(np.int8)}:
+            if op.op_type in ("Conv", "MatMul", "Gemm"):
                 return None
+            raise EmulationError(f"{self.label}: {op.op_type} '{op.name}' between int8 DequantizeLinear and "
+                                 "QuantizeLinear pairs that ORT keeps int8 on x86: the emulation does not know "
+                                 "whether ORT fuses it, and does not guess")
         return op
 
     def kernel_weights(self, node, ins: list) -> list:
@@ -672,8 +719,18 @@ def _fused_conv(run, op, srcs, y_scale, y_zero):
 
 
 def _fused_add(run, op, srcs, y_scale, y_zero):
-    """``DequantizeLinear -> Add -> QuantizeLinear`` of one integer type runs as QLinearAdd."""
+    """``DequantizeLinear -> Add -> QuantizeLinear`` of one integer type runs as QLinearAdd (com.microsoft). On x86
+    int8 activations reach it as uint8 (``QDQS8ToU8Transformer``: values and zero points + 128), which moves the
+    kernel's float32 roundings: computed on the shifted values, then shifted back."""
+    def u8(q):   # an int8 tensor or zero point as the session holds it once shifted to uint8; uint8 as it is
+        q = np.asarray(q)
+        return (q.astype(np.int16) + 128).astype(np.uint8) if q.dtype == np.int8 else q
+
     (a, sa, za), (b, sb, zb) = srcs
+    y_zero = np.asarray(y_zero)
+    if y_zero.dtype == np.int8 and all(run.x86_dtype(i) == np.uint8 for i in op.input):
+        out = qlinear_add(u8(a), sa, u8(za), u8(b), sb, u8(zb), y_scale, u8(y_zero))
+        return (out.astype(np.int16) - 128).astype(np.int8)
     return qlinear_add(a, sa, za, b, sb, zb, y_scale, y_zero)
 
 
@@ -854,9 +911,21 @@ def uncovered(model) -> list[str]:
 def emulate(model, x: np.ndarray, family: str, input_name: str = "pixels", x64_precision: bool = False) -> np.ndarray:
     """The model's first output on ``x``, as a CPU of ``family`` computes it; ``x64_precision``: in a session with
     ``X64_PRECISION_KEY`` set to "1" (x86's rules: constant int8 weights beyond [-64, 64] shifted to uint8)."""
+    m = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model))
+    out = m.graph.output[0].name
+    return np.asarray(emulate_tensors(m, x, family, [out], input_name, x64_precision,
+                                      "the model" if isinstance(model, onnx.ModelProto) else Path(model).name)[out],
+                      np.float32)
+
+
+def emulate_tensors(model, x: np.ndarray, family: str, names, input_name: str = "pixels", x64_precision: bool = False,
+                    label: str | None = None) -> dict[str, np.ndarray]:
+    """The tensors ``names`` of the model on ``x`` as a CPU of ``family`` computes them, in their own dtypes (a
+    QuantizeLinear's output as the integers the session holds). A tensor a fused kernel never materialises as
+    float (a Conv's float output before its QuantizeLinear) is None."""
     check_family(family)
     m = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model))
-    label = "the model" if isinstance(model, onnx.ModelProto) else Path(model).name
+    label = label or ("the model" if isinstance(model, onnx.ModelProto) else Path(model).name)
     values = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
     values[input_name] = np.asarray(x, np.float32)
     consumers: dict[str, list] = {}
@@ -866,7 +935,7 @@ def emulate(model, x: np.ndarray, family: str, input_name: str = "pixels", x64_p
     opset = max([o.version for o in m.opset_import if o.domain in ("", "ai.onnx")], default=0)
     constants = frozenset(values) - {i.name for i in m.graph.input} - {input_name}
     run = _Run(values, {o: n for n in m.graph.node for o in n.output}, consumers, family, label, bool(x64_precision),
-               constants, opset)
+               constants, opset, frozenset(o.name for o in m.graph.output))
     for node in m.graph.node:
         handler = HANDLERS.get(node.op_type)
         if handler is None:
@@ -874,4 +943,7 @@ def emulate(model, x: np.ndarray, family: str, input_name: str = "pixels", x64_p
                                  "emulation; run this model on a CPU of that family instead")
         ins = [values.get(i) if i else None for i in node.input]
         values.update(zip(node.output, handler(run, node, ins)))
-    return np.asarray(values[m.graph.output[0].name], np.float32)
+    missing = [n for n in names if n not in values]
+    if missing:
+        raise KeyError(f"{label} has no tensor named {missing}")
+    return {n: values[n] for n in names}

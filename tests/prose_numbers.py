@@ -41,7 +41,6 @@ NOT_MEASURED = {
     "04": {"16 images": "two batches of 8, the lesson's setting", "Eight images": "one batch of 8"},
     "05": {"two digits": "an FP32 output unsure between its top two"},
     "07": {"two answers": "FP32's top two answers"},
-    "10": {"three times": "conv2's weight scales: the fixture's weights, the same for every id and family"},
     "06": {"250": "254 - 4 roundings, arithmetic", "258": "254 + 4 roundings, arithmetic",
            "five answers": "the exercise's five test answers"},
     "08": {"99.999 %": "ORT's default Percentile setting", "0.001 %": "100 % - ORT's default Percentile setting",

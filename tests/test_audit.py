@@ -69,10 +69,10 @@ def by_tensor(doc: dict) -> dict[str, dict]:
 
 def test_the_cnn_audit_reads_every_ruler_back(cnn, cnn_doc):
     rulers = by_tensor(cnn_doc)
-    assert list(rulers)[0] == camera.INPUT_NAME and len(rulers) == 11
+    assert list(rulers)[0] == camera.INPUT_NAME and len(rulers) == 14
     model = graph.load(cnn["qdq"])
     inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-    for tensor in ("image", "conv1.out", "conv2.out", "fc.out"):
+    for tensor in ("image", "conv1.out", "dwconv.out", "residual.out", "conv2.out", "fc.out"):
         assert rulers[tensor]["scale"] == pytest.approx(float(inits[f"{tensor}_scale"]))
         assert rulers[tensor]["zero_point"] == int(inits[f"{tensor}_zero_point"])
     assert all(r["measured"] and r["diagnosis"] == "fine" for r in rulers.values())   # calibrated as deployed
@@ -94,7 +94,7 @@ def test_the_cnn_audit_finds_where_int8_parts_from_fp32(cnn_doc):
     rows = cnn_doc["parting"]["rows"]
     assert [r["tensor"] for r in rows][:2] == ["image", "conv1.out"]
     assert all(np.isfinite(r["vs_fp32_db"]) for r in rows)
-    assert {r["tensor"] for r in rows if r["relu_in_ruler"]} == {"relu1.out", "relu2.out"}
+    assert {r["tensor"] for r in rows if r["relu_in_ruler"]} == {"relu1.out", "relu_dw.out", "relu2.out"}
 
 
 def test_a_qoperator_cnn_has_its_rulers_from_the_qlinear_ops(cnn):
@@ -111,7 +111,7 @@ def test_the_text_report_and_the_json(cnn, capsys):
     assert audit_tool.main([str(cnn["fp32"]), str(cnn["qdq"]), "--data", str(cnn["data"]),
                             "--labels", str(cnn["data"])]) == 0
     text = capsys.readouterr().out
-    for part in ("rulers (11, read from the INT8 graph)", "error by input size", "where INT8 parts from FP32",
+    for part in ("rulers (14, read from the INT8 graph)", "error by input size", "where INT8 parts from FP32",
                  "kernel families:", "exact (", "saturating (", "recipe (the model's metadata):"):
         assert part in text, part
     assert audit_tool.main([str(cnn["fp32"]), str(cnn["qdq"]), "--data", str(cnn["data"]), "--json"]) == 0

@@ -87,7 +87,28 @@ def test_the_conditions_do_what_they_say(evaluation):
     assert (camera.flash(frames) == 255).mean() > (frames == 255).mean() + 0.05
     np.testing.assert_allclose(ink_centre(camera.off_centre(frames)) - ink_centre(frames), 4.0, atol=0.6)
     assert 0.4 < np.median(ink_spread(camera.small_distant(frames)) / ink_spread(frames)) < 0.6  # 0.7 x 0.7 of it
-    assert 16 < (camera.noisy(frames).astype(float) - frames).std() < 19   # sigma 18, a few clipped at 0 or 255
+    noise = camera.noisy(frames).astype(float) - frames
+    bright, dark = frames > 180, frames < 70
+    assert 15 < noise[bright].std() < 19 and 7 < noise[dark].std() < 11      # shot noise: sigma sqrt(1.6 v)
+    lifted = camera.gamma(frames).astype(float) - frames
+    assert lifted[dark].mean() > 2 * lifted[bright].mean() > 0                # gamma lifts the paper far more
+    sharp = np.abs(np.diff(frames.astype(float), axis=2)).mean()
+    assert np.abs(np.diff(camera.blur(frames).astype(float), axis=2)).mean() < 0.7 * sharp   # measured 0.63
+    assert abs(camera.blur(frames).astype(float).mean() - frames.mean()) < 1.0   # a blur keeps the light
+
+
+def test_jpeg_quantizes_each_8x8_block_in_the_dct():
+    frames = camera.load_split("evaluation").frames[:20]
+    out = camera.jpeg(frames).astype(np.float64) - 128
+    d = camera._dct_matrix(camera.JPEG_BLOCK)
+    np.testing.assert_allclose(d @ d.T, np.eye(camera.JPEG_BLOCK), atol=1e-12)        # orthonormal
+    blocks = out.reshape(20, 4, 8, 4, 8).transpose(0, 1, 3, 2, 4)
+    coef = (d @ blocks @ d.T) / camera._jpeg_steps()
+    unclipped = (np.abs(out) < 127).reshape(20, 4, 8, 4, 8).transpose(0, 1, 3, 2, 4).all(axis=(3, 4))
+    # blocks the uint8 rounding and clipping left alone: every coefficient within rounding of a multiple of its step
+    assert np.abs(coef - np.rint(coef))[unclipped].max() < 0.2
+    flat = np.full((1, camera.FRAME, camera.FRAME), 92, np.uint8)   # DC (92 - 128) x 8 = -288: 6 steps of 48
+    np.testing.assert_array_equal(camera.jpeg(flat), flat)
 
 
 def test_an_unknown_condition_is_named():
@@ -135,8 +156,13 @@ def test_the_cnn_reads_every_condition_at_lesson_06s_floor(split):
 
 def test_the_cnn_has_batchnorm_as_exported():
     model = camera.model_path()
-    assert graph.op_counts(model) == {"BatchNormalization": 2, "Conv": 2, "Flatten": 1, "Gemm": 1,
-                                      "GlobalAveragePool": 1, "MaxPool": 2, "Relu": 2, "Softmax": 1}
+    assert graph.op_counts(model) == {"Add": 1, "BatchNormalization": 3, "Conv": 3, "Flatten": 1, "Gemm": 1,
+                                      "GlobalAveragePool": 1, "MaxPool": 2, "Relu": 3, "Softmax": 1}
+    convs = {n.name: n for n in graph.load(model).graph.node if n.op_type == "Conv"}
+    group = {a.name: a.i for a in convs["dwconv"].attribute}.get("group")
+    assert group == build_cnn.CHANNELS[0]                           # depthwise: one filter per channel
+    add = next(n for n in graph.load(model).graph.node if n.op_type == "Add")
+    assert list(add.input) == ["relu_dw.out", "pool1.out"]          # the residual: the block's output plus its input
     m = graph.load(model)
     assert [i.name for i in m.graph.input] == [camera.INPUT_NAME]
     assert [o.name for o in m.graph.output] == [camera.OUTPUT_NAME]
@@ -163,3 +189,38 @@ def test_a_rebuild_gives_the_same_frames_and_the_same_accuracy(tmp_path):
 
     assert abs(accuracy(tmp_path / build_cnn.MODEL_FILE) - accuracy(camera.model_path())) <= 0.01
     assert sorted(json.loads((tmp_path / "manifest.json").read_text())) == sorted(build_cnn.FILES)
+
+
+# --- the app's own copy of the path (lesson 10's mismatch question) -------------------------------------------------
+
+def test_the_app_parts_from_the_deployed_path_in_one_value_step(evaluation):
+    frames = evaluation.frames[:30]
+    dep, app = camera.preprocess(frames), camera.app_preprocess(frames)
+    assert app.shape == dep.shape and app.dtype == np.float32
+    assert not np.allclose(app, dep)
+    # an affine map of the deployed values: the same pixels, another normalisation
+    slope, offset = np.polyfit(dep.ravel(), app.ravel(), 1)
+    np.testing.assert_allclose(app, slope * dep + offset, atol=1e-4)
+    assert camera.STEPS == ("crop", "resize", "scale", "normalise", "layout")
+
+
+def _diagnostics(evaluation):
+    from lab.lessons.lesson10_your_own_model import camera_path
+    return camera_path, {"cards": {"deployed": camera_path.card_values(camera.preprocess),
+                                   "app": camera_path.card_values(camera.app_preprocess)},
+                         "range": {"deployed": [-1.0, 3.9], "app": [-0.7, 1.0]}, "ruler": [-1.9, 4.0]}
+
+
+@pytest.mark.parametrize("step, why", [
+    ("crop", "cannot move it"), ("resize", "cannot move it"), ("layout", "cannot move it"),
+    ("scale", "whatever the divisor"), ("colour", "name one of")])
+def test_the_mismatch_check_refuses_a_step_the_cards_rule_out(evaluation, step, why):
+    camera_path, diag = _diagnostics(evaluation)
+    with pytest.raises(camera_path.MismatchRefused, match=why):
+        camera_path.check_mismatch(step, diag)
+
+
+def test_the_mismatch_check_names_the_apps_normalisation(evaluation):
+    camera_path, diag = _diagnostics(evaluation)
+    line = camera_path.check_mismatch("normalise", diag)
+    assert line.startswith("mismatch ok: the normalisation") and "(x - 0.50) / 0.50" in line

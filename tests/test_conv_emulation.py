@@ -1,7 +1,8 @@
 """lab.kernels computes Conv models as each INT8 kernel family does: checked against ORT's real kernels.
 
-The models: the CNN fixture (Conv + BatchNormalization as exported, MaxPool, GlobalAveragePool, Gemm, Softmax)
-converted in QDQ and QOperator form (QLinearConv, QLinearGlobalAveragePool, QGemm), per-tensor and per-channel
+The models: the CNN fixture (Conv + BatchNormalization as exported, a depthwise Conv and a residual Add, MaxPool,
+GlobalAveragePool, Gemm, Softmax) converted in QDQ and QOperator form (QLinearConv, QLinearAdd,
+QLinearGlobalAveragePool, QGemm), per-tensor and per-channel
 (Conv weights on axis 0), with and without reduce_range, before and after ORT's pre-processing (which folds the
 BatchNormalization into the Conv); and PyTorch-exported Conv2d models from onnx's own test data (strides, pads,
 dilations, groups, depthwise, no bias), upgraded to opset 17 first (their opset has no ``axis`` on
@@ -16,6 +17,7 @@ DequantizeLinear), which the lab did not write.
 """
 from __future__ import annotations
 
+import platform
 import shutil
 from pathlib import Path
 
@@ -29,7 +31,7 @@ from onnx import TensorProto, helper, numpy_helper, version_converter
 from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
-from lab import camera, data, graph, kernels
+from lab import camera, data, graph, hybrid, kernels
 from lab.kernels import EXACT, SATURATING, ConvShape, EmulationError
 from lab.readers import ArrayReader
 
@@ -50,6 +52,9 @@ CNN_KINDS = {
     # pre-processing folds each BatchNormalization into its Conv; QOperator then runs QLinearGlobalAveragePool
     "pre_qdq_channel": (True, dict(quant_format=QDQ, per_channel=True)),
     "pre_qop_u8_channel": (True, dict(quant_format=QOP, per_channel=True, activation_type=U8)),
+    # QUInt8 QDQ: the residual block's shared input needs no s8 -> u8 move, so ORT fuses its depthwise Conv into
+    # QLinearConv and its Add into QLinearAdd; with QInt8 (every other QDQ kind) both stay float ops on x86
+    "pre_qdq_u8_channel": (True, dict(quant_format=QDQ, per_channel=True, activation_type=U8)),
 }
 TORCH_KINDS = {k: CNN_KINDS[k][1] for k in ("qdq_tensor", "qdq_channel", "qop_u8_channel")}
 
@@ -129,8 +134,9 @@ def output_step(model) -> float:
 
 def test_the_cnn_kinds_cover_the_integer_ops(cnn_models):
     ops = {kind: graph.op_counts(path) for kind, path in cnn_models.items()}
-    assert ops["qop_u8_channel"]["QLinearConv"] == 2 and ops["qop_u8_channel"]["BatchNormalization"] == 2
-    assert ops["qdq_channel"]["Conv"] == 2 and ops["qdq_channel"]["BatchNormalization"] == 2
+    assert ops["qop_u8_channel"]["QLinearConv"] == 3 and ops["qop_u8_channel"]["BatchNormalization"] == 3
+    assert ops["qop_u8_channel"]["QLinearAdd"] == 1                     # the residual Add
+    assert ops["qdq_channel"]["Conv"] == 3 and ops["qdq_channel"]["BatchNormalization"] == 3
     assert "BatchNormalization" not in ops["pre_qdq_channel"]          # folded by ORT's pre-processing
     assert ops["pre_qop_u8_channel"]["QLinearGlobalAveragePool"] == 1
     weights = graph.load(cnn_models["qdq_channel"])
@@ -298,6 +304,94 @@ def test_what_the_emulation_does_not_cover_is_refused_by_name():
         kernels.emulate(transpose, np.ones((1, 1, 2, 2), np.float32), SATURATING, "x")
 
 
+def fused_counts(model) -> dict[str, int]:
+    """Op counts of the graph this machine's ORT session runs (its optimized graph)."""
+    counts: dict[str, int] = {}
+    for n in hybrid.optimized(graph.load(model)).graph.node:
+        counts[n.op_type] = counts.get(n.op_type, 0) + 1
+    return counts
+
+
+def test_what_ort_fuses_in_the_residual_block(cnn_models):
+    """QInt8 QDQ on x86: the block's input (pool1) is read by the depthwise Conv and the Add, so its
+    QuantizeLinear has two DequantizeLinear copies (EnsureUniqueDQForNodeUnit) and QDQS8ToU8Transformer, which
+    moves only a pair with one edge, leaves it int8; the selectors want one type in and out, so the depthwise Conv
+    and the Add run as float ops between DequantizeLinear and QuantizeLinear. QUInt8 QDQ and QOperator fuse both."""
+    s8, u8, qop = (fused_counts(cnn_models[k]) for k in ("pre_qdq_channel", "pre_qdq_u8_channel", "pre_qop_u8_channel"))
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        assert (s8["QLinearConv"], s8["Conv"], s8["Add"], s8.get("QLinearAdd", 0)) == (2, 1, 1, 0)
+    assert (u8["QLinearConv"], u8.get("Conv", 0), u8.get("Add", 0), u8["QLinearAdd"]) == (3, 0, 0, 1)
+    assert (qop["QLinearConv"], qop["QLinearAdd"]) == (3, 1)
+
+
+def depthwise_probe(channels: int) -> onnx.ModelProto:
+    """A QDQ depthwise Conv (``channels`` groups of one channel, 3x3, no padding on a 3x3 input): inputs 1.0 (u8
+    255 at 1/255), weights 127 at scale 1, output scale 8: 9 x 127 = 1,143, on the grid 1,144, in every channel if
+    the products add in int32; pairs saturating at 32,767 would give less. 16 channels take MLAS's symmetric
+    depthwise kernel (``MlasConvSymDepthwiseKernelAvx2``: ``vpmovzxbd`` / ``vpmovsxbd`` to int32, then
+    ``vpmaddwd``), 12 channels (not a multiple of 16) the generic ``MlasConvDepthwiseKernelAvx2`` (16-bit products
+    widened to int32)."""
+    init = [numpy_helper.from_array(np.array(1 / 255, np.float32), "x_scale"),
+            numpy_helper.from_array(np.array(0, np.uint8), "x_zero"),
+            numpy_helper.from_array(np.full((channels, 1, 3, 3), 127, np.int8), "w_q"),
+            numpy_helper.from_array(np.array(1.0, np.float32), "w_scale"),
+            numpy_helper.from_array(np.array(0, np.int8), "w_zero"),
+            numpy_helper.from_array(np.array(8.0, np.float32), "y_scale"),
+            numpy_helper.from_array(np.array(0, np.uint8), "y_zero")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "x_scale", "x_zero"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "x_scale", "x_zero"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w_q", "w_scale", "w_zero"], ["wd"]),
+             helper.make_node("Conv", ["xd", "wd"], ["c"], kernel_shape=[3, 3], group=channels),
+             helper.make_node("QuantizeLinear", ["c", "y_scale", "y_zero"], ["yq"]),
+             helper.make_node("DequantizeLinear", ["yq", "y_scale", "y_zero"], ["y"])]
+    g = helper.make_graph(nodes, "depthwise_probe",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, 3, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, 1, 1])], init)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("channels", [16, 12])
+def test_a_depthwise_conv_never_saturates(channels):
+    model, x = depthwise_probe(channels), np.ones((1, channels, 3, 3), np.float32)
+    assert fused_counts(model).get("QLinearConv") == 1
+    for family in (EXACT, SATURATING):
+        np.testing.assert_array_equal(kernels.emulate(model, x, family, "x"), np.full((1, channels, 1, 1), 1144.0))
+    np.testing.assert_array_equal(graph.session(model).run(None, {"x": x})[0], np.full((1, channels, 1, 1), 1144.0))
+
+
+def qlinear_add_model(sa, za, sb, zb, sc, zc, dtype) -> onnx.ModelProto:
+    t = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    init = [numpy_helper.from_array(np.array(v, np.float32), n) for v, n in ((sa, "sa"), (sb, "sb"), (sc, "sc"))]
+    init += [numpy_helper.from_array(np.array(v, dtype), n) for v, n in ((za, "za"), (zb, "zb"), (zc, "zc"))]
+    node = helper.make_node("QLinearAdd", ["a", "sa", "za", "b", "sb", "zb", "sc", "zc"], ["c"], domain="com.microsoft")
+    g = helper.make_graph([node], "qladd", [helper.make_tensor_value_info("a", t, [None]),
+                                            helper.make_tensor_value_info("b", t, [None])],
+                          [helper.make_tensor_value_info("c", t, [None])], init)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+                             ir_version=8)
+
+
+def qlinear_add_cases(n: int = 120, seed: int = 20261205):
+    """Random QLinearAdd models (u8 and s8, scales 1e-3..1, zero points anywhere) and their inputs."""
+    rng = np.random.default_rng(seed)
+    for k in range(n):
+        dtype = np.uint8 if k % 2 == 0 else np.int8
+        lo, hi = int(np.iinfo(dtype).min), int(np.iinfo(dtype).max)
+        scales = [np.float32(10 ** rng.uniform(-3, 0)) for _ in range(3)]
+        zeros = [int(rng.integers(lo, hi + 1)) for _ in range(3)]
+        a, b = (rng.integers(lo, hi + 1, 515).astype(dtype) for _ in range(2))
+        yield qlinear_add_model(scales[0], zeros[0], scales[1], zeros[1], scales[2], zeros[2], dtype), a, b
+
+
+def test_qlinear_add_is_what_mlas_computes():
+    """MLAS's QLinearAdd (``qladd_avx2.cpp``, the kernel of both x86 families): the emulation bit for bit."""
+    for k, (model, a, b) in enumerate(qlinear_add_cases()):
+        ins = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+        got = kernels.qlinear_add(a, ins["sa"], ins["za"], b, ins["sb"], ins["zb"], ins["sc"], ins["zc"])
+        real = graph.session(model).run(None, {"a": a, "b": b})[0]
+        np.testing.assert_array_equal(got, real, err_msg=f"case {k}")
+
+
 def test_both_fixtures_are_covered(cnn_models):
     assert kernels.uncovered(data.fixture_path("fp32.onnx")) == []
     assert all(kernels.uncovered(path) == [] for path in cnn_models.values())
@@ -314,9 +408,35 @@ def run_all(prefix: list[str], models: dict[str, tuple[Path, np.ndarray]], folde
         return {name: saved[path.stem] for name, (path, _) in models.items()}
 
 
+def one_input_qlinear_add(model: onnx.ModelProto, b: np.ndarray) -> onnx.ModelProto:
+    """The QLinearAdd case with ``b`` a constant: one input, as run_any_models.py feeds (the kernel's path is the
+    same: both operands of full length)."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    m.graph.initializer.append(numpy_helper.from_array(b, "b"))
+    del m.graph.input[1]
+    return m
+
+
 @pytest.fixture(scope="module")
-def every_model(cnn_models, cnn_inputs, torch_models) -> dict[str, tuple[Path, np.ndarray]]:
-    return {**{f"cnn-{k}": (p, cnn_inputs) for k, p in cnn_models.items()}, **torch_models}
+def probe_models(tmp_path_factory) -> dict[str, tuple[Path, np.ndarray]]:
+    """The depthwise probes and a share of the QLinearAdd cases, saved for the real kernels."""
+    folder = tmp_path_factory.mktemp("probes")
+    built = {}
+    for channels in (16, 12):
+        path = folder / f"depthwise-{channels}.onnx"
+        onnx.save(depthwise_probe(channels), path)
+        built[path.stem] = (path, np.ones((1, channels, 3, 3), np.float32))
+    for k, (model, a, b) in enumerate(qlinear_add_cases(24)):
+        path = folder / f"qladd-{k}.onnx"
+        onnx.save(one_input_qlinear_add(model, b), path)
+        built[path.stem] = (path, a)
+    return built
+
+
+@pytest.fixture(scope="module")
+def every_model(cnn_models, cnn_inputs, torch_models, probe_models) -> dict[str, tuple[Path, np.ndarray]]:
+    return {**{f"cnn-{k}": (p, cnn_inputs) for k, p in cnn_models.items()}, **torch_models, **probe_models}
 
 
 @pytest.fixture(scope="module")
@@ -335,12 +455,16 @@ def test_real_saturating_kernels_equal_the_emulation(haswell_outputs, every_mode
     """qemu Haswell (AVX2, no VNNI): the real saturating Conv kernels, bit for bit, on every model."""
     for name, (model, x) in every_model.items():
         np.testing.assert_array_equal(haswell_outputs[name], emulate(model, x, SATURATING), err_msg=name)
+    for channels in (16, 12):   # depthwise: exact int32 sums on the saturating family too
+        np.testing.assert_array_equal(haswell_outputs[f"depthwise-{channels}"], np.full((1, channels, 1, 1), 1144.0))
 
 
 @pytest.mark.slow
 def test_real_arm_kernels_are_within_one_step_of_the_exact_emulation(aarch64_outputs, every_model):
     """aarch64 (dot product, int32 sums): within one output step of the exact emulation."""
     for name, (model, x) in every_model.items():
+        if name.startswith("qladd-"):   # integer outputs of ARM's own QLinearAdd kernel: not what this test bounds
+            continue
         step = output_step(model)
         diff = float(np.abs(aarch64_outputs[name] - emulate(model, x, EXACT)).max())
         print(f"exact (qemu aarch64) {name}: max difference {diff / step:.3g} output steps")

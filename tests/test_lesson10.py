@@ -100,7 +100,7 @@ def test_the_release_check_refuses_the_attractive_set_and_the_saturating_overflo
 def test_the_prediction_is_judged_on_the_lessons_two_sets():
     measured, labels = graded.lesson_sets("exact")
     ev = evidence.paired(labels, measured["camera"]["under_conditions"], measured["attractive"]["under_conditions"])
-    assert ev.beyond_noise and ev.difference < 0 and ev.broken > 4 * ev.fixed  # the attractive set misreads more
+    assert ev.beyond_noise and ev.difference < 0 and ev.broken > 2 * ev.fixed  # the attractive set misreads more
     right = camera_path.judge_attractive_photographs({"larger_error": "attractive", "wider_ruler": "camera"}, measured,
                                                      labels)
     wrong = camera_path.judge_attractive_photographs({"larger_error": "camera", "wider_ruler": "camera"}, measured,

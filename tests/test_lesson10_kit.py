@@ -28,6 +28,12 @@ CASES = {
     "10 release per-channel QDQ without reduce_range": Wrong(
         LESSON, "l10-28", lambda s: s.replace('"reduce_range": True', '"reduce_range": False'), "l10-29",
         ("ReleaseRefused", "error (saturating family): max abs error", "on daylight is over 0.15")),
+    "10 mismatch: the division by 255": Wrong(
+        LESSON, "l10-31d", lambda s: 'MISMATCH = "scale"', "l10-31e",
+        ("MismatchRefused", "MISMATCH = 'scale'", "whatever the divisor", "The offset moved")),
+    "10 mismatch: the resize": Wrong(
+        LESSON, "l10-31d", lambda s: 'MISMATCH = "resize"', "l10-31e",
+        ("MismatchRefused", "a uniform card has one value in every pixel", "A value step differs")),
     "10 exclusion: a node whose effect is noise": Wrong(
         LESSON, "l10-r08", lambda s: 'EXCLUDE = "conv2"', "l10-r09",
         ("ExclusionRefused", "EXCLUDE = 'conv2': leaving it in float gives", "noise is not a ranking",

@@ -109,15 +109,18 @@ def check_reader(reader_cls, frames: np.ndarray | None = None, batch_size: int =
 
 
 def quantize_cnn(source: str | Path, output: str | Path, reader, *, quant_format: str = "QDQ",
-                 per_channel: bool = False, reduce_range: bool = False) -> dict:
-    """``quantize_static`` of ``source`` calibrated by ``reader`` (MinMax, QInt8 activations and weights): the
-    settings, the served images' SHA-256 and count, and the model's SHA-256."""
+                 per_channel: bool = False, reduce_range: bool = False, activation_type: str = "QInt8") -> dict:
+    """``quantize_static`` of ``source`` calibrated by ``reader`` (MinMax, QInt8 weights; QInt8 activations unless
+    ``activation_type`` says QUInt8): the settings, the served images' SHA-256 and count, and the model's SHA-256."""
+    if activation_type not in ("QInt8", "QUInt8"):
+        raise ValueError(f"activation_type {activation_type!r}: expected 'QInt8' or 'QUInt8'")
     recorder = RecordingReader(reader, input_name=INPUT)
     quantize_static(str(source), str(output), recorder, quant_format=QuantFormat[quant_format],
-                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, per_channel=bool(per_channel),
-                    reduce_range=bool(reduce_range), calibrate_method=CalibrationMethod.MinMax)
+                    activation_type=QuantType[activation_type], weight_type=QuantType.QInt8,
+                    per_channel=bool(per_channel), reduce_range=bool(reduce_range),
+                    calibrate_method=CalibrationMethod.MinMax)
     return {"quant_format": quant_format, "per_channel": bool(per_channel), "reduce_range": bool(reduce_range),
-            "activation_type": "QInt8", "weight_type": "QInt8", "calibrate_method": "MinMax",
+            "activation_type": activation_type, "weight_type": "QInt8", "calibrate_method": "MinMax",
             "served_sha256": recorder.sha256, "served_samples": recorder.samples, "served_batches": recorder.batches,
             "sha256": file_sha256(output)}
 
@@ -163,7 +166,8 @@ def weight_scales(model) -> list[dict]:
                 0 if n.op_type == "QLinearConv" else 1 - next((a.i for a in n.attribute if a.name == "transB"), 0)
             rows.append({"weight": w, "shape": "x".join(map(str, inits[w].dims)), "scales": int(scale.size),
                          "axis": axis if scale.size > 1 else "-",
-                         "scale_min": float(scale.min()), "scale_max": float(scale.max())})
+                         "scale_min": float(scale.min()), "scale_max": float(scale.max()),
+                         "ratio": float(scale.max() / scale.min()) if scale.min() > 0 else float("inf")})
     return rows
 
 
@@ -216,3 +220,176 @@ def judge_attractive_photographs(answer, measured: dict, labels: np.ndarray) -> 
          f"({rulers})")],
         "clean photographs never show the camera's dark paper, bright strokes or noise: their ruler is narrower, "
         "and the camera's frames clip against it")
+
+
+# --- the residual Add: QLinearAdd's requantization ---------------------------------------------------------------
+
+ADD_NODE = "residual"   # the fixture's residual Add (fixtures.build_cnn)
+
+
+RESIDUAL_OPS = ("Conv", "Add", "QLinearConv", "QLinearAdd")
+
+
+def residual_block_ops(models: dict[str, str | Path]) -> list[dict]:
+    """For each named model, what ORT's CPU session on this machine runs (its optimized graph, saved by the session):
+    the float ``Conv`` and ``Add`` nodes left between DequantizeLinear and QuantizeLinear, and the integer
+    ``QLinearConv`` and ``QLinearAdd`` (com.microsoft) kernels; one row per op type."""
+    from lab import hybrid
+    counts = {}
+    for name, model in models.items():
+        ops = [n.op_type for n in hybrid.optimized(graph.load(model)).graph.node]
+        counts[name] = {op: ops.count(op) for op in RESIDUAL_OPS}
+    return [{"op": op, **{name: c[op] for name, c in counts.items()}} for op in RESIDUAL_OPS]
+
+
+def _q_of(m: onnx.ModelProto, tensor: str):
+    """The QuantizeLinear that reads ``tensor`` (its ruler) in a QDQ graph."""
+    return next(n for n in m.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == tensor)
+
+
+def add_requantization(model, x: np.ndarray, family: str, node: str = ADD_NODE) -> dict:
+    """What the residual Add's requantization does in QDQ ``model`` on images ``x``, as ``family`` computes it.
+
+    The two inputs arrive as integers on their own rulers (scales ``a_scale``, ``b_scale``); the sum is written on
+    the output's ruler (``out_scale``, ``ruler``) with one rounding, by QLinearAdd or by a float Add and the
+    QuantizeLinear after it. Measured against the exact sum of the two inputs' dequantized values: for the sums
+    inside the output ruler, the largest and mean error in output steps (rounding: at most half a step); how many
+    sums fall past the ruler's ends (calibrated on the calibration frames) and clip, and by how many steps."""
+    from lab import kernels
+    m = graph.load(model)
+    add = next(n for n in m.graph.node if n.name.startswith(node) and n.op_type == "Add")
+    inits = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+    producers = {o: n for n in m.graph.node for o in n.output}
+    dq = [producers[i] for i in add.input]
+    if any(d.op_type != "DequantizeLinear" for d in dq):
+        raise LabError(f"the Add '{add.name}' does not read two DequantizeLinear outputs: not a QDQ residual Add")
+    q_out = _q_of(m, add.output[0])
+    names = [d.input[0] for d in dq] + [q_out.output[0]]
+    got = kernels.emulate_tensors(m, x, family, names, INPUT)
+    scales = [float(inits[d.input[1]]) for d in dq] + [float(inits[q_out.input[1]])]
+    zeros = [int(inits[d.input[2]]) for d in dq] + [int(inits[q_out.input[2]])]
+    a, b, out = ((got[n].astype(np.int64) - z) * np.float64(s) for n, z, s in zip(names, zeros, scales))
+    exact = a + b
+    step = scales[2]
+    err = np.abs(out - exact)
+    limits = np.iinfo(got[names[2]].dtype)
+    lo, hi = (limits.min - zeros[2]) * step, (limits.max - zeros[2]) * step
+    clipped = (exact < lo - step / 2) | (exact > hi + step / 2)
+    inside = err[~clipped]
+    read = [producers[d.input[0]].input[0] if d.input[0] in producers else d.input[0] for d in dq]
+    return {"node": add.name, "inputs": read, "a_scale": scales[0], "b_scale": scales[1], "out_scale": step,
+            "ruler": [float(lo), float(hi)], "count": int(err.size),
+            "inside_max_steps": float(inside.max() / step) if inside.size else 0.0,
+            "inside_mean_steps": float(inside.mean() / step) if inside.size else 0.0,
+            "clipped": int(clipped.sum()), "max_error": float(err.max()),
+            "clipped_max_steps": float(err[clipped].max() / step) if clipped.any() else 0.0}
+
+
+def add_lines(rows: dict[str, dict]) -> list[str]:
+    """The residual Add's requantization on each family, one block of lines."""
+    first = next(iter(rows.values()))
+    out = [f"the Add '{first['node']}' reads {first['inputs'][0]} (scale {first['a_scale']:.5f}) and "
+           f"{first['inputs'][1]} (scale {first['b_scale']:.5f}); writes on scale {first['out_scale']:.5f}, "
+           "ruler [{:.4g}, {:.4g}]".format(*first["ruler"])]
+    for family, r in rows.items():
+        out.append(f"{family:<10}: of {r['count']:,} sums, {r['count'] - r['clipped']:,} inside the output ruler, "
+                   f"off the exact sum of the two inputs by at most {r['inside_max_steps']:.2f} output step "
+                   f"(mean {r['inside_mean_steps']:.2f}); {r['clipped']:,} past its ends, clipped by up to "
+                   f"{r['clipped_max_steps']:.2f} steps (max error {r['max_error']:.4f})")
+    return out
+
+
+# --- the app's preprocessing: find the step that differs -----------------------------------------------------------
+
+class MismatchRefused(LabError):
+    """The named step cannot be the one where the app's path parts from the deployed path: the measurements say why."""
+
+
+CARDS = {"black": 0, "grey": 128, "white": 255}
+"""Uniform test cards (sensor values): every pixel the same, so cropping, resampling or re-laying them changes nothing,
+and only the value steps (the division, the normalisation) can move where they land."""
+
+
+def card_values(path) -> dict[str, float]:
+    """Where each uniform test card (``CARDS``) lands through ``path`` (a function of uint8 frames): its model input."""
+    return {name: float(path(np.full((1, camera.FRAME, camera.FRAME), v, np.uint8)).mean())
+            for name, v in CARDS.items()}
+
+
+def app_diagnostics(fp32, int8, frames: np.ndarray, labels: np.ndarray, seed: int = 0) -> dict:
+    """The deployed path (``lab.camera.preprocess``) against the app's (``lab.camera.app_preprocess``) on the same
+    frames: the test cards' values, each path's input range on the evaluation frames beside ``int8``'s input ruler,
+    FP32 accuracy under every condition through each path, and ``int8``'s daylight accuracy through each on both
+    kernel families."""
+    from lab.lessons.lesson10_your_own_model import release
+    paths = {"deployed": camera.preprocess, "app": camera.app_preprocess}
+    session = graph.session(fp32)
+    accuracy: dict[str, dict[str, float]] = {k: {} for k in paths}
+    for name in camera.CONDITIONS:
+        shot = camera.condition(name, frames, seed)
+        for k, path in paths.items():
+            out = session.run(None, {INPUT: path(shot)})[0]
+            accuracy[k][name] = float(np.mean(out.argmax(axis=1) == labels))
+    x = {k: path(frames) for k, path in paths.items()}
+    from lab import kernels
+    return {"cards": {k: card_values(path) for k, path in paths.items()},
+            "range": {k: [float(v.min()), float(v.max())] for k, v in x.items()},
+            "ruler": input_range(int8), "fp32": accuracy,
+            "int8_daylight": {k: {f: float(np.mean(release.predict(int8, x[k], f).argmax(axis=1) == labels))
+                                  for f in kernels.FAMILIES} for k in paths}}
+
+
+def app_rows(diag: dict) -> list[dict]:
+    """The diagnostics as rows: one per measurement, the deployed path and the app side by side."""
+    rows = [{"measure": f"{card} card ({v}) -> model input", "deployed": f"{diag['cards']['deployed'][card]:.3f}",
+             "app": f"{diag['cards']['app'][card]:.3f}"} for card, v in CARDS.items()]
+    rows.append({"measure": "input range, evaluation frames",
+                 "deployed": "{:.3f} .. {:.3f}".format(*diag["range"]["deployed"]),
+                 "app": "{:.3f} .. {:.3f}".format(*diag["range"]["app"])})
+    rows.append({"measure": "the INT8 release's input ruler", "deployed": "{:.3f} .. {:.3f}".format(*diag["ruler"]),
+                 "app": "{:.3f} .. {:.3f}".format(*diag["ruler"])})
+    rows += [{"measure": f"FP32 accuracy, {name}", "deployed": f"{diag['fp32']['deployed'][name]:.4f}",
+              "app": f"{diag['fp32']['app'][name]:.4f}"} for name in diag["fp32"]["deployed"]]
+    rows += [{"measure": f"INT8 release, daylight, {family}", "deployed": f"{acc:.4f}",
+              "app": f"{diag['int8_daylight']['app'][family]:.4f}"}
+             for family, acc in diag["int8_daylight"]["deployed"].items()]
+    return rows
+
+
+APP_COLUMNS = [("measure", "measurement", ""), ("deployed", "lab.camera.preprocess", ""), ("app", "the app", "")]
+
+
+def check_mismatch(step: str, diag: dict) -> str:
+    """The exercise's check: ``step`` (one of ``lab.camera.STEPS``) must be the step where the app parts from the
+    deployed path, as ``diag`` (``app_diagnostics``) measures it. Raises ``MismatchRefused`` naming why a wrong
+    step cannot be it; returns the verdict as a line."""
+    if step not in camera.STEPS:
+        raise MismatchRefused(f"MISMATCH = {step!r}: name one of the deployed path's steps {list(camera.STEPS)}")
+    dep, app = diag["cards"]["deployed"], diag["cards"]["app"]
+    moved = max(abs(app[c] - dep[c]) for c in CARDS)
+    if moved < 1e-4:
+        raise MismatchRefused("the test cards land where the deployed path puts them: nothing to find in the values")
+    black = f"a black card reaches the model at {app['black']:.3f} through the app, {dep['black']:.3f} through " \
+            "lab.camera.preprocess"
+    if step in ("crop", "resize", "layout"):
+        raise MismatchRefused(f"MISMATCH = {step!r}: a uniform card has one value in every pixel, so cropping, "
+                              f"resampling or re-laying its pixels cannot move it; yet {black}. A value step differs")
+    s = 1 / (app["white"] - app["black"])          # the app's x = (v / 255 - m) / s, from two cards
+    m = -app["black"] * s
+    if step == "scale":
+        if abs(app["black"] - dep["black"]) > 1e-3:
+            raise MismatchRefused(f"MISMATCH = 'scale': dividing by another number than 255 scales a pixel before "
+                                  f"the mean is subtracted, so a black card (0) lands at -MEAN/STD = "
+                                  f"{dep['black']:.3f} whatever the divisor; but {black}. The offset moved: the "
+                                  "step after the division")
+        return f"mismatch ok: the division; the white card lands at {app['white']:.3f}, not {dep['white']:.3f}"
+    if abs(app["black"] - dep["black"]) <= 1e-3:
+        raise MismatchRefused(f"MISMATCH = 'normalise': the black card lands where training puts it "
+                              f"({dep['black']:.3f}), so the mean/std step agrees at 0; only the white card moved "
+                              f"({app['white']:.3f} against {dep['white']:.3f}): the division before it differs")
+    return (f"mismatch ok: the normalisation. From the cards the app computes (x - {m:.2f}) / {s:.2f}, training "
+            f"(x - {float(camera.MEAN):.2f}) / {float(camera.STD):.2f}: the app's inputs span "
+            "{:.3f} .. {:.3f}, ".format(*diag["range"]["app"]) +
+            "inside the release's ruler {:.3f} .. {:.3f} but on ".format(*diag["ruler"]) +
+            f"{(diag['range']['app'][1] - diag['range']['app'][0]) / (diag['ruler'][1] - diag['ruler'][0]):.0%} "
+            "of its width, and the model reads them as other images")
