@@ -172,7 +172,7 @@ def describe(family: str) -> str:
 # --- the arithmetic ------------------------------------------------------------------------------
 
 def int_matmul(a: np.ndarray, b: np.ndarray, a_zero: np.ndarray, b_zero: np.ndarray,
-               saturate_pairs: bool) -> np.ndarray:
+               saturate_pairs: bool, a_bound: int | None = None) -> np.ndarray:
     """sum_k (a - a_zero)(b - b_zero) as int64 [N, M], from integer a [N, K] and b [K, M].
 
     With ``saturate_pairs`` the raw products are added in pairs (k = 2j, 2j + 1) into a saturating
@@ -181,7 +181,7 @@ def int_matmul(a: np.ndarray, b: np.ndarray, a_zero: np.ndarray, b_zero: np.ndar
     a, b = np.asarray(a), np.asarray(b)
     za, zb = np.asarray(a_zero, np.int64), np.asarray(b_zero, np.int64).reshape(1, -1)
     n, k = a.shape
-    out = _saturated_pairs_matmul(a, b) if saturate_pairs else exact_matmul(a, b)
+    out = _saturated_pairs_matmul(a, b, a_bound) if saturate_pairs else exact_matmul(a, b, a_bound)
     if za.any():
         out -= za * b.sum(axis=0, keepdims=True, dtype=np.int64) - k * za * zb
     if zb.any():  # symmetric weights (zero point 0, the usual) need no row sums of a
@@ -205,21 +205,22 @@ def _bound(x: np.ndarray) -> int:
     return int(_abs_max(x))
 
 
-def exact_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def exact_matmul(a: np.ndarray, b: np.ndarray, a_bound: int | None = None) -> np.ndarray:
     """a @ b for integer a [N, K] and b [K, M] (any integer dtypes), exactly, as int64.
 
     Multiplied in float32 by BLAS (the grader runs it on one thread, ``grader/__init__.py``), in blocks of K short
     enough that no partial sum can pass 2**24, below which float32 counts exactly in any order of summation.
     Operands whose single products pass 2**24 are multiplied as integers. ``a`` is never copied to int64 (a
-    convolution's is the size of the input times the kernel's taps).
+    convolution's is the size of the input times the kernel's taps). ``a`` may also be float32 holding integers
+    (an im2col written straight into float32), with ``a_bound`` its integers' largest magnitude.
     """
-    bound = _bound(a) * _bound(b)
+    bound = (_bound(a) if a_bound is None else a_bound) * _bound(b)
     if bound * a.shape[1] >= FLOAT32_EXACT:  # the dtypes' extremes could pass 2**24: measure the operands
         bound = int(_abs_max(a)) * int(_abs_max(b))
     if bound >= FLOAT32_EXACT:
         return a.astype(np.int64) @ b.astype(np.int64)
     step = FLOAT32_EXACT // max(bound, 1)
-    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    a32, b32 = a.astype(np.float32, copy=False), b.astype(np.float32)
     if a.shape[1] <= step:
         return (a32 @ b32).astype(np.int64)
     out = np.zeros((a.shape[0], b.shape[1]), np.int64)
@@ -228,22 +229,24 @@ def exact_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
-def _saturated_pairs_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _saturated_pairs_matmul(a: np.ndarray, b: np.ndarray, a_bound: int | None = None) -> np.ndarray:
     """sum_j saturate_int16(a[:, 2j] b[2j] + a[:, 2j+1] b[2j+1]) as int64 [N, M]; an odd K's last pair has one product.
 
     The exact sum, less what saturation takes off. Only a pair whose largest possible sum (the column maxima of
     |a| times |b|) passes the int16 range can saturate; those pairs, and only their columns of b, are summed one
-    at a time and corrected.
+    at a time and corrected. An odd K's lone last product is a pair with a zero partner (``a`` is never padded: b is).
     """
-    if a.shape[1] % 2:
-        a, b = np.pad(a, ((0, 0), (0, 1))), np.pad(b, ((0, 1), (0, 0)))
+    k = a.shape[1]
     b64 = b.astype(np.int64)
-    out = exact_matmul(a, b64)
+    out = exact_matmul(a, b64, a_bound)
     top = _abs_max(a, axis=0)
-    bound = top[0::2, None] * np.abs(b64[0::2]) + top[1::2, None] * np.abs(b64[1::2])  # [K/2, M]
+    if k % 2:
+        top, b64 = np.append(top, 0), np.pad(b64, ((0, 1), (0, 0)))
+    bound = top[0::2, None] * np.abs(b64[0::2]) + top[1::2, None] * np.abs(b64[1::2])  # [ceil(K/2), M]
     for j in np.flatnonzero((bound > INT16_MAX).any(axis=1)):
         cols = np.flatnonzero(bound[j] > INT16_MAX)
-        a0, a1 = a[:, 2 * j].astype(np.int64), a[:, 2 * j + 1].astype(np.int64)
+        a0 = a[:, 2 * j].astype(np.int64)
+        a1 = a[:, 2 * j + 1].astype(np.int64) if 2 * j + 1 < k else np.zeros_like(a0)
         # only the rows whose own two values can pass the int16 range with these columns' weights
         w0, w1 = np.abs(b64[2 * j, cols]).max(), np.abs(b64[2 * j + 1, cols]).max()
         rows = np.flatnonzero(np.abs(a0) * w0 + np.abs(a1) * w1 > INT16_MAX)
@@ -424,23 +427,31 @@ def _taps(x: np.ndarray, shape: ConvShape, pad_value) -> Iterator[np.ndarray]:
     (kh, kw), (sh, sw), (dh, dw) = shape.kernel, shape.strides, shape.dilations
     oh, ow = shape.output_size(h, w)
     t, left, b, r = shape.pads
-    padded = np.pad(x, ((0, 0), (0, 0), (t, b), (left, r)), constant_values=pad_value)
+    padded = x
+    if t or b or left or r:
+        padded = np.full((x.shape[0], x.shape[1], h + t + b, w + left + r), pad_value, x.dtype)
+        padded[:, :, t:t + h, left:left + w] = x
     for i in range(kh):
         for j in range(kw):
             yield padded[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw]
 
 
-def im2col_nhwc(x: np.ndarray, shape: ConvShape, pad_value=0) -> np.ndarray:
+def im2col_nhwc(x: np.ndarray, shape: ConvShape, pad_value=0, dtype=None) -> np.ndarray:
     """[N, C, H, W] -> [G, N*OH*OW, KH*KW*C/G]: each output position's window, kernel position major and the
     group's input channels minor, as ORT's NHWC im2col lays out the integer GEMM's K (padding reads ``pad_value``,
-    the input's zero point). Written once, tap by tap, into the result."""
+    the input's zero point). The input is padded once as NHWC (in ``dtype``, default ``x``'s), and its windows are
+    copied out in one pass."""
     n, c, h, w = x.shape
+    (kh, kw), (sh, sw), (dh, dw) = shape.kernel, shape.strides, shape.dilations
     oh, ow = shape.output_size(h, w)
-    g, taps = shape.group, shape.kernel[0] * shape.kernel[1]
-    cols = np.empty((g, n, oh, ow, taps, c // g), x.dtype)
-    for t, tap in enumerate(_taps(x, shape, pad_value)):  # tap: N, C, OH, OW
-        cols[:, :, :, :, t, :] = tap.reshape(n, g, c // g, oh, ow).transpose(1, 0, 3, 4, 2)
-    return cols.reshape(g, n * oh * ow, taps * (c // g))
+    t, left, b, r = shape.pads
+    g = shape.group
+    padded = np.full((n, h + t + b, w + left + r, c), pad_value, dtype or x.dtype)
+    padded[:, t:t + h, left:left + w, :] = x.transpose(0, 2, 3, 1)
+    windows = np.lib.stride_tricks.sliding_window_view(padded, ((kh - 1) * dh + 1, (kw - 1) * dw + 1), axis=(1, 2))
+    windows = windows[:, :sh * (oh - 1) + 1:sh, :sw * (ow - 1) + 1:sw, :, ::dh, ::dw]  # N, OH, OW, C, KH, KW
+    windows = windows.reshape(n, oh, ow, g, c // g, kh, kw).transpose(3, 0, 1, 2, 5, 6, 4)
+    return np.ascontiguousarray(windows).reshape(g, n * oh * ow, kh * kw * (c // g))
 
 
 def conv_weights(w: np.ndarray, group: int) -> np.ndarray:
@@ -462,10 +473,12 @@ def int_conv(x, x_zero, w, w_zero, shape: ConvShape, saturate_pairs: bool) -> np
     oh, ow = shape.output_size(h, wd)
     m, cg = w.shape[0], w.shape[1]
     depthwise = cg == 1 and m == shape.group
-    cols = im2col_nhwc(x, shape, pad_value=np.asarray(x_zero).reshape(-1)[0])
+    # written straight into float32 (exact for 8- and 16-bit integers), the form the integer GEMM multiplies in
+    cols = im2col_nhwc(x, shape, pad_value=np.asarray(x_zero).reshape(-1)[0], dtype=np.float32)
     kernels = conv_weights(w, shape.group)
     zw = np.broadcast_to(np.asarray(w_zero, np.int64).reshape(-1), (m,)).reshape(shape.group, -1)
-    out = np.concatenate([int_matmul(cols[g], kernels[g], x_zero, zw[g], saturate_pairs and not depthwise)
+    bound = _bound(x)
+    out = np.concatenate([int_matmul(cols[g], kernels[g], x_zero, zw[g], saturate_pairs and not depthwise, bound)
                           for g in range(shape.group)], axis=1)
     return out.reshape(n, oh, ow, m).transpose(0, 3, 1, 2)
 
