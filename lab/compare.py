@@ -34,7 +34,8 @@ def predict(model, x: np.ndarray, input_name: str = INPUT_NAME, threads: int = 1
 
     A quantized model runs as CPUs of ``family`` compute it (default ``kernels.target_family()``,
     normally this machine's): on this machine's kernels when they are that family, else in
-    ``lab.kernels``' emulation. A float model is the same on every family. Asked through the current
+    ``lab.kernels``' emulation. A float model is the same on every family, and so is one whose integer kernels
+    cannot saturate (``kernels.family_free``): both run on this machine's kernels. Asked through the current
     ``lab.cache``.
 
     ``x64_precision``: as a session with ``kernels.X64_PRECISION_KEY`` = "1" computes it (the deploy-time fix for
@@ -51,7 +52,7 @@ def _predict(model, x: np.ndarray, input_name: str, threads: int, family: str | 
              x64_precision: bool = False) -> np.ndarray:
     x = np.asarray(x, np.float32)
     family = family or kernels.target_family()
-    if kernels.emulated(family) and quant_format(model) != "float":
+    if kernels.emulated(family) and quant_format(model) != "float" and not kernels.family_free(model):
         return kernels.emulate(model, x, family, input_name, x64_precision)
     return session(model, threads, x64_precision).run(None, {input_name: x})[0]
 

@@ -915,6 +915,43 @@ HANDLERS: dict[str, Handler] = {
 }
 
 
+WEIGHT_SLOTS = {"Conv": 1, "MatMul": 1, "Gemm": 1, "QLinearConv": 3, "QLinearMatMul": 3, "QGemm": 3,
+                "MatMulInteger": 1, "ConvInteger": 1}
+"""Per op that may run an integer GEMM: the input that holds its weights."""
+
+
+def family_free(model) -> bool:
+    """True when both families compute ``model`` alike: every weight an integer GEMM or Conv reads is a constant
+    uint8, or an int8 within [-64, 64] (two products of 255 x 64 stay inside int16, so no pair can saturate).
+    Conservative: a computed weight, another dtype, or a float Conv, MatMul or Gemm reading a DequantizeLinear's
+    output (ORT may fuse it and quantize its weights at load) is not."""
+    m = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model))
+    consts = {i.name: i for i in m.graph.initializer}
+    producer = {o: n for n in m.graph.node for o in n.output}
+
+    def in_range(name: str) -> bool:
+        if name not in consts:
+            return False
+        w = numpy_helper.to_array(consts[name])
+        return w.dtype == np.uint8 or (w.dtype == np.int8 and (w.size == 0 or int(np.abs(
+            w.astype(np.int16)).max()) <= S7_LIMIT))
+
+    for node in m.graph.node:
+        slot = WEIGHT_SLOTS.get(node.op_type)
+        if slot is None or len(node.input) <= slot:
+            continue
+        if node.op_type in ("Conv", "MatMul", "Gemm"):
+            dq = producer.get(node.input[slot])
+            if dq is not None and dq.op_type == "DequantizeLinear":
+                if not in_range(dq.input[0]):
+                    return False
+            elif any(getattr(producer.get(i), "op_type", None) == "DequantizeLinear" for i in node.input):
+                return False
+        elif not in_range(node.input[slot]):
+            return False
+    return True
+
+
 def uncovered(model) -> list[str]:
     """The op types of ``model`` the emulation does not cover, in graph order (empty: it can run it)."""
     m = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model))

@@ -141,10 +141,10 @@ def conditions() -> dict:
 def scenarios(source, model, frames: np.ndarray, labels: np.ndarray, seed: int = 0) -> dict[str, list]:
     """Every named condition on both families: family -> lesson 07's ``ScenarioResult`` per condition."""
     out = {}
-    conds = conditions()
-    xs = {name: fn(frames, seed) for name, fn in conds.items()}
+    every, n = pooled(frames, labels, seed)[0], len(frames)  # one run per model and family, split per condition
     for family in kernels.FAMILIES:
-        outs = {name: (predict(source, x, kernels.EXACT), predict(model, x, family)) for name, x in xs.items()}
+        fp32, int8 = predict(source, every, kernels.EXACT), predict(model, every, family)
+        outs = {name: (fp32[i * n:(i + 1) * n], int8[i * n:(i + 1) * n]) for i, name in enumerate(conditions())}
         margin = scenario_checks.confident_margin(*outs[scenario_checks.REFERENCE])
         out[family] = [scenario_checks.judge(name, f, q, labels, margin, camera.describe()[name], LIMIT)
                        for name, (f, q) in outs.items()]
