@@ -18,7 +18,7 @@ from onnx import numpy_helper
 from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 from onnxruntime.quantization.operators import conv
 
-from lab import camera, data, evidence, graph, predictions
+from lab import camera, compare, data, evidence, graph, hybrid, kernels, predictions
 from lab.data import data_sha256, file_sha256
 from lab.errors import LabError
 from lab.readers import RecordingReader
@@ -234,7 +234,6 @@ def residual_block_ops(models: dict[str, str | Path]) -> list[dict]:
     """For each named model, what ORT's CPU session on this machine runs (its optimized graph, saved by the session):
     the float ``Conv`` and ``Add`` nodes left between DequantizeLinear and QuantizeLinear, and the integer
     ``QLinearConv`` and ``QLinearAdd`` (com.microsoft) kernels; one row per op type."""
-    from lab import hybrid
     counts = {}
     for name, model in models.items():
         ops = [n.op_type for n in hybrid.optimized(graph.load(model)).graph.node]
@@ -255,7 +254,6 @@ def add_requantization(model, x: np.ndarray, family: str, node: str = ADD_NODE) 
     QuantizeLinear after it. Measured against the exact sum of the two inputs' dequantized values: for the sums
     inside the output ruler, the largest and mean error in output steps (rounding: at most half a step); how many
     sums fall past the ruler's ends (calibrated on the calibration frames) and clip, and by how many steps."""
-    from lab import kernels
     m = graph.load(model)
     add = next(n for n in m.graph.node if n.name.startswith(node) and n.op_type == "Add")
     inits = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
@@ -321,7 +319,6 @@ def app_diagnostics(fp32, int8, frames: np.ndarray, labels: np.ndarray, seed: in
     frames: the test cards' values, each path's input range on the evaluation frames beside ``int8``'s input ruler,
     FP32 accuracy under every condition through each path, and ``int8``'s daylight accuracy through each on both
     kernel families."""
-    from lab.lessons.lesson10_your_own_model import release
     paths = {"deployed": camera.preprocess, "app": camera.app_preprocess}
     session = graph.session(fp32)
     accuracy: dict[str, dict[str, float]] = {k: {} for k in paths}
@@ -331,12 +328,11 @@ def app_diagnostics(fp32, int8, frames: np.ndarray, labels: np.ndarray, seed: in
             out = session.run(None, {INPUT: path(shot)})[0]
             accuracy[k][name] = float(np.mean(out.argmax(axis=1) == labels))
     x = {k: path(frames) for k, path in paths.items()}
-    from lab import kernels
     return {"cards": {k: card_values(path) for k, path in paths.items()},
             "range": {k: [float(v.min()), float(v.max())] for k, v in x.items()},
             "ruler": input_range(int8), "fp32": accuracy,
-            "int8_daylight": {k: {f: float(np.mean(release.predict(int8, x[k], f).argmax(axis=1) == labels))
-                                  for f in kernels.FAMILIES} for k in paths}}
+            "int8_daylight": {k: {f: float(np.mean(compare.predict(int8, x[k], INPUT, family=f).argmax(axis=1)
+                                                   == labels)) for f in kernels.FAMILIES} for k in paths}}
 
 
 def app_rows(diag: dict) -> list[dict]:
