@@ -614,6 +614,11 @@ MISTAKES = [
     # lesson 10: the recipe says pre_process is off for a model whose BatchNorms are folded
     Mistake("camera_recipe_says_not_pre_processed", _camera_rereleased(_recipe_flag_flipped("pre_process")),
             {"camera.camera_reported": 0.5}, ("recipe (against the graph", "pre_process=True")),
+    # lesson 10: a justification that cites the prose's run, none of the released model's own numbers
+    Mistake("camera_justification_cites_no_number_of_the_release",
+            _camera_rereleased(lambda d: d.update(justification="reduce_range, as the lesson's prose run showed "
+                                                                "(0.9577 on daylight)")),
+            {"camera.camera_reported": 0.5}, ("justification (cites the released model's own numbers",)),
     # lesson 10: one scenario's verdict typed against what the verdict table (and the model) show
     Mistake("camera_scenario_verdict_misreported", _camera_rereleased(_first_verdict_changed),
             {"camera.camera_reported": 0.5}, ("scenarios (verdicts and accuracies, both families)",)),

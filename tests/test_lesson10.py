@@ -16,9 +16,9 @@ from lab import camera, evidence, workspace
 from lab.lessons.lesson10_your_own_model import camera_path, release
 from lab.tools.submit import submit
 
+WHY_TEXT = "reduce_range keeps per-channel QDQ at 0.088 on both families"  # for the recipe checks
 GOOD = {"calibration": "camera", "pre_process": True, "quant_format": "QDQ", "per_channel": True,
         "reduce_range": True}
-WHY = "reduce_range keeps per-channel QDQ at 0.088 on both families"
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +33,30 @@ def released(tmp_path_factory, reader_module):
     """A workspace holding the notebook's release (its solution recipe), built as the notebook builds it."""
     work = tmp_path_factory.mktemp("l10-work")
     (work / "camera_reader.py").write_text(reference.CAMERA_READER_SOURCE)
-    doc = release.release_workspace(work, reader_module.FrameReader, GOOD, WHY)
+    doc = release.release_workspace(work, reader_module.FrameReader, GOOD, why(work, reader_module))
     return work, doc
+
+
+def why(work, reader_module) -> str:
+    """A justification citing the recipe's own row, as the notebook's solution does: its saturating daylight error."""
+    source = release.workspace_source(work)
+    ev = camera.load_split("evaluation")
+    model, _ = release.build(source, work / "camera", GOOD, reader_module.FrameReader)
+    error = release.measured(source, model, ev.image, ev.labels)["saturating"]["max_abs_error"]
+    return f"reduce_range keeps per-channel QDQ at {error:.3f} on the saturating family"
+
+
+def test_a_justification_that_cites_none_of_the_released_models_numbers_is_refused(released):
+    """The prose's numbers, or another recipe's, do not justify this release: the check names the rule."""
+    work, doc = released
+    source, ev = release.workspace_source(work), camera.load_split("evaluation")
+    daylight = release.measured(source, work / release.MODEL, ev.image, ev.labels)
+    rows = release.scenarios(source, work / release.MODEL, ev.frames, ev.labels)
+    assert release.unmet(GOOD, rows, daylight, doc["justification"]) == []
+    problems = release.unmet(GOOD, rows, daylight, "reduce_range, as the lesson's prose run showed (0.9577)")
+    assert problems == [release.JUSTIFIED_BY]
+    with pytest.raises(release.ReleaseRefused, match="cites none of the released model's own numbers"):
+        release.refuse(problems)
 
 
 def test_the_solution_reader_passes_and_the_typical_wrong_ones_are_named(reader_module):
@@ -76,9 +98,9 @@ def test_the_camera_reader_may_import_the_deployed_path_and_nothing_else_of_the_
 
 def test_a_recipe_of_the_wrong_form_is_refused_naming_the_field():
     with pytest.raises(release.ReleaseRefused, match="RECIPE has keys"):
-        release.check_recipe({"calibration": "camera"}, WHY)
+        release.check_recipe({"calibration": "camera"}, WHY_TEXT)
     with pytest.raises(release.ReleaseRefused, match=r"RECIPE\['per_channel'\] is 1; expected one of \[True, False\]"):
-        release.check_recipe({**GOOD, "per_channel": 1}, WHY)
+        release.check_recipe({**GOOD, "per_channel": 1}, WHY_TEXT)
     with pytest.raises(release.ReleaseRefused, match="JUSTIFICATION must say why"):
         release.check_recipe(GOOD, "because")
 

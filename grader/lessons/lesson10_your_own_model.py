@@ -24,6 +24,7 @@ from lab.convert import calibrated_ranges
 from lab.data import EPSILON, data_sha256, file_sha256
 from lab.lessons.lesson08_the_quantization_toolbox import toolbox
 from lab.lessons.lesson10_your_own_model import camera_path, release
+from lab.prose import cites
 from lab.readers import ArrayReader
 
 PART = "camera"
@@ -261,6 +262,11 @@ def _reported(ctx: Context, doc: dict, path, daylight: dict, by_family: dict, ev
         "scenarios (verdicts and accuracies, both families)": _same_scenarios(value(doc, "scenarios"), by_family, tol),
         "not_judged": value(doc, "not_judged") == release.not_judged(by_family),
     }
+    if not release.unmet({**in_graph, "calibration": kind}, by_family, daylight):
+        # judged where the release is one the lesson accepts: a refused one is charged under camera_release, once
+        said = value(doc, "justification")
+        checks["justification (cites the released model's own numbers, measured here)"] = isinstance(said, str) and \
+            bool(cites(said, release.release_numbers(daylight, by_family)))
     wrong = [k for k, ok in checks.items() if not ok]
     return check(PART, "camera_reported", (len(checks) - len(wrong)) / len(checks),
                  (f"{DOC} describes {MODEL}" if not wrong else f"{DOC} does not match {MODEL} in: {', '.join(wrong)}")

@@ -28,7 +28,7 @@ from lab.lessons.lesson10_your_own_model import camera_path
 from lab.prose import (
     CITED,
     cites,
-    table_numbers,  # noqa: F401 - the notebook's name for what a justification may cite
+    table_numbers,
 )
 from lab.workspace import atomic_write_text
 
@@ -220,9 +220,25 @@ TIME_COLUMNS = [("name", "form", ""), ("ms", "ms per batch", ".2f"), ("spread", 
                 ("ratio", "time / FP32's", ".2f"), ("range", "range", "")]
 
 
-def unmet(recipe: Mapping, by_family: Mapping[str, Sequence], daylight: Mapping[str, dict]) -> list[str]:
-    """What the release requires that this recipe's model misses, each with its number and its limit."""
+def release_numbers(daylight: Mapping[str, dict], by_family: Mapping[str, Sequence]) -> list[float]:
+    """The released model's own measurements, which its justification must cite one of: its daylight accuracy, loss
+    and max abs error, and its accuracy under each condition, on either family (its recipe's row of the form table,
+    when the recipe is one of the forms)."""
+    return table_numbers(dict(daylight)) + [float(r.int8_accuracy) for rows in by_family.values() for r in rows]
+
+
+JUSTIFIED_BY = ("JUSTIFICATION cites none of the released model's own numbers (its daylight accuracy, loss or max "
+                "abs error, or its accuracy under a condition, on either family): a release is justified by what its "
+                "own recipe measured, such as that recipe's row of the form table")
+
+
+def unmet(recipe: Mapping, by_family: Mapping[str, Sequence], daylight: Mapping[str, dict],
+          justification: str | None = None) -> list[str]:
+    """What the release requires that this recipe's model misses, each with its number and its limit; with
+    ``justification``, also a justification that cites none of the model's own numbers (``release_numbers``)."""
     out = form_problems(recipe)
+    if justification is not None and not cites(justification, release_numbers(daylight, by_family)):
+        out.append(JUSTIFIED_BY)
     if recipe["calibration"] != "camera":
         out.append(f"calibration: {recipe['calibration']!r} frames skipped the camera; the release is calibrated "
                    "on the camera's own frames, through the deployed path")
@@ -393,7 +409,7 @@ def release_workspace(work: str | Path, reader_cls, recipe: Mapping, justificati
     draft, record = build(source, Path(work) / "camera", recipe, reader_cls)
     daylight = measured(source, draft, ev.image, ev.labels)
     by_family = scenarios(source, draft, ev.frames, ev.labels, seed=seed)
-    refuse(unmet(recipe, by_family, daylight))
+    refuse(unmet(recipe, by_family, daylight, justification))
     doc = document(source=source, model=draft, recipe=recipe, record=record, by_family=by_family, daylight=daylight,
                    justification=justification, frames=ev.frames, seed=seed)
     release(work, draft, doc)
