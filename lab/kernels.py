@@ -42,6 +42,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from lab import load_time
 from lab.errors import LabError
 from lab.graph import session
 
@@ -924,8 +925,8 @@ def family_free(model) -> bool:
     """True when both families compute ``model`` alike: every weight an integer GEMM or Conv reads is a constant
     uint8, or an int8 within [-64, 64] (two products of 255 x 64 stay inside int16, so no pair can saturate).
     Conservative: a computed weight, another dtype, or a float Conv, MatMul or Gemm reading a DequantizeLinear's
-    output (ORT may fuse it and quantize its weights at load) is not."""
-    m = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model))
+    output that ORT leaves in float is not (one it quantizes at load, ``lab.load_time``, counts as quantized)."""
+    m = load_time.weight_bias_quantization(model if isinstance(model, onnx.ModelProto) else onnx.load(str(model)))
     consts = {i.name: i for i in m.graph.initializer}
     producer = {o: n for n in m.graph.node for o in n.output}
 
@@ -974,7 +975,7 @@ def emulate_tensors(model, x: np.ndarray, family: str, names, input_name: str = 
     QuantizeLinear's output as the integers the session holds). A tensor a fused kernel never materialises as
     float (a Conv's float output before its QuantizeLinear) is None."""
     check_family(family)
-    m = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model))
+    m = load_time.weight_bias_quantization(model if isinstance(model, onnx.ModelProto) else onnx.load(str(model)))
     label = label or ("the model" if isinstance(model, onnx.ModelProto) else Path(model).name)
     values = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
     values[input_name] = np.asarray(x, np.float32)

@@ -77,6 +77,33 @@ def cnn_models(tmp_path_factory) -> dict[str, Path]:
             for kind, (preprocessed, options) in CNN_KINDS.items()}
 
 
+EXCLUDED = ("conv1", "dwconv", "conv2", "fc")   # one at a time, from the pre-processed QDQ QInt8 form
+
+
+@pytest.fixture(scope="module")
+def excluded_models(tmp_path_factory) -> dict[str, Path]:
+    """The pre-processed per-tensor QDQ CNN with one node left out of quantization (``nodes_to_exclude``): float
+    weights in the file, which ORT's session quantizes at load where the node sits between quantized tensors."""
+    folder = tmp_path_factory.mktemp("excluded")
+    source, pre = folder / "source.onnx", folder / "pre.onnx"
+    shutil.copy(camera.model_path(), source)
+    quant_pre_process(str(source), str(pre), skip_symbolic_shape=True)
+    calibration = camera.load_split("calibration").image
+    return {f"without-{n}": quantize(pre, folder / f"without-{n}.onnx", camera.INPUT_NAME, calibration, 36,
+                                     dict(quant_format=QDQ, nodes_to_exclude=[n])) for n in EXCLUDED}
+
+
+def test_an_excluded_node_runs_as_the_session_runs_it(excluded_models, cnn_inputs):
+    """ORT quantizes an excluded Conv or Gemm between quantized tensors at load (``lab.load_time``); one that reads the
+    float input stays float. The emulation follows, bit for bit with this machine's session."""
+    from lab import load_time
+    for name, model in excluded_models.items():
+        np.testing.assert_array_equal(emulate(model, cnn_inputs, kernels.machine_family()), native(model, cnn_inputs),
+                                      err_msg=name)
+        requantized = load_time.requantized(onnx.load(str(model)))
+        assert requantized == ([] if name == "without-conv1" else [name.removeprefix("without-")]), (name, requantized)
+
+
 @pytest.fixture(scope="module")
 def cnn_inputs() -> np.ndarray:
     return camera.load_split("evaluation").image
@@ -448,8 +475,10 @@ def probe_models(tmp_path_factory) -> dict[str, tuple[Path, np.ndarray]]:
 
 
 @pytest.fixture(scope="module")
-def every_model(cnn_models, cnn_inputs, torch_models, probe_models) -> dict[str, tuple[Path, np.ndarray]]:
-    return {**{f"cnn-{k}": (p, cnn_inputs) for k, p in cnn_models.items()}, **torch_models, **probe_models}
+def every_model(cnn_models, excluded_models, cnn_inputs, torch_models,
+                probe_models) -> dict[str, tuple[Path, np.ndarray]]:
+    return {**{f"cnn-{k}": (p, cnn_inputs) for k, p in {**cnn_models, **excluded_models}.items()}, **torch_models,
+            **probe_models}
 
 
 @pytest.fixture(scope="module")

@@ -36,11 +36,11 @@ CASES = {
         ("MismatchRefused", "a uniform card has one value in every pixel", "A value step differs")),
     "10 exclusion: a node whose effect is noise": Wrong(
         LESSON, "l10-r08", lambda s: 'EXCLUDE = "conv2"', "l10-r09",
-        ("ExclusionRefused", "EXCLUDE = 'conv2': leaving it in float gives", "noise is not a ranking",
+        ("ExclusionRefused", "EXCLUDE = 'conv2': excluding it gives", "noise is not a ranking",
          "beyond noise on both families")),
     "10 exclusion: an op type, not a node": Wrong(
         LESSON, "l10-r08", lambda s: 'EXCLUDE = "Conv"', "l10-r09",
-        ("ExclusionRefused", "EXCLUDE is 'Conv': not a node the ablation left in float", "the ranking's first column")),
+        ("ExclusionRefused", "EXCLUDE is 'Conv': not a node the ablation excluded", "the ranking's first column")),
 }
 
 

@@ -79,9 +79,9 @@ def test_the_ablation_ranks_the_first_conv_worst_and_the_check_accepts_it(worked
 
 @pytest.mark.parametrize("answer, words", [
     ("conv2", ("EXCLUDE = 'conv2'", "noise is not a ranking", "beyond noise on both families")),
-    ("Conv", ("EXCLUDE is 'Conv': not a node the ablation left in float",)),
-    (None, ("EXCLUDE is None: not a node the ablation left in float",)),
-    ("softmax", ("EXCLUDE is 'softmax': not a node the ablation left in float",)),
+    ("Conv", ("EXCLUDE is 'Conv': not a node the ablation excluded",)),
+    (None, ("EXCLUDE is None: not a node the ablation excluded",)),
+    ("softmax", ("EXCLUDE is 'softmax': not a node the ablation excluded",)),
 ])
 def test_the_exclusion_check_refuses_a_node_that_is_not_the_worst_beyond_noise(worked, answer, words):
     with pytest.raises(recovery.ExclusionRefused) as caught:
@@ -102,7 +102,7 @@ def test_the_exclusion_check_refuses_a_node_another_beats_beyond_noise_and_accep
     strong, weak, tie = base.copy(), base.copy(), base.copy()
     strong[:120], weak[:40], tie[:115] = 0, 0, 0       # frames each exclusion reads again
     ranking = [_row("a", strong, base, labels), _row("b", weak, base, labels), _row("c", tie, base, labels)]
-    with pytest.raises(recovery.ExclusionRefused, match="leaving 'a' in float recovers more"):
+    with pytest.raises(recovery.ExclusionRefused, match="excluding 'a' recovers more"):
         recovery.check_exclusion("b", ranking)
     assert recovery.check_exclusion("c", ranking).startswith("exclusion ok: c")
 
@@ -123,7 +123,7 @@ def test_every_verdict_branch_says_noise_when_it_is_noise():
     assert "only by noise" in text and "the kernel adds its own error" in text
     flat = [{"node": n, "op": "Conv", **{f: {"against_handed": _paired(0, 1)} for f in kernels.FAMILIES}}
             for n in ("a", "b")]
-    assert "no node left in float" in recovery.ranking_sentence(flat) and recovery.worst(flat) is None
+    assert "no excluded node" in recovery.ranking_sentence(flat) and recovery.worst(flat) is None
     with pytest.raises(recovery.ExclusionRefused, match="noise is not a ranking"):
         recovery.check_exclusion("a", flat)
     sixteen = {f: {"accuracy": 0.99, "against_handed": _paired(20, 0), "against_fp32": _paired(1, 1)}

@@ -24,7 +24,7 @@ import onnx
 import onnxruntime as ort
 from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
-from lab import camera, compare, evidence, kernels
+from lab import camera, compare, evidence, kernels, load_time
 from lab.errors import LabError
 from lab.lessons.lesson06_accept_or_reject.acceptance import FLOOR
 from lab.lessons.lesson08_the_quantization_toolbox.toolbox import preprocessed
@@ -205,7 +205,8 @@ def ablate(source, pre, model, reader_cls, x: np.ndarray, labels: np.ndarray, ou
     rows = []
     for name, op in nodes(pre):
         m = convert(pre, out_dir / f"without-{name}.onnx", reader_cls, _calibration_frames(), exclude=[name])
-        row: dict = {"node": name, "op": op, "model": m, "labels": labels}
+        runs_as = RUNS_AS_INT8 if name in load_time.requantized(onnx.load(str(m))) else "float"
+        row: dict = {"node": name, "op": op, "model": m, "labels": labels, "runs_as": runs_as}
         for f in kernels.FAMILIES:
             q = answers(m, x, f)
             row[f] = {**_score(fp32, q, labels), "answers": q.argmax(1),
@@ -218,7 +219,12 @@ def ablate(source, pre, model, reader_cls, x: np.ndarray, labels: np.ndarray, ou
                                        min(r[f]["against_handed"].p_value for f in kernels.FAMILIES)))
 
 
-ABLATION_COLUMNS = [("rank", "rank", "d"), ("node", "left in float", ""), ("op", "op", ""), ("family", "family", ""),
+RUNS_AS_INT8 = "int8: weights quantized at load"
+"""An excluded Conv or Gemm between two quantized tensors: ORT's session quantizes its float weights when it loads
+the file (``lab.load_time``: int8 per tensor, from their min and max) and runs it as an integer kernel."""
+
+ABLATION_COLUMNS = [("rank", "rank", "d"), ("node", "excluded", ""), ("op", "op", ""),
+                    ("runs_as", "runs in the session as", ""), ("family", "family", ""),
                     ("accuracy", "accuracy", ".4f"), ("max_abs_error", "max abs err", ".3f"),
                     ("evidence", "against the handed-in model, frame by frame", ""),
                     ("error_change", "mean per-frame error change", "")]
@@ -226,7 +232,8 @@ ABLATION_COLUMNS = [("rank", "rank", "d"), ("node", "left in float", ""), ("op",
 
 def ablation_rows(ranking: Sequence[Mapping]) -> list[dict]:
     """``ablate``'s ranking as table rows: one per (node, family)."""
-    return [{"rank": i, "node": r["node"], "op": r["op"], "family": f, "accuracy": r[f]["accuracy"],
+    return [{"rank": i, "node": r["node"], "op": r["op"], "runs_as": r["runs_as"], "family": f,
+             "accuracy": r[f]["accuracy"],
              "max_abs_error": r[f]["max_abs_error"], "evidence": r[f]["against_handed"].words(),
              "error_change": r[f]["error_change"].words()} for i, r in enumerate(ranking, 1) for f in kernels.FAMILIES]
 
@@ -247,12 +254,12 @@ def ranking_sentence(ranking: Sequence[Mapping]) -> str:
     noise = [r["node"] for r in ranking if not any(r[f]["against_handed"].beyond_noise for f in kernels.FAMILIES)]
     n = ranking[0][kernels.EXACT]["against_handed"].n if ranking else 0
     if not found:
-        return (f"**Your run.** On {n} frames, no node left in float recovers frames beyond noise on both families: "
+        return (f"**Your run.** On {n} frames, no excluded node recovers frames beyond noise on both families: "
                 "the loss is spread over the graph, and excluding one node will not buy it back.")
     top = found[0]
     gains = ", ".join(f"{f} {top[f]['against_handed'].words()}" for f in kernels.FAMILIES)
-    return (f"**Your run.** On {n} frames, leaving `{top['node']}` ({top['op']}) in float recovers frames beyond "
-            "noise on both "
+    return (f"**Your run.** On {n} frames, excluding `{top['node']}` ({top['op']}; in the session it runs as "
+            f"{top['runs_as']}) recovers frames beyond noise on both "
             f"families ({gains}). " + (f"Every other node that recovers beyond noise: "
                                        f"{', '.join(r['node'] for r in found[1:])}. " if len(found) > 1 else
                                        "No other node does. ")
@@ -265,21 +272,21 @@ def check_exclusion(node: object, ranking: Sequence[Mapping]) -> str:
     and not be beaten beyond noise by the top of the ranking. ``ExclusionRefused`` names the mistake."""
     names = [r["node"] for r in ranking]
     if not isinstance(node, str) or node not in names:
-        raise ExclusionRefused(f"EXCLUDE is {node!r}: not a node the ablation left in float. Its nodes are "
+        raise ExclusionRefused(f"EXCLUDE is {node!r}: not a node the ablation excluded. Its nodes are "
                                f"{names}: pick one by its name in the ranking's first column")
     row = ranking[names.index(node)]
     for f in kernels.FAMILIES:
         ev = row[f]["against_handed"]
         if not (ev.beyond_noise and ev.difference > 0):
             raise ExclusionRefused(
-                f"EXCLUDE = {node!r}: leaving it in float gives {ev.words()} on the {f} family. "
+                f"EXCLUDE = {node!r}: excluding it gives {ev.words()} on the {f} family. "
                 + ("That is noise, and noise is not a ranking: " if not ev.beyond_noise else "That loses frames: ")
                 + "pick the node whose exclusion recovers frames beyond noise on both families")
     top = ranking[0]
     for f in kernels.FAMILIES:
         ev = evidence.paired(top["labels"], row[f]["answers"], top[f]["answers"])
         if node != top["node"] and ev.beyond_noise and ev.difference > 0:
-            raise ExclusionRefused(f"EXCLUDE = {node!r} recovers frames, but leaving {top['node']!r} in float "
+            raise ExclusionRefused(f"EXCLUDE = {node!r} recovers frames, but excluding {top['node']!r} "
                                    f"recovers more on the {f} family ({top['node']} against {node}: {ev.words()}): "
                                    "exclude the worst node first, the top of your ranking")
     return (f"exclusion ok: {node} recovers beyond noise on both families ("
@@ -326,7 +333,7 @@ def exclusion_sentence(node: str, e: Mapping) -> str:
                      f"{e[f]['max_abs_error']:.3f}")
     b = e["bytes"]
     size = ("grows" if b["without"] > b["handed"] else "shrinks" if b["without"] < b["handed"] else "keeps its size")
-    return (f"**Your run.** With `{node}` in float: " + "; ".join(parts)
+    return (f"**Your run.** With `{node}` excluded: " + "; ".join(parts)
             + f". The file {size}: {b['handed']:,} -> {b['without']:,} bytes (that node's weights stay float32, with "
             "no DequantizeLinear; a QuantizeLinear / DequantizeLinear pair on a tensor it shares with a quantized "
             "node stays, and only the pairs no quantized node needs go).")
