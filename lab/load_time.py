@@ -38,7 +38,8 @@ def weight_bias_quantization(model: onnx.ModelProto) -> onnx.ModelProto:
     out = onnx.ModelProto()
     out.CopyFrom(model)
     arrays = {name: numpy_helper.to_array(t) for name, t in inits.items()}
-    nodes, added = [], []
+    nodes: list[onnx.NodeProto] = []
+    added: list[onnx.TensorProto] = []
     for node, original in zip(out.graph.node, model.graph.node):
         plan = plans.get(id(original))
         if plan is not None:
