@@ -19,7 +19,9 @@ from grader.roster import RosterError, read_roster
 from grader.sandbox import Limits
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line: one subparser a subcommand, each with its ``handler`` (and ``preflight``: check the set-up
+    first; ``warm_up``: start the fork server first)."""
     parser = argparse.ArgumentParser(prog="python -m grader", description="Calibration Lab grader")
     sub = parser.add_subparsers(dest="command", required=True)
     co = sub.add_parser("collect", help="pack every student's workspace from their home (a pattern whose one '*' is "
@@ -99,12 +101,19 @@ def main(argv: list[str] | None = None) -> int:
     ad.add_argument("--points", type=float, required=True, help="points to add (negative to take away; 0 with no "
                     "comment removes the adjustment)")
     ad.add_argument("--comment", default="", help="why, in words the student reads in their feedback")
-    args = parser.parse_args(argv)
-    if args.command == "grade" and not args.unsafe_no_sandbox:
+    for p, handler in ((co, _collect), (g, _grade), (b, _batch), (rg, _regrade), (gs, _gradescope), (rp, _report),
+                       (ex, _export), (ad, _adjust)):
+        p.set_defaults(handler=handler, preflight=p in (g, b, rg, gs), warm_up=p is g)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.warm_up and not args.unsafe_no_sandbox:
         # the sandbox's fork server preloads numpy and ONNX Runtime (about 0.4 s) on the other core while this
         # process checks its set-up and imports the grading stack; the reader's run used to wait for it
         sandbox.warm_up()
-    if args.command in ("grade", "batch", "regrade", "gradescope"):
+    if args.preflight:
         try:
             preflight.require(args.command, no_secret=args.no_secret)
         except preflight.PreflightError as e:
@@ -114,50 +123,64 @@ def main(argv: list[str] | None = None) -> int:
             print(preflight.secret_note(), file=sys.stderr)
         if preflight.secret_exposed():
             print(preflight.secret_exposed(), file=sys.stderr)
-    if args.command in ("gradescope", "report"):
-        return _tool(args)
-    if args.command == "export":
-        return _export(args)
-    if args.command == "adjust":
-        return _adjust(args)
-    if args.command == "collect":
-        return _collect(args)
-    limits = Limits(wall=args.timeout, cpu=max(1, int(args.timeout)), memory=args.memory_mib << 20)
-    unsafe = True if args.unsafe_no_sandbox else None
-    if args.command == "grade":
-        # deferred: grader.batch loads the grading stack (about 1 s: onnx, onnxruntime, every lesson); preflight
-        # refuses a broken install before it, and `report` and `gradescope` never need it
-        from grader.batch import grade_one
+    return args.handler(args)
 
-        if not Path(args.path).exists():
-            print(f"grade: {args.path} does not exist", file=sys.stderr)
-            return 2
-        sandbox.allow_unsafe(unsafe)
-        print(f"sandbox: {sandbox.sandbox_kind()}", file=sys.stderr)
-        result, isolation = grade_one(args.path, limits, credited=not args.ids_from_submission_json)
-        if args.json:
-            print(json.dumps(dict(result.to_dict(), isolation=isolation), indent=2, allow_nan=False))
-        else:
-            print(result.to_markdown())
-        if args.gradescope:
-            write_private(args.gradescope, json.dumps(result.to_gradescope(), indent=2))
-        where = "feedback printed above (--out DIR also writes it to a file)"
-        if args.out:
-            where = "feedback: " + str(_write_one(Path(args.out), result, isolation))
-        print(f"{result.student}: {result.status}, score {result.score:g} / {result.max_score:g}"
-              + (f"; {isolation}" if isolation.startswith("refused") else "") + f"; {where}", file=sys.stderr)
-        return 0 if result.status == "graded" else 1
-    if args.command == "regrade":
-        return _regrade(args, limits, unsafe)
-    from grader.batch import batch  # deferred: as grade_one above
+
+def _limits(args) -> Limits:
+    """Each student-code run's limits, from ``--timeout`` and ``--memory-mib``."""
+    return Limits(wall=args.timeout, cpu=max(1, int(args.timeout)), memory=args.memory_mib << 20)
+
+
+def _unsafe(args) -> bool | None:
+    """``--unsafe-no-sandbox``: True; else None (``GRADER_UNSAFE_NO_SANDBOX`` decides)."""
+    return True if args.unsafe_no_sandbox else None
+
+
+def _options(args):
+    """``batch`` and ``regrade``'s arguments as one ``grader.batch.BatchOptions``."""
+    from grader.batch import BatchOptions  # deferred: the grading stack (about 1 s), after preflight
+
+    return BatchOptions(jobs=args.jobs, resume=getattr(args, "resume", False), limits=_limits(args),
+                        progress=not args.no_progress, unsafe_no_sandbox=_unsafe(args), dask=args.dask,
+                        ids_from_submission=args.ids_from_submission_json, course=_course(args), roster=args.roster,
+                        names=args.names)
+
+
+def _grade(args) -> int:
+    """``grade``: one hand-in's feedback on stdout (or its JSON), and where else it was written."""
+    # deferred: grader.batch loads the grading stack (about 1 s: onnx, onnxruntime, every lesson); preflight
+    # refuses a broken install before it, and `report` and `gradescope` never need it
+    from grader.batch import grade_one
+
+    if not Path(args.path).exists():
+        print(f"grade: {args.path} does not exist", file=sys.stderr)
+        return 2
+    sandbox.allow_unsafe(_unsafe(args))
+    print(f"sandbox: {sandbox.sandbox_kind()}", file=sys.stderr)
+    result, isolation = grade_one(args.path, _limits(args), credited=not args.ids_from_submission_json)
+    if args.json:
+        print(json.dumps(dict(result.to_dict(), isolation=isolation), indent=2, allow_nan=False))
+    else:
+        print(result.to_markdown())
+    if args.gradescope:
+        write_private(args.gradescope, json.dumps(result.to_gradescope(), indent=2))
+    where = "feedback printed above (--out DIR also writes it to a file)"
+    if args.out:
+        where = "feedback: " + str(_write_one(Path(args.out), result, isolation))
+    print(f"{result.student}: {result.status}, score {result.score:g} / {result.max_score:g}"
+          + (f"; {isolation}" if isolation.startswith("refused") else "") + f"; {where}", file=sys.stderr)
+    return 0 if result.status == "graded" else 1
+
+
+def _batch(args) -> int:
+    """``batch``: a class into OUT, then a line of counts (and how many hand-ins' code was refused)."""
+    from grader.batch import batch  # deferred: as in `grade`
 
     if not Path(args.folder).is_dir():
         print(f"batch: {args.folder} is not a folder of submissions", file=sys.stderr)
         return 2
     try:
-        rows = batch(args.folder, args.out, args.jobs, args.resume, limits, progress=not args.no_progress,
-                     unsafe_no_sandbox=unsafe, dask=args.dask, ids_from_submission=args.ids_from_submission_json,
-                     roster=args.roster, names=args.names, course=_course(args))
+        rows = batch(args.folder, args.out, _options(args))
     except (RosterError, ValueError) as e:
         print(f"batch: {e}", file=sys.stderr)
         return 2
@@ -182,19 +205,21 @@ def _write_one(out: Path, result, isolation: str) -> Path:
     return write_private(out / "feedback" / f"{result.student}.md", result.to_markdown())
 
 
-def _tool(args) -> int:
-    """``gradescope`` (grader.gradescope) and ``report`` (grader.report): no student code runs."""
-    if args.command == "gradescope":
-        secret = gradescope.bundle_secret()
-        try:
-            path = gradescope.build(args.out, secret=secret or "",
-                                    course_file=Path(args.config) if args.config else None)
-        except ValueError as e:  # grader.course.CourseError: the file, the field, what was expected
-            print(f"gradescope: {e}", file=sys.stderr)
-            return 2
-        print(f"{path}: Gradescope autograder, " + ("with the instructor secret (instructor/secret.txt, 0600)" if secret
-              else "WITHOUT an instructor secret (set GRADER_SECRET or GRADER_SECRET_FILE and build again)"))
-        return 0
+def _gradescope(args) -> int:
+    """``gradescope`` (grader.gradescope): the autograder zip; no student code runs."""
+    secret = gradescope.bundle_secret()
+    try:
+        path = gradescope.build(args.out, secret=secret or "", course_file=Path(args.config) if args.config else None)
+    except ValueError as e:  # grader.course.CourseError: the file, the field, what was expected
+        print(f"gradescope: {e}", file=sys.stderr)
+        return 2
+    print(f"{path}: Gradescope autograder, " + ("with the instructor secret (instructor/secret.txt, 0600)" if secret
+          else "WITHOUT an instructor secret (set GRADER_SECRET or GRADER_SECRET_FILE and build again)"))
+    return 0
+
+
+def _report(args) -> int:
+    """``report`` (grader.report): a batch's report.html again; no student code runs."""
     if not (Path(args.out) / "gradebook.csv").is_file():
         print(f"report: {args.out} has no gradebook.csv; run `python -m grader batch DIR --out {args.out}` first",
               file=sys.stderr)
@@ -203,7 +228,7 @@ def _tool(args) -> int:
     return 0
 
 
-def _regrade(args, limits: Limits, unsafe: bool | None) -> int:
+def _regrade(args) -> int:
     """``regrade`` (grader.regrade): the batch again, then the change report and both versions in the gradebook."""
     from grader.regrade import max_change, regrade  # deferred: the grading stack, as in `batch`
 
@@ -212,10 +237,7 @@ def _regrade(args, limits: Limits, unsafe: bool | None) -> int:
               f"({args.out}); run `python -m grader batch` first", file=sys.stderr)
         return 2
     try:
-        here, changes = regrade(args.folder, args.out, args.never_lower, jobs=args.jobs, limits=limits,
-                                progress=not args.no_progress, unsafe_no_sandbox=unsafe, dask=args.dask,
-                                ids_from_submission=args.ids_from_submission_json, roster=args.roster,
-                                names=args.names, course=_course(args))
+        here, changes = regrade(args.folder, args.out, args.never_lower, _options(args))
     except (RosterError, ValueError) as e:
         print(f"regrade: {e}", file=sys.stderr)
         return 2

@@ -31,6 +31,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Executor, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
@@ -69,7 +70,7 @@ _ONE_JOB_AT_A_TIME = threading.Lock()
 
 @dataclasses.dataclass(frozen=True)
 class BatchOptions:
-    """How a batch grades (``batch``'s keyword arguments), one value passed down from ``batch`` to each job."""
+    """How a batch grades, one value from the command line (or ``batch``'s keyword arguments) down to each job."""
 
     jobs: int = 2  # local worker processes (ignored with an executor or ``dask``)
     resume: bool = False  # skip hand-ins this grader version already graded with the same input hash
@@ -80,23 +81,23 @@ class BatchOptions:
     classmates: tuple[str, ...] = ()  # the batch's student ids: whose variant a foreign hand-in was made for
     ids_from_submission: bool = False  # credit submission.json's student, not the file name (test hand-ins only)
     course: Course = DEFAULT  # the course file's prices, prediction grading and late policy (grader.course)
+    roster: str | Path | None = None  # the course's roster CSV: credit LMS downloads to its students
+    names: str | None = None  # with ``roster``, a regex for other LMS's download names
 
 
-def job(path: str, limits: Limits | None = None, unsafe_no_sandbox: bool | None = None,
-        classmates: tuple[str, ...] = (), ids_from_submission: bool = False, student: str | None = None,
-        course: Course = DEFAULT) -> dict:
-    """The pure per-submission job: path in, result dict out. Never raises. ``classmates``: the batch's student ids
-    (``grader.core.grade``'s), so the instructor's field names whose variant a copied hand-in was made for.
-    ``student``: the roster id it is credited to (an LMS download's; default the file or folder name).
+def job(path: str, student: str | None = None, options: BatchOptions = BatchOptions()) -> dict:
+    """The pure per-submission job: path in, result dict out. Never raises. ``student``: the roster id it is credited
+    to (an LMS download's; default the file or folder name); ``options``: the batch's (its limits, sandbox, class,
+    course).
 
     One job at a time per process (``_ONE_JOB_AT_A_TIME``, above): a worker with several threads (a Dask worker
     started without ``--nthreads 1``) grades in turn, each thread with its own state.
     """
-    with _ONE_JOB_AT_A_TIME, course.in_effect():
-        state = grader_state.for_policy(Policy(limits or Limits(), unsafe_no_sandbox))  # this worker's, kept
-        d = package(*grade_one(path, state=state, classmates=classmates, student=student,
-                               credited=not ids_from_submission))
-        d["course_sha256"] = course.sha256  # --resume grades it again under another course file
+    with _ONE_JOB_AT_A_TIME:
+        state = grader_state.for_policy(Policy(options.limits or Limits(), options.unsafe_no_sandbox))  # kept
+        d = package(*grade_one(path, state=state, classmates=options.classmates, student=student,
+                               credited=not options.ids_from_submission, course=options.course))
+        d["course_sha256"] = options.course.sha256  # --resume grades it again under another course file
         if d["checks"]:  # past intake: the class report's answers and code fingerprints (grader.items)
             d["handin"] = handin_record(path)
         return d
@@ -104,14 +105,14 @@ def job(path: str, limits: Limits | None = None, unsafe_no_sandbox: bool | None 
 
 def grade_one(path: str | Path, limits: Limits | None = None, state: grader_state.GraderState | None = None,
               classmates: tuple[str, ...] = (), student: str | None = None,
-              credited: bool = True) -> tuple[GradeResult, str]:
+              credited: bool = True, course: Course = DEFAULT) -> tuple[GradeResult, str]:
     """``grader.core.grade`` with ``state`` (default ``grader.state.current()``), plus how its student code ran
-    (``isolation_label``) and a note if it was refused. ``student``, ``credited``: whose grade it is (``grade``'s)."""
+    (``isolation_label``) and a note if it was refused. ``student``, ``credited``, ``course``: ``grade``'s."""
     state = state or grader_state.current()
     state.runs.take()
     state.runs.warm_up()  # the fork server preloads while intake and the model checks run
     # one session per model; the fixtures' data and predictions once per worker
-    result = grade(path, limits, state, classmates, student, credited)
+    result = grade(path, limits, state, classmates, student, credited, course)
     runs = state.runs.take()
     if "refused" in runs:
         result.notes.append(sandbox.REFUSED_NOTE)
@@ -134,10 +135,6 @@ def package(result: GradeResult, isolation: str = "") -> dict:
     d["feedback"] = result.to_markdown()
     d["gradescope"] = result.to_gradescope()
     return d
-
-
-def _possible() -> float:
-    return possible_points()
 
 
 def _atomic(path: Path, text: str) -> None:
@@ -299,33 +296,34 @@ def dask_executor(address: str):
         yield ex
 
 
-def batch(folder: str | Path, out: str | Path, jobs: int = 2, resume: bool = False,
-          limits: Limits | None = None, executor: Executor | None = None, progress: bool = True,
-          unsafe_no_sandbox: bool | None = None, dask: str | None = None,
-          ids_from_submission: bool = False, roster: str | Path | None = None, names: str | None = None,
-          regrading: bool = False, course: Course = DEFAULT) -> list[dict]:
-    """Grade every submission in ``folder`` into ``out``; return the gradebook rows as dicts.
+def batch(folder: str | Path, out: str | Path, options: BatchOptions | None = None, *,
+          executor: Executor | None = None, regrading: bool = False, **settings: Any) -> list[dict]:
+    """Grade every submission in ``folder`` into ``out`` with ``options`` (or ``settings``, ``BatchOptions``' fields
+    by name, in place of those); return the gradebook rows as dicts.
 
     ``unsafe_no_sandbox=True`` runs student code with rlimits alone where bubblewrap does not
     work; ``None`` leaves it to ``GRADER_UNSAFE_NO_SANDBOX``; otherwise such code is refused.
-    ``dask`` (a scheduler address or ``local:N``) grades on a Dask cluster instead of ``jobs`` processes.
+    ``dask`` (a scheduler address or ``local:N``) grades on a Dask cluster instead of ``jobs`` processes, and
+    ``executor`` on any ``concurrent.futures`` executor.
     Each hand-in is credited to its file or folder name, whose variant is its own (``grader.variants``); with
     ``roster`` (the course's roster CSV, ``grader.roster``) to the roster student its LMS download name names
     (``grader.lms_downloads``; ``names``: a regex for other names), and a file credited to no one is a gradebook row
     of its own. ``ids_from_submission=True`` credits the student its ``submission.json`` names instead, for the
     instructor's own test hand-ins (copies of one hand-in under many names): never for a class, where it lets a
-    renamed copy grade as its owner's. ``course``: the course file's settings (``grader.course``), in effect for
+    renamed copy grade as its owner's. ``course``: the course file's settings (``grader.course``), given to
     every grade and recorded in the gradebook. A gradebook with published grades (a regrade's) is kept by
     ``--resume`` and ``regrade`` (``regrading``); a fresh batch over it refuses, rather than drop them.
     """
+    options = options_of(options, settings)
     folder, out = Path(folder), Path(out)
+    resume, course = options.resume, options.course
     private_dir(out)
     previous = read_gradebook(out)
     if not resume and not regrading and any(r.get("published") for r in previous.values()):
         raise SystemExit(f"{out / 'gradebook.csv'} holds published grades (a regrade's): a fresh batch would drop "
                          f"them; grade again with `python -m grader regrade {folder} --out {out}` (or --resume to "
                          "grade only what is missing), or into a new --out")
-    if roster is None and any(r.get("handed_in") for r in previous.values()):
+    if options.roster is None and any(r.get("handed_in") for r in previous.values()):
         raise SystemExit(f"{out / 'gradebook.csv'} was graded from LMS downloads with --roster: give the same --roster "
                          "again, or each download would be credited to its file name")
     recorded = sorted({r["course"] for r in previous.values() if r.get("course")})
@@ -333,22 +331,24 @@ def batch(folder: str | Path, out: str | Path, jobs: int = 2, resume: bool = Fal
         raise SystemExit(f"{out / 'gradebook.csv'} was graded under a course file (sha256 {recorded[0]}...): give "
                          "--config again, or --resume would grade every hand-in again at the committed prices, "
                          "without its late policy")
-    collected = intake(find_submissions(folder, out), roster, names)
+    collected = intake(find_submissions(folder, out), options.roster, options.names)
     students = [h.student for h in collected.hand_ins]
     if len(set(students)) != len(students):
         dupes = sorted({s for s in students if students.count(s) > 1})
         raise SystemExit(f"two submissions for the same student: {dupes}; keep one of each")
-    options = BatchOptions(jobs=jobs, resume=resume, limits=limits, progress=progress,
-                           unsafe_no_sandbox=unsafe_no_sandbox, dask=dask, classmates=class_ids(students),
-                           ids_from_submission=ids_from_submission, course=course)
+    options = dataclasses.replace(options, classmates=class_ids(students))
     with contextlib.ExitStack() as stack:
-        stack.enter_context(course.in_effect())  # the points possible and the gradebook's parts, as the course prices
         if options.dask:
             executor = stack.enter_context(dask_executor(options.dask))
         rows = _batch(out, collected, previous, options, executor)
     report_after(out)
     course.share(out)  # the course's TA group, if it names one
     return rows
+
+
+def options_of(options: BatchOptions | None, settings: dict[str, Any]) -> BatchOptions:
+    """``options`` with ``settings`` (``BatchOptions``' fields by name) in place of those it has."""
+    return dataclasses.replace(options or BatchOptions(), **settings)
 
 
 def intake(paths: list[Path], roster: str | Path | None, names: str | None = None) -> Collected:
@@ -385,7 +385,7 @@ def late_columns(course: Course, h: HandIn) -> dict[str, str]:
         return {}
     days = course.late.days_late(h.student, h.handed_in_at)
     return {"handed_in_at": h.handed_in_at.isoformat(timespec="seconds") if h.handed_in_at else "",
-            "late_days": str(days), "late_penalty": f"{course.late.penalty(days, _possible()):g}"}
+            "late_days": str(days), "late_penalty": f"{course.late.penalty(days, possible_points(course.prices)):g}"}
 
 
 def late_feedback(row: dict, course: Course) -> str:
@@ -472,6 +472,7 @@ def _grade(out: Path, todo: list[HandIn], students: list[str], rows: dict[str, d
     own = executor is None
     pending_paths = list(todo)
     own_adjustments = adjustments.read(out)
+    possible = possible_points(options.course.prices)  # what a hand-in the grader failed on is out of
     bookkeeping = 0.0
     started = time.perf_counter()
     last_gradebook = time.monotonic()
@@ -479,9 +480,7 @@ def _grade(out: Path, todo: list[HandIn], students: list[str], rows: dict[str, d
         while pending_paths:
             pool = executor or ProcessPoolExecutor(max_workers=options.jobs)
             try:
-                futures = {pool.submit(job, str(h.path), options.limits, options.unsafe_no_sandbox,
-                                       options.classmates, options.ids_from_submission, h.student, options.course): h
-                           for h in pending_paths}
+                futures = {pool.submit(job, str(h.path), h.student, options): h for h in pending_paths}
                 pending_paths = []
                 not_done = set(futures)
                 while not_done:
@@ -495,13 +494,13 @@ def _grade(out: Path, todo: list[HandIn], students: list[str], rows: dict[str, d
                             # a worker died (e.g. killed by the OOM killer): this one is an error, the rest go again
                             died = GradeResult.without_results(student, "error", "the grading worker died while "
                                                                "grading this submission", grader_version=__version__,
-                                                               possible=_possible())
+                                                               possible=possible)
                             d = package(died)
                             pending_paths = [futures[f] for f in not_done]
                             not_done = set()
                         except Exception as e:  # noqa: BLE001 - Dask: KilledWorker after a worker died repeatedly
                             d = package(GradeResult.without_results(student, "error", f"{type(e).__name__}: {e}",
-                                                                    grader_version=__version__, possible=_possible()))
+                                                                    grader_version=__version__, possible=possible))
                         t0 = time.perf_counter()
                         if not d.get("input_sha256"):
                             d["input_sha256"] = sha256_of_input(p) if p.exists() else ""

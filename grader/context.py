@@ -1,4 +1,5 @@
-"""What every check shares: the submission, the rubric (``grader.rubric``), the grader's own predictions, tolerances.
+"""What every check shares: the ``Context`` (the hand-in and the grade it runs in, ``ctx.grading``), the rubric
+(``grader.rubric``), the grader's own predictions, tolerances.
 
 Predictions are computed here, in the grader's process, with one intra-op thread, from the
 models the student handed in (after ``grader.models.load_checked``). Nothing reported is used
@@ -18,6 +19,7 @@ from grader.results import Check, Evidence
 from grader.reuse import per_worker
 from grader.rubric import HIDDEN, charged_under, committed_points, points, rubric  # noqa: F401 - what every check reads
 from grader.sandbox.policy import Limits
+from grader.state import GradingRun, current_course, current_run
 from grader.submission import Submission
 from lab import compare, data
 from lab.errors import LabError
@@ -58,10 +60,11 @@ def fp32_outputs() -> np.ndarray:
 
 @dataclass
 class Context:
-    """One submission being graded."""
+    """One submission being graded: the hand-in (``model``, ``outputs``, ``doc``) and the grade it runs in
+    (``grading``: the course, the limits, the sandbox, the cache, the variant and the family)."""
 
     sub: Submission
-    limits: Limits = field(default_factory=Limits)
+    grading: GradingRun = field(default_factory=current_run)  # a grade's; outside one, the thread's own defaults
     notes: list[str] = field(default_factory=list)
     timed_out: bool = False
     grader_faults: list[str] = field(default_factory=list)  # the grader's own failures: the result is an error
@@ -75,6 +78,11 @@ class Context:
 
     def has(self, rel: str) -> bool:
         return self.sub.has(rel)
+
+    @property
+    def limits(self) -> Limits:
+        """Each student-code run's limits (``ctx.grading.limits``)."""
+        return self.grading.limits
 
     def declare(self, charges: frozenset[Mistake], reads: frozenset[Mistake]) -> None:
         """The running group's declared mistakes: ``charge`` and ``charged`` refuse any other."""
@@ -179,7 +187,7 @@ def check(part: str, name: str, fraction: float, message: str, evidence: list[Ev
     Feedback says "2.5 / 3", never "2.6667 / 3": a check whose parts are worth a third of a point each
     loses half a point for the first broken part.
     """
-    full = points(part, name)
+    full = points(part, name, current_course().prices)  # the course's price, else rubric.toml's
     earned = math.floor(full * max(0.0, min(1.0, fraction)) * 2 + 1e-9) / 2  # whole or half points, rounded down
     return Check(part, name, earned, full, message, evidence or [], hidden)
 

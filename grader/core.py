@@ -3,7 +3,8 @@
 ``grade(path)`` is a pure function of the submission (and the fixtures, the rubric and the
 instructor's secret): path in, ``GradeResult`` out. It never raises for a bad submission. What the
 grader keeps between hand-ins (caches, the fork server, the isolation policy) is the ``GraderState``
-it is given (``grader.state``): the caller's own when none is.
+it is given (``grader.state``): the caller's own when none is. What one grade runs with (that state, the course, the
+limits, the hand-in's variant and family) is one ``GradingRun``, handed to the checks as ``ctx.grading``.
 """
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from grader import state as grader_state
 from grader import variants
 from grader.context import Context, Missing, StudentFileError, is_runtime_error, runtime_problem
+from grader.course import DEFAULT, Course
 from grader.group import Group
 from grader.lessons import (
     lesson02_the_calibration_reader,
@@ -35,9 +38,10 @@ from grader.models import ModelRefused
 from grader.results import GradeResult, safe_text
 from grader.rubric import points, rubric
 from grader.sandbox.policy import Limits
+from grader.state import GradingRun
 from grader.submission import SubmissionInvalid, open_submission, sha256_of_input, student_from_path
 from grader.version import __version__
-from lab import kernels, variant
+from lab import kernels
 from lab.environment import EnvironmentProblem
 from lab.errors import LabError, WorkspaceError
 
@@ -80,9 +84,10 @@ def verify_mistakes(groups: tuple[Group, ...]) -> tuple[Group, ...]:
 GROUPS: tuple[Group, ...] = verify_mistakes(tuple(group for lesson in LESSONS for group in lesson.GROUPS))
 
 
-def possible_points() -> float:
-    """The points on offer: every group's checks, hidden ones included, as the rubric weighs them."""
-    return sum(points(part, name) for group in GROUPS for part, name in group.declared())
+def possible_points(prices: tuple[tuple[str, str, float], ...] = ()) -> float:
+    """The points on offer: every group's checks, hidden ones included, as the rubric (or a course's ``prices``)
+    weighs them."""
+    return sum(points(part, name, prices) for group in GROUPS for part, name in group.declared())
 
 
 def intake_models(ctx: Context) -> None:
@@ -222,7 +227,7 @@ def id_note(claimed: str, student: str, finding: variants.Finding, given: bool) 
 
 def grade(path: str | Path, limits: Limits | None = None,
           state: grader_state.GraderState | None = None, classmates: Iterable[str] = (),
-          student: str | None = None, credited: bool = True) -> GradeResult:
+          student: str | None = None, credited: bool = True, course: Course = DEFAULT) -> GradeResult:
     """Grade one submission (a zip or a folder) with ``state`` (default ``grader.state.current()``); ``limits``
     (default the state's policy's) bound each student-code run. ``classmates``: the class's student ids (a batch's),
     so that a hand-in made for another student's variant names whose in the instructor's field
@@ -231,25 +236,26 @@ def grade(path: str | Path, limits: Limits | None = None,
     ``student``: the id the grade is credited to (the result's ``student``; default the file or folder name,
     ``student_from_path``, as a batch files it). Its variant is the hand-in's own: ``submission.json``'s student is
     only a claim. ``credited=False``: no credited id is known (Gradescope without a roster id), so
-    ``submission.json``'s student stands, as the instructor's field says. Never raises for anything the submission
-    holds."""
+    ``submission.json``'s student stands, as the instructor's field says. ``course``: the course file's prices and
+    prediction grading (``grader.course``). Never raises for anything the submission holds."""
     state = state or grader_state.current()
-    with state.active(), state.reuse.hand_in():
-        return _grade(Path(path), limits or state.policy.limits, state, tuple(classmates), student, credited)
+    run = GradingRun(state, course, limits or state.policy.limits)
+    with state.reuse.hand_in(), run.active():
+        return _grade(Path(path), run, tuple(classmates), student, credited)
 
 
-def _grade(path: Path, limits: Limits, state: grader_state.GraderState, classmates: tuple[str, ...],
-           given: str | None = None, credited: bool = True) -> GradeResult:
+def _grade(path: Path, run: GradingRun, classmates: tuple[str, ...], given: str | None = None,
+           credited: bool = True) -> GradeResult:
     start = time.monotonic()
     student = given or student_from_path(path)
     rubric()  # a broken rubric is the instructor's error: raise it, do not blame the student
     scratch = Path(tempfile.mkdtemp(prefix="grader-sub-"))
-    common: dict[str, Any] = {"grader_version": __version__, "possible": possible_points()}
+    common: dict[str, Any] = {"grader_version": __version__, "possible": possible_points(run.prices)}
     try:
         common["submission_sha256"] = sha256_of_input(path) if path.exists() else ""
         try:
             sub = open_submission(path, scratch / "submission")
-            ctx = Context(sub, limits)
+            ctx = Context(sub, run)
             intake_models(ctx)
         except (SubmissionInvalid, ModelRefused) as e:
             return GradeResult.without_results(student, "invalid", str(e), seconds=time.monotonic() - start,
@@ -257,10 +263,11 @@ def _grade(path: Path, limits: Limits, state: grader_state.GraderState, classmat
         # whose variant of the lab's data the files were made for, graded for the id the grade is credited to
         finding = variants.made_for(sub, classmates, student if credited else None)
         family_note, family = kernel_family_note(sub.kernel_family)
-        with variant.using(*finding.grade_under):
-            state.runs.plan(planned_runs(ctx))  # past intake: its code runs in the sandbox while lessons are checked
-            with kernels.computing_as(family):
-                checks = run_groups(ctx, finding)
+        ctx.grading = replace(run, variant=finding.grade_under, family=family)
+        with ctx.grading.active():
+            # past intake: its code runs in the sandbox while lessons are checked
+            run.sandbox.plan(planned_runs(ctx))
+            checks = run_groups(ctx, finding)
         notes = list(sub.notes) + [family_note] + variant_notes(finding, finding.student) + list(ctx.notes)
         if sub.student != student and credited:
             notes.append(id_note(sub.student, student, finding, given is not None))
@@ -271,5 +278,5 @@ def _grade(path: Path, limits: Limits, state: grader_state.GraderState, classmat
         return GradeResult.without_results(student, "error", f"the grader failed: {type(e).__name__}: {e}",
                                            seconds=time.monotonic() - start, **common)
     finally:
-        state.runs.end_plan()
+        run.sandbox.end_plan()
         shutil.rmtree(scratch, ignore_errors=True)

@@ -33,12 +33,11 @@ import math
 import os
 import sys
 import tomllib
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from grader.rubric import priced, rubric
+from grader.rubric import rubric
 
 MODES = ("correctness", "completion")
 
@@ -94,16 +93,6 @@ class Course:
             print(f"grader: {out} not shared with group {self.group!r} ({e}); you must belong to the group, or run "
                   f"`chgrp -R {self.group} {out}` as someone who does", file=sys.stderr)
 
-    @contextlib.contextmanager
-    def in_effect(self):
-        """Grade with this course's prices; ``current()`` is this course meanwhile."""
-        token = _CURRENT.set(self)
-        try:
-            with priced(self.prices):
-                yield self
-        finally:
-            _CURRENT.reset(token)
-
 
 def like_folder(out: Path, paths: list[Path]) -> None:
     """Files written into a grades folder after its batch (``export``, ``adjust``) get the folder's group access: 0640
@@ -118,13 +107,7 @@ def like_folder(out: Path, paths: list[Path]) -> None:
                 os.chmod(p, 0o750 if p.is_dir() else 0o640)
 
 
-DEFAULT = Course()
-_CURRENT: ContextVar[Course] = ContextVar("course", default=DEFAULT)
-
-
-def current() -> Course:
-    """The course whose settings the grade in progress uses (``Course.in_effect``); the defaults otherwise."""
-    return _CURRENT.get()
+DEFAULT = Course()  # no course file: rubric.toml's prices, predictions graded for correctness, no late policy
 
 
 def _number(path: Path, where: str, value, low: float = 0.0, high: float = math.inf) -> float:

@@ -274,9 +274,8 @@ def run(root: str | Path) -> dict:
         settings = course.load(SOURCE / COURSE_REL) if (SOURCE / COURSE_REL).is_file() else course.DEFAULT
         # the grade is the roster student's: their variant is the hand-in's own (without a roster id the grader
         # knows no credited id, and submission.json's student stands: the instructor's field says so)
-        with settings.in_effect():
-            result, isolation = grade_one(submission_path(root / "submission"), Limits(), student=sid,
-                                          credited=sid is not None)
+        result, isolation = grade_one(submission_path(root / "submission"), Limits(), student=sid,
+                                      credited=sid is not None, course=settings)
         print(instructor_line(result))  # run_autograder's stdout: the instructor's only (stdout_visibility hidden)
     except Exception as e:  # noqa: BLE001 - Gradescope must get a results.json whatever happened
         try:

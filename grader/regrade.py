@@ -19,8 +19,7 @@ import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from grader.batch import EXTRA_COLUMNS, batch, read_gradebook, write_gradebook
-from grader.course import DEFAULT
+from grader.batch import EXTRA_COLUMNS, BatchOptions, batch, options_of, read_gradebook, write_gradebook
 from grader.lms_downloads import DUPLICATE, UNMATCHED
 from grader.private import write_private
 from grader.results import _part_title
@@ -225,9 +224,12 @@ def _next_folder(out: Path) -> Path:
     return out / "regrades" / str(n)
 
 
-def regrade(folder: str | Path, out: str | Path, never_lower: bool = False, **batch_kw) -> tuple[Path, list]:
-    """Grade every hand-in in ``folder`` again into ``out`` (a graded folder); the change folder and the changes."""
+def regrade(folder: str | Path, out: str | Path, never_lower: bool = False, options: BatchOptions | None = None, *,
+            executor=None, **settings) -> tuple[Path, list]:
+    """Grade every hand-in in ``folder`` again into ``out`` (a graded folder) with ``batch``'s ``options`` (or
+    ``settings`` by name); the change folder and the changes."""
     folder, out = Path(folder), Path(out)
+    options = options_of(options, {**settings, "resume": False})
     if not (out / "gradebook.csv").is_file():
         raise FileNotFoundError(f"{out} has no gradebook.csv: regrade needs a graded folder "
                                 f"(`python -m grader batch {folder} --out {out}` first)")
@@ -237,7 +239,7 @@ def regrade(folder: str | Path, out: str | Path, never_lower: bool = False, **ba
         shutil.copytree(out / "results", here / "before" / "results")
     shutil.copy2(out / "gradebook.csv", here / "before" / "gradebook.csv")
     before, before_book = _results(here / "before" / "results"), read_gradebook(here / "before")
-    rows = batch(folder, out, resume=False, regrading=True, **batch_kw)
+    rows = batch(folder, out, options, executor=executor, regrading=True)
     students = [r["student"] for r in rows]
     after = _results(out / "results")
     graded = [r["student"] for r in rows if r["status"] not in UNCLAIMED]
@@ -249,5 +251,5 @@ def regrade(folder: str | Path, out: str | Path, never_lower: bool = False, **ba
     for c in changes:
         if c.moved or c.held:
             write_private(here / "changes" / f"{c.student}.md", student_markdown(c))
-    batch_kw.get("course", DEFAULT).share(out)  # the course's TA group reads the regrade's files too
+    options.course.share(out)  # the course's TA group reads the regrade's files too
     return here, changes

@@ -1,22 +1,17 @@
 """The rubric (``rubric.toml``): points per check, the title of each part, and what each check asks.
 
 Read by the checks (``grader.context`` passes it on) and by the results and feedback (part titles, check titles,
-the order of parts), so it sits below both: it imports nothing of the grader.
+the order of parts), so it sits below both: it imports nothing of the grader. A course's own prices
+(``grader.course``: part, check, points) are an argument, given by whoever holds the course (``ctx.grading.prices``).
 """
 from __future__ import annotations
 
-import contextlib
 import tomllib
-from contextvars import ContextVar
 from functools import lru_cache
 from pathlib import Path
 
 RUBRIC_PATH = Path(__file__).resolve().with_name("rubric.toml")
 HIDDEN = "hidden"  # the rubric part of the hidden checks: held-out data and the instructor's secret
-# A course's own prices (``grader.course``: part -> check -> points), in effect for the grades run under ``priced``:
-# a context variable the rubric consults, so every reader of the rubric (checks, points possible, the gradebook's
-# columns) sees the same prices, in a worker as in the batch's process.
-_PRICES: ContextVar[tuple[tuple[str, str, float], ...]] = ContextVar("course_prices", default=())
 
 
 @lru_cache(maxsize=1)
@@ -25,11 +20,11 @@ def _rubric_file() -> dict:
         return tomllib.load(f)
 
 
-def rubric() -> dict:
-    """The rubric file: part -> {title, check -> points} (the [titles] table apart: see ``title``), with the
-    course's prices where one is in effect (``priced``)."""
+def rubric(prices: tuple[tuple[str, str, float], ...] = ()) -> dict:
+    """The rubric file: part -> {title, check -> points} (the [titles] table apart: see ``title``), with a course's
+    ``prices`` in place of its own."""
     parts = {k: v for k, v in _rubric_file().items() if k != "titles"}
-    for part, name, price in _PRICES.get():
+    for part, name, price in prices:
         parts[part] = {**parts[part], name: price}
     return parts
 
@@ -38,16 +33,6 @@ def committed_points(part: str, name: str) -> float:
     """The price ``rubric.toml`` gives a check, whatever the course's: the scale a check's per-rule costs are written
     in, so a repricing keeps each rule's share of the check (``grader.context.share_left``)."""
     return float(_rubric_file()[part][name])
-
-
-@contextlib.contextmanager
-def priced(prices: tuple[tuple[str, str, float], ...]):
-    """Grade with these (part, check, points) prices instead of rubric.toml's."""
-    token = _PRICES.set(prices)
-    try:
-        yield
-    finally:
-        _PRICES.reset(token)
 
 
 def title(part: str, name: str) -> str:
@@ -66,8 +51,9 @@ def charged_under(part: str, name: str) -> str:
     return f"not charged here: charged once, under {rubric()[part].get('title', part)}: {title(part, name)}"
 
 
-def points(part: str, name: str) -> float:
+def points(part: str, name: str, prices: tuple[tuple[str, str, float], ...] = ()) -> float:
+    """A check's price: the course's (``prices``), else rubric.toml's."""
     try:
-        return float(rubric()[part][name])
+        return float(rubric(prices)[part][name])
     except KeyError:
         raise KeyError(f"rubric.toml has no [{part}] {name}") from None

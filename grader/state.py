@@ -1,16 +1,18 @@
-"""A grading process's state in one object: made once per worker and passed down, not spread over module globals.
+"""What one grade runs with, in one object you can see: ``GradingRun``, passed to every check as ``ctx.grading``.
 
-A ``GraderState`` holds what one grader keeps between hand-ins: its isolation policy and limits (``policy``), the
-fixture caches and each hand-in's own (``reuse``, the ``lab.cache`` of its grades), and its student-code runs
-(``runs``: the fork server, the runs planned ahead, the record of how each ran). Two states in one process grade
-independently (``tests/test_grader_state.py``).
+A ``GraderState`` is what a grading process keeps between hand-ins: its student-code runs (``runs``: the isolation
+policy, the fork server, the runs planned ahead) and its caches (``reuse``, the ``lab.cache`` of its grades). Two
+states in one process grade independently (``tests/test_grader_state.py``).
 
-``grader.core.grade(path, state=...)`` takes one; the lesson modules reach theirs through ``current()``, which
-``active()`` sets for the length of a grade (a context variable, as ``lab.kernels.computing_as`` keeps the kernel
-family). Outside any grade, ``current()`` is the calling thread's own state, made on first use: a batch worker's
-(``for_policy``), or the command line's. It is kept by the thread, not in a context variable: Dask runs each task
-in a copy of its event loop's context, where a state set by one job would be gone (with its fork server still
-running) by the next. That per-thread slot (``_THREAD``) is the one module-level name that refers to grading state.
+A ``GradingRun`` is one grade's settings: the state (its ``sandbox`` and its ``cache``), the course (prices and how
+predictions are graded), the limits of each student-code run, the hand-in's variant and kernel family. Frozen, made
+by ``grader.core.grade`` and handed to the checks. ``active()`` is the one place that sets what the lab's own
+functions consult (``lab.cache``, ``lab.variant``, ``lab.kernels``: each a context variable of the lab's) and the
+grader's one context variable, ``_CURRENT``, read by ``check`` for the course's prices and by the ``grader.sandbox``
+functions. Outside any grade, ``current()`` is the calling thread's own state (``_THREAD``, made on first use): a
+batch worker's (``for_policy``), or the command line's. A thread keeps it, not a context variable: Dask runs each
+task in a copy of its event loop's context, where a state set by one job would be gone (its fork server still
+running) by the next.
 """
 from __future__ import annotations
 
@@ -18,10 +20,13 @@ import contextlib
 import contextvars
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
+from grader.course import DEFAULT, Course
 from grader.reuse import Reuse
 from grader.sandbox.plan import Runs
-from grader.sandbox.policy import Policy
+from grader.sandbox.policy import Limits, Policy
+from lab import cache, kernels, variant
 
 
 class GraderState:
@@ -39,21 +44,57 @@ class GraderState:
     def policy(self, policy: Policy) -> None:
         self.runs.policy = policy
 
-    @contextlib.contextmanager
-    def active(self) -> Iterator[GraderState]:
-        """Within the block, ``current()`` is this state (the lesson modules' ``sandbox.run``, say)."""
-        token = _CURRENT.set(self)
-        try:
-            yield self
-        finally:
-            _CURRENT.reset(token)
+    def active(self) -> contextlib.AbstractContextManager[GradingRun]:
+        """Within the block, ``current()`` is this state: a ``GradingRun`` of it with the course's defaults."""
+        return GradingRun(self, limits=self.policy.limits).active()
 
     def close(self) -> None:
         """Stop what this state started (its fork server)."""
         self.runs.close()
 
 
-_CURRENT: contextvars.ContextVar[GraderState | None] = contextvars.ContextVar("grader_state", default=None)
+@dataclass(frozen=True)
+class GradingRun:
+    """One grade: the state it runs in, the course, each student-code run's limits, the variant and the family."""
+
+    state: GraderState
+    course: Course = DEFAULT
+    limits: Limits = field(default_factory=Limits)
+    variant: tuple | None = None  # ``lab.variant.using``'s (student, draw); None: as it is
+    family: str | None = None  # the kernel family numbers are computed as (``lab.kernels``); None: as it is
+
+    @property
+    def sandbox(self) -> Runs:
+        """Where student code runs: ``ctx.grading.sandbox.run(*request)``."""
+        return self.state.runs
+
+    @property
+    def cache(self) -> Reuse:
+        return self.state.reuse
+
+    @property
+    def prices(self) -> tuple[tuple[str, str, float], ...]:
+        """The course's (part, check, points) prices, in place of rubric.toml's."""
+        return self.course.prices
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[GradingRun]:
+        """Within the block this run is current, and the lab's functions compute with its cache, variant and family."""
+        token = _CURRENT.set(self)
+        try:
+            with contextlib.ExitStack() as lab_state:
+                lab_state.enter_context(cache.using(self.state.reuse))
+                if self.variant is not None:
+                    lab_state.enter_context(variant.using(*self.variant))
+                if self.family is not None:
+                    lab_state.enter_context(kernels.computing_as(self.family))
+                yield self
+        finally:
+            _CURRENT.reset(token)
+
+
+# The grader's one context variable: the grade being run (``GradingRun.active``)
+_CURRENT: contextvars.ContextVar[GradingRun | None] = contextvars.ContextVar("grading_run", default=None)
 
 
 class _ThreadsState(threading.local):
@@ -65,13 +106,28 @@ class _ThreadsState(threading.local):
 _THREAD = _ThreadsState()
 
 
+def current_run() -> GradingRun:
+    """The grade being run, else a run of the calling thread's own state with the course's defaults."""
+    run = _CURRENT.get()
+    return run if run is not None else GradingRun(_own())
+
+
+def current_course() -> Course:
+    """The course of the grade being run; the defaults outside one (``check`` prices a check with it)."""
+    run = _CURRENT.get()
+    return run.course if run is not None else DEFAULT
+
+
 def current() -> GraderState:
     """The state of the grade being run, else the calling thread's own (made on first use)."""
-    state = _CURRENT.get()
+    run = _CURRENT.get()
+    return run.state if run is not None else _own()
+
+
+def _own() -> GraderState:
+    state = _THREAD.state
     if state is None:
-        state = _THREAD.state
-        if state is None:
-            state = _THREAD.state = GraderState()
+        state = _THREAD.state = GraderState()
     return state
 
 

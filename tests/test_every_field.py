@@ -23,7 +23,6 @@ from grader import core, sandbox
 from grader.context import Context
 from grader.lessons import lesson05_qdq_vs_qoperator as lesson05
 from grader.models import ModelRefused
-from grader.sandbox import Limits
 from grader.submission import Submission, SubmissionInvalid, open_submission
 from lab import contract, kernels
 from lab.tools.submit import submit
@@ -162,7 +161,7 @@ class Grading:
         try:
             try:
                 sub = open_submission(path, scratch / "s")
-                ctx = Context(sub, Limits())
+                ctx = Context(sub)
                 core.intake_models(ctx)
             except (SubmissionInvalid, ModelRefused) as e:
                 return str(e)

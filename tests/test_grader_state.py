@@ -242,3 +242,23 @@ def test_a_state_is_current_only_while_active():
             assert state.current() is b and sandbox.take_runs() == []
         assert state.current() is a
     assert state.current() is own is state.current()
+
+
+def test_the_grader_has_one_context_variable_and_a_run_sets_the_labs():
+    """The grade being run is the grader's one context variable; the lab's own (cache, variant, family) are set from
+    the ``GradingRun`` in one place, and restored after it."""
+    from lab import kernels, variant
+
+    found = sorted((name, attr) for name in grader_modules()
+                   for attr, value in vars(importlib.import_module(name)).items()
+                   if isinstance(value, contextvars.ContextVar))
+    assert found == [("grader.state", "_CURRENT")]
+    own = state.GraderState()
+    other = kernels.SATURATING if kernels.machine_family() == kernels.EXACT else kernels.EXACT
+    run = state.GradingRun(own, variant=("ben", 0), family=other)
+    before = (cache.current(), variant.current(), kernels.target_family())
+    with run.active():
+        assert state.current_run() is run and state.current() is own
+        assert (cache.current(), variant.current(), kernels.target_family()) == (own.reuse, ("ben", 0), other)
+    assert (cache.current(), variant.current(), kernels.target_family()) == before
+    assert state.current_run() is not run

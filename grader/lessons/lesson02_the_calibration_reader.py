@@ -248,7 +248,7 @@ def run(ctx: Context) -> list:
     if refused:  # it would pass on the lab's ArrayReader, not the student's code: nothing of it is run
         return [check(PART, "contract", 0, refused), check(PART, "range_from_reader", 0, refused)]
     pixels = data.calibration_set("right")
-    child = sandbox.run(*reader_runs(ctx)[0])
+    child = ctx.grading.sandbox.run(*reader_runs(ctx)[0])
     if child.status != "ok" or not child.data.get("ok"):
         if child.status == "timeout":
             ctx.timed_out = True
@@ -382,7 +382,7 @@ def served_count(ctx: Context, pixels: np.ndarray, batch_size: int) -> int | Non
     request = served_request(ctx, pixels, batch_size)
     if request is None:
         return None
-    child = sandbox.run(*request)
+    child = ctx.grading.sandbox.run(*request)
     if child.status != "ok" or not child.data.get("ok") or not child.data.get("drives"):
         return None
     got = child.data["drives"][0]

@@ -512,7 +512,7 @@ def run_summarize(ctx: Context) -> list:
         return [check(PART, "summarize_code", 0, refused),
                 check(HIDDEN, "secret_summarize", 0, refused, hidden=True)]
     cases = _cases()
-    child = sandbox.run(*summarize_runs(ctx)[0])
+    child = ctx.grading.sandbox.run(*summarize_runs(ctx)[0])
     if child.status != "ok" or not child.data.get("ok"):
         if child.status == "timeout":
             ctx.timed_out = True

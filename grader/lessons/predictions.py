@@ -23,7 +23,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader import course
 from grader.context import Context, check, evaluation, fp32_outputs
 from grader.group import Group
 from grader.lessons import lesson04_more_batches as grade04
@@ -255,7 +254,7 @@ def run(ctx: Context) -> list:
         except LabError as e:  # a malformed answer: the message names the field
             out.append(check(PART, name, 0, str(e)))
             continue
-        if course.current().predictions == "completion":  # the course grades answering, not being right
+        if ctx.grading.course.predictions == "completion":  # the course grades answering, not being right
             out.append(check(PART, name, 1, "graded for completion: your answer counts whatever it is. "
                              + verdict.message + WHERE + setup.note(name)))
             continue
