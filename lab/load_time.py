@@ -3,10 +3,10 @@
 ``weight_bias_quantization`` is ORT's ``WeightBiasQuantization`` transformer (onnxruntime/core/optimizer/
 qdq_transformer/weight_bias_quantization.cc), folded as its ``ConstantFolding`` folds it: a Conv, ConvTranspose or
 Gemm that reads a DequantizeLinear output (one scale) but keeps a float weight or bias initializer (a node the
-converter was told to leave in float, ``nodes_to_exclude``) gets them quantized, so the QDQ fusion then runs it as
-an integer kernel after all. The weight: int8 per tensor from its min and max (0 included), asymmetric, as
-``GetQuantizationParameter<int8_t>`` computes (despite the header's "symmetric"); the bias: int32 at the input's
-scale times the weight's, rounded half to even.
+converter was told to leave in float, ``nodes_to_exclude``) and whose output reaches a QuantizeLinear with no branch
+(``PASSED_THROUGH``) gets them quantized; the QDQ fusion may then run it as an integer kernel. The weight: int8 per
+tensor from its min and max (0 included), asymmetric, as ``GetQuantizationParameter<int8_t>`` computes (despite the
+header's "symmetric"); the bias: int32 at the input's scale times the weight's, rounded half to even.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def weight_bias_quantization(model: onnx.ModelProto) -> onnx.ModelProto:
     itself when nothing applies)."""
     inits = {i.name: i for i in model.graph.initializer}
     producer = {o: n for n in model.graph.node for o in n.output}
-    plans = {id(n): p for n in model.graph.node if (p := _plan(n, inits, producer)) is not None}
+    plans = {id(n): p for n in model.graph.node if (p := _plan(n, inits, producer, model)) is not None}
     if not plans:
         return model
     out = onnx.ModelProto()
@@ -52,12 +52,13 @@ def weight_bias_quantization(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def requantized(model: onnx.ModelProto) -> list[str]:
-    """The names of the nodes ``weight_bias_quantization`` gives integer weights or bias: excluded from quantization
-    in the file, integer kernels in the session all the same."""
+    """The names of the nodes whose float weights ``weight_bias_quantization`` quantizes: excluded from quantization
+    in the file, int8 weights in the session all the same (whether it then runs as an integer kernel is the QDQ
+    fusion's type rules: read the session's optimized graph)."""
     inits = {i.name: i for i in model.graph.initializer}
     producer = {o: n for n in model.graph.node for o in n.output}
     return [n.name for n in model.graph.node
-            if (plan := _plan(n, inits, producer)) is not None and plan["weight_scale"] is None]
+            if (plan := _plan(n, inits, producer, model)) is not None and plan["weight_scale"] is None]
 
 
 def _dq(producer: dict, name: str):
@@ -65,9 +66,25 @@ def _dq(producer: dict, name: str):
     return n if n is not None and n.op_type == "DequantizeLinear" else None
 
 
-def _plan(node, inits: dict, producer: dict) -> dict | None:
+PASSED_THROUGH = ("Relu", "Clip", "MaxPool", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten")
+"""Ops a QuantizeLinear reaches a Conv's output across by the time ``WeightBiasQuantization`` runs: ORT's QDQ
+propagation moves a QuantizeLinear up through the data-movement ops (MaxPool, Reshape, Transpose, ...), and its
+``IsNoBranchPathToQuantizeLinear`` then allows one Relu or Clip."""
+
+
+def _reaches_quantize(model: onnx.ModelProto, name: str) -> bool:
+    """``name`` feeds one node, a QuantizeLinear, or one of ``PASSED_THROUGH`` that does the same (no branch)."""
+    readers = [n for n in model.graph.node if name in n.input]
+    if len(readers) != 1 or name in {o.name for o in model.graph.output}:
+        return False
+    if readers[0].op_type == "QuantizeLinear":
+        return True
+    return readers[0].op_type in PASSED_THROUGH and _reaches_quantize(model, readers[0].output[0])
+
+
+def _plan(node, inits: dict, producer: dict, model: onnx.ModelProto) -> dict | None:
     """What the transformer quantizes in ``node`` (weight, bias or both), or None where it leaves the node alone."""
-    if node.op_type not in REWRITTEN or len(node.input) < 2:
+    if node.op_type not in REWRITTEN or len(node.input) < 2 or not _reaches_quantize(model, node.output[0]):
         return None
     dq0 = _dq(producer, node.input[0])
     if dq0 is None or dq0.input[1] not in inits or int(np.prod(inits[dq0.input[1]].dims, dtype=np.int64)) != 1:

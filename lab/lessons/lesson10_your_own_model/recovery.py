@@ -24,7 +24,7 @@ import onnx
 import onnxruntime as ort
 from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
-from lab import camera, compare, evidence, kernels, load_time
+from lab import camera, compare, evidence, hybrid, kernels, load_time
 from lab.errors import LabError
 from lab.lessons.lesson06_accept_or_reject.acceptance import FLOOR
 from lab.lessons.lesson08_the_quantization_toolbox.toolbox import preprocessed
@@ -205,7 +205,7 @@ def ablate(source, pre, model, reader_cls, x: np.ndarray, labels: np.ndarray, ou
     rows = []
     for name, op in nodes(pre):
         m = convert(pre, out_dir / f"without-{name}.onnx", reader_cls, _calibration_frames(), exclude=[name])
-        runs_as = RUNS_AS_INT8 if name in load_time.requantized(onnx.load(str(m))) else "float"
+        runs_as = runs_in_session(m, name)
         row: dict = {"node": name, "op": op, "model": m, "labels": labels, "runs_as": runs_as}
         for f in kernels.FAMILIES:
             q = answers(m, x, f)
@@ -219,9 +219,19 @@ def ablate(source, pre, model, reader_cls, x: np.ndarray, labels: np.ndarray, ou
                                        min(r[f]["against_handed"].p_value for f in kernels.FAMILIES)))
 
 
-RUNS_AS_INT8 = "int8: weights quantized at load"
-"""An excluded Conv or Gemm between two quantized tensors: ORT's session quantizes its float weights when it loads
-the file (``lab.load_time``: int8 per tensor, from their min and max) and runs it as an integer kernel."""
+RUNS_AS = {"integer": "integer kernel, weights quantized at load", "float-int8": "float op, weights quantized at load",
+           "float": "float"}
+"""What an excluded node runs as in ORT's session: ORT quantizes the float weights of a Conv or Gemm that reads a
+quantized tensor and writes one (``lab.load_time``: int8 per tensor, from their min and max), then fuses it into an
+integer kernel where the QDQ fusion's type rules allow."""
+
+
+def runs_in_session(model, name: str) -> str:
+    """``RUNS_AS``'s words for node ``name`` of ``model``, read from the graph ORT's session optimizes."""
+    written = onnx.load(str(model))
+    at_load = name in load_time.requantized(written)
+    still_float = any(n.name == name and n.op_type in WEIGHTED for n in hybrid.optimized(written).graph.node)
+    return RUNS_AS["float" if not at_load else "float-int8" if still_float else "integer"]
 
 ABLATION_COLUMNS = [("rank", "rank", "d"), ("node", "excluded", ""), ("op", "op", ""),
                     ("runs_as", "runs in the session as", ""), ("family", "family", ""),
