@@ -703,8 +703,9 @@ def batch_outputs(r: Runners, xb: np.ndarray, name: str) -> tuple[dict, np.ndarr
 def approximated(r: Runners) -> str:
     """Why the other family's numbers are approximate ('' when they are exact as far as is known)."""
     ops = r.other.approximate if r.other is not None else []
-    return (f"approximate: ORT runs {', '.join(ops)} here with this CPU's kernels, and a CPU of the other family was "
-            "measured one output step away there" if ops else "")
+    return (f"approximate: ORT's graph here has {'; '.join(ops)}: a CPU of the other family may lay it out "
+            "otherwise, and its float sums then differ in the last bit, which a QuantizeLinear can turn into an "
+            "output step" if ops else "")
 
 
 def out_of_memory(done: int, batch: int) -> str:

@@ -198,16 +198,15 @@ def unsettled_pool(node: onnx.NodeProto) -> bool:
 
 def layout_caveats(graph: onnx.GraphProto, family: str) -> list[str]:
     """Float ops of ORT's optimized graph (on this CPU) whose layout on a CPU of ``family`` the emulation cannot
-    settle, each named: float Convs ORT may block (AVX2's and AVX-512's blocked Conv kernels sum in other orders),
+    settle, each named: float Convs ORT may block (AVX2's and AVX-512's blocked Conv kernels sum in other orders:
+    measured; a grouped one is blocked only when depthwise, whose kernels agree),
     pools the emulation does not cover, and, for the exact family, blocked pools (its CPUs block by 8 or by 16)."""
     shapes = {i.name: list(i.dims) for i in graph.initializer}
-    producer = {o: n for n in graph.node for o in n.output}
     found = []
     for node in graph.node:
         if node.op_type == "Conv" and int(kernels._attr(node, "group", 1)) == 1:  # noqa: SLF001 - depthwise: one kernel
-            w = node.input[1]
-            w = producer[w].input[0] if w in producer and producer[w].op_type == "DequantizeLinear" else w
-            if node.domain == "com.microsoft.nchwc" or shapes.get(w, [1])[0] % AVX2_BLOCK == 0:
+            # ORT blocks only a Conv whose weight is an initializer (one read through DequantizeLinear stays as is)
+            if node.domain == "com.microsoft.nchwc" or shapes.get(node.input[1], [1])[0] % AVX2_BLOCK == 0:
                 found.append("a float Conv ORT may block (NCHWc)")
         elif node.op_type in FLOAT_POOLS and node.domain in ("", "ai.onnx") and unsettled_pool(node):
             found.append("a float AveragePool with ceil_mode, auto_pad or dilations")
