@@ -35,6 +35,7 @@ import onnxruntime as ort
 from onnx import numpy_helper
 
 from lab import kernels
+from lab.kernels import _attr as attr  # noqa: PLC2701 - the emulation's one attribute reader, shared on purpose
 
 
 def _qlinear_conv(run, node, ins):
@@ -179,10 +180,10 @@ def blocked_pool(node: onnx.NodeProto, x: np.ndarray) -> np.ndarray | None:
         return None
     if node.op_type == "GlobalAveragePool":
         return kernels.average_pool_blocked(x, kernels.ConvShape(tuple(x.shape[2:])), True)
-    shape = kernels.ConvShape(tuple(kernels._attr(node, "kernel_shape", [])),  # noqa: SLF001 - the emulation's attribute reader
-                              tuple(kernels._attr(node, "strides", [1, 1])),  # noqa: SLF001
-                              pads=tuple(kernels._attr(node, "pads", [0, 0, 0, 0])))  # noqa: SLF001
-    return kernels.average_pool_blocked(x, shape, bool(kernels._attr(node, "count_include_pad", 0)))  # noqa: SLF001
+    shape = kernels.ConvShape(tuple(attr(node, "kernel_shape", [])),
+                              tuple(attr(node, "strides", [1, 1])),
+                              pads=tuple(attr(node, "pads", [0, 0, 0, 0])))
+    return kernels.average_pool_blocked(x, shape, bool(attr(node, "count_include_pad", 0)))
 
 
 def unsettled_pool(node: onnx.NodeProto) -> bool:
@@ -190,10 +191,10 @@ def unsettled_pool(node: onnx.NodeProto) -> bool:
     dilations."""
     if node.op_type != "AveragePool":
         return False
-    auto_pad = kernels._attr(node, "auto_pad", b"NOTSET")  # noqa: SLF001
+    auto_pad = attr(node, "auto_pad", b"NOTSET")
     auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
-    return (len(kernels._attr(node, "kernel_shape", [])) != 2 or auto_pad not in ("NOTSET", "VALID")  # noqa: SLF001
-            or bool(kernels._attr(node, "ceil_mode", 0)) or any(d != 1 for d in kernels._attr(node, "dilations", [])))  # noqa: SLF001
+    return (len(attr(node, "kernel_shape", [])) != 2 or auto_pad not in ("NOTSET", "VALID")
+            or bool(attr(node, "ceil_mode", 0)) or any(d != 1 for d in attr(node, "dilations", [])))
 
 
 def layout_caveats(graph: onnx.GraphProto, family: str) -> list[str]:
@@ -204,7 +205,7 @@ def layout_caveats(graph: onnx.GraphProto, family: str) -> list[str]:
     shapes = {i.name: list(i.dims) for i in graph.initializer}
     found = []
     for node in graph.node:
-        if node.op_type == "Conv" and int(kernels._attr(node, "group", 1)) == 1:  # noqa: SLF001 - depthwise: one kernel
+        if node.op_type == "Conv" and int(attr(node, "group", 1)) == 1:   # a depthwise Conv: one kernel on both
             # ORT blocks only a Conv whose weight is an initializer (one read through DequantizeLinear stays as is)
             if node.domain == "com.microsoft.nchwc" or shapes.get(node.input[1], [1])[0] % AVX2_BLOCK == 0:
                 found.append("a float Conv ORT may block (NCHWc)")

@@ -79,9 +79,10 @@ def cnn_ops(seed: int = 3) -> onnx.ModelProto:
 
 def pools_cnn(seed: int = 5) -> onnx.ModelProto:
     """[N, 3, 16, 16] -> 10 classes through 24-channel pools. As in ShuffleNet's shortcut, the first AveragePool's
-    input also feeds a strided grouped Conv (a float Conv ORT does not block), so in QDQ ORT keeps that pool in float between DequantizeLinear and
-    QuantizeLinear: 8 divides 24 and 16 does not, so ORT blocks it on AVX2 and not on AVX-512 (``lab.hybrid``). The
-    second AveragePool (counting its padding) and the GlobalAveragePool fuse into QLinear pools."""
+    input also feeds a strided grouped Conv (a float Conv ORT does not block), so in QDQ ORT keeps that pool in float
+    between DequantizeLinear and QuantizeLinear: 8 divides 24 and 16 does not, so ORT blocks it on AVX2 and not on
+    AVX-512 (``lab.hybrid``). The second AveragePool (counting its padding) and the GlobalAveragePool fuse into
+    QLinear pools."""
     rng = np.random.default_rng(seed)
     inits = [_init(rng, "w1", (24, 3, 3, 3)), _init(rng, "b1", (24,), 0.1), _init(rng, "ws", (24, 6, 3, 3)),
              _init(rng, "w2", (24, 48, 3, 3)), _init(rng, "fc", (10, 24)), _init(rng, "fcb", (10,), 0.1)]
