@@ -278,6 +278,28 @@ def test_the_pools_need_no_caveat_and_the_float_pool_is_laid_out_as_avx2_does(mo
         assert len(floats) == (name == "pools_qdq" and kernels.machine_family() != SATURATING), (name, floats)
 
 
+@pytest.mark.parametrize(("op", "attrs"), [
+    ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("AveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+    ("AveragePool", {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ("GlobalAveragePool", {})])
+def test_a_blocked_float_pool_is_computed_as_ort_s_blocked_kernel_computes_it(op, attrs):
+    """32 channels: every x86 CPU with AVX2 blocks the pool (NCHWc), so this machine's ORT runs the blocked kernel
+    when it optimizes, its generic one when it does not; ``lab.hybrid.blocked_pool`` equals the first bit for bit,
+    and the two kernels differ (which is why the layout matters)."""
+    node = helper.make_node(op, ["x"], ["y"], **attrs)
+    model = helper.make_model(helper.make_graph([node], "pool", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [2, 32, 14, 14])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]),
+        opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    x = np.random.default_rng(0).normal(0, 1, (2, 32, 14, 14)).astype(np.float32)
+    blocked = hybrid.lean_session(model).run(None, {"x": x})[0]
+    generic = hybrid.lean_session(model, optimize=False).run(None, {"x": x})[0]
+    if not any(n.domain == "com.microsoft.nchwc" for n in hybrid.optimized(model).graph.node):
+        pytest.skip("this CPU's ORT does not block float pools (no AVX2)")
+    np.testing.assert_array_equal(hybrid.blocked_pool(node, x), blocked)
+    assert np.any(blocked != generic)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["cnn_qdq", "cnn_qoperator", "pools_qdq", "pools_qoperator", "transformer_qdq",
                                   "squeezenet_qdq"])
