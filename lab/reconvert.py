@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import numpy_helper
+from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
 from lab import convert, evidence, sensitivity
 from lab.readers import ArrayReader
@@ -38,7 +39,7 @@ UNKNOWN = ("the calibration method and its options (MinMax assumed, ORT's defaul
 
 @dataclass(frozen=True)
 class Recipe:
-    """``quantize_static``'s settings as read from an INT8 model (``convert.quantize``'s names)."""
+    """``quantize_static``'s settings as read from an INT8 model, by name (``"QDQ"``, ``"QInt8"``)."""
 
     quant_format: str
     per_channel: bool
@@ -110,8 +111,14 @@ def quantized(fp32: onnx.ModelProto, recipe: Recipe, x: np.ndarray, exclude: tup
     with tempfile.TemporaryDirectory(prefix="lab-reconvert-") as folder:
         source, out = Path(folder) / "source.onnx", Path(folder) / "int8.onnx"
         onnx.save_model(fp32, source, save_as_external_data=fp32.ByteSize() > 2**31 - 1)
-        with convert.ort_warnings():
-            convert.quantize(source, out, ArrayReader(x, 8, name, dtype=x.dtype), **recipe.settings(exclude))
+        settings = recipe.settings(exclude)
+        with convert.ort_warnings():   # not convert.quantize: its record hashes the lab's own input only
+            quantize_static(str(source), str(out), ArrayReader(x, 8, name, dtype=x.dtype),
+                            quant_format=QuantFormat[settings["quant_format"]],
+                            activation_type=QuantType[settings["activation_type"]],
+                            weight_type=QuantType[settings["weight_type"]], per_channel=settings["per_channel"],
+                            reduce_range=settings["reduce_range"], nodes_to_exclude=settings["nodes_to_exclude"],
+                            extra_options=settings["extra_options"])
         return onnx.load(str(out))
 
 

@@ -446,6 +446,17 @@ def test_reconvert_reads_the_recipe_and_measures_the_exclusion_for_real(tmp_path
     assert "re-converted with it +" in doc["summary"]["lines"][4]
 
 
+def test_reconvert_reads_a_per_channel_cnn_with_its_own_input_name(cnn):
+    """The CNN (input 'image', per-channel QDQ): the recipe says per-channel, and both re-conversions run."""
+    doc = audit.audit(cnn["fp32"], cnn["qdq"], cnn["data"],
+                      options=audit.Options(max_samples=40, rank_samples=8, reconvert=True))
+    r = doc["exclude"]["reconverted"]
+    assert "note" not in r, r
+    assert r["recipe"]["per_channel"] and r["recipe"]["quant_format"] == "QDQ"
+    assert (r["calibration_samples"], r["evaluation_samples"]) == (20, 20)
+    assert {"as_is", "bound", "without", "with"} <= set(r)
+
+
 def test_the_x64_option_is_measured_against_the_families_difference(cnn_doc):
     """ORT's deploy-time fix on the per-channel CNN: with the option on both families no pair saturates, so the
     families agree bit for bit; without it they differ (lesson 10's finding)."""
