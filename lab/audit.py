@@ -789,7 +789,7 @@ def difference_doc(stream: Stream, computed: bool, approximate: str = "") -> dic
 
 def audit(fp32_path: str | Path, int8_path: str | Path, data_path: str | Path, labels_path: str | Path | None = None,
           progress: Callable = iter, options: Options = Options()) -> dict:
-    """The audit of ``int8_path`` against ``fp32_path`` on the data: a JSON-ready document (schema audit/2)."""
+    """The audit of ``int8_path`` against ``fp32_path`` on the data: a JSON-ready document (``SCHEMA``)."""
     fp32_path, int8_path = Path(fp32_path), Path(int8_path)
     fp32, int8 = load_model(fp32_path, "FP32"), load_model(int8_path, "INT8")
     warnings = check_pair(fp32_path, fp32, int8_path, int8)
