@@ -105,8 +105,11 @@ def read_recipe(int8: onnx.ModelProto, fp32: onnx.ModelProto, quant_format: str,
     return Recipe(quant_format, per_channel, act_type, weight_type, reduce, extra, left)
 
 
-def quantized(fp32: onnx.ModelProto, recipe: Recipe, x: np.ndarray, exclude: tuple = ()) -> onnx.ModelProto:
-    """``fp32`` quantized by ``recipe`` (and ``exclude``), calibrated on ``x``, in a folder of its own."""
+def quantized(fp32: onnx.ModelProto, recipe: Recipe, x: np.ndarray, exclude: tuple = (),
+              cache: Path | None = None) -> onnx.ModelProto:
+    """``fp32`` quantized by ``recipe`` (and ``exclude``), calibrated on ``x``, in a folder of its own; ``cache``: ORT's
+    calibration cache, written by the first call and read by the next (the same ranges, calibrated once). ORT's
+    MinMax calibrator reduces each tensor to its min and max in the graph, so its memory does not grow with ``x``."""
     name = fp32.graph.input[0].name
     with tempfile.TemporaryDirectory(prefix="lab-reconvert-") as folder:
         source, out = Path(folder) / "source.onnx", Path(folder) / "int8.onnx"
@@ -118,7 +121,8 @@ def quantized(fp32: onnx.ModelProto, recipe: Recipe, x: np.ndarray, exclude: tup
                             activation_type=QuantType[settings["activation_type"]],
                             weight_type=QuantType[settings["weight_type"]], per_channel=settings["per_channel"],
                             reduce_range=settings["reduce_range"], nodes_to_exclude=settings["nodes_to_exclude"],
-                            extra_options=settings["extra_options"])
+                            extra_options=settings["extra_options"],
+                            calibration_cache_path=str(cache) if cache else None)
         return onnx.load(str(out))
 
 
@@ -135,8 +139,11 @@ def measure(fp32: onnx.ModelProto, int8: onnx.ModelProto, node: str, x, recipe: 
     xc = np.ascontiguousarray(x[0:calibration], dtype)
     xe = np.ascontiguousarray(x[calibration:calibration + EVALUATION], dtype) if held_out else xc
     try:
-        models = {"as_is": int8, "bound": sensitivity.excluded(int8, fp32, node),
-                  "without": quantized(fp32, recipe, xc), "with": quantized(fp32, recipe, xc, (node,))}
+        with tempfile.TemporaryDirectory(prefix="lab-calibration-") as folder:
+            cache = Path(folder) / "ranges.json"
+            models = {"as_is": int8, "bound": sensitivity.excluded(int8, fp32, node),
+                      "without": quantized(fp32, recipe, xc, (), cache),
+                      "with": quantized(fp32, recipe, xc, (node,), cache)}
     except Exception as exc:  # noqa: BLE001 - quantize_static raises many types for a model it cannot convert
         said = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
         return {"note": f"not measured: quantize_static failed: {said}"}
