@@ -16,6 +16,7 @@ of them is covered by ``lab.kernels``' own table.
 """
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -310,6 +311,39 @@ def test_real_saturating_kernels_equal_the_hybrid(haswell, models, name):
     print(f"{name}: max difference {float(np.abs(haswell[name] - emulated).max()):.3g}, families differ by "
           f"{float(np.abs(other(built['int8'], built['x'], kernels.EXACT) - emulated).max()):.3g}")
     np.testing.assert_array_equal(haswell[name], emulated, err_msg=name)
+
+
+EXACT_ON_AVX2 = '''"""python exact.py REPO MODEL.onnx X.npy OUT.npz: the hybrid's exact family on this CPU, and its caveats."""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np, onnx
+from lab import hybrid, kernels
+m = onnx.load(sys.argv[2])
+run = hybrid.HybridRun(m, kernels.EXACT, m.graph.input[0].name)
+np.savez(sys.argv[4], y=run.run(np.load(sys.argv[3])), family=kernels.machine_family(),
+         approximate=json.dumps(run.approximate))
+'''
+
+
+@pytest.mark.slow
+def test_computed_on_avx2_the_exact_family_s_blocked_pools_are_called_approximate(models, tmp_path):
+    """On AVX2 (qemu Haswell) ORT blocks the pools CNN's 24-channel float AveragePool by 8; an exact CPU with AVX-512
+    blocks by 16, so it does not: the hybrid's exact family says its numbers are approximate (measured: 8 values one
+    step away from this VNNI CPU's)."""
+    prefix = kf.family_prefix(kf.require_haswell)
+    built = models["pools_qdq"]
+    np.save(tmp_path / "x.npy", built["x"])
+    (tmp_path / "exact.py").write_text(EXACT_ON_AVX2)
+    kf.run(prefix, tmp_path / "exact.py", kf.REPO_ROOT, built["int8"], tmp_path / "x.npy", tmp_path / "out.npz",
+           timeout=600)
+    with np.load(tmp_path / "out.npz") as got:
+        assert str(got["family"]) == SATURATING
+        caveats = json.loads(str(got["approximate"]))
+        assert caveats == ["a blocked float pool (NCHWc: 8 or 16 channels a block by CPU)"]
+        if kernels.machine_family() == kernels.EXACT:
+            here = graph.session(graph.load(built["int8"])).run(None, {"x": built["x"]})[0]
+            print(f"exact family computed on AVX2: {int(np.count_nonzero(here != got['y']))} values differ from "
+                  "this CPU's")
 
 
 # --- slow: onnx's zoo graphs, QDQ and QOperator, against real saturating kernels ----------------------------------
