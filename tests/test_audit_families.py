@@ -313,7 +313,7 @@ def test_real_saturating_kernels_equal_the_hybrid(haswell, models, name):
     np.testing.assert_array_equal(haswell[name], emulated, err_msg=name)
 
 
-EXACT_ON_AVX2 = '''"""python exact.py REPO MODEL.onnx X.npy OUT.npz: the hybrid's exact family on this CPU, and its caveats."""
+EXACT_ON_AVX2 = '''"""python exact.py REPO MODEL.onnx X.npy OUT.npz: the hybrid's exact family here, and its caveats."""
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import numpy as np, onnx
