@@ -6,9 +6,9 @@ per-channel as ORT's docs advise; the data is seeded 224x224 images. For each si
 data in ONNX Runtime, in batches of the audit's size. Peak memory is each process's own high-water mark
 (``VmHWM``, written by ``HIGH_WATER`` as it exits), not ``os.wait4``'s ``ru_maxrss``: Linux records the memory map a
 child replaces at exec into its maxrss, so that counts this benchmark's own peak (3.01 GB after making 1,000 images)
-for every process it starts. The time ratio is the audit's seconds over the floor's. Target: at most ``TARGET_GB`` at 64 images,
-and memory flat as the data grows to 1,000 images (the largest size within ``FLAT_GB`` of the smallest).
-``BENCH_AUDIT_SIZES=16,1000`` runs other sizes.
+for every process it starts. The time ratio is the audit's seconds over the floor's. Target: at most ``TARGET_GB``
+at 64 images, and memory flat as the data grows to 1,000 images (the largest size within ``FLAT_GB`` of the
+smallest). ``BENCH_AUDIT_SIZES=16,1000`` runs other sizes.
 """
 from __future__ import annotations
 
@@ -129,7 +129,8 @@ def markdown(report: dict) -> str:
              "|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['samples']} | {r['audit_seconds']:.1f} | {r['floor_seconds']:.1f} | {r['ratio']:.1f} | "
               f"{r['audit_peak_gb']:.2f} | {r['floor_peak_gb']:.2f} |" for r in report["rows"]]
-    lines += ["", f"Target: at most {TARGET_GB} GB at {TARGET_AT} images ({ {True: 'met', False: 'missed', None: 'not measured'}[report['met']] }); "
+    verdict = {True: "met", False: "missed", None: "not measured"}[report["met"]]
+    lines += ["", f"Target: at most {TARGET_GB} GB at {TARGET_AT} images ({verdict}); "
               f"memory flat as the data grows: {'yes' if report['flat'] else 'no'}."]
     return "\n".join(lines)
 
