@@ -18,7 +18,8 @@ Everything is read from the two graphs and measured on the given data, nothing a
   for the integer GEMM and Conv kernels), **the difference between the two families** itself, and whether ORT's
   ``session.x64quantprecision`` closes it;
 - **which node to exclude** (``lab.sensitivity``: each GEMM or Conv of a QDQ model left in float in turn, ranked by
-  the output's SQNR on the first samples), with the suggestion's measured effect;
+  the output's SQNR on the first samples), with the suggestion's measured effect, and on request (``reconvert``) the
+  suggestion re-converted for real (``lab.reconvert``);
 - the **recipe** (every metadata entry the model carries).
 
 Memory is bounded: the data is read batch by batch (a ``.npy`` is memory-mapped) and every statistic accumulates
@@ -38,7 +39,7 @@ import onnxruntime as ort
 from onnx import helper, numpy_helper
 from onnxruntime.quantization import qdq_loss_debug as qd
 
-from lab import compare, graph, hybrid, kernels, sensitivity, tables, weight_rulers
+from lab import compare, graph, hybrid, kernels, reconvert, sensitivity, tables, weight_rulers
 from lab.data import file_sha256
 from lab.errors import LabError
 from lab.ruler import InputRuler
@@ -66,11 +67,13 @@ class AuditError(LabError):
 
 @dataclass(frozen=True)
 class Options:
-    """How much the audit reads at once and in all: ``batch`` samples per run, at most ``max_samples``."""
+    """How much the audit reads at once and in all: ``batch`` samples per run, at most ``max_samples``; the ranking's
+    samples, and whether its suggestion is re-converted for real (``reconvert``: two ``quantize_static`` runs)."""
 
     batch: int = BATCH
     max_samples: int | None = None
     rank_samples: int = RANK_SAMPLES
+    reconvert: bool = False
 
 
 # --- reading the inputs ------------------------------------------------------------------------------------------
@@ -703,8 +706,9 @@ def batch_outputs(r: Runners, xb: np.ndarray, name: str) -> tuple[dict, np.ndarr
 def approximated(r: Runners) -> str:
     """Why the other family's numbers are approximate ('' when they are exact as far as is known)."""
     ops = r.other.approximate if r.other is not None else []
-    return (f"approximate: ORT runs {', '.join(ops)} here with this CPU's kernels, and a CPU of the other family was "
-            "measured one output step away there" if ops else "")
+    return (f"approximate: ORT's graph here has {'; '.join(ops)}: a CPU of the other family may lay it out "
+            "otherwise, and its float sums then differ in the last bit, which a QuantizeLinear can turn into an "
+            "output step" if ops else "")
 
 
 def out_of_memory(done: int, batch: int) -> str:
@@ -712,8 +716,10 @@ def out_of_memory(done: int, batch: int) -> str:
             f"time, so try --batch {max(1, batch // 4)}" + (f", or --max-samples {done}" if done else ""))
 
 
-def exclude_doc(fp32: onnx.ModelProto, int8: onnx.ModelProto, x, batch: int, samples: int, dtype) -> dict:
-    """``lab.sensitivity``'s ranking on the first ``samples`` samples, on this machine's kernels (QDQ models)."""
+def exclude_doc(fp32: onnx.ModelProto, int8: onnx.ModelProto, x, batch: int, samples: int, dtype,
+                again: bool = False) -> dict:
+    """``lab.sensitivity``'s ranking on the first ``samples`` samples, on this machine's kernels (QDQ models); with
+    ``again``, its first node re-converted for real (``lab.reconvert``) as ``reconverted``."""
     if not samples or graph.quant_format(int8) != "QDQ":
         return {"rows": [], "note": "not measured: " + ("--rank-samples 0" if not samples else
                                                         f"the ranking excludes nodes of QDQ models; this one is "
@@ -726,7 +732,11 @@ def exclude_doc(fp32: onnx.ModelProto, int8: onnx.ModelProto, x, batch: int, sam
         return np.concatenate([session.run(None, {name: data[s]})[0] for s in batches(len(data), batch)])
 
     reference = run(fp32, xs)
-    return sensitivity.ranking(int8, fp32, xs, reference, run)
+    doc = sensitivity.ranking(int8, fp32, xs, reference, run)
+    if again and doc["rows"]:
+        recipe = reconvert.read_recipe(int8, fp32, "QDQ", graph.per_channel(int8))
+        doc["reconverted"] = reconvert.measure(fp32, int8, doc["rows"][0]["node"], x, recipe, run, dtype)
+    return doc
 
 
 def x64_fix_doc(int8: onnx.ModelProto, x, batch: int, samples: int, dtype, computed: bool) -> dict | None:
@@ -779,7 +789,7 @@ def difference_doc(stream: Stream, computed: bool, approximate: str = "") -> dic
 
 def audit(fp32_path: str | Path, int8_path: str | Path, data_path: str | Path, labels_path: str | Path | None = None,
           progress: Callable = iter, options: Options = Options()) -> dict:
-    """The audit of ``int8_path`` against ``fp32_path`` on the data: a JSON-ready document (schema audit/2)."""
+    """The audit of ``int8_path`` against ``fp32_path`` on the data: a JSON-ready document (``SCHEMA``)."""
     fp32_path, int8_path = Path(fp32_path), Path(int8_path)
     fp32, int8 = load_model(fp32_path, "FP32"), load_model(int8_path, "INT8")
     warnings = check_pair(fp32_path, fp32, int8_path, int8)
@@ -817,7 +827,7 @@ def audit(fp32_path: str | Path, int8_path: str | Path, data_path: str | Path, l
             "parting": parting_doc(stream, fp32, int8, parting),
             "families": family_rows(stream, classified, labels is not None, other_note, approximate),
             "family_difference": difference_doc(stream, computed, approximate),
-            "exclude": exclude_doc(fp32, int8, x, batch, options.rank_samples, input_dtype(fp32)),
+            "exclude": exclude_doc(fp32, int8, x, batch, options.rank_samples, input_dtype(fp32), options.reconvert),
             "x64_fix": x64_fix_doc(int8, x, batch, options.rank_samples, input_dtype(fp32), computed),
             "recipe": recipe(int8)}
     return {"schema": SCHEMA, "summary": summary(doc, graph.per_channel(int8)), **doc}
@@ -894,9 +904,12 @@ def exclude_fields(e: dict) -> dict:
     if not e["rows"]:
         return {"node": None, "note": e["note"]}
     best, before = e["rows"][0], e["as_is"]
+    r = e.get("reconverted")
+    measured = {"reconverted_gain_db": r["with"]["sqnr_db"] - r["without"]["sqnr_db"],
+                "reconverted_samples": r["evaluation_samples"]} if r and "note" not in r else {}
     return {"node": best["node"], "sqnr_db": best["sqnr_db"], "gain_db": best["sqnr_db"] - before["sqnr_db"],
             "max_abs_error": best["max_abs_error"], "max_abs_error_as_is": before["max_abs_error"],
-            "samples": e["samples"]}
+            "samples": e["samples"], **measured}
 
 
 def _family_short(f: dict) -> str:
@@ -933,7 +946,9 @@ def summary_lines(s: dict) -> list[str]:
     excl = (f"exclude: {e['note']}" if e["node"] is None else
             f"exclude: try nodes_to_exclude=['{e['node']}']: run wholly in float it gives output SQNR "
             f"{e['sqnr_db']:.1f} dB ({e['gain_db']:+.1f}), max abs error {e['max_abs_error']:.4g} (now "
-            f"{e['max_abs_error_as_is']:.4g}), on {e['samples']} samples; re-convert and audit to confirm")
+            f"{e['max_abs_error_as_is']:.4g}), on {e['samples']} samples; " + (
+                f"re-converted with it {e['reconverted_gain_db']:+.1f} dB, measured on {e['reconverted_samples']} "
+                "samples" if "reconverted_gain_db" in e else "re-convert and audit to confirm (--reconvert)"))
     return [first, scores + "; ".join(_family_short(f) for f in s["families"]), diff, worst, excl]
 
 
@@ -979,10 +994,10 @@ def exclude_lines(e: dict, top: int = 5) -> list[str]:
              f"  as it is: {before['sqnr_db']:.1f} dB, max abs error {before['max_abs_error']:.4g}",
              f"  candidate: nodes_to_exclude=['{best['node']}'], {best['sqnr_db']:.1f} dB "
              f"({best['sqnr_db'] - before['sqnr_db']:+.1f}), max abs error {best['max_abs_error']:.4g} with it run "
-             "wholly in float: an upper bound. A real nodes_to_exclude keeps an input another node reads quantized,",
-             "  and ORT may fuse the float-weight node back into an integer kernel with weights it quantizes at load:",
-             "  re-convert with it and audit the new model"]
-    return lines
+             "wholly in float: an estimate. A real nodes_to_exclude keeps an input another node reads quantized,",
+             "  drops the node's output ruler, and ORT may fuse a float-weight node back into an integer kernel:",
+             "  re-convert with it and audit the new model" + ("" if "reconverted" in e else " (--reconvert does)")]
+    return lines + (reconvert.lines(e["reconverted"]) if "reconverted" in e else [])
 
 
 def difference_line(d: dict | None) -> str:

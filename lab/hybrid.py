@@ -1,10 +1,19 @@
 """A quantized model as either kernel family computes it, on any graph: ONNX Runtime runs every op whose result does
-not depend on the family, ``lab.kernels`` emulates only the integer GEMM and Conv kernels.
+not depend on the family, ``lab.kernels`` emulates the integer GEMM and Conv kernels, and numpy the float pools whose
+layout the other family's ORT chooses differently.
 
 The families are told apart by ORT's u8 x s8 GEMM and Conv kernels (``lab.kernels``): Concat, Transpose, Shape,
-LayerNormalization, Resize, Sigmoid, QLinearAdd and every float op give the same result on both. The quantized average
-pools are not known to: on a ShuffleNet a real AVX2 CPU (qemu Haswell) computed ORT's QDQ AveragePool one output step
-away from a VNNI CPU, so a graph that runs them (``APPROXIMATE``) gets the other family's numbers as approximate.
+LayerNormalization, Resize, Sigmoid, QLinearAdd, QLinearAveragePool, QLinearGlobalAveragePool and the float ops give
+the same result on both (the quantized pools are portable C++ and SSE2 code with no per-CPU kernel: measured bit for
+bit under qemu Haswell). What else differs is ORT's **float layout**: its NCHWc transformer puts a float AveragePool,
+GlobalAveragePool or Conv into blocks of 8 channels on AVX2 and of 16 on AVX-512, where the block divides the
+channels, and a blocked pool sums its window in another order than the generic kernel (measured: up to 1 ulp, which a
+following QuantizeLinear turns into an output step on some values, as on a ShuffleNet's 24-channel AveragePool).
+So the saturating family, computed on a CPU that is not of it, runs each float pool ORT left unblocked here as an AVX2
+CPU does (``Pool``: blocked in numpy where 8 divides its channels, ORT's generic kernel otherwise). Float layouts the
+emulation cannot settle (``layout_caveats``: blocked float Convs, whose AVX2 and AVX-512 kernels sum differently; and
+the exact family's pools, whose block is 8 or 16 by CPU) make the numbers approximate, and say why.
+
 Which QDQ groups ORT fuses into an integer kernel depends on the whole graph (a Conv whose input also
 feeds another op may stay in float), so the graph the audit cuts is **ORT's own optimized graph** for this model
 (``optimized``): in it every integer kernel is a node of its own (``EMULATED``: QLinearConv, in NCHW or channels
@@ -26,6 +35,7 @@ import onnxruntime as ort
 from onnx import numpy_helper
 
 from lab import kernels
+from lab.kernels import _attr as attr  # noqa: PLC2701 - the emulation's one attribute reader, shared on purpose
 
 
 def _qlinear_conv(run, node, ins):
@@ -56,7 +66,8 @@ def _matmul_integer_to_float(run, node, ins):
 EMULATED = {"QLinearConv": _qlinear_conv, "QLinearMatMul": kernels.HANDLERS["QLinearMatMul"],
             "QGemm": kernels.HANDLERS["QGemm"], "MatMulInteger": kernels.HANDLERS["MatMulInteger"],
             "MatMulIntegerToFloat": _matmul_integer_to_float}
-APPROXIMATE = ("QLinearAveragePool", "QLinearGlobalAveragePool")  # run on this CPU's kernels, which may differ
+AVX2_BLOCK = 8   # channels per NCHWc block on AVX2 (16 on AVX-512): ORT blocks a float pool or Conv it divides
+FLOAT_POOLS = ("AveragePool", "GlobalAveragePool")
 NOT_EMULATED = ("DynamicQuantizeMatMul", "ConvInteger", "QAttention", "DynamicQuantizeLSTM", "QEmbedLayerNormalization",
                 "QOrderedMatMul", "NhwcQLinearConv")
 
@@ -69,6 +80,12 @@ class Stage:
     reads: list = field(default_factory=list)
     writes: list = field(default_factory=list)
     session: ort.InferenceSession | None = None
+
+
+@dataclass
+class Pool(Stage):
+    """A float pool ORT left unblocked on this CPU, run as an AVX2 CPU runs it: blocked (``blocked_pool``) where 8
+    divides its channels, else as a one-node stage (ORT's generic kernel)."""
 
 
 @dataclass
@@ -113,9 +130,10 @@ def optimized(model: onnx.ModelProto, x64_precision: bool = False) -> onnx.Model
         return onnx.load(so.optimized_model_filepath)
 
 
-def plan(graph: onnx.GraphProto) -> list:
+def plan(graph: onnx.GraphProto, pools: bool = False) -> list:
     """Stages and kernels in the order they run: each stage holds every node whose inputs are ready, then every
-    kernel whose inputs are ready runs; each stage writes only what a later step (or the output) reads."""
+    kernel (``pools``: and every unblocked float pool, a ``Pool``) whose inputs are ready runs; each stage writes only
+    what a later step (or the output) reads."""
     available = {i.name for i in graph.initializer} | {i.name for i in graph.input}
     pending = list(graph.node)
     final = graph.output[0].name
@@ -124,14 +142,14 @@ def plan(graph: onnx.GraphProto) -> list:
         stage: list = []
         made: set[str] = set()
         for node in pending:
-            if node.op_type not in EMULATED and all(not i or i in available or i in made for i in node.input):
+            if not _own_step(node, pools) and all(not i or i in available or i in made for i in node.input):
                 stage.append(node)
                 made.update(o for o in node.output if o)
         if stage:
             steps.append(Stage(stage))
             available |= made
-        ready = [n for n in pending if n.op_type in EMULATED and all(not i or i in available for i in n.input)]
-        steps += [Kernel(n) for n in ready]
+        ready = [n for n in pending if _own_step(n, pools) and all(not i or i in available for i in n.input)]
+        steps += [Kernel(n) if n.op_type in EMULATED else Pool([n]) for n in ready]
         available.update(o for n in ready for o in n.output if o)
         done = {id(n) for n in stage + ready}
         pending = [n for n in pending if id(n) not in done]
@@ -147,6 +165,56 @@ def plan(graph: onnx.GraphProto) -> list:
             step.reads = sorted({i for n in step.nodes for i in n.input if i and i not in made and i not in inits})
         later |= set(step.reads)
     return steps
+
+
+def _own_step(node: onnx.NodeProto, pools: bool) -> bool:
+    """An emulated integer kernel, or (``pools``) a float pool in ORT's generic layout: a step of its own."""
+    return node.op_type in EMULATED or (pools and node.domain in ("", "ai.onnx") and node.op_type in FLOAT_POOLS)
+
+
+def blocked_pool(node: onnx.NodeProto, x: np.ndarray) -> np.ndarray | None:
+    """The float pool ``node`` on ``x`` as ORT's NCHWc kernel computes it on AVX2 (each window summed in float32 in
+    row order, then divided by its count), or None where AVX2 keeps the generic kernel: channels not a multiple of
+    ``AVX2_BLOCK``, not 4-D, or attributes the emulation does not cover (``unsettled_pool``)."""
+    if x.ndim != 4 or x.shape[1] % AVX2_BLOCK or unsettled_pool(node):
+        return None
+    if node.op_type == "GlobalAveragePool":
+        return kernels.average_pool_blocked(x, kernels.ConvShape(tuple(x.shape[2:])), True)
+    shape = kernels.ConvShape(tuple(attr(node, "kernel_shape", [])),
+                              tuple(attr(node, "strides", [1, 1])),
+                              pads=tuple(attr(node, "pads", [0, 0, 0, 0])))
+    return kernels.average_pool_blocked(x, shape, bool(attr(node, "count_include_pad", 0)))
+
+
+def unsettled_pool(node: onnx.NodeProto) -> bool:
+    """An AveragePool whose blocked arithmetic the emulation does not cover: not 2-D, auto_pad SAME_*, ceil_mode or
+    dilations."""
+    if node.op_type != "AveragePool":
+        return False
+    auto_pad = attr(node, "auto_pad", b"NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    return (len(attr(node, "kernel_shape", [])) != 2 or auto_pad not in ("NOTSET", "VALID")
+            or bool(attr(node, "ceil_mode", 0)) or any(d != 1 for d in attr(node, "dilations", [])))
+
+
+def layout_caveats(graph: onnx.GraphProto, family: str) -> list[str]:
+    """Float ops of ORT's optimized graph (on this CPU) whose layout on a CPU of ``family`` the emulation cannot
+    settle, each named: float Convs ORT may block (AVX2's and AVX-512's blocked Conv kernels sum in other orders:
+    measured; a grouped one is blocked only when depthwise, whose kernels agree), pools the emulation does not
+    cover, and, for the exact family, blocked pools (its CPUs block by 8 or by 16: measured one to four output steps
+    away from a VNNI CPU on two models when computed on AVX2)."""
+    shapes = {i.name: list(i.dims) for i in graph.initializer}
+    found = []
+    for node in graph.node:
+        if node.op_type == "Conv" and int(attr(node, "group", 1)) == 1:   # a depthwise Conv: one kernel on both
+            # ORT blocks only a Conv whose weight is an initializer (one read through DequantizeLinear stays as is)
+            if node.domain == "com.microsoft.nchwc" or shapes.get(node.input[1], [1])[0] % AVX2_BLOCK == 0:
+                found.append("a float Conv ORT may block (NCHWc)")
+        elif node.op_type in FLOAT_POOLS and node.domain in ("", "ai.onnx") and unsettled_pool(node):
+            found.append("a float AveragePool with ceil_mode, auto_pad or dilations")
+        elif node.op_type in FLOAT_POOLS and node.domain == "com.microsoft.nchwc" and family != kernels.SATURATING:
+            found.append("a blocked float pool (NCHWc: 8 or 16 channels a block by CPU)")
+    return sorted(set(found))
 
 
 def last_reads(steps: list, kept: set) -> dict[int, list]:
@@ -183,8 +251,9 @@ class HybridRun:
         if refused:
             raise kernels.EmulationError(f"{label}: ORT runs {', '.join(refused)} for it, an integer kernel the "
                                          "emulation does not cover; run the audit on a CPU of that family")
-        self.approximate = sorted({n.op_type for n in self.model.graph.node if n.op_type in APPROXIMATE})
-        self.steps = plan(self.model.graph)
+        here = self.family == kernels.machine_family()   # then the hybrid is ORT here, layout and all
+        self.approximate = [] if here else layout_caveats(self.model.graph, self.family)
+        self.steps = plan(self.model.graph, pools=not here and self.family == kernels.SATURATING)
         self.constants = {i.name: numpy_helper.to_array(i) for i in self.model.graph.initializer}
         self.producer = {o: n for n in self.model.graph.node for o in n.output if o}
         self.consumers: dict[str, list] = {}
@@ -198,7 +267,11 @@ class HybridRun:
         values = dict(self.constants)
         values[self.input_name] = x
         for step in self.steps:
-            if isinstance(step, Stage):
+            blocked = blocked_pool(step.nodes[0], np.asarray(values[step.nodes[0].input[0]])) \
+                if isinstance(step, Pool) and step.writes else None
+            if blocked is not None:
+                values[step.writes[0]] = blocked
+            elif isinstance(step, Stage):
                 if step.session is None:
                     step.session = lean_session(_stage_model(self.model, step, values), optimize=False)
                 values.update(zip(step.writes, step.session.run(step.writes, {r: values[r] for r in step.reads})))

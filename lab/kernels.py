@@ -534,6 +534,22 @@ def max_pool(x: np.ndarray, shape: ConvShape) -> np.ndarray:
     return out
 
 
+def average_pool_blocked(x: np.ndarray, shape: ConvShape, count_include_pad: bool) -> np.ndarray:
+    """A float AveragePool as ORT's NCHWc kernel computes it (on AVX2 and AVX-512 alike, measured): each window
+    summed in float32 in row order, then divided by the window's size (``count_include_pad``) or by the positions
+    inside the image. ORT's generic kernel sums in another order: the two differ in the last bit."""
+    x = np.asarray(x, np.float32)
+    total = np.zeros((), np.float32)
+    for tap in _taps(x, shape, 0):
+        total = (total + tap).astype(np.float32)
+    if count_include_pad:
+        return (total / np.float32(shape.kernel[0] * shape.kernel[1])).astype(np.float32)
+    count = np.zeros((), np.float32)
+    for tap in _taps(np.ones((1, 1, *x.shape[2:]), np.float32), shape, 0):
+        count = count + tap
+    return (total / count).astype(np.float32)
+
+
 def qlinear_global_average_pool(x, x_scale, x_zero, y_scale, y_zero) -> np.ndarray:
     """MLAS's QLinearGlobalAveragePool (NCHW): the int32 sum less the zero points, times
     x_scale / (y_scale x count) in float32, requantized."""

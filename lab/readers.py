@@ -14,12 +14,13 @@ from lab.errors import ReaderContractError
 
 
 class ArrayReader(CalibrationDataReader):
-    """Serve a float32 [N, 64] array in batches, then ``None``. ``rewind()`` starts again."""
+    """Serve a float32 [N, 64] array (or any array in ``dtype``) in batches, then ``None``. ``rewind()`` starts
+    again."""
 
-    def __init__(self, data: np.ndarray, batch_size: int = 32, input_name: str = INPUT_NAME):
+    def __init__(self, data: np.ndarray, batch_size: int = 32, input_name: str = INPUT_NAME, dtype=np.float32):
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        self.data = np.ascontiguousarray(data, dtype=np.float32)
+        self.data = np.ascontiguousarray(data, dtype=dtype)
         self.batch_size = int(batch_size)
         self.input_name = input_name
         self._next = 0

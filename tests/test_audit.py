@@ -21,7 +21,7 @@ from onnx import helper, numpy_helper, version_converter
 from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
-from lab import audit, camera, compare, data, graph, kernels, weight_rulers
+from lab import audit, camera, compare, data, graph, kernels, reconvert, weight_rulers
 from lab.readers import ArrayReader
 from lab.tools import audit as audit_tool
 
@@ -376,17 +376,20 @@ def test_out_of_memory_is_said_with_what_to_do(cnn, tmp_path):
 
 # --- which node to exclude ----------------------------------------------------------------------------------------
 
+def _break_fc2(m: onnx.ModelProto) -> None:
+    """One outlier weight in fc2, on a hidden unit that never fires (so FP32 barely moves): per-tensor weights then
+    squash the rest of fc2 to a few steps."""
+    w1, b1, w2 = (_weight(m, n).copy() for n in ("fc1.weight", "fc1.bias", "fc2.weight"))
+    w1[:, 0], b1[0] = 0.0, -1.0                  # hidden unit 0 never fires
+    w2[0, 0] = 400 * float(np.abs(w2).max())     # and carries the outlier
+    for name, value in (("fc1.weight", w1), ("fc1.bias", b1), ("fc2.weight", w2)):
+        _set_initializer(m, name, value)
+
+
 def test_the_suggested_node_excluded_for_real_repairs_a_model_one_layer_breaks(tmp_path):
-    """The digit reader with one outlier weight in fc2 (on a hidden unit that never fires, so FP32 barely moves):
-    per-tensor weights then squash the rest of fc2 to a few steps. The ranking names fc2's MatMul; quantizing again
-    with it in ``nodes_to_exclude`` measurably repairs the output on the evaluation set."""
-    def break_fc2(m):
-        w1, b1, w2 = (_weight(m, n).copy() for n in ("fc1.weight", "fc1.bias", "fc2.weight"))
-        w1[:, 0], b1[0] = 0.0, -1.0                  # hidden unit 0 never fires
-        w2[0, 0] = 400 * float(np.abs(w2).max())     # and carries the outlier
-        for name, value in (("fc1.weight", w1), ("fc1.bias", b1), ("fc2.weight", w2)):
-            _set_initializer(m, name, value)
-    fp32 = mlp_copy(tmp_path, "fp32.onnx", break_fc2)
+    """The digit reader with fc2 broken (``_break_fc2``). The ranking names fc2's MatMul; quantizing again with it
+    in ``nodes_to_exclude`` measurably repairs the output on the evaluation set."""
+    fp32 = mlp_copy(tmp_path, "fp32.onnx", _break_fc2)
     calibration, evaluation = data.load_split("calibration").pixels, data.load_split("evaluation")
     np.save(tmp_path / "pixels.npy", evaluation.pixels)
 
@@ -408,6 +411,50 @@ def test_the_suggested_node_excluded_for_real_repairs_a_model_one_layer_breaks(t
           f"max abs error {errors[0]:.4f} -> {errors[1]:.4f}")
     assert agreement[1] > agreement[0] + 0.05 and errors[1] < errors[0]
     assert "candidate: nodes_to_exclude=['fc2_MatMul']" in audit.format_report(doc)
+
+
+def test_reconvert_reads_the_recipe_and_measures_the_exclusion_for_real(tmp_path):
+    """``--reconvert`` on the broken digit reader: the recipe read back from the graph (QDQ, per-tensor, QInt8,
+    Relus removed), two real re-conversions calibrated on the data's first samples and measured on the next: the
+    exclusion repairs the output (SQNR up by more than 3 dB, top-1 against FP32 fixed beyond noise), beside the
+    float-run bound; the report says it calibrated on the audit's data."""
+    fp32 = mlp_copy(tmp_path, "fp32.onnx", _break_fc2)
+    np.save(tmp_path / "pixels.npy", data.load_split("evaluation").pixels)
+    quantize_static(str(fp32), str(tmp_path / "broken.onnx"),
+                    ArrayReader(data.load_split("calibration").pixels, 36, "pixels"),
+                    quant_format=QuantFormat.QDQ, per_channel=False)
+    doc = audit.audit(fp32, tmp_path / "broken.onnx", tmp_path / "pixels.npy",
+                      options=audit.Options(rank_samples=64, reconvert=True))
+    r = doc["exclude"]["reconverted"]
+    assert r["node"] == doc["exclude"]["rows"][0]["node"] == "fc2_MatMul"
+    assert {k: r["recipe"][k] for k in ("quant_format", "per_channel", "activation_type", "weight_type",
+                                         "reduce_range", "nodes_to_exclude")} == {
+        "quant_format": "QDQ", "per_channel": False, "activation_type": "QInt8", "weight_type": "QInt8",
+        "reduce_range": False, "nodes_to_exclude": ["fc2_MatMul"]}
+    assert r["recipe"]["extra_options"] == {"ActivationSymmetric": False, "WeightSymmetric": True,
+                                            "QDQKeepRemovableActivations": False}
+    assert r["held_out"] and r["calibration_samples"] == reconvert.CALIBRATION
+    assert r["evaluation_samples"] == min(reconvert.EVALUATION, len(data.load_split("evaluation").pixels) - 64)
+    print({k: (round(r[k]["sqnr_db"], 1), r[k].get("agreement")) for k in ("as_is", "bound", "without", "with")},
+          r["paired"]["words"])
+    assert r["with"]["sqnr_db"] > r["without"]["sqnr_db"] + 3
+    assert r["with"]["agreement"] > r["without"]["agreement"] and r["paired"]["beyond_noise"]
+    assert r["bound"]["sqnr_db"] >= r["as_is"]["sqnr_db"]
+    text = audit.format_report(doc)
+    assert "calibrating on data drawn with the evaluation data is optimistic" in text
+    assert "re-converted, nodes_to_exclude=['fc2_MatMul']" in text and "measured effect of the exclusion: +" in text
+    assert "re-converted with it +" in doc["summary"]["lines"][4]
+
+
+def test_reconvert_reads_a_per_channel_cnn_with_its_own_input_name(cnn):
+    """The CNN (input 'image', per-channel QDQ): the recipe says per-channel, and both re-conversions run."""
+    doc = audit.audit(cnn["fp32"], cnn["qdq"], cnn["data"],
+                      options=audit.Options(max_samples=40, rank_samples=8, reconvert=True))
+    r = doc["exclude"]["reconverted"]
+    assert "note" not in r, r
+    assert r["recipe"]["per_channel"] and r["recipe"]["quant_format"] == "QDQ"
+    assert (r["calibration_samples"], r["evaluation_samples"]) == (20, 20)
+    assert {"as_is", "bound", "without", "with"} <= set(r)
 
 
 def test_the_x64_option_is_measured_against_the_families_difference(cnn_doc):

@@ -1,11 +1,11 @@
-"""``python -m lab audit FP32 INT8 --data FILE [--labels FILE] [--json] [--html PATH]``: the lessons' diagnostics.
+"""``python -m lab audit FP32 INT8 --data FILE [--labels FILE] [--reconvert] [--html PATH]``: the lessons' diagnostics.
 
 Prints a five-line summary, then every ruler of the INT8 model (the input's, each activation's, each weight's)
 against the FP32 values on the data, the error by input size, where INT8 parts from FP32, accuracy or agreement under
-both kernel families, the node to exclude and the recipe (see ``lab.audit``), reading the data ``--batch`` samples at
-a time (``--max-samples`` caps them). ``--json`` prints the same as one JSON document; ``--html PATH`` also writes it
-as one HTML page with figures (``lab.audit_html``). A model or data file it cannot take is named with what was
-expected, and the exit status is 2.
+both kernel families, the node to exclude (``--reconvert``: re-converted for real, ``lab.reconvert``) and the recipe
+(see ``lab.audit``), reading the data ``--batch`` samples at a time (``--max-samples`` caps them). ``--json`` prints
+the same as one JSON document; ``--html PATH`` also writes it as one HTML page with figures (``lab.audit_html``). A
+model or data file it cannot take is named with what was expected, and the exit status is 2.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import sys
 
 from tqdm import tqdm
 
-from lab import audit
+from lab import audit, reconvert
 from lab.errors import LabError
 
 
@@ -41,6 +41,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-samples", type=_at_least(1), help="audit only the first N samples of the data")
     p.add_argument("--rank-samples", type=_at_least(0), default=audit.RANK_SAMPLES,
                    help=f"samples the ranking of nodes to exclude runs on (default {audit.RANK_SAMPLES}; 0: none)")
+    p.add_argument("--reconvert", action="store_true",
+                   help="re-convert the FP32 model with the suggested node excluded, as the INT8 model's graph says it "
+                        f"was made, calibrated on the data's first {reconvert.CALIBRATION} samples, and measure it")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the text report")
     p.add_argument("--html", metavar="PATH", help="also write the report as one self-contained HTML page to PATH")
     return p
@@ -55,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         doc = audit.audit(args.fp32, args.int8, args.data, args.labels, progress=progress,
                           options=audit.Options(batch=args.batch, max_samples=args.max_samples,
-                                                rank_samples=args.rank_samples))
+                                                rank_samples=args.rank_samples, reconvert=args.reconvert))
     except LabError as exc:
         print(f"python -m lab audit: {exc}", file=sys.stderr)
         return 2
