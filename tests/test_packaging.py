@@ -129,7 +129,8 @@ def test_a_rubric_that_does_not_price_a_check_is_named(monkeypatch):
     full = rubric.rubric()
     part = next(p for p, checks in full.items() if len([k for k in checks if k != "title"]) > 1)
     name = next(k for k in full[part] if k != "title")
-    monkeypatch.setattr(rubric, "rubric", lambda prices=(): {**full, part: {k: v for k, v in full[part].items() if k != name}})
+    without = {**full, part: {k: v for k, v in full[part].items() if k != name}}
+    monkeypatch.setattr(rubric, "rubric", lambda prices=(): without)
     found = preflight.rubric_problems()
     assert len(found) == 1 and f"rubric.toml has no [{part}] {name}" in found[0].what
     assert "this rubric is not the grader's" in found[0].what
