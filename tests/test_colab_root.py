@@ -129,6 +129,7 @@ def test_colabs_python_313_stack_runs_lessons_00_to_03_from_the_first_cell_and_h
     assert RESTART in first, first[-3000:]
     assert "running numpy 2.1.3 3.13." in first, "numpy was not imported before the cell, as on Colab"
     assert "grpcio-status 1.71.2 wants protobuf<6" in first, "pip named no package that holds protobuf below 6"
+    env["PIP_NO_INDEX"] = "1"  # once installed, the first cell downloads nothing (a slow index stalled it)
     again = run("after the restart", "python /tmp/run_notebook.py " + notebook(root, "again.ipynb", [cell, check]))
     assert "ready: calibration-lab" in again and "restart the runtime" not in again, again[-3000:]
     assert "running numpy 2.4.6" in again

@@ -26,6 +26,7 @@ MODULES = {"protobuf": "google.protobuf"}  # distributions whose module is not t
 CONFLICT = re.compile(r"^(\S+ \S+) requires (\S+?),? but you have (\S+ \S+)", re.M)
 RESTART = ("restart the runtime now (Runtime > Restart session), then run this cell again: {changes} "
            "{verb} already imported in this runtime")
+OWN_BUILD = (70, 1)  # a setuptools that builds a wheel without the ``wheel`` package
 
 
 def requirement_names(text: str) -> list[str]:
@@ -69,13 +70,19 @@ def pip(*args: str) -> str:
     return proc.stdout + proc.stderr
 
 
+def build_options(version: str | None) -> list[str]:
+    """Build with the runtime's own setuptools when it can (Colab's can): a lesson's start then downloads nothing."""
+    own = version is not None and tuple(int(p) for p in re.findall(r"\d+", version)[:2]) >= OWN_BUILD
+    return ["--no-build-isolation"] if own else []
+
+
 def install_lab(kit: Path = KIT) -> None:
     """The kit's lab and fixtures, built from a copy (pip would write build files into the kit's folder on Drive)."""
     with tempfile.TemporaryDirectory(prefix="calibration-lab-") as tmp:
         for part in ("lab", "fixtures"):
             shutil.copytree(kit / part, Path(tmp) / part, ignore=shutil.ignore_patterns("__pycache__"))
         shutil.copy2(kit / "pyproject.toml", tmp)
-        pip("--no-deps", tmp)
+        pip("--no-deps", *build_options(installed(["setuptools"])["setuptools"]), tmp)
 
 
 def main() -> None:
