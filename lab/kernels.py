@@ -173,16 +173,18 @@ def describe(family: str) -> str:
 # --- the arithmetic ------------------------------------------------------------------------------
 
 def int_matmul(a: np.ndarray, b: np.ndarray, a_zero: np.ndarray, b_zero: np.ndarray,
-               saturate_pairs: bool, a_bound: int | None = None) -> np.ndarray:
+               saturate_pairs: bool, a_bound: int | None = None, as_float32: bool = False) -> np.ndarray:
     """sum_k (a - a_zero)(b - b_zero) as int64 [N, M], from integer a [N, K] and b [K, M].
 
     With ``saturate_pairs`` the raw products are added in pairs (k = 2j, 2j + 1) into a saturating
-    int16 first, as ``vpmaddubsw`` does; the zero-point terms are exact in every kernel.
+    int16 first, as ``vpmaddubsw`` does; the zero-point terms are exact in every kernel. ``as_float32``: the same
+    integers as float32, for a caller that has checked ``fits_float32`` (no int64 pass over the result).
     """
     a, b = np.asarray(a), np.asarray(b)
     za, zb = np.asarray(a_zero, np.int64), np.asarray(b_zero, np.int64).reshape(1, -1)
     n, k = a.shape
-    out = _saturated_pairs_matmul(a, b, a_bound) if saturate_pairs else exact_matmul(a, b, a_bound)
+    out = _saturated_pairs_matmul(a, b, a_bound, as_float32) if saturate_pairs else \
+        exact_matmul(a, b, a_bound, as_float32)
     if za.any():
         out -= za * b.sum(axis=0, keepdims=True, dtype=np.int64) - k * za * zb
     if zb.any():  # symmetric weights (zero point 0, the usual) need no row sums of a
@@ -191,6 +193,13 @@ def int_matmul(a: np.ndarray, b: np.ndarray, a_zero: np.ndarray, b_zero: np.ndar
 
 
 FLOAT32_EXACT = 1 << 24  # every integer up to this magnitude is a float32, and so is every sum that stays below it
+
+
+def fits_float32(k: int, a_bound: int, a_zero, b: np.ndarray, b_zero, extra: int = 0) -> bool:
+    """Whether ``int_matmul``'s sums over K = ``k`` (|a| <= ``a_bound``), and every partial sum on the way, stay
+    under 2**24 in magnitude with ``extra`` (a bias) added: float32 then holds each of them exactly."""
+    za, zb = int(np.abs(np.asarray(a_zero, np.int64)).max()), int(np.abs(np.asarray(b_zero, np.int64)).max())
+    return k * (a_bound + za) * (int(_abs_max(b)) + zb) + extra < FLOAT32_EXACT
 
 
 def _abs_max(x: np.ndarray, axis: int | None = None):
@@ -206,14 +215,15 @@ def _bound(x: np.ndarray) -> int:
     return int(_abs_max(x))
 
 
-def exact_matmul(a: np.ndarray, b: np.ndarray, a_bound: int | None = None) -> np.ndarray:
+def exact_matmul(a: np.ndarray, b: np.ndarray, a_bound: int | None = None, as_float32: bool = False) -> np.ndarray:
     """a @ b for integer a [N, K] and b [K, M] (any integer dtypes), exactly, as int64.
 
     Multiplied in float32 by BLAS (the grader runs it on one thread, ``grader/__init__.py``), in blocks of K short
     enough that no partial sum can pass 2**24, below which float32 counts exactly in any order of summation.
     Operands whose single products pass 2**24 are multiplied as integers. ``a`` is never copied to int64 (a
     convolution's is the size of the input times the kernel's taps). ``a`` may also be float32 holding integers
-    (an im2col written straight into float32), with ``a_bound`` its integers' largest magnitude.
+    (an im2col written straight into float32), with ``a_bound`` its integers' largest magnitude. ``as_float32``: the
+    result as float32 (exact when the caller checked ``fits_float32``).
     """
     bound = (_bound(a) if a_bound is None else a_bound) * _bound(b)
     if bound * a.shape[1] >= FLOAT32_EXACT:  # the dtypes' extremes could pass 2**24: measure the operands
@@ -223,14 +233,16 @@ def exact_matmul(a: np.ndarray, b: np.ndarray, a_bound: int | None = None) -> np
     step = FLOAT32_EXACT // max(bound, 1)
     a32, b32 = a.astype(np.float32, copy=False), b.astype(np.float32)
     if a.shape[1] <= step:
-        return (a32 @ b32).astype(np.int64)
-    out = np.zeros((a.shape[0], b.shape[1]), np.int64)
+        return a32 @ b32 if as_float32 else (a32 @ b32).astype(np.int64)
+    out = np.zeros((a.shape[0], b.shape[1]), np.float32 if as_float32 else np.int64)
     for start in range(0, a.shape[1], step):
-        out += (a32[:, start:start + step] @ b32[start:start + step]).astype(np.int64)
+        block = a32[:, start:start + step] @ b32[start:start + step]
+        out += block if as_float32 else block.astype(np.int64)
     return out
 
 
-def _saturated_pairs_matmul(a: np.ndarray, b: np.ndarray, a_bound: int | None = None) -> np.ndarray:
+def _saturated_pairs_matmul(a: np.ndarray, b: np.ndarray, a_bound: int | None = None,
+                            as_float32: bool = False) -> np.ndarray:
     """sum_j saturate_int16(a[:, 2j] b[2j] + a[:, 2j+1] b[2j+1]) as int64 [N, M]; an odd K's last pair has one product.
 
     The exact sum, less what saturation takes off. Only a pair whose largest possible sum (the column maxima of
@@ -239,20 +251,34 @@ def _saturated_pairs_matmul(a: np.ndarray, b: np.ndarray, a_bound: int | None = 
     """
     k = a.shape[1]
     b64 = b.astype(np.int64)
-    out = exact_matmul(a, b64, a_bound)
-    top = _abs_max(a, axis=0)
+    out = exact_matmul(a, b64, a_bound, as_float32)
+    lo, hi = a.min(axis=0, initial=0), a.max(axis=0, initial=0)
+    top = np.maximum(np.abs(np.asarray(lo, np.int64)), np.asarray(hi, np.int64))   # each column's max |a|
     if k % 2:
         top, b64 = np.append(top, 0), np.pad(b64, ((0, 1), (0, 0)))
     bound = top[0::2, None] * np.abs(b64[0::2]) + top[1::2, None] * np.abs(b64[1::2])  # [ceil(K/2), M]
-    for j in np.flatnonzero((bound > INT16_MAX).any(axis=1)):
-        cols = np.flatnonzero(bound[j] > INT16_MAX)
-        a0 = a[:, 2 * j].astype(np.int64)
-        a1 = a[:, 2 * j + 1].astype(np.int64) if 2 * j + 1 < k else np.zeros_like(a0)
-        # only the rows whose own two values can pass the int16 range with these columns' weights
-        w0, w1 = np.abs(b64[2 * j, cols]).max(), np.abs(b64[2 * j + 1, cols]).max()
-        rows = np.flatnonzero(np.abs(a0) * w0 + np.abs(a1) * w1 > INT16_MAX)
+    risky = np.flatnonzero((bound > INT16_MAX).any(axis=1))
+    if not risky.size:
+        return out
+    # per risky pair, the rows whose own two values can pass the int16 range with its risky columns' weights
+    hot = bound[risky] > INT16_MAX
+    w0 = np.where(hot, np.abs(b64[2 * risky]), 0).max(axis=1)
+    w1 = np.where(hot, np.abs(b64[2 * risky + 1]), 0).max(axis=1)
+    # |a0| w0 + |a1| w1 for every row and risky pair at once, as one GEMM: exact, each sum is under 2**24
+    exact = np.float32 if a.dtype == np.float32 or a.dtype.itemsize <= 2 else np.float64
+    weights = np.zeros((k, len(risky)), exact)
+    weights[2 * risky, np.arange(len(risky))] = w0
+    odd = 2 * risky + 1 < k
+    weights[2 * risky[odd] + 1, np.flatnonzero(odd)] = w1[odd]
+    size = a if np.min(lo) >= 0 else np.abs(a, dtype=exact)
+    reach = np.ascontiguousarray((size.astype(exact, copy=False) @ weights > INT16_MAX).T)   # [risky pairs, N]
+    for i, j in enumerate(risky):
+        rows = np.flatnonzero(reach[i])
         if rows.size:
-            pair = a0[rows, None] * b64[2 * j, cols] + a1[rows, None] * b64[2 * j + 1, cols]
+            cols = np.flatnonzero(hot[i])
+            a0 = a[rows, 2 * j].astype(np.int64)
+            a1 = a[rows, 2 * j + 1].astype(np.int64) if 2 * j + 1 < k else np.zeros_like(a0)
+            pair = a0[:, None] * b64[2 * j, cols] + a1[:, None] * b64[2 * j + 1, cols]
             out[np.ix_(rows, cols)] -= pair - np.clip(pair, INT16_MIN, INT16_MAX)
     return out
 
@@ -287,9 +313,9 @@ def requantize(acc: np.ndarray, multiplier: np.ndarray, zero_point) -> np.ndarra
     zp = np.asarray(zero_point)
     lo, hi = _limits(zp.dtype)
     z = int(zp.reshape(-1)[0])
-    v = acc.astype(np.float32) * np.asarray(multiplier, np.float32).reshape(1, -1)
-    v = np.clip(v, np.float32(lo - z), np.float32(hi - z))
-    return (np.rint(v).astype(np.int64) + z).astype(zp.dtype)
+    v = np.asarray(acc, np.float32) * np.asarray(multiplier, np.float32).reshape(1, -1)
+    v = np.clip(v, np.float32(lo - z), np.float32(hi - z), out=v)
+    return (np.rint(v, out=v) + np.float32(z)).astype(zp.dtype)
 
 
 def x64_weights(w, zero_point) -> tuple:
@@ -461,13 +487,13 @@ def conv_weights(w: np.ndarray, group: int) -> np.ndarray:
     return w.reshape(group, m // group, cg, kh * kw).transpose(0, 3, 2, 1).reshape(group, kh * kw * cg, m // group)
 
 
-def int_conv(x, x_zero, w, w_zero, shape: ConvShape, saturate_pairs: bool) -> np.ndarray:
+def int_conv(x, x_zero, w, w_zero, shape: ConvShape, saturate_pairs: bool, as_float32: bool = False) -> np.ndarray:
     """sum (x - x_zero)(w - w_zero) over each window as int64 [N, M, OH, OW], from integer x [N, C, H, W] and w.
 
     With ``saturate_pairs`` the raw products pair along K (kernel position major, input channel minor) into a
     saturating int16, as ORT's U8S8 convolution kernels (the im2col GEMM and the symmetric indirect kernel) do
     on AVX2 without VNNI. A depthwise convolution (one input and one output channel per group) runs on another
-    kernel that sums in int32 on every x86 family, so it is exact either way.
+    kernel that sums in int32 on every x86 family, so it is exact either way. ``as_float32``: as ``int_matmul``.
     """
     x, w = np.asarray(x), np.asarray(w)
     n, _, h, wd = x.shape
@@ -479,8 +505,8 @@ def int_conv(x, x_zero, w, w_zero, shape: ConvShape, saturate_pairs: bool) -> np
     kernels = conv_weights(w, shape.group)
     zw = np.broadcast_to(np.asarray(w_zero, np.int64).reshape(-1), (m,)).reshape(shape.group, -1)
     bound = _bound(x)
-    out = np.concatenate([int_matmul(cols[g], kernels[g], x_zero, zw[g], saturate_pairs and not depthwise, bound)
-                          for g in range(shape.group)], axis=1)
+    out = np.concatenate([int_matmul(cols[g], kernels[g], x_zero, zw[g], saturate_pairs and not depthwise, bound,
+                                     as_float32) for g in range(shape.group)], axis=1)
     return out.reshape(n, oh, ow, m).transpose(0, 3, 1, 2)
 
 
@@ -490,9 +516,12 @@ def qlinear_conv(x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero, bias, 
     channel to ``y_scale``; the saturating family clips pairs only for u8 activations and s8 weights."""
     x, x_zero, x_is_u8 = _u8_activations(x, x_zero, shift_s8_activations)
     saturate = check_family(family) == SATURATING and x_is_u8 and np.asarray(w).dtype == np.int8
-    acc = int_conv(x, x_zero, w, w_zero, shape, saturate)
+    w = np.asarray(w)
+    extra = 0 if bias is None else int(_abs_max(np.asarray(bias)))
+    small = fits_float32(int(np.prod(w.shape[1:])), _bound(x), x_zero, w, w_zero, extra)
+    acc = int_conv(x, x_zero, w, w_zero, shape, saturate, as_float32=small)
     if bias is not None:
-        acc = acc + np.asarray(bias, np.int64).reshape(1, -1, 1, 1)
+        acc = acc + np.asarray(bias, np.float32 if small else np.int64).reshape(1, -1, 1, 1)
     m = acc.shape[1]
     multiplier = np.broadcast_to((np.float32(x_scale) * np.asarray(w_scale, np.float32).reshape(-1))
                                  / np.float32(y_scale), (m,))
@@ -502,12 +531,18 @@ def qlinear_conv(x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero, bias, 
 
 def conv_float(x: np.ndarray, w: np.ndarray, b, shape: ConvShape) -> np.ndarray:
     """A float Conv (the model as written; float32 products summed in float64, then rounded to float32)."""
-    n, _, h, wd = x.shape
+    n, c, h, wd = x.shape
     oh, ow = shape.output_size(h, wd)
-    cols = im2col_nhwc(np.asarray(x, np.float64), shape)
-    kernels = conv_weights(np.asarray(w, np.float64), shape.group)
-    out = np.concatenate([cols[g] @ kernels[g] for g in range(shape.group)], axis=1)
-    out = out.reshape(n, oh, ow, -1).transpose(0, 3, 1, 2)
+    if w.shape[1] == 1 and w.shape[0] == shape.group == c:   # depthwise: a product per tap, summed tap by tap
+        w64 = np.asarray(w, np.float64).reshape(c, -1)
+        out = np.zeros((n, c, oh, ow), np.float64)
+        for t, tap in enumerate(_taps(np.asarray(x, np.float64), shape, 0.0)):
+            out += tap * w64[:, t].reshape(1, c, 1, 1)
+    else:
+        cols = im2col_nhwc(np.asarray(x, np.float64), shape)
+        kernels = conv_weights(np.asarray(w, np.float64), shape.group)
+        out = np.concatenate([cols[g] @ kernels[g] for g in range(shape.group)], axis=1)
+        out = out.reshape(n, oh, ow, -1).transpose(0, 3, 1, 2)
     if b is not None:
         out = out + np.asarray(b, np.float64).reshape(1, -1, 1, 1)
     return out.astype(np.float32)
