@@ -271,7 +271,8 @@ def _saturated_pairs_matmul(a: np.ndarray, b: np.ndarray, a_bound: int | None = 
     odd = 2 * risky + 1 < k
     weights[2 * risky[odd] + 1, np.flatnonzero(odd)] = w1[odd]
     size = a if np.min(lo) >= 0 else np.abs(a, dtype=exact)
-    reach = np.ascontiguousarray((size.astype(exact, copy=False) @ weights > INT16_MAX).T)   # [risky pairs, N]
+    sums: np.ndarray = size.astype(exact, copy=False) @ weights
+    reach = np.ascontiguousarray((sums > INT16_MAX).T)   # [risky pairs, N]
     for i, j in enumerate(risky):
         rows = np.flatnonzero(reach[i])
         if rows.size:
