@@ -14,8 +14,10 @@ root, pip's downloads): root only, skipped without debootstrap, except in CI, wh
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -64,6 +66,18 @@ finally:
 '''
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+LESSON_TIMEOUT, ATTEMPTS = 180, 3  # a lesson takes 6-8 s here; nbclient, the runner (not Colab), sometimes never
+# returns from a cell that displays a widget (jupyter/nbclient#312, open): such a run is stopped and run again
+
+
+def stop_processes_in(root: Path) -> None:
+    """Kill every process whose root directory is ``root`` (a runner and kernel left behind by a stopped run)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and os.readlink(proc / "root") == str(root):
+                os.kill(int(proc.name), signal.SIGKILL)
+        except OSError:
+            continue
 
 
 def first_cell(readme: str) -> str:
@@ -133,8 +147,17 @@ def test_colabs_python_313_stack_runs_lessons_00_to_03_from_the_first_cell_and_h
     again = run("after the restart", "python /tmp/run_notebook.py " + notebook(root, "again.ipynb", [cell, check]))
     assert "ready: calibration-lab" in again and "restart the runtime" not in again, again[-3000:]
     assert "running numpy 2.4.6" in again
+    def run_lesson(number: str) -> str:
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                return run(f"lesson {number}" + (f" (attempt {attempt})" if attempt > 1 else ""),
+                           "python /tmp/run_notebook.py " + lesson(root, kit, project, number, cell), LESSON_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                stop_processes_in(root)
+        pytest.fail(f"lesson {number} ran past {LESSON_TIMEOUT} s in each of {ATTEMPTS} attempts")
+
     for number in LESSONS:
-        out = run(f"lesson {number}", "python /tmp/run_notebook.py " + lesson(root, kit, project, number, cell))
+        out = run_lesson(number)
         if number == "00":
             assert "versions: every pin in lab/pins-colab.txt matches" in out, out[-3000:]
     hand_in = notebook(root, "hand_in.ipynb", [cell, "import lab\nlab.hand_in()"])
