@@ -6,7 +6,7 @@ Gemm that reads a DequantizeLinear output (one scale) but keeps a float weight o
 converter was told to leave in float, ``nodes_to_exclude``) and whose output reaches a QuantizeLinear with no branch
 (``PASSED_THROUGH``) gets them quantized; the QDQ fusion may then run it as an integer kernel. The weight: int8 per
 tensor from its min and max (0 included), asymmetric, as ``GetQuantizationParameter<int8_t>`` computes (despite the
-header's "symmetric"); the bias: int32 at the input's scale times the weight's, rounded half to even.
+transformer's comment "symmetric"); the bias: int32 at the input's scale times the weight's, rounded half to even.
 """
 from __future__ import annotations
 
@@ -66,10 +66,11 @@ def _dq(producer: dict, name: str):
     return n if n is not None and n.op_type == "DequantizeLinear" else None
 
 
-PASSED_THROUGH = ("Relu", "Clip", "MaxPool", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten")
+PASSED_THROUGH = ("Relu", "Clip", "MaxPool", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Slice")
 """Ops a QuantizeLinear reaches a Conv's output across by the time ``WeightBiasQuantization`` runs: ORT's QDQ
-propagation moves a QuantizeLinear up through the data-movement ops (MaxPool, Reshape, Transpose, ...), and its
-``IsNoBranchPathToQuantizeLinear`` then allows one Relu or Clip."""
+propagation moves a QuantizeLinear up through data-movement ops (these; not Flatten), and its
+``IsNoBranchPathToQuantizeLinear`` then allows any chain of Relu or Clip. Checked against ORT's own optimized graphs
+(``tests/test_conv_emulation.py``)."""
 
 
 def _reaches_quantize(model: onnx.ModelProto, name: str) -> bool:

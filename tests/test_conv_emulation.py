@@ -24,6 +24,7 @@ from pathlib import Path
 import kernel_families as kf
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -102,6 +103,45 @@ def test_an_excluded_node_runs_as_the_session_runs_it(excluded_models, cnn_input
                                       err_msg=name)
         requantized = load_time.requantized(onnx.load(str(model)))
         assert requantized == ([] if name == "without-conv1" else [name.removeprefix("without-")]), (name, requantized)
+
+
+def conv_then(op: str) -> onnx.ModelProto:
+    """Q -> DQ -> Conv (float weight and bias) -> ``op`` -> Q -> DQ: a node the converter left in float."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(np.float32(0.02), "s"), numpy_helper.from_array(np.uint8(128), "z"),
+             numpy_helper.from_array(np.float32(0.05), "s2"), numpy_helper.from_array(np.zeros(4, np.float32), "B"),
+             numpy_helper.from_array(rng.standard_normal((4, 2, 3, 3)).astype(np.float32), "W")]
+    extra = {"Reshape": {"shape": [1, 4, 64]}, "Slice": {"starts": [0], "ends": [2], "axes": [1]},
+             "Squeeze": {"axes_s": [0]}, "Unsqueeze": {"axes_u": [0]}}.get(op, {})
+    inits += [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in extra.items()]
+    attrs = {"MaxPool": {"kernel_shape": [2, 2], "strides": [2, 2]}, "Transpose": {"perm": [0, 2, 3, 1]}}.get(op, {})
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+             helper.make_node("Conv", ["xd", "W", "B"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node(op, ["c", *extra], ["p"], **attrs),
+             helper.make_node("QuantizeLinear", ["p", "s2", "z"], ["yq"]),
+             helper.make_node("DequantizeLinear", ["yq", "s2", "z"], ["y"])]
+    graph_ = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 8, 8])],
+                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph_, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("op", ["Relu", "Clip", "MaxPool", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Slice",
+                                "Flatten", "Sigmoid"])
+def test_the_ops_a_weight_is_quantized_across_are_the_sessions(op, tmp_path):
+    """``lab.load_time`` quantizes a float Conv's weight exactly where ORT's session does: its optimized graph has
+    the Conv fused into QLinearConv or reading a DequantizeLinear weight."""
+    from lab import load_time
+    model = conv_then(op)
+    options = ort.SessionOptions()
+    options.optimized_model_filepath, options.log_severity_level = str(tmp_path / "optimized.onnx"), 3
+    ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    optimized = onnx.load(str(tmp_path / "optimized.onnx"))
+    producer = {o: n.op_type for n in optimized.graph.node for o in n.output}
+    session = any(n.op_type == "QLinearConv" or (n.op_type in ("Conv", "FusedConv") and
+                                                  producer.get(n.input[1]) == "DequantizeLinear")
+                  for n in optimized.graph.node)
+    assert (load_time.requantized(model) == ["conv"]) == session, (op, [n.op_type for n in optimized.graph.node])
 
 
 @pytest.fixture(scope="module")
