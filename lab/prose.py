@@ -29,9 +29,9 @@ def listing(items: list[str]) -> str:
     return "\n".join(f"- {item}" for item in items)
 
 
-CITED = re.compile(r"(?<![\w.])\d+\.\d+")
-"""A decimal in a justification: what ``cites`` compares with the tables (a bare integer such as "2x" or "5 stuck
-pixels" is the prose's, not a measurement)."""
+CITED = re.compile(r"(?<![\w.])\d+\.\d{2,}")
+"""A decimal of two places or more in a justification: what ``cites`` compares with the tables (a bare integer such
+as "2x" or "5 stuck pixels" is the prose's, not a measurement, and "1.0" or "0.1" would match too many rows)."""
 CITED_INTEGER = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?![\w.])|(?<![\w.,])\d{3,}(?![\w.,])")
 """An integer of three digits or more (``9452`` or ``9,452``): cited only against a table's integers (bytes)."""
 

@@ -10,6 +10,7 @@ weight's scales and their axis, and the lines of ONNX Runtime's source that pick
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -54,14 +55,31 @@ def frames_of(kind: str, seed: int = 0) -> np.ndarray:
     return camera_frames() if kind == "camera" else attractive_frames(seed)
 
 
-def _served(reader) -> list[dict]:
-    batches: list[dict] = []
+def _served(reader) -> list[Mapping]:
+    batches: list[Mapping] = []
     for _ in range(10_000):
         item = reader.get_next()
         if item is None:
             return batches
+        if not isinstance(item, Mapping):
+            raise FrameReaderCheckFailed(
+                f"get_next() returned a {type(item).__name__}; it returns one dict {{input_name: batch}} per call, "
+                "then None" + (" (a get_next with yield is a generator function: return the dict instead)"
+                               if inspect.isgenerator(item) else ""))
         batches.append(item)
     raise FrameReaderCheckFailed("get_next() never returned None: the calibrator would never finish")
+
+
+def _rewound(reader, first: list[Mapping]) -> None:
+    """After ``rewind()`` the reader serves the same batches again (ORT's calibrator may read them twice)."""
+    reader.rewind()
+    again = _served(reader)
+    same = len(again) == len(first) and all(
+        a.keys() == b.keys() and all(np.array_equal(np.asarray(a[k]), np.asarray(b[k])) for k in a)
+        for a, b in zip(first, again))
+    if not same:
+        raise FrameReaderCheckFailed(f"after rewind() the reader served {len(again)} batch(es), not the first "
+                                     f"pass's {len(first)} again: rewind() starts again from the first frame")
 
 
 def check_reader(reader_cls, frames: np.ndarray | None = None, batch_size: int = BATCH_SIZE) -> str:
@@ -71,7 +89,8 @@ def check_reader(reader_cls, frames: np.ndarray | None = None, batch_size: int =
     frames = camera_frames() if frames is None else frames
     want = camera.preprocess(frames)
     try:
-        batches = _served(reader_cls(frames, batch_size=batch_size, input_name=INPUT))
+        reader = reader_cls(frames, batch_size=batch_size, input_name=INPUT)
+        batches = _served(reader)
     except (FrameReaderCheckFailed, NotImplementedError):  # an exercise not done yet says so itself
         raise
     except Exception as e:  # noqa: BLE001 - the student's reader raised: name it, as the calibrator would meet it
@@ -104,6 +123,12 @@ def check_reader(reader_cls, frames: np.ndarray | None = None, batch_size: int =
         raise FrameReaderCheckFailed(
             f"the served images differ from lab.camera.preprocess(frames) by up to {err:.3g}: a second copy of "
             "the preprocessing is not the deployed path. Call lab.camera.preprocess on each batch of frames")
+    try:
+        _rewound(reader, batches)
+    except FrameReaderCheckFailed:
+        raise
+    except Exception as e:  # noqa: BLE001 - the student's rewind raised
+        raise FrameReaderCheckFailed(f"rewind() raised {type(e).__name__}: {e}") from None
     return (f"reader ok: {len(frames)} frames through lab.camera.preprocess, {len(batches)} batches of "
             f"{batch_size} (the last {expected[-1]}), then None")
 
@@ -355,10 +380,15 @@ def app_rows(diag: dict) -> list[dict]:
 APP_COLUMNS = [("measure", "measurement", ""), ("deployed", "lab.camera.preprocess", ""), ("app", "the app", "")]
 
 
+SPELLINGS = {"normalize": "normalise"}
+"""Another spelling of a step's name, accepted as the step."""
+
+
 def check_mismatch(step: str, diag: dict) -> str:
     """The exercise's check: ``step`` (one of ``lab.camera.STEPS``) must be the step where the app parts from the
     deployed path, as ``diag`` (``app_diagnostics``) measures it. Raises ``MismatchRefused`` naming why a wrong
     step cannot be it; returns the verdict as a line."""
+    step = SPELLINGS.get(step, step) if isinstance(step, str) else step
     if step not in camera.STEPS:
         raise MismatchRefused(f"MISMATCH = {step!r}: name one of the deployed path's steps {list(camera.STEPS)}")
     dep, app = diag["cards"]["deployed"], diag["cards"]["app"]

@@ -10,6 +10,7 @@ with lesson 07's ``judge`` (a condition FP32 itself reads below the floor is "no
 from __future__ import annotations
 
 import json
+import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -189,30 +190,33 @@ def form_problems(recipe: Mapping) -> list[str]:
     return out
 
 
-TIME_BATCH, TIME_ROUNDS = 256, 7
+TIME_BATCH, TIME_ROUNDS = 256, 9
 
 
 def timed(source, models: Mapping[str, Path], x: np.ndarray, x64_models: Mapping[str, Path] | None = None
           ) -> list[dict]:
-    """Each model's time for one batch of ``TIME_BATCH`` frames on this CPU (one thread, median of
-    ``TIME_ROUNDS`` after a warm-up), and its ratio to FP32's with the range the rounds' spread allows;
+    """Each model's time for one batch of ``TIME_BATCH`` frames on this CPU (one thread, after a warm-up), the forms
+    taken in turn in each of ``TIME_ROUNDS`` rounds so that a slow moment of the machine slows every form alike; its
+    ratio to FP32's is the median of the rounds' paired ratios, with their quartiles as its range;
     ``x64_models`` in sessions with ORT's ``session.x64quantprecision`` = "1"."""
     batch = np.ascontiguousarray(x[:TIME_BATCH], np.float32)
-
-    def timing(model, x64: bool = False) -> evidence.Timing:
-        sess = compare.session(model, x64_precision=x64)
-        sess.run(None, {camera_path.INPUT: batch})
-        return evidence.repeat(lambda: sess.run(None, {camera_path.INPUT: batch}), TIME_ROUNDS)
-
-    fp32 = timing(source)
-    rows = []
     runs = [("FP32", source, False)] + [(n, m, False) for n, m in models.items()] + \
         [(n, m, True) for n, m in (x64_models or {}).items()]
-    for name, model, x64 in runs:
-        t = fp32 if name == "FP32" else timing(model, x64)
-        ratio, low, high = evidence.ratio(t, fp32)
-        rows.append({"name": name, "ms": 1e3 * t.median, "spread": t.spread, "ratio": ratio,
-                     "range": f"{low:.2f}-{high:.2f}"})
+    sessions = {name: compare.session(model, x64_precision=x64) for name, model, x64 in runs}
+    samples: dict[str, list[float]] = {name: [] for name in sessions}
+    for sess in sessions.values():
+        sess.run(None, {camera_path.INPUT: batch})
+    for _ in range(TIME_ROUNDS):
+        for name, sess in sessions.items():
+            start = time.perf_counter()
+            sess.run(None, {camera_path.INPUT: batch})
+            samples[name].append(time.perf_counter() - start)
+    fp32 = np.asarray(samples["FP32"])
+    rows = []
+    for name, seconds in samples.items():
+        t, r = evidence.timing(seconds), evidence.timing(np.asarray(seconds) / fp32)
+        rows.append({"name": name, "ms": 1e3 * t.median, "spread": t.spread, "ratio": r.median,
+                     "low": r.low, "high": r.high, "range": f"{r.low:.2f}-{r.high:.2f}"})
     return rows
 
 
@@ -475,9 +479,21 @@ def closest_call(by_family: Mapping[str, Sequence]) -> str:
 
 
 def timing_sentence(rows: Sequence[Mapping]) -> str:
-    """Section 6's timing, from the run: the slowest and the fastest INT8 form on this CPU against FP32."""
+    """Section 6's timing, from the run: the slowest and the fastest INT8 form on this CPU against FP32, each named
+    only when its range clears every other form's, and whether INT8 is faster than FP32 beyond the noise."""
     int8 = [r for r in rows if r["name"] != "FP32"]
     slow, fast = max(int8, key=lambda r: r["ratio"]), min(int8, key=lambda r: r["ratio"])
-    return (f"**Your run, this CPU.** The slowest form is {slow['name']} at {slow['ratio']:.2f} x FP32's time "
-            f"(range {slow['range']}), the fastest {fast['name']} at {fast['ratio']:.2f} x ({fast['range']}). "
-            "Where two ranges overlap, the difference is within this machine's noise.")
+    words = []
+    if all(slow["low"] > r["high"] for r in int8 if r is not slow):
+        words.append(f"the slowest form is {slow['name']} at {slow['ratio']:.2f} x FP32's time (range "
+                     f"{slow['range']}), its range clear of every other form's")
+    if all(fast["high"] < r["low"] for r in int8 if r is not fast):
+        words.append(f"the fastest is {fast['name']} at {fast['ratio']:.2f} x ({fast['range']}), clear of the others")
+    if not words:
+        words.append(f"no form's range clears the others' (from {fast['ratio']:.2f} x to {slow['ratio']:.2f} x "
+                     "FP32's time): their order is this machine's noise")
+    faster = [r["name"] for r in int8 if r["high"] < 1]
+    slower = [r["name"] for r in int8 if r["low"] > 1]
+    words.append("faster than FP32 beyond the noise: " + (", ".join(faster) or "no INT8 form") +
+                 "; slower beyond it: " + (", ".join(slower) or "none"))
+    return "**Your run, this CPU.** " + "; ".join(words) + ". Where two ranges overlap, the difference is noise."
