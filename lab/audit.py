@@ -17,8 +17,12 @@ Everything is read from the two graphs and measured on the given data, nothing a
   machine's kernels and the other family (``lab.hybrid``: ORT for the ops the family does not change, ``lab.kernels``
   for the integer GEMM and Conv kernels), **the difference between the two families** itself, and whether ORT's
   ``session.x64quantprecision`` closes it;
-- **which node to exclude** (``lab.sensitivity``: each GEMM or Conv of a QDQ model left in float in turn, ranked by
-  the output's SQNR on the first samples), with the suggestion's measured effect, and on request (``reconvert``) the
+- the **latency on this CPU** (``lab.op_time``): one batch's median wall time on the FP32 and the INT8 model in ORT
+  with the audit's session settings, their ratio, and the INT8 model's kernel time split by ORT's profiler into
+  integer kernels, QuantizeLinear / DequantizeLinear and float ops;
+- **which node to exclude** (``lab.sensitivity``: each GEMM or Conv of a QDQ model left in float in turn, or each
+  QLinearConv, QLinearMatMul or QGemm of a QOperator model run as its FP32 node between its rulers, ranked by the
+  output's SQNR on the first samples), with the suggestion's measured effect, and on request (``reconvert``) the
   suggestion re-converted for real (``lab.reconvert``);
 - the **recipe** (every metadata entry the model carries).
 
@@ -39,12 +43,12 @@ import onnxruntime as ort
 from onnx import helper, numpy_helper
 from onnxruntime.quantization import qdq_loss_debug as qd
 
-from lab import compare, graph, hybrid, kernels, reconvert, sensitivity, tables, weight_rulers
+from lab import compare, graph, hybrid, kernels, op_time, reconvert, sensitivity, tables, weight_rulers
 from lab.data import file_sha256
 from lab.errors import LabError
 from lab.ruler import InputRuler
 
-SCHEMA = "audit/3"
+SCHEMA = "audit/4"
 BATCH = 4            # small: a batch's intermediate tensors of both models are what the audit holds at once
 MIN_SAMPLES = 100    # below this, an agreement or an accuracy moves by 1 % or more per sample: warned
 PARTING_DB = 20.0    # SQNR against FP32 below this: the error is over 10 % of the signal
@@ -68,12 +72,14 @@ class AuditError(LabError):
 @dataclass(frozen=True)
 class Options:
     """How much the audit reads at once and in all: ``batch`` samples per run, at most ``max_samples``; the ranking's
-    samples, and whether its suggestion is re-converted for real (``reconvert``: two ``quantize_static`` runs)."""
+    samples, whether its suggestion is re-converted for real (``reconvert``: two ``quantize_static`` runs), and the
+    rounds the latency is timed in (``latency_runs``, 0: not timed)."""
 
     batch: int = BATCH
     max_samples: int | None = None
     rank_samples: int = RANK_SAMPLES
     reconvert: bool = False
+    latency_runs: int = op_time.RUNS
 
 
 # --- reading the inputs ------------------------------------------------------------------------------------------
@@ -718,24 +724,28 @@ def out_of_memory(done: int, batch: int) -> str:
 
 def exclude_doc(fp32: onnx.ModelProto, int8: onnx.ModelProto, x, batch: int, samples: int, dtype,
                 again: bool = False) -> dict:
-    """``lab.sensitivity``'s ranking on the first ``samples`` samples, on this machine's kernels (QDQ models); with
-    ``again``, its first node re-converted for real (``lab.reconvert``) as ``reconverted``."""
-    if not samples or graph.quant_format(int8) != "QDQ":
+    """``lab.sensitivity``'s ranking on the first ``samples`` samples, on this machine's kernels (QDQ and QOperator
+    models); with ``again``, its first node re-converted for real (``lab.reconvert``) as ``reconverted``."""
+    fmt = graph.quant_format(int8)
+    if not samples or fmt not in ("QDQ", "QOperator"):
         return {"rows": [], "note": "not measured: " + ("--rank-samples 0" if not samples else
-                                                        f"the ranking excludes nodes of QDQ models; this one is "
-                                                        f"{graph.quant_format(int8)}")}
+                                                        f"the ranking excludes nodes of QDQ and QOperator models; "
+                                                        f"this one is {fmt}")}
     xs = np.ascontiguousarray(x[0:min(samples, len(x))], dtype)
 
-    def run(model: onnx.ModelProto, data: np.ndarray) -> np.ndarray:
-        session = hybrid.lean_session(model)
+    def run(model: onnx.ModelProto, data: np.ndarray, entries: dict | None = None) -> np.ndarray:
+        session = hybrid.lean_session(model, entries=entries)
         name = session.get_inputs()[0].name
         return np.concatenate([session.run(None, {name: data[s]})[0] for s in batches(len(data), batch)])
 
+    def estimate(model: onnx.ModelProto, data: np.ndarray) -> np.ndarray:
+        return run(model, data, sensitivity.KEEP_FLOAT if fmt == "QOperator" else None)
+
     reference = run(fp32, xs)
-    doc = sensitivity.ranking(int8, fp32, xs, reference, run)
+    doc = sensitivity.ranking(int8, fp32, xs, reference, run, estimate)
     if again and doc["rows"]:
-        recipe = reconvert.read_recipe(int8, fp32, "QDQ", graph.per_channel(int8))
-        doc["reconverted"] = reconvert.measure(fp32, int8, doc["rows"][0]["node"], x, recipe, run, dtype)
+        recipe = reconvert.read_recipe(int8, fp32, fmt, graph.per_channel(int8))
+        doc["reconverted"] = reconvert.measure(fp32, int8, doc["rows"][0]["node"], x, recipe, run, dtype, estimate)
     return doc
 
 
@@ -759,6 +769,14 @@ def _hybrid_outputs(int8: onnx.ModelProto, family: str, name: str, x64: bool, xs
     """``lab.hybrid``'s output for ``family`` on ``xs``, in batches; its sessions are freed on return."""
     run = hybrid.HybridRun(int8, family, name, x64_precision=x64)
     return np.concatenate([run.run(xs[s]) for s in batches(len(xs), batch)])
+
+
+def latency_doc(fp32: onnx.ModelProto, int8: onnx.ModelProto, x, batch: int, runs: int, dtype) -> dict:
+    """``lab.op_time.latency`` on the first batches of the data (``batch`` samples each), or why it was not timed."""
+    if not runs:
+        return {"note": "not measured: --latency-runs 0"}
+    feeds = op_time.first_batches(x, input_spec(fp32)[0], batch, dtype)
+    return {"batch": batch, **op_time.latency(fp32, int8, feeds, runs)}
 
 
 def family_rows(stream: Stream, classified: bool, labelled: bool, other_note: str | None,
@@ -829,6 +847,7 @@ def audit(fp32_path: str | Path, int8_path: str | Path, data_path: str | Path, l
             "family_difference": difference_doc(stream, computed, approximate),
             "exclude": exclude_doc(fp32, int8, x, batch, options.rank_samples, input_dtype(fp32), options.reconvert),
             "x64_fix": x64_fix_doc(int8, x, batch, options.rank_samples, input_dtype(fp32), computed),
+            "latency": latency_doc(fp32, int8, x, batch, options.latency_runs, input_dtype(fp32)),
             "recipe": recipe(int8)}
     return {"schema": SCHEMA, "summary": summary(doc, graph.per_channel(int8)), **doc}
 
@@ -907,7 +926,8 @@ def exclude_fields(e: dict) -> dict:
     r = e.get("reconverted")
     measured = {"reconverted_gain_db": r["with"]["sqnr_db"] - r["without"]["sqnr_db"],
                 "reconverted_samples": r["evaluation_samples"]} if r and "note" not in r else {}
-    return {"node": best["node"], "sqnr_db": best["sqnr_db"], "gain_db": best["sqnr_db"] - before["sqnr_db"],
+    return {"node": best["node"], "estimate": e["estimate"], "sqnr_db": best["sqnr_db"],
+            "gain_db": best["sqnr_db"] - before["sqnr_db"],
             "max_abs_error": best["max_abs_error"], "max_abs_error_as_is": before["max_abs_error"],
             "samples": e["samples"], **measured}
 
@@ -944,7 +964,7 @@ def summary_lines(s: dict) -> list[str]:
     worst = ("worst rulers: none clips, squashes or pays for an outlier; fewest steps: " if fine else
              "worst rulers: ") + named
     excl = (f"exclude: {e['note']}" if e["node"] is None else
-            f"exclude: try nodes_to_exclude=['{e['node']}']: run wholly in float it gives output SQNR "
+            f"exclude: try nodes_to_exclude=['{e['node']}']: {e['estimate']} it gives output SQNR "
             f"{e['sqnr_db']:.1f} dB ({e['gain_db']:+.1f}), max abs error {e['max_abs_error']:.4g} (now "
             f"{e['max_abs_error_as_is']:.4g}), on {e['samples']} samples; " + (
                 f"re-converted with it {e['reconverted_gain_db']:+.1f} dB, measured on {e['reconverted_samples']} "
@@ -987,17 +1007,43 @@ def exclude_lines(e: dict, top: int = 5) -> list[str]:
     if not e["rows"]:
         return [f"which node to exclude: {e['note']}"]
     best, before = e["rows"][0], e["as_is"]
-    lines = [f"which node to exclude (each GEMM or Conv left in float in turn, first {e['samples']} samples, this "
-             f"machine's kernels, output SQNR against FP32):",
+    each = ("each QLinearConv, QLinearMatMul or QGemm in turn run as its FP32 node between its rulers, named by the "
+            "FP32 node;" if e["format"] == "QOperator" else "each GEMM or Conv left in float in turn,")
+    lines = [f"which node to exclude ({each} first {e['samples']} samples, this machine's kernels, output SQNR "
+             "against FP32):",
              tables.format_rows(e["rows"][:top], [("node", "node", ""), ("sqnr_db", "SQNR dB", ".1f"),
                                                   ("max_abs_error", "max abs error", ".4g")]),
              f"  as it is: {before['sqnr_db']:.1f} dB, max abs error {before['max_abs_error']:.4g}",
              f"  candidate: nodes_to_exclude=['{best['node']}'], {best['sqnr_db']:.1f} dB "
-             f"({best['sqnr_db'] - before['sqnr_db']:+.1f}), max abs error {best['max_abs_error']:.4g} with it run "
-             "wholly in float: an estimate. A real nodes_to_exclude keeps an input another node reads quantized,",
+             f"({best['sqnr_db'] - before['sqnr_db']:+.1f}), max abs error {best['max_abs_error']:.4g} with it "
+             f"{e['estimate']}: an estimate. A real nodes_to_exclude keeps an input another node reads quantized,",
              "  drops the node's output ruler, and ORT may fuse a float-weight node back into an integer kernel:",
              "  re-convert with it and audit the new model" + ("" if "reconverted" in e else " (--reconvert does)")]
     return lines + (reconvert.lines(e["reconverted"]) if "reconverted" in e else [])
+
+
+def latency_lines(t: dict) -> list:
+    """The latency on this CPU and the INT8 model's time by kind of op, as lines and a table."""
+    if "note" in t:
+        return ["latency on this CPU:", f"  {t['note']}"]
+    i, f, s = t["int8"], t["fp32"], t["split"]["int8"]
+    low, high = t["ratio_range"]
+    rows = [{"kind": words, "share": s["shares_percent"][k]} for k, words in op_time.KINDS.items()]
+    return [f"latency on this CPU (ONNX Runtime, the audit's sessions: {t['threads']['intra_op']} intra-op thread(s), "
+            f"{t['threads']['inter_op']} inter-op):",
+            f"  one batch of {t['batch']}, median over the first {t['batches']} batch(es) x {t['runs']} rounds after "
+            "a warm-up run (quartiles in brackets):",
+            f"  FP32 {f['median_ms']:.3g} ms ({f['low_ms']:.3g}-{f['high_ms']:.3g}), INT8 {i['median_ms']:.3g} ms "
+            f"({i['low_ms']:.3g}-{i['high_ms']:.3g}); INT8's time / FP32's {t['ratio']:.2f} ({low:.2f}-{high:.2f}): "
+            "this CPU, this ORT and this thread count only",
+            f"  the INT8 model's kernel time by kind (ORT's profiler, another pass: {s['kernel_ms_per_run']:.3g} ms "
+            "per batch with it on):",
+            tables.format_rows(rows, [("kind", "kind of op", ""), ("share", "share of the kernel time (%)", ".1f")]),
+            "  the most time: " + _top_words(s) + "; the FP32 model's: " + _top_words(t["split"]["fp32"])]
+
+
+def _top_words(s: dict) -> str:
+    return ", ".join(f"{o['op']} ({o['kind']}) {o['share_percent']:.1f} %" for o in s["top_ops"]) or "none recorded"
 
 
 def difference_line(d: dict | None) -> str:
@@ -1081,13 +1127,14 @@ def report_sections(doc: dict, top: int = weight_rulers.TOP) -> list[list]:
     families.append(f"  {difference_line(doc['family_difference'])}")
     families += [f"  {x64_line(doc['x64_fix'])}"] if doc["x64_fix"] else []
     exclude = exclude_lines(doc["exclude"])
+    latency = latency_lines(doc["latency"])
     metadata = ["recipe (the model's metadata):"]
     metadata += [f"  {k}: {v if len(v) < 200 else v[:200] + ' ...'}" for k, v in doc["recipe"].items()] or \
         ["  none: the model carries no metadata (ORT's converter writes no recipe)"]
-    return [head, setting, rulers, weights, size, parting, families, exclude, metadata]
+    return [head, setting, rulers, weights, size, parting, families, latency, exclude, metadata]
 
 
 def format_report(doc: dict) -> str:
     """The audit as text for people: the summary, then models, rulers, weights, error by input size, parting,
-    families, the node to exclude, recipe."""
+    families, latency, the node to exclude, recipe."""
     return "\n\n".join("\n".join(section) for section in report_sections(doc))

@@ -103,11 +103,17 @@ class Kernel:
         return [o for o in self.node.output if o]
 
 
-def lean_session(model: onnx.ModelProto, x64_precision: bool = False, optimize: bool = True) -> ort.InferenceSession:
+def lean_session(model: onnx.ModelProto, x64_precision: bool = False, optimize: bool = True,
+                 entries: dict[str, str] | None = None, profile_prefix: str | None = None) -> ort.InferenceSession:
     """``lab.graph.session`` without ORT's memory arena and memory patterns: each keeps a session's largest batch
     allocated for good, which over the many sessions of an audit adds up to gigabytes on a large model.
-    ``optimize=False``: the graph is run as written (it is ORT's optimized graph already)."""
+    ``optimize=False``: the graph is run as written (it is ORT's optimized graph already); ``entries``: more session
+    config entries; ``profile_prefix``: ORT's profiler on, its trace written under that prefix."""
     so = ort.SessionOptions()
+    for key, value in (entries or {}).items():
+        so.add_session_config_entry(key, value)
+    if profile_prefix:
+        so.enable_profiling, so.profile_file_prefix = True, profile_prefix
     so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = 1, 1, 4   # the caller words errors
     so.enable_cpu_mem_arena = False
     so.enable_mem_pattern = False

@@ -1,7 +1,7 @@
 """The ranking's suggestion tried for real: the FP32 model quantized again with ORT's ``quantize_static``, once as the
 INT8 model was made and once with ``nodes_to_exclude=[node]``, both measured on the same samples.
 
-``lab.sensitivity`` runs a node wholly in float: an estimate. A real exclusion can gain less (ORT keeps an input
+``lab.sensitivity`` runs a node in float: an estimate. A real exclusion can gain less (ORT keeps an input
 another node reads quantized, and may fuse a float-weight Conv back into an integer kernel) or more (it drops the
 node's output ruler), so ``measure`` re-converts. The recipe is read back from the INT8 graph as far as it tells
 (``read_recipe``: QDQ or QOperator, per-channel, activation and weight types, reduced range, symmetric rulers, kept
@@ -71,38 +71,58 @@ def _weight_dqs(int8: onnx.ModelProto) -> list[onnx.NodeProto]:
             and n.output[0] in weights]
 
 
-def _zero_points(int8: onnx.ModelProto, nodes) -> list[onnx.TensorProto]:
-    inits = {i.name: i for i in int8.graph.initializer}
-    return [inits[n.input[2]] for n in nodes if len(n.input) > 2 and n.input[2] in inits]
+def _weights(int8: onnx.ModelProto) -> list[tuple[str, str]]:
+    """Each quantized weight of a GEMM or Conv as (its initializer, its zero point's): read from its
+    DequantizeLinear (QDQ) or from the QLinearConv, QLinearMatMul or QGemm input that is an initializer
+    (QOperator)."""
+    if not sensitivity.is_qoperator(int8):
+        return [(n.input[0], n.input[2] if len(n.input) > 2 else "") for n in _weight_dqs(int8)]
+    inits = {i.name for i in int8.graph.initializer}
+    return [(n.input[v], n.input[z]) for n in int8.graph.node if n.op_type in sensitivity.QOPERATOR
+            for v, _, z in sensitivity.QOPERATOR[n.op_type][1] if n.input[v] in inits]
+
+
+def _activations(int8: onnx.ModelProto) -> list[str]:
+    """The zero points of the activations' rulers: each QuantizeLinear's of a tensor that is not an initializer, and
+    (QOperator) each QLinearConv's, QLinearMatMul's and QGemm's output ruler."""
+    inits = {i.name for i in int8.graph.initializer}
+    zeros = [n.input[2] for n in int8.graph.node if n.op_type == "QuantizeLinear" and n.input[0] not in inits
+             and len(n.input) > 2]
+    return zeros + [n.input[sensitivity.QOPERATOR[n.op_type][3][1]] for n in int8.graph.node
+                    if n.op_type in sensitivity.QOPERATOR and len(n.input) > sensitivity.QOPERATOR[n.op_type][3][1]]
+
+
+def _left_in_float(int8: onnx.ModelProto, fp32: onnx.ModelProto, quant_format: str) -> tuple:
+    """The GEMM and Conv nodes of ``fp32`` that ``int8`` holds in float under the same name and op type."""
+    quantized = set(sensitivity.candidates(int8)) if quant_format == "QDQ" else set()
+    in_int8 = {n.name: n.op_type for n in int8.graph.node}
+    return tuple(n.name for n in fp32.graph.node if n.op_type in sensitivity.OPS and n.name
+                 and in_int8.get(n.name) == n.op_type and n.name not in quantized)
 
 
 def read_recipe(int8: onnx.ModelProto, fp32: onnx.ModelProto, quant_format: str, per_channel: bool) -> Recipe:
     """The settings ``int8`` was made with, as far as its graph tells: the types from its zero points, reduced range
-    from its weights' largest |q| (64 for int8), symmetric rulers from zero points all at the middle, kept Relus,
-    and the GEMM and Conv nodes of ``fp32`` that it left in float."""
+    from its weights' largest |q| (64 for int8), symmetric rulers from zero points all at the middle, kept Relus
+    (QDQ), and the GEMM and Conv nodes of ``fp32`` that it left in float (QDQ and QOperator)."""
     inits = {i.name: i for i in int8.graph.initializer}
-    dqs = _weight_dqs(int8)
-    quantizers = [n for n in int8.graph.node if n.op_type == "QuantizeLinear" and n.input[0] not in inits]
-    acts = _zero_points(int8, quantizers)
-    weights = _zero_points(int8, dqs)
+    weights = _weights(int8)
+    acts = [inits[z] for z in _activations(int8) if z in inits]
+    zeros = [inits[z] for _, z in weights if z in inits]
     middle = {"QInt8": 0, "QUInt8": 128, "QInt16": 0, "QUInt16": 32768, "QInt4": 0, "QUInt4": 8}
     act_type = _TYPES.get(int(acts[0].data_type), "QInt8") if acts else "QInt8"
-    weight_type = _TYPES.get(int(weights[0].data_type), "QInt8") if weights else "QInt8"
-    qs = [numpy_helper.to_array(inits[n.input[0]]) for n in dqs]
+    weight_type = _TYPES.get(int(zeros[0].data_type), "QInt8") if zeros else "QInt8"
+    qs = [numpy_helper.to_array(inits[v]) for v, _ in weights]
     largest = max((int(np.abs(q.astype(np.int64)).max()) for q in qs if q.size), default=127)
     reduce = weight_type == "QInt8" and largest <= 64
     centred = [int(numpy_helper.to_array(z).reshape(-1)[0]) == middle.get(act_type, 0) for z in acts]
     weight_centred = all((numpy_helper.to_array(z).astype(np.int64) == middle.get(weight_type, 0)).all()
-                         for z in weights)
-    relus = [sum(n.op_type in ("Relu", "Clip") for n in m.graph.node) for m in (fp32, int8)]
-    extra = {"ActivationSymmetric": len(centred) > 1 and all(centred),
-             "WeightSymmetric": weight_centred,
-             "QDQKeepRemovableActivations": relus[0] > 0 and relus[1] >= relus[0]}
-    quantized = set(sensitivity.candidates(int8))
-    in_int8 = {n.name for n in int8.graph.node}
-    left = tuple(n.name for n in fp32.graph.node if n.op_type in sensitivity.OPS and n.name
-                 and n.name in in_int8 and n.name not in quantized) if quant_format == "QDQ" else ()
-    return Recipe(quant_format, per_channel, act_type, weight_type, reduce, extra, left)
+                         for z in zeros)
+    extra = {"ActivationSymmetric": len(centred) > 1 and all(centred), "WeightSymmetric": weight_centred}
+    if quant_format == "QDQ":   # a QDQ option: the QOperator converter folds every Relu after a quantized op
+        relus = [sum(n.op_type in ("Relu", "Clip") for n in m.graph.node) for m in (fp32, int8)]
+        extra["QDQKeepRemovableActivations"] = relus[0] > 0 and relus[1] >= relus[0]
+    return Recipe(quant_format, per_channel, act_type, weight_type, reduce, extra,
+                  _left_in_float(int8, fp32, quant_format))
 
 
 def quantized(fp32: onnx.ModelProto, recipe: Recipe, x: np.ndarray, exclude: tuple = (),
@@ -127,10 +147,12 @@ def quantized(fp32: onnx.ModelProto, recipe: Recipe, x: np.ndarray, exclude: tup
 
 
 def measure(fp32: onnx.ModelProto, int8: onnx.ModelProto, node: str, x, recipe: Recipe,
-            run: Callable[[onnx.ModelProto, np.ndarray], np.ndarray], dtype) -> dict:
-    """The INT8 model, ``node`` run wholly in float (the ranking's estimate), and the two re-conversions (without and
-    with ``nodes_to_exclude=[node]``), each scored against FP32 on the same samples (``sensitivity.scores``); for
-    classifiers, the top-1 changes between the re-conversions with the exact test (``evidence``)."""
+            run: Callable[[onnx.ModelProto, np.ndarray], np.ndarray], dtype,
+            run_estimate: Callable[[onnx.ModelProto, np.ndarray], np.ndarray] | None = None) -> dict:
+    """The INT8 model, ``node`` in float (``sensitivity.in_float``: the ranking's estimate), and the two
+    re-conversions (without and with ``nodes_to_exclude=[node]``), each scored against FP32 on the same samples
+    (``sensitivity.scores``); for classifiers, the top-1 changes between the re-conversions with the exact test
+    (``evidence``). ``run_estimate`` runs the estimate (``run`` when None), ``run`` the rest."""
     if node not in {n.name for n in fp32.graph.node}:
         return {"note": f"not measured: the FP32 model has no node named '{node}'"}
     n = len(x)
@@ -141,15 +163,16 @@ def measure(fp32: onnx.ModelProto, int8: onnx.ModelProto, node: str, x, recipe: 
     try:
         with tempfile.TemporaryDirectory(prefix="lab-calibration-") as folder:
             cache = Path(folder) / "ranges.json"
-            models = {"as_is": int8, "bound": sensitivity.excluded(int8, fp32, node),
+            models = {"as_is": int8, "bound": sensitivity.in_float(int8, fp32, node),
                       "without": quantized(fp32, recipe, xc, (), cache),
                       "with": quantized(fp32, recipe, xc, (node,), cache)}
     except Exception as exc:  # noqa: BLE001 - quantize_static raises many types for a model it cannot convert
         said = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
         return {"note": f"not measured: quantize_static failed: {said}"}
     reference = run(fp32, xe)
-    outs = {k: run(m, xe) for k, m in models.items()}
-    doc: dict = {"node": node, "recipe": recipe.settings((node,)), "recipe_words": recipe.words(),
+    outs = {k: (run_estimate or run if k == "bound" else run)(m, xe) for k, m in models.items()}
+    doc: dict = {"node": node, "estimate": sensitivity.ESTIMATE[recipe.quant_format],
+                 "recipe": recipe.settings((node,)), "recipe_words": recipe.words(),
                  "unknown": list(UNKNOWN), "calibration_samples": calibration, "evaluation_samples": len(xe),
                  "held_out": held_out, **{k: sensitivity.scores(reference, out) for k, out in outs.items()}}
     if "agreement" in doc["with"]:
@@ -174,7 +197,7 @@ def lines(r: dict) -> list[str]:
            "  calibrating on data drawn with the evaluation data is optimistic; re-convert with your calibration set",
            f"  not read from the model: {'; '.join(r['unknown'])}"]
     labels = {"as_is": "the INT8 model as given",
-              "bound": f"'{r['node']}' run wholly in float (the ranking's estimate)",
+              "bound": f"'{r['node']}' {r['estimate']} (the ranking's estimate)",
               "without": "re-converted as read", "with": f"re-converted, nodes_to_exclude=['{r['node']}']"}
     for key, label in labels.items():
         s = row[key]

@@ -21,7 +21,7 @@ from onnx import helper, numpy_helper, version_converter
 from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
-from lab import audit, camera, compare, data, graph, kernels, reconvert, weight_rulers
+from lab import audit, camera, compare, data, graph, hybrid, kernels, op_time, reconvert, sensitivity, weight_rulers
 from lab.readers import ArrayReader
 from lab.tools import audit as audit_tool
 
@@ -457,6 +457,100 @@ def test_reconvert_reads_a_per_channel_cnn_with_its_own_input_name(cnn):
     assert {"as_is", "bound", "without", "with"} <= set(r)
 
 
+def test_the_qoperator_ranking_names_the_fp32_node_whose_real_exclusion_repairs_the_model(tmp_path):
+    """The digit reader with fc2 broken (``_break_fc2``), quantized QOperator: the ranking replaces each
+    QLinearMatMul by its FP32 MatMul between its rulers and names fc2's FP32 node first; quantizing again with it in
+    ``nodes_to_exclude`` measurably raises the output's SQNR on the evaluation set; ``--reconvert`` reads the
+    recipe as QOperator and measures the same."""
+    fp32 = mlp_copy(tmp_path, "fp32.onnx", _break_fc2)
+    calibration, evaluation = data.load_split("calibration").pixels, data.load_split("evaluation")
+    np.save(tmp_path / "pixels.npy", evaluation.pixels)
+
+    def quantized(name, exclude=()):
+        quantize_static(str(fp32), str(tmp_path / name), ArrayReader(calibration, 36, "pixels"),
+                        quant_format=QuantFormat.QOperator, per_channel=False, nodes_to_exclude=list(exclude))
+        return tmp_path / name
+
+    broken = quantized("broken.onnx")
+    doc = audit.audit(fp32, broken, tmp_path / "pixels.npy",
+                      options=audit.Options(rank_samples=64, reconvert=True))
+    e = doc["exclude"]
+    assert e["format"] == "QOperator" and e["rows"][0]["node"] == "fc2_MatMul"
+    assert e["rows"][0]["sqnr_db"] > e["as_is"]["sqnr_db"] + 3
+    repaired = quantized("repaired.onnx", [e["rows"][0]["node"]])
+    reference = compare.predict(fp32, evaluation.pixels)
+    before, after = (sensitivity.output_sqnr(reference, compare.predict(m, evaluation.pixels))
+                     for m in (broken, repaired))
+    print(f"excluding fc2_MatMul for real: output SQNR {before:.1f} -> {after:.1f} dB")
+    assert after > before + 10
+    r = e["reconverted"]
+    assert r["recipe"]["quant_format"] == "QOperator" and r["recipe"]["nodes_to_exclude"] == ["fc2_MatMul"]
+    assert r["with"]["sqnr_db"] > r["without"]["sqnr_db"] + 10
+    assert "exclude: try nodes_to_exclude=['fc2_MatMul']: run in float between" in doc["summary"]["lines"][4]
+
+
+def test_every_node_the_qoperator_ranking_names_is_in_the_fp32_graph(cnn):
+    """The pre-processed CNN, QOperator (its BatchNormalizations folded, so its weights are not the FP32 file's):
+    every QLinearConv and the QGemm ranked under its FP32 node's name, each estimate run in float
+    (``sensitivity.KEEP_FLOAT``: ORT would otherwise quantize the float weight per tensor again at load and lose
+    several dB), so none falls far below the model as it is."""
+    doc = audit.audit(cnn["fp32"], cnn["qop"], cnn["data"],
+                      options=audit.Options(max_samples=32, rank_samples=16))
+    fp32_nodes = {n.name for n in onnx.load(str(cnn["fp32"])).graph.node}
+    rows = doc["exclude"]["rows"]
+    assert {r["node"] for r in rows} == {"conv1", "dwconv", "conv2", "fc"} and {r["node"] for r in rows} <= fp32_nodes
+    assert all(r["sqnr_db"] > doc["exclude"]["as_is"]["sqnr_db"] - 1 for r in rows), rows
+
+
+def _gemm_pair(folder: Path, names: str = "") -> tuple[onnx.ModelProto, onnx.ModelProto, np.ndarray]:
+    """A Gemm with transB, beta 0.5 and a bias, and its QOperator model (``names``: a suffix the FP32 weight and
+    bias take afterwards, so the estimate must dequantize the QGemm's own)."""
+    rng = np.random.default_rng(11)
+    w, b = rng.normal(0, 0.3, (6, 5)).astype(np.float32), rng.normal(0, 1, 6).astype(np.float32)
+    g = helper.make_graph([helper.make_node("Gemm", ["x", "w", "b"], ["y"], name="gemm", transB=1, beta=0.5)], "g",
+                          [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 5])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 6])],
+                          [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), folder / "gemm.onnx")
+    x = rng.normal(0, 1, (64, 5)).astype(np.float32)
+    quantize_static(str(folder / "gemm.onnx"), str(folder / "gemm-qop.onnx"), ArrayReader(x, 16, "x"),
+                    quant_format=QuantFormat.QOperator, per_channel=True)
+    fp32, int8 = onnx.load(str(folder / "gemm.onnx")), onnx.load(str(folder / "gemm-qop.onnx"))
+    for t in fp32.graph.initializer:
+        t.name += names
+    fp32.graph.node[0].input[1:] = [i + names for i in fp32.graph.node[0].input[1:]]
+    return fp32, int8, x
+
+
+@pytest.mark.parametrize("names", ["", "_renamed"])
+def test_a_qgemm_estimate_keeps_beta_trans_b_and_a_float_output(tmp_path, names):
+    """A QGemm with its output ruler, and the same QGemm writing float (no y_scale): in the estimate the FP32 Gemm
+    (transB, beta 0.5) runs on the dequantized input and lands within the rulers' rounding of FP32, with the FP32
+    weights or, under other names, the QGemm's own dequantized. The QGemm itself is far off (measured -2.2 dB): ORT
+    1.32's converter quantizes the bias at the input's scale times the weight's times beta and drops beta, so the
+    QGemm adds the bias times 1 / beta; the ranking would name this node."""
+    fp32, int8, x = _gemm_pair(tmp_path, names)
+
+    def run(model: onnx.ModelProto) -> np.ndarray:
+        return hybrid.lean_session(model, entries=sensitivity.KEEP_FLOAT).run(None, {"x": x})[0]
+
+    float_out = onnx.ModelProto()
+    float_out.CopyFrom(int8)
+    q = next(n for n in float_out.graph.node if n.op_type == "QGemm")
+    del q.input[7:]
+    q.output[0] = "y"
+    float_out.graph.node.remove(next(n for n in float_out.graph.node if n.op_type == "DequantizeLinear"))
+    reference = run(fp32)
+    for model, ruler in ((int8, True), (float_out, False)):
+        estimate = sensitivity.excluded_qoperator(model, fp32, "gemm")
+        assert not any(n.op_type == "QGemm" for n in estimate.graph.node)
+        assert any(n.op_type == "QuantizeLinear" and n.name == "gemm_excluded_quantize"
+                   for n in estimate.graph.node) == ruler
+        sqnr = [sensitivity.output_sqnr(reference, run(m)) for m in (model, estimate)]
+        print(names or "FP32 names", "ruler" if ruler else "float output", [round(v, 1) for v in sqnr])
+        assert sqnr[1] > 30 and sqnr[0] < 10
+
+
 def test_the_x64_option_is_measured_against_the_families_difference(cnn_doc):
     """ORT's deploy-time fix on the per-channel CNN: with the option on both families no pair saturates, so the
     families agree bit for bit; without it they differ (lesson 10's finding)."""
@@ -464,6 +558,47 @@ def test_the_x64_option_is_measured_against_the_families_difference(cnn_doc):
     assert fix["samples"] == audit.X64_SAMPLES
     assert fix["with"]["differ"] == 0 and cnn_doc["family_difference"]["values_differ"] > 0
     assert f"= 1 on both (first {audit.X64_SAMPLES} samples) they differ on 0 of" in audit.format_report(cnn_doc)
+
+
+# --- latency on this CPU -------------------------------------------------------------------------------------------
+
+def test_the_latency_split_covers_the_int8_models_kernel_time(cnn_doc):
+    """The QDQ CNN, timed on this CPU: both medians and their ratio (no speed asserted), the INT8 model's kernel time
+    split into kinds that sum to 100 %, integer kernels among them; the FP32 model's session runs no integer kernel
+    and no QuantizeLinear or DequantizeLinear."""
+    t = cnn_doc["latency"]
+    assert t["batch"] == audit.BATCH and t["batches"] == op_time.BATCHES and t["runs"] == op_time.RUNS
+    assert t["threads"] == {"intra_op": 1, "inter_op": 1}
+    assert t["int8"]["rounds"] == t["fp32"]["rounds"] == op_time.BATCHES * op_time.RUNS
+    assert t["int8"]["median_ms"] > 0 and t["ratio"] == pytest.approx(t["int8"]["median_ms"] / t["fp32"]["median_ms"])
+    int8, fp32 = t["split"]["int8"], t["split"]["fp32"]
+    assert sum(int8["shares_percent"].values()) == pytest.approx(100, abs=1e-6)
+    assert int8["shares_percent"]["integer"] > 0 and "QLinearConv" in int8["ops"]
+    assert fp32["shares_percent"]["float"] == pytest.approx(100) and fp32["shares_percent"]["integer"] == 0
+    assert not [op for op in fp32["ops"] if op_time.kind(op) in ("integer", "quantize")]
+    assert len(int8["top_ops"]) == op_time.TOP
+    text = audit.format_report(cnn_doc)
+    assert "latency on this CPU (ONNX Runtime, the audit's sessions: 1 intra-op thread(s), 1 inter-op):" in text
+    assert "QuantizeLinear / DequantizeLinear" in text and "INT8's time / FP32's " in text
+
+
+def test_the_profile_file_is_removed_and_the_kinds_are_read_from_the_trace(cnn, tmp_path):
+    x = np.load(cnn["data"])["image"]
+    feeds = op_time.first_batches(x, camera.INPUT_NAME, 4, np.float32)
+    events = op_time.trace(onnx.load(str(cnn["qdq"])), feeds, 1, folder=tmp_path)
+    assert list(tmp_path.iterdir()) == []
+    kernels_ = op_time.kernel_events(events)
+    assert len({e["args"]["node_index"] for e in kernels_}) * len(feeds) == len(kernels_)   # the warm-up left out
+    us = op_time.op_times(events)
+    assert ("QLinearConv", "integer") in us and ("QuantizeLinear", "quantize") in us
+    assert op_time.kind("MaxPool", "uint8") == "8-bit" and op_time.kind("MaxPool", "float") == "float"
+    assert op_time.kind("MatMulInteger") == op_time.kind("QGemm") == op_time.kind("DynamicQuantizeLinear") == "integer"
+
+
+def test_latency_runs_0_skips_the_timing(cnn, capsys):
+    assert audit_tool.main([str(cnn["fp32"]), str(cnn["qop"]), "--data", str(cnn["data"]), "--max-samples", "8",
+                            "--rank-samples", "0", "--latency-runs", "0"]) == 0
+    assert "latency on this CPU:\n  not measured: --latency-runs 0" in capsys.readouterr().out
 
 
 # --- the summary, the weight rulers, ties, the HTML page -------------------------------------------------------------
@@ -592,11 +727,12 @@ def test_the_html_report_has_the_summary_real_tables_and_described_figures(tmp_p
         alt = re.search(r'alt="([^"]*)"', img)
         assert alt and alt.group(1).strip(), img[:200]
     assert "stretch one per-tensor scale for an outlier channel: w" in text
+    assert "<h2>latency on this CPU (ONNX Runtime" in text and "share of the kernel time (%)</th>" in text
     assert "http://" not in text and "https://" not in text          # self-contained
 
 
 @pytest.mark.parametrize("option, value", [("--max-samples", "-5"), ("--max-samples", "0"), ("--batch", "0"),
-                                           ("--rank-samples", "-1")])
+                                           ("--rank-samples", "-1"), ("--latency-runs", "-1")])
 def test_a_count_out_of_range_is_one_line_not_a_traceback(option, value, capsys):
     from lab.tools import audit as tool
 

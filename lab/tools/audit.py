@@ -2,7 +2,8 @@
 
 Prints a five-line summary, then every ruler of the INT8 model (the input's, each activation's, each weight's)
 against the FP32 values on the data, the error by input size, where INT8 parts from FP32, accuracy or agreement under
-both kernel families, the node to exclude (``--reconvert``: re-converted for real, ``lab.reconvert``) and the recipe
+both kernel families, the latency on this CPU with the INT8 model's time by kind of op (``--latency-runs``,
+``lab.op_time``), the node to exclude (``--reconvert``: re-converted for real, ``lab.reconvert``) and the recipe
 (see ``lab.audit``), reading the data ``--batch`` samples at a time (``--max-samples`` caps them). ``--json`` prints
 the same as one JSON document; ``--html PATH`` also writes it as one HTML page with figures (``lab.audit_html``). A
 model or data file it cannot take is named with what was expected, and the exit status is 2.
@@ -15,7 +16,7 @@ import sys
 
 from tqdm import tqdm
 
-from lab import audit, reconvert
+from lab import audit, op_time, reconvert
 from lab.errors import LabError
 
 
@@ -44,6 +45,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--reconvert", action="store_true",
                    help="re-convert the FP32 model with the suggested node excluded, as the INT8 model's graph says it "
                         f"was made, calibrated on the data's first {reconvert.CALIBRATION} samples, and measure it")
+    p.add_argument("--latency-runs", type=_at_least(0), default=op_time.RUNS, metavar="N",
+                   help=f"rounds the latency on this CPU is timed in, over the data's first {op_time.BATCHES} batches "
+                        f"(default {op_time.RUNS}; 0: not timed)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the text report")
     p.add_argument("--html", metavar="PATH", help="also write the report as one self-contained HTML page to PATH")
     return p
@@ -58,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         doc = audit.audit(args.fp32, args.int8, args.data, args.labels, progress=progress,
                           options=audit.Options(batch=args.batch, max_samples=args.max_samples,
-                                                rank_samples=args.rank_samples, reconvert=args.reconvert))
+                                                rank_samples=args.rank_samples, reconvert=args.reconvert,
+                                                latency_runs=args.latency_runs))
     except LabError as exc:
         print(f"python -m lab audit: {exc}", file=sys.stderr)
         return 2
