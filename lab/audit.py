@@ -759,10 +759,17 @@ def x64_fix_doc(int8: onnx.ModelProto, x, batch: int, samples: int, dtype, compu
     try:
         outs = [_hybrid_outputs(int8, f, input_spec(int8)[0], True, xs, batch) for f in kernels.FAMILIES]
     except Exception as exc:  # noqa: BLE001 - ORT refuses the option on S8S8 QOperator models (and fails on others)
-        return {"samples": len(xs), "note": f"not measured: {str(exc).splitlines()[0][:300]}"}
+        return {"samples": len(xs), "note": "not measured: ORT refused the option on this model (" +
+                short_error(exc) + ")"}
     d = Difference()
     d.add(*outs)
     return {"samples": len(xs), "with": asdict(d)}
+
+
+def short_error(exc: Exception, limit: int = 160) -> str:
+    """ORT's message in one line: its first line, cut at a word with "..." when longer than ``limit``."""
+    line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return line if len(line) <= limit else line[:limit].rsplit(" ", 1)[0] + " ..."
 
 
 def _hybrid_outputs(int8: onnx.ModelProto, family: str, name: str, x64: bool, xs: np.ndarray, batch: int):

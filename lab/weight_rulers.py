@@ -118,8 +118,9 @@ def why(row: dict) -> str:
     """One weight's ruler in a few words: what its worst number means."""
     used = f"the median channel uses {row['steps_median']}/{row['steps']} steps"
     if row["paid"]:
-        return (f"channel {row['outlier_channel']}'s max|w| is {row['outlier_ratio']:.1f}x the median on one "
-                f"per-tensor scale: {used}")
+        times = "non-zero while the median channel's is 0" if math.isinf(row["outlier_ratio"]) else \
+            f"{row['outlier_ratio']:.1f}x the median"
+        return f"channel {row['outlier_channel']}'s max|w| is {times} on one per-tensor scale: {used}"
     if row["clipped"]:
         return f"{row['clipped']:.2%} of its weights clipped"
     return f"{used}, the worst {row['steps_worst']}, {row['at_ends']:.2%} at the grid's ends"
