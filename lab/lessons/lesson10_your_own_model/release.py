@@ -496,4 +496,6 @@ def timing_sentence(rows: Sequence[Mapping]) -> str:
     slower = [r["name"] for r in int8 if r["low"] > 1]
     words.append("faster than FP32 beyond the noise: " + (", ".join(faster) or "no INT8 form") +
                  "; slower beyond it: " + (", ".join(slower) or "none"))
-    return "**Your run, this CPU.** " + "; ".join(words) + ". Where two ranges overlap, the difference is noise."
+    text = "; ".join(words)
+    return (f"**Your run, this CPU.** {text[0].upper()}{text[1:]}. Where two ranges overlap, the difference is "
+            "noise.")
