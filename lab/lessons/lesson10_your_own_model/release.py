@@ -119,6 +119,8 @@ def measured(source, model, x: np.ndarray, labels: np.ndarray, families: Sequenc
     return out
 
 
+UNFOLDED_ROW = "per-tensor QDQ, BatchNorm unfolded"
+"""Section 6's timing row for section 3's unfolded model, beside its folded form (per-tensor QDQ)."""
 X64_ROW = "per-channel QDQ, session.x64quantprecision"
 """Section 6's deploy-time row: the per-channel QDQ file unchanged, its session created with ORT's option."""
 
@@ -180,7 +182,7 @@ def form_problems(recipe: Mapping) -> list[str]:
     out = []
     if not recipe["pre_process"]:
         out.append("pre_process: False leaves each BatchNormalization unfolded, a float op and an extra rounding per "
-                   "layer (section 3); fold it first")
+                   "layer (section 3; section 6 times it beside its folded form); fold it first")
     if not recipe["per_channel"]:
         out.append("per_channel: False measures every Conv filter on the largest one's grid (sections 4 and 6); "
                    "give each output channel its own")
@@ -496,6 +498,13 @@ def timing_sentence(rows: Sequence[Mapping]) -> str:
     slower = [r["name"] for r in int8 if r["low"] > 1]
     words.append("faster than FP32 beyond the noise: " + (", ".join(faster) or "no INT8 form") +
                  "; slower beyond it: " + (", ".join(slower) or "none"))
+    by_name = {r["name"]: r for r in rows}
+    if UNFOLDED_ROW in by_name and "per-tensor QDQ" in by_name:
+        u, f = by_name[UNFOLDED_ROW], by_name["per-tensor QDQ"]
+        verdict = "slower beyond the noise" if u["low"] > f["high"] else "faster beyond the noise" \
+            if u["high"] < f["low"] else "no different beyond the noise"
+        words.append(f"unfolded, the per-tensor model takes {u['ratio']:.2f} x against {f['ratio']:.2f} x folded: "
+                     f"{verdict}")
     text = "; ".join(words)
     return (f"**Your run, this CPU.** {text[0].upper()}{text[1:]}. Where two ranges overlap, the difference is "
             "noise.")
