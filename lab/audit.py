@@ -493,6 +493,8 @@ class Stream:
     scores, their difference, and each sample's largest |input| (for the error by input size)."""
 
     rulers: dict = field(default_factory=dict)      # tensor -> [values, clipped, min, max]
+    channels: dict = field(default_factory=dict)    # tensor -> [each channel's min, each channel's max]
+    channel_tensors: frozenset = frozenset()        # the rulers read per channel (``feature_maps``)
     sqnr: dict = field(default_factory=dict)        # tensor -> [signal^2, noise vs FP32, pre^2, noise of its QDQ]
     families: dict = field(default_factory=dict)    # family -> Scores
     difference: Difference = field(default_factory=Difference)
@@ -510,6 +512,13 @@ class Stream:
             acc[0] += v.size
             acc[1] += compare.clipped_count(ruler, v)
             acc[2], acc[3] = min(acc[2], float(v.min())), max(acc[3], float(v.max()))
+            axis = channel_axis(v.shape) if tensor in self.channel_tensors else None
+            if axis is not None:
+                rest = tuple(a for a in range(v.ndim) if a != axis)
+                lo, hi = v.min(axis=rest), v.max(axis=rest)
+                if tensor in self.channels:
+                    lo, hi = np.minimum(self.channels[tensor][0], lo), np.maximum(self.channels[tensor][1], hi)
+                self.channels[tensor] = [lo, hi]
 
     def add_sqnr(self, names: dict[str, tuple[str, str]], fp32: dict, int8: dict) -> None:
         for tensor, (pre, post) in names.items():
@@ -521,6 +530,48 @@ class Stream:
             acc[1] += float((f - q) @ (f - q))
             acc[2] += float(p @ p)
             acc[3] += float((p - q) @ (p - q))
+
+
+MAX_CHANNELS = 4096   # a tensor with more "channels" than this is not read per channel
+
+
+RESHAPING = ("Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity")
+
+
+def class_scores(fp32: onnx.ModelProto) -> set[str]:
+    """The tensors that hold a classifier's scores: the graph's outputs and each Softmax's input and output, with
+    the tensors only a reshaping op (``RESHAPING``) puts between them."""
+    producer = {o: n for n in fp32.graph.node for o in n.output}
+    found = {o.name for o in fp32.graph.output}
+    found |= {t for n in fp32.graph.node if n.op_type == "Softmax" for t in (*n.input, *n.output)}
+    stack = list(found)
+    while stack:
+        n = producer.get(stack.pop())
+        if n is not None and n.op_type in RESHAPING and n.input[0] not in found:
+            found.add(n.input[0])
+            stack.append(n.input[0])
+    return found
+
+
+def feature_maps(fp32: onnx.ModelProto, rulers: dict[str, InputRuler], measured_on: dict[str, str]) -> frozenset:
+    """The rulers whose channels are features sharing one ruler, read per channel: not a classifier's scores
+    (``class_scores``: its classes differ by design)."""
+    scores = class_scores(fp32)
+    return frozenset(t for t in rulers if measured_on.get(t, t) not in scores and t not in scores)
+
+
+def channel_axis(shape: tuple) -> int | None:
+    """The axis whose entries are channels: 1 of an image's [N, C, H, W], the last of [N, C] or [N, T, D] (a
+    transformer's features); None for one channel or too many to read one by one."""
+    axis = 1 if len(shape) == 4 else len(shape) - 1 if len(shape) in (2, 3) else None
+    return axis if axis is not None and 1 < shape[axis] <= MAX_CHANNELS else None
+
+
+def channel_steps(ruler: InputRuler, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The grid steps each channel's values span inside ``ruler`` (from each channel's min and max on the data)."""
+    low, high = ruler.interval
+    span = np.clip(np.minimum(hi, high) - np.maximum(lo, low), 0, None)
+    return np.minimum(np.rint(span / ruler.scale), ruler.steps).astype(int)
 
 
 def sqnr_db(signal: float, noise: float) -> float:
@@ -549,6 +600,10 @@ class RulerRow:
     diagnosis: str | None = None
     reason: str | None = None
     measured_on: str | None = None   # the FP32 tensor it was measured on (a removed Relu's output, or itself)
+    channel_steps_median: int | None = None   # steps the median channel spans (tensors read per channel)
+    widest_channel: int | None = None
+    widest_channel_steps: int | None = None
+    channel_outlier: bool = False   # one channel spans over OUTLIER times the median channel's steps
 
 
 def measured_tensors(fp32: onnx.ModelProto, rulers: dict[str, InputRuler]) -> dict[str, str]:
@@ -566,7 +621,8 @@ def measured_tensors(fp32: onnx.ModelProto, rulers: dict[str, InputRuler]) -> di
     return chosen
 
 
-def ruler_rows(rulers: dict[str, InputRuler], stats: dict, measured_on: dict[str, str]) -> list[RulerRow]:
+def ruler_rows(rulers: dict[str, InputRuler], stats: dict, measured_on: dict[str, str],
+               channels: dict | None = None) -> list[RulerRow]:
     """Each ruler with ``compare.diagnose_summary``'s verdict on the FP32 values it met (``stats``: per tensor the
     count, the clipped count, the min and the max, from ``Stream``)."""
     rows = []
@@ -579,10 +635,24 @@ def ruler_rows(rulers: dict[str, InputRuler], stats: dict, measured_on: dict[str
             continue
         count, clipped, lo, hi = stats[tensor]
         d = compare.diagnose_summary(ruler, clipped / max(count, 1), lo, hi)
-        rows.append(replace(unmeasured, measured=True, clipped_fraction=d.clipped_fraction,
-                            steps_used=int(round(d.grid_used_fraction * ruler.steps)), steps=ruler.steps,
-                            diagnosis=d.kind, reason=d.reason, measured_on=measured_on.get(tensor, tensor)))
+        row = replace(unmeasured, measured=True, clipped_fraction=d.clipped_fraction,
+                      steps_used=int(round(d.grid_used_fraction * ruler.steps)), steps=ruler.steps,
+                      diagnosis=d.kind, reason=d.reason, measured_on=measured_on.get(tensor, tensor))
+        rows.append(per_channel_row(row, ruler, (channels or {}).get(tensor)))
     return rows
+
+
+def per_channel_row(row: RulerRow, ruler: InputRuler, extremes: list | None) -> RulerRow:
+    """``row`` with its channels' steps: the median channel's, the widest one's, and whether that one is an
+    outlier (over ``weight_rulers.OUTLIER`` times the median's, and at least half the ruler: one channel sets the
+    ruler the others share)."""
+    if extremes is None:
+        return row
+    steps = channel_steps(ruler, *extremes)
+    median, widest = int(np.median(steps)), int(steps.argmax())
+    return replace(row, channel_steps_median=median, widest_channel=widest, widest_channel_steps=int(steps[widest]),
+                   channel_outlier=bool(steps[widest] > weight_rulers.OUTLIER * max(median, 1)
+                                        and 2 * steps[widest] >= ruler.steps))
 
 
 def error_by_size(sizes, errors) -> list[dict]:
@@ -658,10 +728,10 @@ def _session(model: onnx.ModelProto, what: str):
 
 
 def measure(r: Runners, x, labels, batch: int, rulers: dict, measured_on: dict, parting: dict,
-            progress: Callable = iter, dtype=np.float32) -> Stream:
+            progress: Callable = iter, dtype=np.float32, channel_tensors: frozenset = frozenset()) -> Stream:
     """One pass over the data, ``batch`` samples at a time in the input's ``dtype``: every statistic accumulated,
-    nothing kept per tensor."""
-    stream = Stream()
+    nothing kept per tensor (``channel_tensors``' rulers also per channel)."""
+    stream = Stream(channel_tensors=channel_tensors)
     name = r.fp32.get_inputs()[0].name
     here_family = kernels.machine_family()
     done = 0
@@ -832,7 +902,8 @@ def audit(fp32_path: str | Path, int8_path: str | Path, data_path: str | Path, l
     fp32_names = {input_spec(fp32)[0], *(o for n in fp32.graph.node for o in n.output)}
     parting = parting_names(int8, fp32_names) if graph.quant_format(int8) == "QDQ" else {}
     r = runners(fp32, int8, measured_on, parting)
-    stream = measure(r, x, labels, batch, rulers, measured_on, parting, progress, input_dtype(fp32))
+    stream = measure(r, x, labels, batch, rulers, measured_on, parting, progress, input_dtype(fp32),
+                     feature_maps(fp32, rulers, measured_on))
     computed, other_note, approximate = r.other is not None, r.other_note, approximated(r)
     del r   # its sessions hold every model's weights: the ranking and the x64 check below build their own
     machine, classified = kernels.machine_family(), stream.classified
@@ -846,7 +917,7 @@ def audit(fp32_path: str | Path, int8_path: str | Path, data_path: str | Path, l
             "warnings": warnings,
             "machine_family": machine,
             "fp32": {"accuracy": stream.fp32_correct / len(x)} if labels is not None and classified else {},
-            "rulers": [asdict(row) for row in ruler_rows(rulers, stream.rulers, measured_on)],
+            "rulers": [asdict(row) for row in ruler_rows(rulers, stream.rulers, measured_on, stream.channels)],
             "weight_rulers": weight_rulers.rows(int8, fp32),
             "error_by_size": error_by_size(stream.sizes, stream.families[machine].sample_errors),
             "parting": parting_doc(stream, fp32, int8, parting),
@@ -903,26 +974,42 @@ def format_fields(doc: dict, per_channel: bool) -> dict:
 
 
 def worst_rulers(doc: dict, top: int = 3) -> list[dict]:
-    """Up to ``top`` rulers that hurt, worst kind first: activations that clip, weights whose per-tensor scale pays
-    for an outlier channel, clipped weights, activations squashed; when none hurts, the fewest steps used."""
+    """Up to ``top`` rulers that hurt, worst kind first, each tensor once: activations that clip ``CLIPS_MUCH`` or
+    more, weights whose per-tensor scale pays for an outlier channel, activations one channel sets, the other clips,
+    clipped weights, activations squashed; when none hurts, the fewest steps used."""
     acts = [r for r in doc["rulers"] if r["measured"]]
     clip = sorted((r for r in acts if r["diagnosis"] == "clipping"), key=lambda r: -r["clipped_fraction"])
     squash = sorted((r for r in acts if r["diagnosis"] == "squashing"), key=lambda r: r["steps_used"])
+    outliers = sorted((r for r in acts if r.get("channel_outlier")), key=lambda r: r["channel_steps_median"])
     weights = doc["weight_rulers"]
-    found = ([{"tensor": r["tensor"], "kind": "activation", "why": f"clipping {r['clipped_fraction']:.2%} of its "
-               "values"} for r in clip]
+    clip_words = [{"tensor": r["tensor"], "kind": "activation", "why": f"clipping {r['clipped_fraction']:.2%} of its "
+                   "values", "much": r["clipped_fraction"] >= CLIPS_MUCH} for r in clip]
+    found = ([c for c in clip_words if c.pop("much")]
              + [{"tensor": w["weight"], "kind": "weight", "why": w["why"]} for w in weights if w["paid"]]
+             + [{"tensor": r["tensor"], "kind": "activation", "why": channel_words(r)} for r in outliers]
+             + clip_words
              + [{"tensor": w["weight"], "kind": "weight", "why": w["why"]} for w in weights
                 if w["clipped"] and not w["paid"]]
              + [{"tensor": r["tensor"], "kind": "activation", "why": f"squashing: {r['steps_used']}/{r['steps']} "
                  "steps used"} for r in squash])
     if found:
-        return [{**f, "fine": False} for f in found[:top]]
+        first = [f for i, f in enumerate(found)   # each tensor once, under its worst reason
+                 if all(g["tensor"] != f["tensor"] for g in found[:i])]
+        return [{**f, "fine": False} for f in first[:top]]
     fewest = sorted(acts, key=lambda r: r["steps_used"])[:2]
     return ([{"tensor": r["tensor"], "kind": "activation", "why": f"{r['steps_used']}/{r['steps']} steps",
               "fine": True} for r in fewest]
             + [{"tensor": w["weight"], "kind": "weight", "why": f"worst channel {w['steps_worst']}/{w['steps']} "
                 "steps", "fine": True} for w in weights[:1]])[:top]
+
+
+CLIPS_MUCH = 0.01   # an activation clipping this share of its values is named before a channel outlier
+
+
+def channel_words(r: dict) -> str:
+    """An activation ruler one channel sets, in words."""
+    return (f"channel {r['widest_channel']} spans {r['widest_channel_steps']}/{r['steps']} steps, the median channel "
+            f"{r['channel_steps_median']}: one channel sets the ruler the others share")
 
 
 def exclude_fields(e: dict) -> dict:
@@ -970,13 +1057,21 @@ def summary_lines(s: dict) -> list[str]:
     fine = s["worst_rulers"] and all(w.get("fine") for w in s["worst_rulers"])
     worst = ("worst rulers: none clips, squashes or pays for an outlier; fewest steps: " if fine else
              "worst rulers: ") + named
+    weak = e["node"] is not None and e["gain_db"] < SMALL_GAIN_DB
     excl = (f"exclude: {e['note']}" if e["node"] is None else
+            f"exclude: no single node stands out: the best estimate, nodes_to_exclude=['{e['node']}'], gains "
+            f"{e['gain_db']:+.1f} dB on {e['samples']} samples (the loss is spread, or sits in a ruler: read the worst "
+            "rulers)" + (f"; re-converted with it {e['reconverted_gain_db']:+.1f} dB" if "reconverted_gain_db" in e
+                        else "") if weak else
             f"exclude: try nodes_to_exclude=['{e['node']}']: {e['estimate']} it gives output SQNR "
             f"{e['sqnr_db']:.1f} dB ({e['gain_db']:+.1f}), max abs error {e['max_abs_error']:.4g} (now "
             f"{e['max_abs_error_as_is']:.4g}), on {e['samples']} samples; " + (
                 f"re-converted with it {e['reconverted_gain_db']:+.1f} dB, measured on {e['reconverted_samples']} "
                 "samples" if "reconverted_gain_db" in e else "re-convert and audit to confirm (--reconvert)"))
     return [first, scores + "; ".join(_family_short(f) for f in s["families"]), diff, worst, excl]
+
+
+SMALL_GAIN_DB = 1.0   # an estimated gain below this is no suggestion: the summary says no node stands out
 
 
 def _fix_words(fix: dict | None) -> str:
@@ -1069,11 +1164,15 @@ def difference_line(d: dict | None) -> str:
 def _ruler_table(rows: list[dict]) -> str:
     shown = [{**r, "clipped": r["clipped_fraction"], "used": (f"{r['steps_used']}/{r['steps']}"
                                                              if r["measured"] else None),
+              "per_channel": (f"{r['channel_steps_median']} / {r['widest_channel_steps']} (ch {r['widest_channel']})"
+                              + (" outlier" if r["channel_outlier"] else "")
+                              if r.get("channel_steps_median") is not None else None),
               "range": f"[{r['low']:.4g}, {r['high']:.4g}]",
               "on": r["measured_on"] if r["measured_on"] not in (None, r["tensor"]) else None} for r in rows]
     columns = [("tensor", "tensor", ""), ("scale", "scale", ".4g"), ("zero_point", "zero point", "d"),
                ("dtype", "type", ""), ("range", "range", ""), ("clipped", "clipped", ".2%"),
-               ("used", "steps used", ""), ("diagnosis", "diagnosis", "")]
+               ("used", "steps used", ""), ("per_channel", "channels' steps: median / widest", ""),
+               ("diagnosis", "diagnosis", "")]
     if any(r["on"] for r in shown):
         columns.append(("on", "measured after its Relu", ""))
     return tables.format_rows(shown, columns)
@@ -1094,13 +1193,12 @@ def report_sections(doc: dict, top: int = weight_rulers.TOP) -> list[list]:
     joins them, the HTML report (``lab.audit_html``) renders them."""
     m, d = doc["models"], doc["data"]
     head = [f"audit of {m['int8']['path']} ({m['int8']['format']}) against {m['fp32']['path']}",
-            *(f"  {line}" for line in doc["summary"]["lines"])]
+            *(f"  {line}" for line in doc["summary"]["lines"]), *(f"  WARNING: {w}" for w in doc["warnings"])]
     setting = ["the data and this machine:",
                f"data: {d['path']}, {d['samples']} samples of '{d['input']}' {d['shape'][1:]}"
                + (f", labels {d['labels']}" if d["labels"] else ", no labels (agreement with FP32 only)"),
                f"this machine: {kernels.describe(doc['machine_family'])}",
-               f"FP32: accuracy {doc['fp32']['accuracy']:.4f}" if doc["fp32"] else "FP32: no labels, no accuracy",
-               *(f"WARNING: {w}" for w in doc["warnings"])]
+               f"FP32: accuracy {doc['fp32']['accuracy']:.4f}" if doc["fp32"] else "FP32: no labels, no accuracy"]
     rulers = [f"rulers ({len(doc['rulers'])}, read from the INT8 graph) against the FP32 values on the data:"]
     rulers += [_ruler_table(doc["rulers"])] if doc["rulers"] else ["  none: no static 8-bit ruler in the graph"]
     rulers += [f"  {r['tensor']}: {r['reason']}" for r in doc["rulers"] if r["diagnosis"] in ("clipping", "squashing")]

@@ -136,7 +136,7 @@ def quantized(fp32: onnx.ModelProto, recipe: Recipe, x: np.ndarray, exclude: tup
         onnx.save_model(fp32, source, save_as_external_data=fp32.ByteSize() > 2**31 - 1)
         settings = recipe.settings(exclude)
         with convert.ort_warnings():   # not convert.quantize: its record hashes the lab's own input only
-            quantize_static(str(source), str(out), ArrayReader(x, 8, name, dtype=x.dtype),
+            quantize_static(str(source), str(out), ArrayReader(x, fixed_batch(fp32) or 8, name, dtype=x.dtype),
                             quant_format=QuantFormat[settings["quant_format"]],
                             activation_type=QuantType[settings["activation_type"]],
                             weight_type=QuantType[settings["weight_type"]], per_channel=settings["per_channel"],
@@ -144,6 +144,12 @@ def quantized(fp32: onnx.ModelProto, recipe: Recipe, x: np.ndarray, exclude: tup
                             extra_options=settings["extra_options"],
                             calibration_cache_path=str(cache) if cache else None)
         return onnx.load(str(out))
+
+
+def fixed_batch(model: onnx.ModelProto) -> int | None:
+    """The batch size the model's input fixes, or None when its first dimension is free."""
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    return int(dims[0].dim_value) if dims and dims[0].dim_value > 0 else None
 
 
 def measure(fp32: onnx.ModelProto, int8: onnx.ModelProto, node: str, x, recipe: Recipe,
@@ -154,9 +160,12 @@ def measure(fp32: onnx.ModelProto, int8: onnx.ModelProto, node: str, x, recipe: 
     (``sensitivity.scores``); for classifiers, the top-1 changes between the re-conversions with the exact test
     (``evidence``). ``run_estimate`` runs the estimate (``run`` when None), ``run`` the rest."""
     if node not in {n.name for n in fp32.graph.node}:
-        return {"note": f"not measured: the FP32 model has no node named '{node}'"}
+        return {"note": f"not measured: the FP32 model has no node named '{node}' (quant_pre_process renames the "
+                        "nodes it fuses: audit with the pre-processed model as FP32 to re-convert it)"}
     n = len(x)
     calibration = min(CALIBRATION, max(1, n // 2))
+    step = fixed_batch(fp32) or 1   # a fixed-batch model calibrates in whole batches
+    calibration = max(step, calibration - calibration % step)
     held_out = n > calibration
     xc = np.ascontiguousarray(x[0:calibration], dtype)
     xe = np.ascontiguousarray(x[calibration:calibration + EVALUATION], dtype) if held_out else xc

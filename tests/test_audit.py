@@ -679,6 +679,21 @@ def test_weight_rulers_flag_an_outlier_channel_a_per_tensor_scale_pays_for(tmp_p
     assert "(paid)" in tables_[0] and "(paid)" not in tables_[1]
 
 
+def test_an_activation_one_channel_sets_is_flagged_with_its_channels_steps(tmp_path):
+    """Channel 5's output is 8 times the others': its per-tensor activation ruler reads "255/255 fine" as a whole,
+    but the median channel spans a few steps; the audit names the channel and the steps each spans."""
+    m = outlier_conv(tmp_path)
+    doc = audit.audit(m["fp32"], m["channel"], m["data"], options=audit.Options(rank_samples=0, latency_runs=0))
+    rows = {r["tensor"]: r for r in doc["rulers"] if r["channel_steps_median"] is not None}
+    flagged = [r for r in rows.values() if r["channel_outlier"]]
+    assert flagged and all(r["widest_channel"] == 5 for r in flagged), rows
+    for r in flagged:
+        assert r["widest_channel_steps"] > 4 * r["channel_steps_median"] and r["widest_channel_steps"] <= r["steps"]
+    assert doc["summary"]["worst_rulers"][0]["tensor"] in {r["tensor"] for r in flagged}
+    assert "channel 5 spans" in doc["summary"]["lines"][3]
+    assert "channels' steps: median / widest" in audit.format_report(doc)
+
+
 def test_top1_ties_are_counted_and_a_singleton_output_is_squeezed(tmp_path):
     """A MatMul whose classes 0 and 1 differ by 1e-4 of their weights, output [N, 3, 1, 1]: FP32 always picks class
     1, the INT8 weights are equal so every row ties and argmax takes class 0. Agreement 0 is said as ties."""
