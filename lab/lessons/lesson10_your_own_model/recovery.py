@@ -5,8 +5,8 @@ question, answered at its end) and works a practitioner's steps, each measured o
 
 1. ``data_check``: FP32 on the same frames (are the data and the model fine?);
 2. ``split``: the QDQ file as fake-quant (ORT's ``session.disable_quant_qdq`` = "1": no QDQ fusion, float ops
-   between QuantizeLinear and DequantizeLinear, the same on every family) against FP32 (the rulers' error) and
-   against each family's fused run (the kernels' error);
+   between QuantizeLinear and DequantizeLinear, no integer kernel, so no pair saturation) against FP32 (the rulers'
+   error) and against each family's fused run (the kernels' error);
 3. ``ablate``: every node with weights left out of quantization once (``nodes_to_exclude``), ranked by the
    frames that leaving it in float recovers, pair by pair (``lab.evidence``);
 4. ``excluded``: the worst node excluded, with its evidence (the exercise: ``check_exclusion``);
@@ -90,7 +90,8 @@ def answers(model, x: np.ndarray, family: str) -> np.ndarray:
 
 def fake_quant(model, x: np.ndarray) -> np.ndarray:
     """The QDQ file run with ``DISABLE_QDQ_FUSION`` = "1": QuantizeLinear, DequantizeLinear and float ops, no
-    integer kernel, so every family computes it alike."""
+    integer kernel, so no pair saturation; computed once for both families (ORT's float Convs block by 8 on AVX2
+    and by 16 on AVX-512 and may sum in another order: at most an output step apart, ``lab.hybrid``)."""
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = 1, 1, 3
     so.add_session_config_entry(DISABLE_QDQ_FUSION, "1")
