@@ -29,9 +29,16 @@ def listing(items: list[str]) -> str:
     return "\n".join(f"- {item}" for item in items)
 
 
-CITED = re.compile(r"(?<![\w.])\d+\.\d{2,}")
-"""A decimal of two places or more in a justification: what ``cites`` compares with the tables (a bare integer such
-as "2x" or "5 stuck pixels" is the prose's, not a measurement, and "1.0" or "0.1" would match too many rows)."""
+CITED = re.compile(r"(?<![\w.])\d+\.\d+")
+"""A decimal in a justification: what ``cites`` compares with the tables (a bare integer such as "2x" or "5 stuck
+pixels" is the prose's, not a measurement)."""
+
+
+def precise(token: str) -> bool:
+    """A decimal precise enough to name a measurement: two places or more ("0.15"), or three significant digits
+    ("12.5"); "1.0" or "0.1" would match too many rows of any table."""
+    whole, places = token.split(".")
+    return len(places) >= 2 or len((whole + places).lstrip("0")) >= 3
 CITED_INTEGER = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?![\w.])|(?<![\w.,])\d{3,}(?![\w.,])")
 """An integer of three digits or more (``9452`` or ``9,452``): cited only against a table's integers (bytes)."""
 
@@ -53,10 +60,10 @@ def table_numbers(*tables_: object, integers: bool = False) -> list[float]:
 
 
 def cites(justification: str, printed: Sequence[float]) -> list[str]:
-    """The numbers in ``justification`` that one of ``printed`` gives: a decimal that one rounds to at the decimal's
-    own precision, or an integer of three digits or more equal to an int of ``printed``."""
+    """The numbers in ``justification`` that one of ``printed`` gives: a ``precise`` decimal that one rounds to at
+    the decimal's own precision, or an integer of three digits or more equal to an int of ``printed``."""
     found = []
-    for token in CITED.findall(justification):
+    for token in filter(precise, CITED.findall(justification)):
         half = 0.5 * 10 ** -len(token.split(".")[1]) + 1e-9
         if any(abs(float(token) - v) <= half for v in printed):
             found.append(token)
