@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -225,6 +225,21 @@ def repeat(fn: Callable[[], object], rounds: int = 5) -> Timing:
         fn()
         samples.append(time.perf_counter() - start)
     return timing(samples)
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+def in_turn(fns: Mapping[K, Callable[[], object]], rounds: int) -> dict[K, list[float]]:
+    """Each of ``fns`` timed once a round, in turn, for ``rounds`` rounds, so that a slow moment of the machine slows
+    each alike: key -> its seconds, round by round."""
+    samples: dict[K, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            samples[k].append(time.perf_counter() - start)
+    return samples
 
 
 def ratio(a: Timing, b: Timing) -> tuple[float, float, float]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -43,26 +43,22 @@ def kind(op: str, first_input: str | None = None) -> str:
     return "8-bit" if first_input in ("int8", "uint8") else "float"
 
 
-def passes(session, feeds: list[dict], runs: int, samples: list | None = None) -> None:
-    """``runs`` rounds over ``feeds``; each run's wall time appended to ``samples``."""
+def passes(session, feeds: list[dict], runs: int) -> None:
+    """``runs`` rounds over ``feeds``."""
     for _ in range(runs):
         for feed in feeds:
-            start = time.perf_counter()
             session.run(None, feed)
-            if samples is not None:
-                samples.append(time.perf_counter() - start)
 
 
 def timings(models: dict[str, onnx.ModelProto], feeds: list[dict], runs: int) -> tuple[dict, dict]:
     """Each model's wall time per batch (``evidence.Timing``), after one warm-up run, the models taking turns round
     by round; and the sessions' thread counts."""
     sessions = {k: hybrid.lean_session(m) for k, m in models.items()}
-    samples: dict[str, list] = {k: [] for k in models}
     for session in sessions.values():
         session.run(None, feeds[0])
-    for _ in range(runs):
-        for k, session in sessions.items():
-            passes(session, feeds, 1, samples[k])
+    timed = evidence.in_turn({(k, i): partial(session.run, None, feed) for k, session in sessions.items()
+                              for i, feed in enumerate(feeds)}, runs)
+    samples = {k: [t for (model, _), ts in timed.items() if model == k for t in ts] for k in models}
     options = next(iter(sessions.values())).get_session_options()
     threads = {"intra_op": options.intra_op_num_threads, "inter_op": options.inter_op_num_threads}
     return {k: evidence.timing(v) for k, v in samples.items()}, threads

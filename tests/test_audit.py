@@ -386,17 +386,25 @@ def _break_fc2(m: onnx.ModelProto) -> None:
         _set_initializer(m, name, value)
 
 
+def broken_mlp(folder: Path, quant_format: QuantFormat):
+    """The digit reader with fc2 broken (``_break_fc2``), its evaluation split (pixels saved as ``pixels.npy``), and
+    ``quantized(name, exclude)``: it quantized per tensor in ``quant_format``, calibrated on the calibration split."""
+    fp32 = mlp_copy(folder, "fp32.onnx", _break_fc2)
+    calibration, evaluation = data.load_split("calibration").pixels, data.load_split("evaluation")
+    np.save(folder / "pixels.npy", evaluation.pixels)
+
+    def quantized(name: str, exclude=()) -> Path:
+        quantize_static(str(fp32), str(folder / name), ArrayReader(calibration, 36, "pixels"),
+                        quant_format=quant_format, per_channel=False, nodes_to_exclude=list(exclude))
+        return folder / name
+
+    return fp32, evaluation, quantized
+
+
 def test_the_suggested_node_excluded_for_real_repairs_a_model_one_layer_breaks(tmp_path):
     """The digit reader with fc2 broken (``_break_fc2``). The ranking names fc2's MatMul; quantizing again with it
     in ``nodes_to_exclude`` measurably repairs the output on the evaluation set."""
-    fp32 = mlp_copy(tmp_path, "fp32.onnx", _break_fc2)
-    calibration, evaluation = data.load_split("calibration").pixels, data.load_split("evaluation")
-    np.save(tmp_path / "pixels.npy", evaluation.pixels)
-
-    def quantized(name, exclude=()):
-        quantize_static(str(fp32), str(tmp_path / name), ArrayReader(calibration, 36, "pixels"),
-                        quant_format=QuantFormat.QDQ, per_channel=False, nodes_to_exclude=list(exclude))
-        return tmp_path / name
+    fp32, evaluation, quantized = broken_mlp(tmp_path, QuantFormat.QDQ)
 
     broken = quantized("broken.onnx")
     doc = audit.audit(fp32, broken, tmp_path / "pixels.npy", options=audit.Options(rank_samples=64))
@@ -462,14 +470,7 @@ def test_the_qoperator_ranking_names_the_fp32_node_whose_real_exclusion_repairs_
     QLinearMatMul by its FP32 MatMul between its rulers and names fc2's FP32 node first; quantizing again with it in
     ``nodes_to_exclude`` measurably raises the output's SQNR on the evaluation set; ``--reconvert`` reads the
     recipe as QOperator and measures the same."""
-    fp32 = mlp_copy(tmp_path, "fp32.onnx", _break_fc2)
-    calibration, evaluation = data.load_split("calibration").pixels, data.load_split("evaluation")
-    np.save(tmp_path / "pixels.npy", evaluation.pixels)
-
-    def quantized(name, exclude=()):
-        quantize_static(str(fp32), str(tmp_path / name), ArrayReader(calibration, 36, "pixels"),
-                        quant_format=QuantFormat.QOperator, per_channel=False, nodes_to_exclude=list(exclude))
-        return tmp_path / name
+    fp32, evaluation, quantized = broken_mlp(tmp_path, QuantFormat.QOperator)
 
     broken = quantized("broken.onnx")
     doc = audit.audit(fp32, broken, tmp_path / "pixels.npy",

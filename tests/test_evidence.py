@@ -175,3 +175,10 @@ def test_ratio_of_medians_and_its_range():
     assert math.isclose(evidence.ratio(b, a)[0], 0.5)
     with pytest.raises(ValueError, match="positive timings"):
         evidence.ratio(a, evidence.timing([0.0, 0.0, 1.0]))
+
+
+def test_in_turn_times_each_function_once_a_round_in_turn():
+    order: list[str] = []
+    samples = evidence.in_turn({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, 3)
+    assert order == ["a", "b"] * 3
+    assert list(samples) == ["a", "b"] and all(len(s) == 3 and min(s) >= 0 for s in samples.values())

@@ -10,9 +10,9 @@ with lesson 07's ``judge`` (a condition FP32 itself reads below the floor is "no
 from __future__ import annotations
 
 import json
-import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -205,14 +205,11 @@ def timed(source, models: Mapping[str, Path], x: np.ndarray, x64_models: Mapping
     runs = [("FP32", source, False)] + [(n, m, False) for n, m in models.items()] + \
         [(n, m, True) for n, m in (x64_models or {}).items()]
     sessions = {name: compare.session(model, x64_precision=x64) for name, model, x64 in runs}
-    samples: dict[str, list[float]] = {name: [] for name in sessions}
+    feed = {camera_path.INPUT: batch}
     for sess in sessions.values():
-        sess.run(None, {camera_path.INPUT: batch})
-    for _ in range(TIME_ROUNDS):
-        for name, sess in sessions.items():
-            start = time.perf_counter()
-            sess.run(None, {camera_path.INPUT: batch})
-            samples[name].append(time.perf_counter() - start)
+        sess.run(None, feed)
+    samples = evidence.in_turn({name: partial(sess.run, None, feed) for name, sess in sessions.items()},
+                               TIME_ROUNDS)
     fp32 = np.asarray(samples["FP32"])
     rows = []
     for name, seconds in samples.items():
