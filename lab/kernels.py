@@ -302,6 +302,12 @@ def dequantize_linear(q: np.ndarray, scale, zero_point=None, axis: int = 1) -> n
     scale = np.asarray(scale, np.float32)
     zp = np.zeros_like(scale, np.int64) if zero_point is None else np.asarray(zero_point, np.int64)
     q = np.asarray(q)
+    if q.dtype.itemsize <= 2 and scale.size == 1:   # (q - zp) is exact in float32 below 2**24: one copy, in place
+        out = q.astype(np.float32)
+        if zp.any():
+            out -= np.float32(zp.reshape(-1)[0])
+        out *= scale.reshape(-1)[0]
+        return out
     if scale.ndim == 1 and scale.size > 1:
         shape = [1] * q.ndim
         shape[axis] = scale.size
@@ -316,7 +322,8 @@ def requantize(acc: np.ndarray, multiplier: np.ndarray, zero_point) -> np.ndarra
     z = int(zp.reshape(-1)[0])
     v = np.asarray(acc, np.float32) * np.asarray(multiplier, np.float32).reshape(1, -1)
     v = np.clip(v, np.float32(lo - z), np.float32(hi - z), out=v)
-    return (np.rint(v, out=v) + np.float32(z)).astype(zp.dtype)
+    v = np.rint(v, out=v)
+    return (np.add(v, np.float32(z), out=v) if z else v).astype(zp.dtype)
 
 
 def x64_weights(w, zero_point) -> tuple:
@@ -335,8 +342,8 @@ def x64_weights(w, zero_point) -> tuple:
 def _u8_activations(a, a_zero, shift_s8_activations: bool):
     """(a, its zero point, is it u8?): ORT's QDQ path on x86 moves s8 activations to u8 (+128) first."""
     a, a_zero = np.asarray(a), np.asarray(a_zero)
-    if shift_s8_activations and a.dtype == np.int8:
-        return a.astype(np.int64) + 128, a_zero.astype(np.int64) + 128, True
+    if shift_s8_activations and a.dtype == np.int8:   # v + 128 as uint8: the sign bit flipped, no wider copy
+        return a.view(np.uint8) ^ np.uint8(0x80), a_zero.astype(np.int64) + 128, True
     return a, a_zero, a.dtype == np.uint8
 
 
@@ -506,8 +513,9 @@ def int_conv(x, x_zero, w, w_zero, shape: ConvShape, saturate_pairs: bool, as_fl
     kernels = conv_weights(w, shape.group)
     zw = np.broadcast_to(np.asarray(w_zero, np.int64).reshape(-1), (m,)).reshape(shape.group, -1)
     bound = _bound(x)
-    out = np.concatenate([int_matmul(cols[g], kernels[g], x_zero, zw[g], saturate_pairs and not depthwise, bound,
-                                     as_float32) for g in range(shape.group)], axis=1)
+    parts = [int_matmul(cols[g], kernels[g], x_zero, zw[g], saturate_pairs and not depthwise, bound, as_float32)
+             for g in range(shape.group)]
+    out = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
     return out.reshape(n, oh, ow, m).transpose(0, 3, 1, 2)
 
 
@@ -521,12 +529,12 @@ def qlinear_conv(x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero, bias, 
     extra = 0 if bias is None else int(_abs_max(np.asarray(bias)))
     small = fits_float32(int(np.prod(w.shape[1:])), _bound(x), x_zero, w, w_zero, extra)
     acc = int_conv(x, x_zero, w, w_zero, shape, saturate, as_float32=small)
-    if bias is not None:
-        acc = acc + np.asarray(bias, np.float32 if small else np.int64).reshape(1, -1, 1, 1)
     m = acc.shape[1]
+    flat = acc.transpose(0, 2, 3, 1).reshape(-1, m)   # the GEMM's own [N*OH*OW, M]: a view, no copy
+    if bias is not None:
+        flat += np.asarray(bias, np.float32 if small else np.int64).reshape(1, -1)
     multiplier = np.broadcast_to((np.float32(x_scale) * np.asarray(w_scale, np.float32).reshape(-1))
                                  / np.float32(y_scale), (m,))
-    flat = acc.transpose(0, 2, 3, 1).reshape(-1, m)
     return requantize(flat, multiplier, y_zero).reshape(acc.shape[0], *acc.shape[2:], m).transpose(0, 3, 1, 2)
 
 
@@ -975,7 +983,8 @@ WEIGHT_SLOTS = {"Conv": 1, "MatMul": 1, "Gemm": 1, "QLinearConv": 3, "QLinearMat
 
 def family_free(model) -> bool:
     """True when both families compute ``model`` alike: every weight an integer GEMM or Conv reads is a constant
-    uint8, or an int8 within [-64, 64] (two products of 255 x 64 stay inside int16, so no pair can saturate).
+    uint8, or an int8 within [-64, 64] (two products of 255 x 64 stay inside int16, so no pair can saturate), or
+    its QOperator op reads int8 activations (ORT's S8S8 kernels on x86 add in int32; QDQ's move them to uint8).
     Conservative: a computed weight, another dtype, or a float Conv, MatMul or Gemm reading a DequantizeLinear's
     output that ORT leaves in float is not (one it quantizes at load, ``lab.load_time``, counts as quantized)."""
     m = load_time.weight_bias_quantization(model if isinstance(model, onnx.ModelProto) else onnx.load(str(model)))
@@ -989,6 +998,10 @@ def family_free(model) -> bool:
         return w.dtype == np.uint8 or (w.dtype == np.int8 and (w.size == 0 or int(np.abs(
             w.astype(np.int16)).max()) <= S7_LIMIT))
 
+    def s8_activations(node) -> bool:   # a QOperator op on int8 activations runs an S8S8 kernel: int32 sums
+        zero = node.input[2] if len(node.input) > 2 else ""
+        return zero in consts and consts[zero].data_type == TensorProto.INT8
+
     for node in m.graph.node:
         slot = WEIGHT_SLOTS.get(node.op_type)
         if slot is None or len(node.input) <= slot:
@@ -1000,7 +1013,7 @@ def family_free(model) -> bool:
                     return False
             elif any(getattr(producer.get(i), "op_type", None) == "DequantizeLinear" for i in node.input):
                 return False
-        elif not in_range(node.input[slot]):
+        elif not (in_range(node.input[slot]) or s8_activations(node)):
             return False
     return True
 

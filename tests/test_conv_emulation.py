@@ -267,13 +267,14 @@ def test_reduced_range_weights_never_saturate(cnn_models, cnn_inputs):
 
 def test_a_family_free_model_is_computed_alike_by_both_families(cnn_models, cnn_inputs, torch_models):
     """``kernels.family_free`` (which lets ``lab.compare.predict`` skip the emulation) is never wrong: each model it
-    frees computes alike on both families; the reduce_range and S8S8-free forms are freed, full-range QDQ is not."""
+    frees computes alike on both families; the reduce_range and S8S8 QOperator forms are freed, full-range QDQ
+    is not."""
     models = {**{k: (p, cnn_inputs) for k, p in cnn_models.items()}, **torch_models}
     freed = {name for name, (model, _) in models.items() if kernels.family_free(model)}
     for name in freed:
         model, x = models[name]
         np.testing.assert_array_equal(emulate(model, x, SATURATING), emulate(model, x, EXACT), err_msg=name)
-    assert {"qdq_channel_rr", "qop_u8_channel_rr"} <= freed
+    assert {"qdq_channel_rr", "qop_u8_channel_rr", "qop_s8_channel"} <= freed
     assert not freed & {"qdq_tensor", "qdq_channel", "pre_qdq_channel", "qop_u8_tensor"}
     assert not kernels.family_free(probe_conv())
 

@@ -183,8 +183,8 @@ def _release(ctx: Context, served: dict | None = None) -> list:
     ctx.model(MODEL)
     ev = camera.load_split("evaluation")
     source = camera.model_path()
-    daylight = release.measured(source, path, ev.image, ev.labels)
     by_family = release.scenarios(source, path, ev.frames, ev.labels, seed=value(doc, "acceptance.seed") or 0)
+    daylight = release.measured(source, path, ev.image, ev.labels)   # after: the daylight frames ran in by_family
     return [_meets(doc, path, daylight, by_family, served),
             _reported(ctx, doc, path, daylight, by_family, ev, served)]
 
