@@ -394,8 +394,8 @@ def sixteen_sentence(s: Mapping) -> str:
     verdict = ("16-bit activations recover frames beyond noise on both families" if helped else
                "16-bit activations change the accuracy only by noise on both families" if same else
                "16-bit activations move the accuracy beyond noise on one family only")
-    return (f"**Your run.** {verdict} ({'; '.join(parts)}). 256 times more grid steps give each ruler a finer "
-            "resolution; they do not move its ends.")
+    return (f"**Your run.** {verdict} ({'; '.join(parts)}). 16 bits give each ruler 65,536 grid values, 256 times "
+            "the 8-bit grid's 256: a finer resolution; they do not move its ends.")
 
 
 # --- why -------------------------------------------------------------------------------------------------------------
