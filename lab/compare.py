@@ -52,7 +52,7 @@ def _predict(model, x: np.ndarray, input_name: str, threads: int, family: str | 
              x64_precision: bool = False) -> np.ndarray:
     x = np.asarray(x, np.float32)
     family = family or kernels.target_family()
-    if kernels.emulated(family) and quant_format(model) != "float" and not kernels.family_free(model):
+    if kernels.emulated(family) and quant_format(model) != "float" and not kernels.family_free(model, x64_precision):
         return kernels.emulate(model, x, family, input_name, x64_precision)
     return session(model, threads, x64_precision).run(None, {input_name: x})[0]
 

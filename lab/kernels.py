@@ -289,7 +289,9 @@ def _column_extremes(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ``a`` (an im2col of few channels) is reduced as rows of several of its rows at once: numpy reduces down
     wide rows many times faster than down a few long columns."""
     n, k = a.shape
-    group = max(1, min(n, 4096 // max(k, 1)))
+    if not n or not k:
+        return np.zeros(k, a.dtype), np.zeros(k, a.dtype)
+    group = max(1, min(n, 4096 // k))
     whole = n - n % group
     parts = [a[:whole].reshape(n // group, group * k)] if whole else []
     lo = hi = np.zeros(k, a.dtype)
@@ -996,10 +998,15 @@ WEIGHT_SLOTS = {"Conv": 1, "MatMul": 1, "Gemm": 1, "QLinearConv": 3, "QLinearMat
 """Per op that may run an integer GEMM: the input that holds its weights."""
 
 
-def family_free(model) -> bool:
+S8S8_OPS = frozenset({"QLinearConv", "QLinearMatMul", "QGemm", "MatMulInteger"})
+"""The QOperator ops the emulation runs whose input 2 is the activation's zero point: on int8 activations, S8S8."""
+
+
+def family_free(model, x64_precision: bool = False) -> bool:
     """True when both families compute ``model`` alike: every weight an integer GEMM or Conv reads is a constant
     uint8, or an int8 within [-64, 64] (two products of 255 x 64 stay inside int16, so no pair can saturate), or
-    its QOperator op reads int8 activations (ORT's S8S8 kernels on x86 add in int32; QDQ's move them to uint8).
+    its QOperator op reads int8 activations (ORT's S8S8 kernels on x86 add in int32; QDQ's move them to uint8), unless
+    in a session with ``X64_PRECISION_KEY`` (``x64_precision``), which has no kernel for int8 activations.
     Conservative: a computed weight, another dtype, or a float Conv, MatMul or Gemm reading a DequantizeLinear's
     output that ORT leaves in float is not (one it quantizes at load, ``lab.load_time``, counts as quantized)."""
     m = load_time.weight_bias_quantization(model if isinstance(model, onnx.ModelProto) else onnx.load(str(model)))
@@ -1014,6 +1021,8 @@ def family_free(model) -> bool:
             w.astype(np.int16)).max()) <= S7_LIMIT))
 
     def s8_activations(node) -> bool:   # a QOperator op on int8 activations runs an S8S8 kernel: int32 sums
+        if x64_precision or node.op_type not in S8S8_OPS:
+            return False
         zero = node.input[2] if len(node.input) > 2 else ""
         return zero in consts and consts[zero].data_type == TensorProto.INT8
 

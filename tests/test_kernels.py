@@ -287,3 +287,15 @@ def test_real_exact_kernels_are_within_one_step_of_the_emulation(aarch64_outputs
     assert diff <= tolerance * (1 + 1e-6), f"{kind}: {diff / step:.3g} steps apart"
     near_tie = top_two_gap(emulated) <= tolerance * (1 + 1e-6)
     assert not (moved & ~near_tie).any(), f"{kind}: rows {np.flatnonzero(moved & ~near_tie)} moved without a tie"
+
+
+@pytest.mark.parametrize("shape", [(921, 9), (230, 144), (5, 3), (0, 4), (4, 0), (7, 5000), (4097, 1), (1, 1)])
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.uint8, np.int64])
+def test_column_extremes_are_numpys_with_zero_included(shape, dtype):
+    """The saturating check's column extremes, reduced over wide rows for speed: numpy's ``min``/``max`` down each
+    column with 0 included, for tall, wide and empty arrays."""
+    low = 0 if dtype == np.uint8 else -100
+    a = np.random.default_rng(1).integers(low, 100, shape).astype(dtype)
+    lo, hi = kernels._column_extremes(a)
+    np.testing.assert_array_equal(lo, a.min(axis=0, initial=0))
+    np.testing.assert_array_equal(hi, a.max(axis=0, initial=0))

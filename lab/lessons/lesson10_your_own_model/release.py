@@ -48,7 +48,7 @@ FORMS = {  # the kernel-family table: the camera set, pre-processed, one form pe
     "per-channel QOperator (QLinearConv)": {"quant_format": "QOperator", "per_channel": True, "reduce_range": False},
 }
 _PREDICTED: OrderedDict[tuple, np.ndarray] = OrderedDict()  # the latest outputs: a lesson's or a grader's models
-_KEEP = 96  # outputs kept (16 KB each): a release judged on both families takes 18 (FP32 and INT8 x 2 per condition)
+_KEEP = 192  # outputs kept: a pooled run keeps 10 (all 3,600 frames' outputs and each condition's block, views of them)
 
 
 class ReleaseRefused(LabError, ValueError):
