@@ -16,12 +16,11 @@ import numpy as np
 from grader.mistakes import Mistake
 from grader.models import load_checked
 from grader.results import Check, Evidence
-from grader.reuse import per_worker
 from grader.rubric import HIDDEN, charged_under, committed_points, points, rubric  # noqa: F401 - what every check reads
 from grader.sandbox.policy import Limits
 from grader.state import GradingRun, current_course, current_run
 from grader.submission import Submission
-from lab import compare, data
+from lab import compare, data, variant
 from lab.errors import LabError
 from lab.schemas import loads
 
@@ -44,7 +43,7 @@ RANGE_REL = 1e-5
 OTHER_MODELS = frozenset({"camera-release.onnx"})
 
 
-@per_worker
+@variant.per_variant
 def evaluation() -> tuple[np.ndarray, np.ndarray]:
     """The evaluation split's pixels and labels, read-only: every hand-in the worker grades shares them."""
     split = data.load_split("evaluation")
@@ -53,7 +52,7 @@ def evaluation() -> tuple[np.ndarray, np.ndarray]:
     return pixels, labels
 
 
-@per_worker
+@variant.per_variant
 def fp32_outputs() -> np.ndarray:
     return compare.predict(data.fixture_path("fp32.onnx"), evaluation()[0])
 
@@ -300,7 +299,7 @@ def _known_set(sha256) -> str | None:
     return None
 
 
-@per_worker
+@variant.per_variant
 def _common_truth() -> dict:
     x, _ = evaluation()
     return {"source_sha256": data.file_sha256(data.fixture_path("fp32.onnx")), "evaluation/count": int(len(x)),

@@ -1,7 +1,7 @@
 """A lesson group: what a grader lesson module declares, so the core runs it without knowing any check by name.
 
 Each module in ``grader/lessons/`` holds ``GROUPS``, a tuple of ``Group``. A group names its lesson, its rubric
-part, every check it produces (the hidden ones apart: they are scored under the rubric's ``[hidden]`` part), the
+part, its visible checks and, apart, its hidden ones (scored under the rubric's ``[hidden]`` part), the
 files of the hand-in it needs, the function that checks, the mistakes (``grader.mistakes``) it charges and
 reads, and the student-code runs it asks for. Points come from ``rubric.toml``, never from here: a group that
 fails, or cannot run, scores 0 on every check it declares.

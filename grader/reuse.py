@@ -11,10 +11,11 @@ A ``Reuse`` is the ``lab.cache`` of one grading worker (``grader.state.GraderSta
 - What depends only on the fixtures is computed once per worker and kept for its life: the fixtures'
   sessions and outputs (the FP32 model on every condition, the bad-calibration model), the splits
   (``lab.data.load_split``, which read the ``.npz`` again on each of about 40 calls per hand-in), the three
-  calibration sets and what ``kept``/``per_worker`` hold (the evaluation split's read-only pixels, the FP32
-  outputs). Each caller gets its own copy of the arrays, so nothing a check does to one reaches the next
-  hand-in; keys hold the fixture file's size and mtime, and the student's variant (``lab.variant``: the
-  calibration split and everything made from it are each student's own).
+  calibration sets and what ``lab.variant.per_variant`` keeps (``lab.cache.kept``: the evaluation split's
+  read-only pixels, the FP32 outputs), whether or not a hand-in is being graded. Each caller gets its own copy of
+  the arrays, so nothing a check does to one reaches the next hand-in; keys hold the fixture file's size and
+  mtime, and the student's variant as the lab's function gives it (``lab.variant``: the calibration split and
+  everything made from it are each student's own).
 - A prediction is keyed by its model (a path is looked up among the fixtures once per hand-in) and its pixels'
   digest; a read-only array that owns its data (the evaluation split's pixels) is hashed once per worker.
 - ``lab.schemas.validate`` checks one document against one schema once per hand-in: intake validates every
@@ -28,7 +29,6 @@ change another's grade, and a class of identical hand-ins costs what a class of 
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import json
 from collections import Counter
@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from lab import cache, data, kernels, variant
+from lab import cache, data
 
 READ_ONLY_KEPT = 16  # read-only arrays whose digest a worker remembers (the evaluation split's pixels among them)
 
@@ -139,7 +139,11 @@ class Reuse:
         return self._hand_in
 
     def call(self, name: str, compute: Callable[..., Any], args: tuple) -> Any:
-        """``lab.cache.Cache``: answer ``compute(*args)`` for the lab function ``name``."""
+        """``lab.cache.Cache``: answer ``compute(*args)`` for the lab function ``name``; ``cache.kept`` values for the
+        worker's life, the rest only while a hand-in is graded."""
+        if name == cache.KEPT:
+            (key,) = args
+            return self.kept(key, lambda: compute(key))
         if self._hand_in is None:
             return compute(*args)
         return getattr(self, _METHODS[name])(compute, *args)
@@ -181,24 +185,24 @@ class Reuse:
         store = self.fixture_sessions if key[0] == "fixture" else self._own.sessions
         return self._stored(cache.SESSION, store, key, lambda: compute(model, threads))
 
-    def _predict(self, compute, model, x, input_name: str, threads: int, family: str | None):
+    def _predict(self, compute, model, x, input_name: str, threads: int, family: str):
         if threads != 1:
             return compute(model, x, input_name, threads, family)
         key = self._model_key(model)
-        out_key = (key, family or kernels.target_family(), input_name, self.pixel_keys(x))
+        out_key = (key, family, input_name, self.pixel_keys(x))
         store = self.fixture_outputs if key[0] == "fixture" else self._own.outputs
         return self._stored(cache.PREDICT, store, out_key, lambda: compute(model, x, input_name, threads,
                                                                              family)).copy()
 
-    def _load_split(self, compute, name: str) -> data.Split:
-        key = (name, _file_key(data.fixture_path(f"{name}.npz")), variant.current())  # the variant's split
-        return _split_copy(self._stored(cache.LOAD_SPLIT, self.splits, key, lambda: compute(name)))
+    def _load_split(self, compute, name: str, v) -> data.Split:
+        key = (name, _file_key(data.fixture_path(f"{name}.npz")), v)  # v: the variant's (calibration only)
+        return _split_copy(self._stored(cache.LOAD_SPLIT, self.splits, key, lambda: compute(name, v)))
 
-    def _calibration_set(self, compute, kind: str, raw) -> np.ndarray:
+    def _calibration_set(self, compute, kind: str, raw, v) -> np.ndarray:
         if raw is not None or kind not in data.CALIBRATION_SETS:
-            return compute(kind, raw)
-        key = (kind, _file_key(data.fixture_path("calibration.npz")), variant.current())
-        return self._stored(cache.CALIBRATION_SET, self.sets, key, lambda: compute(kind, None)).copy()
+            return compute(kind, raw, v)
+        key = (kind, _file_key(data.fixture_path("calibration.npz")), v)
+        return self._stored(cache.CALIBRATION_SET, self.sets, key, lambda: compute(kind, None, v)).copy()
 
     def _fixtures_dir(self, compute) -> Path:
         self.hits[cache.FIXTURES_DIR] += 1
@@ -221,19 +225,3 @@ class Reuse:
 _METHODS = MappingProxyType({cache.PREDICT: "_predict", cache.SESSION: "_session", cache.LOAD_SPLIT: "_load_split",
                              cache.CALIBRATION_SET: "_calibration_set", cache.FIXTURES_DIR: "_fixtures_dir",
                              cache.VALIDATE: "_validate"})
-
-
-def per_worker(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` (of the fixtures alone, hashable arguments) computed once per worker while a grade runs (``kept``);
-    outside one, computed at each call. What ``functools.lru_cache`` on a module function did, without the
-    module-level store: two graders in one process keep their own."""
-
-    @functools.wraps(fn)
-    def once(*args):
-        reuse = cache.current()
-        if not isinstance(reuse, Reuse):
-            return fn(*args)
-        # keyed by the variant too: a worker grades hand-ins of many students' variants (lab.variant)
-        return reuse.kept((fn.__module__, fn.__qualname__, args, variant.current()), lambda: fn(*args))
-
-    return once

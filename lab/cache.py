@@ -19,7 +19,8 @@ LOAD_SPLIT = "lab.data.load_split"
 CALIBRATION_SET = "lab.data.calibration_set"
 FIXTURES_DIR = "lab.data.fixtures_dir"
 VALIDATE = "lab.schemas.validate"
-NAMES = (PREDICT, SESSION, LOAD_SPLIT, CALIBRATION_SET, FIXTURES_DIR, VALIDATE)
+KEPT = "lab.cache.kept"
+NAMES = (PREDICT, SESSION, LOAD_SPLIT, CALIBRATION_SET, FIXTURES_DIR, VALIDATE, KEPT)
 
 
 class Cache(Protocol):
@@ -40,6 +41,12 @@ def through(name: str, compute: Callable[..., Any], *args: Any) -> Any:
     """``compute(*args)``, or the current cache's answer for it."""
     cache = _CURRENT.get()
     return compute(*args) if cache is None else cache.call(name, compute, args)
+
+
+def kept(key: tuple, compute: Callable[[], Any]) -> Any:
+    """``compute()``, or the current cache's value under ``key`` (the grader's worker keeps, for its life, what
+    depends on the fixtures and the variant alone: ``lab.variant.per_variant``). ``compute`` is handed the key."""
+    return through(KEPT, lambda _key: compute(), key)
 
 
 @contextlib.contextmanager

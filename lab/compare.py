@@ -43,15 +43,15 @@ def predict(model, x: np.ndarray, input_name: str = INPUT_NAME, threads: int = 1
     entry; the emulation follows x86's rules. Not cached: ``lab.cache`` keys a prediction by model, family, input
     name and data only.
     """
+    family = family or kernels.target_family()   # resolved here: a cache keys the prediction by it
     if x64_precision:
         return _predict(model, x, input_name, threads, family, True)
     return cache.through(cache.PREDICT, _predict, model, x, input_name, threads, family)
 
 
-def _predict(model, x: np.ndarray, input_name: str, threads: int, family: str | None,
+def _predict(model, x: np.ndarray, input_name: str, threads: int, family: str,
              x64_precision: bool = False) -> np.ndarray:
     x = np.asarray(x, np.float32)
-    family = family or kernels.target_family()
     if kernels.emulated(family) and quant_format(model) != "float" and not kernels.family_free(model, x64_precision):
         return kernels.emulate(model, x, family, input_name, x64_precision)
     return session(model, threads, x64_precision).run(None, {input_name: x})[0]

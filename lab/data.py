@@ -77,11 +77,11 @@ def load_split(name: str) -> Split:
     ``calibration`` is the current variant's (``lab.variant``): the committed split for the reference variant, else
     the variant's 360 images of the pool. Evaluation and held-out are the same for every variant.
     """
-    return cache.through(cache.LOAD_SPLIT, _load_split, name)
+    return cache.through(cache.LOAD_SPLIT, _load_split, name, variant.current() if name == "calibration" else None)
 
 
-def _load_split(name: str) -> Split:
-    v = variant.current() if name == "calibration" else None
+def _load_split(name: str, v: variant.Variant | None) -> Split:
+    """The split ``name`` for variant ``v`` (given for the calibration split only: the others are every variant's)."""
     if v is None:
         with np.load(fixture_path(f"{name}.npz")) as f:
             return Split(name, f["raw"], f["labels"], f["index"])
@@ -125,10 +125,12 @@ CALIBRATION_SET_NOTES = {
 def calibration_set(kind: str, raw: np.ndarray | None = None) -> np.ndarray:
     """The ``right``, ``narrow`` or ``wide`` calibration set, float32 [N, 64], built from the same images (through
     the current ``lab.cache``)."""
-    return cache.through(cache.CALIBRATION_SET, _calibration_set, kind, raw)
+    return cache.through(cache.CALIBRATION_SET, _calibration_set, kind, raw, variant.current())
 
 
-def _calibration_set(kind: str, raw: np.ndarray | None) -> np.ndarray:
+def _calibration_set(kind: str, raw: np.ndarray | None, v: variant.Variant | None) -> np.ndarray:
+    """The set ``kind`` of ``raw``, or of the calibration split of ``v``, the current variant (given so that a cache
+    keys the set by it)."""
     if kind not in CALIBRATION_SETS:
         raise ValueError(f"unknown calibration set {kind!r}; expected one of {sorted(CALIBRATION_SETS)}")
     if raw is None:

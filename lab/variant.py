@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from lab import cache
 from lab.fixture_files import fixtures_dir
 
 REFERENCE = "reference"  # the reserved id of the instructor's reference variant (as no id at all)
@@ -130,6 +131,18 @@ def positions(v: Variant, pool_size: int, n: int) -> np.ndarray:
         raise ValueError(f"a variant draws {n} images from the {drawable.size} of the pool that are not tuning "
                          "images; the pool is too small")
     return np.random.default_rng(seed(v)).choice(drawable, n, replace=False)
+
+
+def per_variant(fn: Callable[..., T]) -> Callable[..., T]:
+    """``fn`` (of the fixtures and the variant alone, with hashable arguments) kept by the current ``lab.cache``
+    (``cache.kept``: the grader's worker keeps one value per function, arguments and variant); computed at each call
+    where no cache is in use. Each grading state keeps its own, unlike ``lru_cache``'s one store per process."""
+
+    @functools.wraps(fn)
+    def once(*args: Any) -> T:
+        return cache.kept((fn.__module__, fn.__qualname__, args, current()), lambda: fn(*args))
+
+    return once
 
 
 def lru_cache(maxsize: int) -> Callable[[Callable[..., T]], Callable[..., T]]:

@@ -20,14 +20,14 @@ import pytest
 import grader
 from grader import sandbox, state
 from grader.batch import grade_one
-from grader.reuse import PixelKeys, Reuse, per_worker
+from grader.reuse import PixelKeys, Reuse
 from grader.sandbox import Policy
-from lab import cache, compare, data, schemas
+from lab import cache, compare, data, schemas, variant
 from lab.lessons.lesson07_calibrate_the_deployed_representation import scenario_checks
 from lab.tools.submit import submit
 
 # Module-level state in modules other helpers own, left for them (each name is theirs to make immutable or move into
-# the grading state: ``grader.reuse.per_worker`` replaces an ``lru_cache`` of fixture values). Nothing may be added.
+# the grading state: ``lab.variant.per_variant`` replaces an ``lru_cache`` of fixture values). Nothing may be added.
 ELSEWHERE = {
     "grader.export": {"NEEDS", "EXPORTED"},
     "grader.lessons.lesson02_the_calibration_reader": {"_RANGES", "DRIVES"},
@@ -87,7 +87,7 @@ def test_the_state_check_finds_what_it_should():
     mod.POLICY = Policy()
     mod.mutable_limits = sandbox.ChildResult("ok")  # a dataclass that is not frozen
     mod.cached = __import__("functools").lru_cache(maxsize=1)(lambda: 1)
-    mod.kept = per_worker(lambda: 1)
+    mod.kept = variant.per_variant(lambda: 1)
     assert module_state(mod) == ["ROWS", "SEEN", "TABLE", "_cache", "cached", "mutable_limits"]
 
 
@@ -128,6 +128,7 @@ def test_every_cached_lab_function_asks_the_current_cache_however_it_was_importe
         fixtures_dir()
         with pytest.raises(schemas.SchemaError):
             validate("results", {})
+        assert variant.per_variant(lambda: 7)() == 7
     assert set(recorder.names) == set(cache.NAMES)
     assert cache.current() is None
     recorder.names.clear()
@@ -156,10 +157,10 @@ def test_lesson_07s_predict_imported_by_name_is_cached(monkeypatch, tmp_path):
     assert 0 < len(computed) - n <= len(first) and set(computed[n:]) == {own}
 
 
-def test_per_worker_keeps_a_value_per_state_while_grading():
+def test_per_variant_keeps_a_value_per_state_while_grading():
     calls = []
 
-    @per_worker
+    @variant.per_variant
     def value(k):
         calls.append(k)
         return [k]
@@ -214,7 +215,7 @@ def test_two_graders_in_one_process_grade_independently(good_zip):
     assert ran.score > first.score == again.score
     assert [c.points for c in first.checks] == [c.points for c in again.checks]
     # each keeps its own caches: the evaluation split's read-only pixels are each state's own array
-    key = ("grader.context", "evaluation", (), None)  # per_worker keys end with the variant (None: the reference)
+    key = ("grader.context", "evaluation", (), None)  # per_variant keys end with the variant (None: the reference)
     assert refusing.reuse.values[key][0] is not unsafe.reuse.values[key][0]
     assert np.array_equal(refusing.reuse.values[key][0], unsafe.reuse.values[key][0])
     assert refusing.reuse.hits[cache.PREDICT] > unsafe.reuse.hits[cache.PREDICT] > 0  # it graded twice
