@@ -195,3 +195,28 @@ def test_reader_findings_name_each_broken_rule():
     raw = {**good, "first": {**good["first"], "shapes": [[32, 32, 32], [8, 32, 32]], "dtypes": ["uint8"]}}
     found = graded.reader_findings(raw, n)
     assert len(found) == 2 and "lab.camera.preprocess" in found[0] and "expected float32" in found[1]
+
+
+@pytest.mark.parametrize("family", ["exact", "saturating"])
+def test_the_daylight_frames_are_not_run_again_after_every_condition(monkeypatch, tmp_path, family):
+    """``release.predict`` of the pooled frames (``blocks``: one per condition) remembers each condition's block: the
+    daylight frames' outputs, asked next, come from that run, equal to running them alone (a row's output does not
+    depend on the rows run with it), on each family."""
+    from lab.readers import ArrayReader
+
+    ev = camera.load_split("evaluation")
+    every = release.pooled(ev.frames, ev.labels)[0]
+    assert np.array_equal(every[:len(ev.image)], ev.image)
+    source = tmp_path / "cnn-fp32.onnx"
+    shutil.copy(camera.model_path(), source)
+    model = tmp_path / "cnn-int8.onnx"
+    camera_path.quantize_cnn(source, model, ArrayReader(camera.load_split("calibration").image, 36, camera_path.INPUT))
+    monkeypatch.setattr(release, "_PREDICTED", type(release._PREDICTED)())
+    ran = []
+    real = release.compare.predict
+    monkeypatch.setattr(release.compare, "predict", lambda *a, **k: ran.append(len(a[1])) or real(*a, **k))
+    pooled = release.predict(model, every, family, blocks=len(camera.CONDITIONS))
+    daylight = release.predict(model, ev.image, family)
+    assert ran == [len(every)]
+    np.testing.assert_array_equal(daylight, real(model, ev.image, input_name=camera_path.INPUT, family=family))
+    np.testing.assert_array_equal(daylight, pooled[:len(ev.image)])
