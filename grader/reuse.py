@@ -114,9 +114,9 @@ class Reuse:
     def __init__(self) -> None:
         self.fixture_sessions: dict = {}  # (fixture path, size, mtime) -> session
         self.fixture_outputs: dict = {}  # (fixture key, family, input name, pixels digest) -> probabilities
-        self.splits: dict = {}  # (split name, file key) -> lab.data.Split
-        self.sets: dict = {}  # (kind, calibration file key) -> float32 pixels
-        self.values: dict = {}  # kept(): what depends only on the fixtures, by key
+        self.splits: dict = {}  # (split name, file key, variant or None) -> lab.data.Split
+        self.sets: dict = {}  # (kind, calibration file key, variant or None) -> float32 pixels
+        self.values: dict = {}  # kept(): what depends only on the fixtures and the variant, by key
         self.pixel_keys = PixelKeys()
         self.hits: Counter = Counter()  # function name -> answers from a store
         self._hand_in: _HandIn | None = None
@@ -149,7 +149,8 @@ class Reuse:
         return getattr(self, _METHODS[name])(compute, *args)
 
     def kept(self, key: tuple, compute: Callable[[], Any]) -> Any:
-        """``compute()`` once per worker, under ``key``: only for what depends on the fixtures alone."""
+        """``compute()`` once per worker, under ``key``: only for what depends on the fixtures and the variant alone
+        (``lab.variant.per_variant`` puts the variant in the key)."""
         if key in self.values:
             self.hits["kept"] += 1
         else:

@@ -129,12 +129,11 @@ def calibration_set(kind: str, raw: np.ndarray | None = None) -> np.ndarray:
 
 
 def _calibration_set(kind: str, raw: np.ndarray | None, v: variant.Variant | None) -> np.ndarray:
-    """The set ``kind`` of ``raw``, or of the calibration split of ``v``, the current variant (given so that a cache
-    keys the set by it)."""
+    """The set ``kind`` of ``raw``, or of variant ``v``'s calibration split."""
     if kind not in CALIBRATION_SETS:
         raise ValueError(f"unknown calibration set {kind!r}; expected one of {sorted(CALIBRATION_SETS)}")
     if raw is None:
-        raw = load_split("calibration").raw
+        raw = cache.through(cache.LOAD_SPLIT, _load_split, "calibration", v).raw   # v's split, as the key says
     return CALIBRATION_SETS[kind](raw)
 
 
