@@ -289,15 +289,15 @@ def _column_extremes(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ``a`` (an im2col of few channels) is reduced as rows of several of its rows at once: numpy reduces down
     wide rows many times faster than down a few long columns."""
     n, k = a.shape
-    if not n or not k:
-        return np.zeros(k, a.dtype), np.zeros(k, a.dtype)
-    group = max(1, min(n, 4096 // k))
-    whole = n - n % group
-    parts = [a[:whole].reshape(n // group, group * k)] if whole else []
     lo = hi = np.zeros(k, a.dtype)
-    for part in parts + ([a[whole:]] if whole < n else []):
-        lo = np.minimum(lo, part.min(axis=0).reshape(-1, k).min(axis=0))
-        hi = np.maximum(hi, part.max(axis=0).reshape(-1, k).max(axis=0))
+    if not n or not k:
+        return lo, hi
+    group = min(n, max(1, 4096 // k))
+    whole = n - n % group   # the rows that fill wide rows of ``group`` rows each; the rest reduced as they are
+    for part in (a[:whole].reshape(-1, group * k), a[whole:]):
+        if part.size:
+            lo = np.minimum(lo, part.min(axis=0).reshape(-1, k).min(axis=0))
+            hi = np.maximum(hi, part.max(axis=0).reshape(-1, k).max(axis=0))
     return lo, hi
 
 

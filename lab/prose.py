@@ -39,6 +39,8 @@ def precise(token: str) -> bool:
     ("12.5"); "1.0" or "0.1" would match too many rows of any table."""
     whole, places = token.split(".")
     return len(places) >= 2 or len((whole + places).lstrip("0")) >= 3
+
+
 CITED_INTEGER = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?![\w.])|(?<![\w.,])\d{3,}(?![\w.,])")
 """An integer of three digits or more (``9452`` or ``9,452``): cited only against a table's integers (bytes)."""
 
