@@ -40,7 +40,7 @@ import numpy as np
 from benchmarks import alternating_pairs, median_pair
 from grader import reference, sandbox
 from grader.batch import write_gradebook
-from lab import data
+from lab import camera, data
 from lab.tools.submit import submit
 
 REPO = Path(__file__).resolve().parent.parent
@@ -67,17 +67,17 @@ AIM_DISTINCT_RATIO = 3.0
 OUT = REPO / "build" / "bench"
 
 FLOOR_SCRIPT = r'''
-import sys, zipfile, io
+import sys, zipfile
 import numpy as np
 import onnxruntime as ort
-x = np.load(sys.argv[2])["x"]
+inputs = dict(np.load(sys.argv[2]))  # input name -> its evaluation set: the digits' pixels, the camera's image
 so = ort.SessionOptions(); so.intra_op_num_threads = 1; so.inter_op_num_threads = 1
 with zipfile.ZipFile(sys.argv[1]) as zf:
     for name in zf.namelist():
         if name.endswith(".onnx"):
-            try:
+            try:  # a broken hand-in's model may not load or run: the grader refuses it too
                 s = ort.InferenceSession(zf.read(name), so, providers=["CPUExecutionProvider"])
-                s.run(None, {"pixels": x})
+                s.run(None, {i.name: inputs[i.name] for i in s.get_inputs()})
             except Exception:
                 pass
 '''
@@ -171,7 +171,7 @@ def make_cheap_class(folder: Path, n: int, good_zip: Path) -> None:
 
 def time_floor(folder: Path, jobs: int = JOBS, limit: int | None = None) -> float:
     x_path = folder.parent / "x.npz"
-    np.savez(x_path, x=data.load_split("evaluation").pixels)
+    save_floor_inputs(x_path)
     script = folder.parent / "floor.py"
     script.write_text(FLOOR_SCRIPT)
     zips = sorted(folder.glob("*.zip"))[:limit]
@@ -280,6 +280,13 @@ def time_notebook_regrade(tmp: Path) -> float | None:
     return seconds if proc.returncode == 0 else None
 
 
+def save_floor_inputs(path: Path) -> None:
+    """The floor's inputs, by input name: the digits' evaluation pixels and the camera's evaluation image (lesson
+    10's handed-in CNN), so the floor runs every handed-in model once on its own evaluation set."""
+    np.savez(path, **{data.INPUT_NAME: data.load_split("evaluation").pixels,
+                      camera.INPUT_NAME: camera.load_split("evaluation").image})
+
+
 def median_seconds(cmd: list[str], repeats: int = SINGLE_REPEATS) -> float:
     """Median wall-clock seconds of ``cmd`` run ``repeats`` times from the repository (output discarded)."""
     times = []
@@ -295,7 +302,7 @@ def median_seconds(cmd: list[str], repeats: int = SINGLE_REPEATS) -> float:
 def single_grade(zip_path: Path, tmp: Path) -> dict:
     """One ``python -m grader grade`` of one honest hand-in (its student's own variant) against the floor for it."""
     x_path = tmp / "x-single.npz"
-    np.savez(x_path, x=data.load_split("evaluation").pixels)
+    save_floor_inputs(x_path)
     script = tmp / "floor-single.py"
     script.write_text(FLOOR_SCRIPT)
     floor = median_seconds([sys.executable, str(script), str(zip_path), str(x_path)])

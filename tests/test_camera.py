@@ -173,6 +173,7 @@ def test_the_cnn_fixture_is_small():
 
 
 @pytest.mark.slow
+@pytest.mark.rebuild
 def test_a_rebuild_gives_the_same_frames_and_the_same_accuracy(tmp_path):
     """``python -m fixtures.build_cnn`` (about 4 minutes): the same frames, labels and rows; the weights may differ
     in the last bits on another CPU (BLAS), so the accuracy is held to within one image in a hundred."""

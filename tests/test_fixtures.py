@@ -46,6 +46,7 @@ def test_fp32_graph_has_the_contract():
 
 
 @pytest.mark.slow
+@pytest.mark.rebuild
 def test_rebuild_gives_same_shapes_names_splits_and_accuracy(tmp_path):
     build.build(tmp_path)
     for name in build.DATA_FILES:
