@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -154,6 +155,12 @@ def _grade(args) -> int:
 
     if not Path(args.path).exists():
         print(f"grade: {args.path} does not exist", file=sys.stderr)
+        return 2
+    if args.out and (Path(args.out) / "gradebook.csv").is_file():
+        print(f"grade: {args.out} is a batch's folder (it has gradebook.csv), whose gradebook grade --out would leave "
+              f"behind; grade the class into it with `python -m grader batch FOLDER --out {args.out} --resume` (a "
+              f"changed hand-in is graded again) or `python -m grader regrade FOLDER --out {args.out}`, or give grade "
+              "another --out", file=sys.stderr)
         return 2
     sandbox.allow_unsafe(_unsafe(args))
     print(f"sandbox: {sandbox.sandbox_kind()}", file=sys.stderr)
@@ -328,4 +335,8 @@ def _export(args) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # `python -m grader grade X | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)

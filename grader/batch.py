@@ -320,9 +320,10 @@ def batch(folder: str | Path, out: str | Path, options: BatchOptions | None = No
     private_dir(out)
     previous = read_gradebook(out)
     if not resume and not regrading and any(r.get("published") for r in previous.values()):
+        roster = f" --roster {options.roster}" if options.roster else ""
         raise SystemExit(f"{out / 'gradebook.csv'} holds published grades (a regrade's): a fresh batch would drop "
-                         f"them; grade again with `python -m grader regrade {folder} --out {out}` (or --resume to "
-                         "grade only what is missing), or into a new --out")
+                         f"them; grade again with `python -m grader regrade {folder} --out {out}{roster}` (or "
+                         "--resume to grade only what is missing), or into a new --out")
     if options.roster is None and any(r.get("handed_in") for r in previous.values()):
         raise SystemExit(f"{out / 'gradebook.csv'} was graded from LMS downloads with --roster: give the same --roster "
                          "again, or each download would be credited to its file name")

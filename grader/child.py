@@ -222,6 +222,27 @@ def run_metrics(task: dict) -> dict:
     return {"ok": True, "cases": out}
 
 
+def _own_paths(obj, folder: str):
+    """``obj`` with the scratch ``folder`` left out of every string: a path reads as the student wrote it
+    (``../label_names.json``), and a message is the same in every run (each run's folder has a random name)."""
+    if isinstance(obj, str):
+        return obj.replace(folder + os.sep, "").replace(folder, ".")
+    if isinstance(obj, list):
+        return [_own_paths(v, folder) for v in obj]
+    if isinstance(obj, dict):
+        return {k: _own_paths(v, folder) for k, v in obj.items()}
+    return obj
+
+
+def _failure(e: BaseException, folder: str) -> str:
+    """``Type: message``, the student's file and line it was raised from, and, for a missing file, why."""
+    own = [f for f in traceback.extract_tb(e.__traceback__) if os.path.dirname(f.filename) == folder]
+    where = f" ({os.path.basename(own[-1].filename)}, line {own[-1].lineno})" if own else ""
+    why = ("; the grader runs your .py files alone, in an empty folder: no other file of your workspace is there"
+           if isinstance(e, FileNotFoundError) else "")
+    return f"{type(e).__name__}: {e}"[:400] + where + why
+
+
 def main() -> int:
     sys.path[:0] = [os.getcwd(), REPO]
     with open(sys.argv[1], encoding="utf-8") as f:
@@ -232,10 +253,10 @@ def main() -> int:
         result = {"ok": False, "error": "MemoryError: ran out of memory", "memory": True}
     except BaseException as e:  # noqa: BLE001 - report, never crash silently
         tb = traceback.format_exception(type(e), e, e.__traceback__)
-        result = {"ok": False, "error": f"{type(e).__name__}: {e}"[:500], "traceback": "".join(tb)[-2000:],
+        result = {"ok": False, "error": _failure(e, os.getcwd()), "traceback": "".join(tb)[-2000:],
                   "memory": isinstance(e, MemoryError)}
     with open(os.path.join(os.getcwd(), "result.json"), "w", encoding="utf-8") as f:
-        json.dump(result, f)
+        json.dump(_own_paths(result, os.getcwd()), f)
     return 0
 
 

@@ -63,9 +63,10 @@ class Export:
             lines.append(f"{len(self.no_grade)} hand-in(s) with no grade yet (left out: their grade in the LMS is "
                          "unchanged): " + ", ".join(f"{s} ({st})" for s, st in self.no_grade))
         if self.feedback_by_hand:
+            where = f"is not in {CANVAS_FEEDBACK}" if "canvas feedback" in self.files else \
+                f"has no {CANVAS_FEEDBACK}: it would be empty"
             lines.append(f"{len(self.feedback_by_hand)} student(s) whose hand-in has no Canvas download name (their "
-                         f"feedback is not in {CANVAS_FEEDBACK}; upload it by hand): "
-                         + ", ".join(self.feedback_by_hand))
+                         f"feedback {where}; upload it by hand): " + ", ".join(self.feedback_by_hand))
         return "\n".join(lines)
 
 
@@ -127,20 +128,26 @@ def canvas_upload_name(handed_in: str) -> str | None:
 
 
 def canvas_feedback_zip(path: Path, book: dict[str, dict], grades: dict[str, str], out: Path) -> list[str]:
-    """Each exported student's feedback, named for Canvas's bulk upload; the students it could not name."""
-    by_hand = []
+    """Each exported student's feedback, named for Canvas's bulk upload; the students it could not name. No file
+    (and none left from an earlier export) when it could name no one: an empty zip uploads nothing."""
+    named, by_hand = {}, []
+    for student in grades:
+        name = canvas_upload_name(book[student].get("handed_in", ""))
+        feedback = out / "feedback" / f"{student}.md"
+        if name is None or not feedback.is_file():
+            by_hand.append(student)
+        else:
+            named[name] = feedback.read_text(encoding="utf-8")
+    path.unlink(missing_ok=True)
+    if not named:
+        return by_hand
     tmp = path.with_name(path.name + ".part")
     private_dir(path.parent)
     # private (0600), as every file the grader writes: it holds each student's feedback
     with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as raw, \
             zipfile.ZipFile(raw, "w", zipfile.ZIP_DEFLATED) as zf:
-        for student in grades:
-            name = canvas_upload_name(book[student].get("handed_in", ""))
-            feedback = out / "feedback" / f"{student}.md"
-            if name is None or not feedback.is_file():
-                by_hand.append(student)
-                continue
-            zf.writestr(name, feedback.read_text(encoding="utf-8"))
+        for name, text in named.items():
+            zf.writestr(name, text)
     tmp.replace(path)
     return by_hand
 
@@ -167,8 +174,9 @@ def export(out: str | Path, roster_path: str | Path, formats: tuple[str, ...] = 
         files[fmt] = dest / f"{fmt}.csv"
         write_private(files[fmt], writers[fmt]())
     if "canvas" in formats:
-        files["canvas feedback"] = dest / CANVAS_FEEDBACK
-        by_hand = canvas_feedback_zip(files["canvas feedback"], book, grades, out)
+        by_hand = canvas_feedback_zip(dest / CANVAS_FEEDBACK, book, grades, out)
+        if (dest / CANVAS_FEEDBACK).is_file():
+            files["canvas feedback"] = dest / CANVAS_FEEDBACK
     like_folder(out, list(files.values()))  # a TA group that reads the grades reads these too
     return Export(files, no_handin=[s for s in roster if s not in book],
                   not_in_roster=[s for s in book if s not in roster],

@@ -239,7 +239,11 @@ def regrade(folder: str | Path, out: str | Path, never_lower: bool = False, opti
         shutil.copytree(out / "results", here / "before" / "results")
     shutil.copy2(out / "gradebook.csv", here / "before" / "gradebook.csv")
     before, before_book = _results(here / "before" / "results"), read_gradebook(here / "before")
-    rows = batch(folder, out, options, executor=executor, regrading=True)
+    try:
+        rows = batch(folder, out, options, executor=executor, regrading=True)
+    except SystemExit:  # refused before grading anything (a missing --roster, ...): leave no regrade folder behind
+        shutil.rmtree(here)
+        raise
     students = [r["student"] for r in rows]
     after = _results(out / "results")
     graded = [r["student"] for r in rows if r["status"] not in UNCLAIMED]

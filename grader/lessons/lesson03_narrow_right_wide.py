@@ -53,8 +53,9 @@ HINTS = MappingProxyType({"quantized": "each of narrow.onnx, right.onnx, wide.on
                       "quantize_static, with lesson 03's settings (lab.lessons.lesson03_narrow_right_wide.SETTINGS)",
          "ruler_reported": "report the scale and zero point read back with lab.graph.input_ruler(model)",
          "range_seen": "each model must be calibrated on its own named set",
-         "max_abs_error": "recompute with lab.compare.max_abs_error(fp32_out, int8_out) on the evaluation set, "
-                          "and the accuracy on the same images"})
+         "max_abs_error": "the numbers lesson 03 writes for each model, from the model itself: "
+                          "lab.compare.max_abs_error(fp32_out, int8_out) on the evaluation set, and the accuracy on "
+                          "the same images"})
 
 
 def _load(ctx: Context) -> tuple[dict, dict]:
@@ -199,8 +200,11 @@ def _max_abs_error(ctx: Context, doc: dict, rulers: dict, refused: dict):
         acc, acc_rep, slack = float((probs.argmax(1) == labels).mean()), float(rep["accuracy"]), \
             len(near_boundary(probs)) / len(x)
         acc_ok = abs(acc_rep - acc) <= slack + EPSILON
-        return (ok and acc_ok, f"{kind}: max abs error {err:.4f} on the {len(x)} evaluation images (reported "
-                f"{_g(err_rep)})" + ("" if acc_ok else f", accuracy {acc:.4f} (reported {_g(acc_rep)})"),
+        wrong = ([] if ok else [f"max_abs_error is {_g(err_rep)}, recomputed {err:.4f}"]) + \
+            ([] if acc_ok else [f"accuracy is {_g(acc_rep)}, recomputed {acc:.4f}"])
+        said = (f"results.json's sets.{kind}: " + ", ".join(wrong) + f" on the {len(x)} evaluation images") if wrong \
+            else f"{kind}: max abs error {err:.4f} on the {len(x)} evaluation images (reported {_g(err_rep)})"
+        return (ok and acc_ok, said,
                 [Evidence(f"{kind} max abs error", err_rep, err, SOFTMAX_STEP, WHY_OUTPUT),
                  Evidence(f"{kind} accuracy", acc_rep, acc, slack + EPSILON,
                           "near-boundary policy: samples whose top-2 margin is within the grid may flip on another "
