@@ -19,6 +19,9 @@ import numpy.typing as npt
 ALPHA = 0.05  # a difference is beyond noise when p < ALPHA / the interval excludes 0 at 1 - ALPHA
 BOOTSTRAP_ROUNDS = 2000
 SEED = 0  # bootstraps are seeded: the same data give the same interval on every machine
+OUTPUT_STEP = 1 / 255
+"""One step of an 8-bit probability grid (QDQ's Softmax output; QOperator's is 1/256): a change in the largest error
+smaller than this is the grid's rounding, not a difference between the models, whatever the resampling says."""
 _CHUNK_ELEMENTS = 5_000_000  # resampled indices held at once (rounds x images)
 
 
@@ -109,17 +112,24 @@ def paired_from_probabilities(labels: npt.ArrayLike, a_probs: npt.ArrayLike, b_p
 
 @dataclass(frozen=True)
 class Interval:
-    """A statistic's difference b - a with its paired bootstrap interval over images."""
+    """A statistic's difference b - a with its paired bootstrap interval over images; ``floor``: the smallest
+    difference that counts (``OUTPUT_STEP`` for a largest error), 0 for any."""
 
     estimate: float
     low: float
     high: float
     level: float
+    floor: float = 0.0
 
     @property
     def beyond_noise(self) -> bool:
-        """Whether the interval excludes 0."""
-        return self.low > 0 or self.high < 0
+        """Whether the interval lies wholly above ``floor`` or wholly below ``-floor``."""
+        return self.low > self.floor or self.high < -self.floor
+
+    @property
+    def under_floor(self) -> bool:
+        """The interval excludes 0 but not the band within ``floor`` of it: a change too small to count."""
+        return not self.beyond_noise and (self.low > 0 or self.high < 0)
 
     @property
     def sign(self) -> int:
@@ -128,20 +138,22 @@ class Interval:
 
     def words(self, fmt: str = ".3f") -> str:
         """One line: the estimate, its interval and the verdict."""
-        verdict = "beyond noise" if self.beyond_noise else "within noise"
+        verdict = "beyond noise" if self.beyond_noise else \
+            f"within noise (under one output step, {self.floor:{fmt}})" if self.under_floor else "within noise"
         return f"{self.estimate:+{fmt}} [{self.low:{fmt}}, {self.high:{fmt}}]: {verdict}"
 
     def to_dict(self) -> dict[str, Any]:
-        """The estimate, the interval, its level, the verdict, the sign and the words."""
+        """The estimate, the interval, its level and floor, the verdict, the sign and the words."""
         return {"estimate": self.estimate, "low": self.low, "high": self.high, "level": self.level,
-                "beyond_noise": self.beyond_noise, "sign": self.sign, "words": self.words()}
+                "floor": self.floor, "beyond_noise": self.beyond_noise, "sign": self.sign, "words": self.words()}
 
 
 def bootstrap_difference(a_values: npt.ArrayLike, b_values: npt.ArrayLike,
                          statistic: Callable[..., Any] = np.max, rounds: int = BOOTSTRAP_ROUNDS, seed: int = SEED,
-                         level: float = 1 - ALPHA) -> Interval:
+                         level: float = 1 - ALPHA, floor: float = 0.0) -> Interval:
     """statistic(b) - statistic(a) over per-image values, with a percentile interval from resampling the images
-    (the same indices for a and b); ``statistic`` must accept ``axis=1``, as np.max and np.mean do."""
+    (the same indices for a and b); ``statistic`` must accept ``axis=1``, as np.max and np.mean do. ``floor``: the
+    smallest difference that counts as beyond noise."""
     a = _vector("a_values", a_values).astype(np.float64)
     b = _vector("b_values", b_values).astype(np.float64)
     _same_length(a_values=a, b_values=b)
@@ -157,7 +169,16 @@ def bootstrap_difference(a_values: npt.ArrayLike, b_values: npt.ArrayLike,
         differences.append(np.asarray(statistic(b[idx], axis=1) - statistic(a[idx], axis=1), dtype=np.float64))
     tail = (1 - level) / 2
     low, high = np.quantile(np.concatenate(differences), [tail, 1 - tail])
-    return Interval(estimate=float(statistic(b) - statistic(a)), low=float(low), high=float(high), level=level)
+    return Interval(estimate=float(statistic(b) - statistic(a)), low=float(low), high=float(high), level=level,
+                    floor=floor)
+
+
+def max_error_change(reference_probs: npt.ArrayLike, a_probs: npt.ArrayLike, b_probs: npt.ArrayLike) -> Interval:
+    """b's max abs error against the reference minus a's, with its interval over images and ``OUTPUT_STEP`` as its
+    floor: when one image is the worst for both models, most resamples repeat the estimate, so the interval alone
+    would call a change of a fraction of a grid step beyond noise."""
+    return bootstrap_difference(per_image_max_abs_error(reference_probs, a_probs),
+                                per_image_max_abs_error(reference_probs, b_probs), np.max, floor=OUTPUT_STEP)
 
 
 def per_image_max_abs_error(reference_probs: npt.ArrayLike, probs: npt.ArrayLike) -> np.ndarray:

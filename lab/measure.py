@@ -76,8 +76,7 @@ def against(baseline: str | Path, model: str | Path, ev: Evaluation) -> str:
     images, each saying whether it is beyond the noise."""
     a, b = predict(baseline, ev.pixels), predict(model, ev.pixels)
     pairs = evidence.paired(ev.labels, a.argmax(1), b.argmax(1))
-    error = evidence.bootstrap_difference(evidence.per_image_max_abs_error(ev.reference, a),
-                                          evidence.per_image_max_abs_error(ev.reference, b))
+    error = evidence.max_error_change(ev.reference, a, b)
     return f"accuracy: {pairs.words()}; max abs err {error.words()}"
 
 

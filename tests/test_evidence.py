@@ -106,8 +106,27 @@ def test_interval_words_and_dict():
     interval = evidence.Interval(estimate=0.035, low=0.012, high=0.061, level=0.95)
     assert interval.words() == "+0.035 [0.012, 0.061]: beyond noise"
     assert evidence.Interval(-0.01, -0.03, 0.01, 0.95).words(".2f") == "-0.01 [-0.03, 0.01]: within noise"
-    assert interval.to_dict() == {"estimate": 0.035, "low": 0.012, "high": 0.061, "level": 0.95,
+    assert interval.to_dict() == {"estimate": 0.035, "low": 0.012, "high": 0.061, "level": 0.95, "floor": 0.0,
                                   "beyond_noise": True, "sign": 1, "words": interval.words()}
+
+
+def test_a_change_of_the_largest_error_under_one_output_step_is_not_beyond_noise():
+    """One image is the worst for both models: most resamples repeat the estimate, so the interval excludes 0 for a
+    change of half a grid step; the floor keeps it within noise, and a fifth off every image's error is beyond."""
+    rng = np.random.default_rng(3)
+    reference = np.zeros((400, 10))
+    a = np.abs(rng.normal(0, 0.01, (400, 10)))
+    a[24, 3] = 0.30                                   # image 24: the worst for both models
+    close, far = a * 0.98, a * 0.8                    # every image a little better; every image a fifth better
+    close[24, 3] = a[24, 3] - evidence.OUTPUT_STEP / 2
+    raw = evidence.bootstrap_difference(evidence.per_image_max_abs_error(reference, a),
+                                        evidence.per_image_max_abs_error(reference, close))
+    assert raw.beyond_noise                           # without the floor: "beyond noise" for half a step
+    small = evidence.max_error_change(reference, a, close)
+    assert not small.beyond_noise and small.under_floor and small.sign == 0
+    assert "under one output step" in small.words() and small.to_dict()["floor"] == evidence.OUTPUT_STEP
+    large = evidence.max_error_change(reference, a, far)
+    assert large.beyond_noise and large.sign == -1 and not large.under_floor
 
 
 def test_bad_bootstrap_input_names_what_was_expected():

@@ -42,8 +42,7 @@ class Comparison:
 def compared_outputs(ev: Evaluation, baseline: np.ndarray, model: np.ndarray) -> Comparison:
     """Two models' probabilities on ``ev``'s images compared (``baseline`` is a, ``model`` is b)."""
     return Comparison(evidence.paired_from_probabilities(ev.labels, baseline, model),
-                      evidence.bootstrap_difference(evidence.per_image_max_abs_error(ev.reference, baseline),
-                                                    evidence.per_image_max_abs_error(ev.reference, model)),
+                      evidence.max_error_change(ev.reference, baseline, model),
                       bool(np.array_equal(baseline, model)))
 
 
@@ -65,7 +64,8 @@ def against_fp32(model: str | Path, ev: Evaluation) -> evidence.Paired:
 # ---- words ---------------------------------------------------------------------------------------
 def error_change(i: evidence.Interval) -> str:
     """The max abs error's change, its interval and which way it went: higher or lower beyond the noise, or within."""
-    way = {1: "higher, beyond the noise", -1: "lower, beyond the noise", 0: "within the noise"}[i.sign]
+    way = {1: "higher, beyond the noise", -1: "lower, beyond the noise",
+           0: "under one output step: within the noise" if i.under_floor else "within the noise"}[i.sign]
     return f"max abs error {i.estimate:+.3f} [{i.low:+.3f}, {i.high:+.3f}]: {way}"
 
 

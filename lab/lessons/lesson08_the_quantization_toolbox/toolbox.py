@@ -1,6 +1,7 @@
 """Lesson 08, the quantization toolbox: every setting of ONNX Runtime's converter, measured on the digit reader.
 
-Each function converts the workspace's ``source.onnx`` with one setting changed and measures
+Each function converts the workspace's ``source.onnx`` with one setting changed (QUInt8 weights bring QUInt8
+activations: ``quantize_static`` refuses them with QInt8 activations) and measures
 the result against FP32 on the evaluation set (``lab.measure``): max abs error of the probabilities,
 accuracy, and file size, as CPUs of the target kernel family compute them (``lab.kernels``: this
 machine's, or the one ``$LAB_KERNEL_FAMILY`` names). Per-channel weights change the most between the

@@ -237,7 +237,8 @@ def runs_in_session(model, name: str) -> str:
 
 ABLATION_COLUMNS = [("rank", "rank", "d"), ("node", "excluded", ""), ("op", "op", ""),
                     ("runs_as", "runs in the session as", ""), ("family", "family", ""),
-                    ("accuracy", "accuracy", ".4f"), ("max_abs_error", "max abs err", ".3f"),
+                    ("accuracy", f"accuracy ({ABLATION_FRAMES} frames)", ".4f"),
+                    ("max_abs_error", "max abs err", ".3f"),
                     ("evidence", "against the handed-in model, frame by frame", ""),
                     ("error_change", "mean per-frame error change", "")]
 

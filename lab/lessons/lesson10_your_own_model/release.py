@@ -443,17 +443,38 @@ def sets_sentence(sets: Mapping[str, dict], labels: np.ndarray) -> str:
     return "**Your run.** " + "; ".join(parts) + "."
 
 
-def forms_sentence(rows: Sequence[Mapping]) -> str:
-    """Section 6 from the run: the per-channel forms' max abs error per family against per-tensor QDQ's."""
+def _worst_per_channel(rows: Sequence[Mapping]) -> str:
+    """The per-channel form with the largest max abs error on the exact family."""
+    err = {(r["name"], r["family"]): r["max_abs_error"] for r in rows}
+    return max((n for n in FORMS if n.startswith("per-channel")), key=lambda n: err[n, kernels.EXACT])
+
+
+def per_tensor_change(source, forms: Mapping[str, Path], x: np.ndarray, rows: Sequence[Mapping]) -> evidence.Interval:
+    """On the exact family, per-tensor QDQ's max abs error minus the worst per-channel form's, with its interval over
+    the frames (``lab.evidence.max_error_change``): whether per-tensor is worse beyond the noise."""
+    fp32 = predict(source, x, kernels.EXACT)
+    return evidence.max_error_change(fp32, predict(forms[_worst_per_channel(rows)], x, kernels.EXACT),
+                                     predict(forms["per-tensor QDQ"], x, kernels.EXACT))
+
+
+def forms_sentence(rows: Sequence[Mapping], change: evidence.Interval | None = None) -> str:
+    """Section 6 from the run: the per-channel forms' max abs error per family against per-tensor QDQ's, and
+    (``change``: ``per_tensor_change``) whether per-tensor's is larger beyond the noise."""
     err = {(r["name"], r["family"]): r["max_abs_error"] for r in rows}
     pcs = [n for n in FORMS if n.startswith("per-channel")]
     lo, hi = (min(err[n, kernels.EXACT] for n in pcs), max(err[n, kernels.EXACT] for n in pcs))
     pt = err["per-tensor QDQ", kernels.EXACT]
     sat, rr = err["per-channel QDQ", kernels.SATURATING], err["per-channel QDQ + reduce_range", kernels.SATURATING]
     x64 = err.get((X64_ROW, kernels.SATURATING))
+    verdict = "" if change is None else (
+        f"; against {_worst_per_channel(rows)}, {change.estimate:+.3f} [{change.low:+.3f}, {change.high:+.3f}]: "
+        "per-tensor is "
+        + ("worse beyond the noise" if change.sign > 0 else "better beyond the noise" if change.sign < 0
+           else "not worse beyond the noise on these frames, the interval's near end being under one output step"
+           if change.under_floor else "not worse beyond the noise on these frames"))
     return (f"**Your run.** On the exact family the per-channel forms' max abs errors span {lo:.3f} to {hi:.3f} "
-            f"and per-tensor QDQ's is {pt:.3f} ({pt / hi:.1f} x the largest of them). On the saturating family "
-            f"per-channel QDQ's grows from {err['per-channel QDQ', kernels.EXACT]:.3f} to {sat:.3f}; with "
+            f"and per-tensor QDQ's is {pt:.3f} ({pt / hi:.1f} x the largest of them{verdict}). On the saturating "
+            f"family per-channel QDQ's grows from {err['per-channel QDQ', kernels.EXACT]:.3f} to {sat:.3f}; with "
             f"`reduce_range` it is {rr:.3f}"
             + (f"; the same per-channel file in a session with `session.x64quantprecision` gives {x64:.3f}, the "
                f"exact family's {err['per-channel QDQ', kernels.EXACT]:.3f}" if x64 is not None else "") + ".")
