@@ -183,7 +183,7 @@ class Missing(Exception):
 
 
 def check(part: str, name: str, fraction: float, message: str, evidence: list[Evidence] | None = None,
-          hidden: bool = False) -> Check:
+          hidden: bool = False, assessed: bool = True) -> Check:
     """A ``Check`` worth ``fraction`` of its rubric points, rounded down to whole or half points.
 
     Feedback says "2.5 / 3", never "2.6667 / 3": a check whose parts are worth a third of a point each
@@ -191,7 +191,7 @@ def check(part: str, name: str, fraction: float, message: str, evidence: list[Ev
     """
     full = points(part, name, current_course().prices)  # the course's price, else rubric.toml's
     earned = math.floor(full * max(0.0, min(1.0, fraction)) * 2 + 1e-9) / 2  # whole or half points, rounded down
-    return Check(part, name, earned, full, message, evidence or [], hidden)
+    return Check(part, name, earned, full, message, evidence or [], hidden, assessed)
 
 
 def share_left(part: str, name: str, cost: float) -> float:

@@ -208,11 +208,12 @@ def _order() -> list[tuple[str, str]]:
 
 
 def check_rates(results: dict[str, dict]) -> list[CheckRate]:
-    """Every check's pass rate among the hand-ins whose checks ran and count for it (``counts``)."""
+    """Every check's pass rate among the hand-ins whose checks ran, judged the student's work (not ``assessed``:
+    its cause is charged under another check) and count for it (``counts``)."""
     tally: dict[tuple[str, str], list[int]] = {}
     for d in results.values():
         for c in d.get("checks", []):
-            if not counts(d, c["part"], c["name"]):
+            if not counts(d, c["part"], c["name"]) or not c.get("assessed", True):
                 continue
             k = tally.setdefault((c["part"], c["name"]), [0, 0])
             k[0] += bool(c.get("passed"))

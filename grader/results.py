@@ -138,6 +138,7 @@ class Check:
     message: str
     evidence: list[Evidence] = field(default_factory=list)
     hidden: bool = False
+    assessed: bool = True  # False: nothing of the student's could be judged here (the cause is charged elsewhere)
 
     def __post_init__(self):
         self.message = safe_text(self.message)
@@ -149,7 +150,8 @@ class Check:
     def to_dict(self) -> dict:
         return {"part": self.part, "name": self.name, "points": round(self.points, 4),
                 "max_points": self.max_points, "passed": self.passed, "message": self.message,
-                "hidden": self.hidden, "evidence": [e.to_dict() for e in self.evidence]}
+                "hidden": self.hidden, "evidence": [e.to_dict() for e in self.evidence]} | \
+            ({} if self.assessed else {"assessed": False})
 
 
 @dataclass
@@ -214,7 +216,8 @@ class GradeResult:
     def from_dict(cls, d: dict) -> GradeResult:
         checks = [Check(c["part"], c["name"], c["points"], c["max_points"], c["message"],
                         [Evidence(e["what"], e["reported"], e["recomputed"], e.get("tolerance"), e.get("why", ""))
-                         for e in c.get("evidence", [])], c.get("hidden", False)) for c in d.get("checks", [])]
+                         for e in c.get("evidence", [])], c.get("hidden", False), c.get("assessed", True))
+                  for c in d.get("checks", [])]
         return cls(d["student"], d["status"], checks, d.get("reason", ""), d.get("notes", []),
                    d.get("grader_version", ""), d.get("submission_sha256", ""), d.get("seconds", 0.0),
                    0.0 if checks else d.get("max_score", 0.0), d.get("instructor", {}))
@@ -232,7 +235,7 @@ class GradeResult:
         for i, c in enumerate(self.checks, 1):
             tests.append({"name": f"{_part_title(c.part)}: {_check_title(c)}", "number": str(i),
                           "score": round(c.points, 4), "max_score": c.max_points,
-                          "status": "passed" if c.passed else "failed", "output": _check_text(c),
+                          "status": "passed" if c.passed and c.assessed else "failed", "output": _check_text(c),
                           "visibility": "after_published" if c.hidden else "visible"})
         if self.status == "graded":
             out = f"Score {self.score:g} / {self.max_score:g}."

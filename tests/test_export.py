@@ -58,6 +58,9 @@ def test_canvas_file_has_canvas_columns_and_names_the_unmatched(out):
     assert done.no_handin == ["eve"] and done.not_in_roster == ["zed"]
     assert done.no_grade == [("cy", "pending"), ("dee", "error")]
     assert "eve" in done.summary() and "zed" in done.summary()
+    # no hand-in came from a Canvas download (no --roster batch): no empty feedback zip, and the summary says why
+    assert not (out / "lms" / "canvas-feedback.zip").exists() and "canvas feedback" not in done.files
+    assert "has no canvas-feedback.zip: it would be empty" in done.summary()
 
 
 def test_moodle_file_has_moodle_columns_and_names_the_unmatched(out):

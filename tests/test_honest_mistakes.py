@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from bad_submissions import corpus
 
-from grader import core, reference, sandbox
+from grader import core, items, reference, sandbox
 from lab.tools.submit import submit
 
 READER = corpus.READER_HEAD + corpus.GOOD_NEXT
@@ -536,6 +536,12 @@ MISTAKES = [
         "    ### BEGIN SOLUTION\n", "    ### BEGIN SOLUTION\n  predictions = list(predictions)\n", 1)),
             {"acceptance.summarize_code": 3}, ("metrics.py could not be run", "IndentationError",
                                                "not charged here: charged once, under 06 acceptance")),
+    # metrics.py reads a file of the workspace at import: only the .py files reach the sandbox; the message names
+    # the path as the student wrote it and their line, never the grader's scratch folder (the same in every run)
+    Mistake("metrics_reads_a_workspace_file", corpus.with_file("metrics.py", "import json\n\nNAMES = json.load(open("
+                                                               "'../label_names.json'))\n" + reference.METRICS_SOURCE),
+            {"acceptance.summarize_code": 3}, ("No such file or directory: '../label_names.json' (metrics.py, line 3)",
+                                               "the grader runs your .py files alone, in an empty folder")),
     Mistake("scenario_loss_sign_flipped", _flip_loss, {"release.scenarios": 0.5},
             ("is not FP32 accuracy minus INT8 accuracy",)),
     # lesson 04: the grow cell re-run with BATCH_SIZE = 16 after growth.json was written for 8
@@ -767,6 +773,7 @@ def test_each_honest_mistake_loses_its_points_once_and_says_why(graded, mistake)
             + "\n".join(result.notes))
     for words in mistake.words:
         assert words in text, (words, text[-3000:])
+    assert "grader-child" not in text and "grader-fs" not in text, text[-3000:]  # no path of the grader's own
 
 
 def test_reference_scores_whole_or_half_points_only(graded):
@@ -786,3 +793,16 @@ def test_expected_sizes():
 
     assert expected_sizes(360, 100) == [100, 100, 100, 60] and expected_sizes(10, 3) == [3, 3, 3, 1]
     assert expected_sizes(360, 36) == [36] * 10 and np.sum(expected_sizes(7, 8)) == 7
+
+
+def test_a_check_that_could_not_judge_keeps_its_points_but_is_no_pass(graded):
+    """metrics.py that cannot run is charged once, under summarize_code; the hidden check on the instructor's lists
+    keeps its point but judged nothing: Gradescope shows it failed, and the class report's pass rates leave it out."""
+    result = graded.result(next(m for m in MISTAKES if m.name == "metrics_reads_a_workspace_file"))
+    hidden = next(c for c in result.checks if c.name == "secret_summarize")
+    assert hidden.points == hidden.max_points and not hidden.assessed
+    assert result.to_dict()["checks"][result.checks.index(hidden)]["assessed"] is False
+    status = {t["name"]: t["status"] for t in result.to_gradescope()["tests"]}
+    assert [s for n, s in status.items() if "instructor's lists" in n or "secret" in n] == ["failed"], status
+    rates = {r.name: r for r in items.check_rates({"someone": result.to_dict()})}
+    assert "secret_summarize" not in rates and rates["summarize_code"].passed == 0

@@ -150,6 +150,9 @@ def test_resume_and_regrade_keep_published_grades_and_adjustments(graded, change
     # a fresh batch would drop the published grades: it refuses and names the commands that keep them
     with pytest.raises(SystemExit, match="holds published grades"):
         batch(folder, out, progress=False, ids_from_submission=True)
+    # nor does grade --out into the batch's folder: it would replace one result and leave the gradebook
+    proc = _cli("grade", str(folder / "g3.zip"), "--out", str(out), "--ids-from-submission-json")
+    assert proc.returncode == 2 and "is a batch's folder" in proc.stderr and "regrade" in proc.stderr, proc.stderr
     # removing the adjustment takes it out of the gradebook and the feedback
     assert _cli("adjust", str(out), "--student", "g2", "--points", "0").returncode == 0
     assert "adjustment" not in book(out)["g2"] and "Adjusted by" not in (out / "feedback" / "g2.md").read_text()
@@ -162,3 +165,21 @@ def _cli(*args: str):
 
     return subprocess.run([sys.executable, "-m", "grader", *args], capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).resolve().parent.parent)
+
+
+def test_a_refused_regrade_leaves_no_regrade_folder(graded, monkeypatch):
+    """A regrade whose batch refuses before grading anything (a missing --roster, ...) leaves no regrades/N: the next
+    one is numbered as if it had not been tried."""
+    from grader import regrade as regrade_module
+
+    folder, out = graded
+    before = sorted(p.name for p in (out / "regrades").iterdir()) if (out / "regrades").is_dir() else []
+
+    def refuse(*args, **kwargs):
+        raise SystemExit("refused before grading")
+
+    monkeypatch.setattr(regrade_module, "batch", refuse)
+    with pytest.raises(SystemExit, match="refused before grading"):
+        regrade_module.regrade(folder, out)
+    after = sorted(p.name for p in (out / "regrades").iterdir()) if (out / "regrades").is_dir() else []
+    assert after == before

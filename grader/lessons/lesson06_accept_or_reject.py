@@ -523,7 +523,7 @@ def run_summarize(ctx: Context) -> list:
         # the student's module failed (import error, time limit, crash): one mistake, charged once
         return [check(PART, "summarize_code", 0, f"metrics.py could not be run: {why}"),
                 check(HIDDEN, "secret_summarize", 1, "metrics.py could not be run on the instructor's lists "
-                      f"either; {charged_under(PART, 'summarize_code')}", hidden=True)]
+                      f"either; {charged_under(PART, 'summarize_code')}", hidden=True, assessed=False)]
     by_problem, secret_msg = _case_problems(cases, child.data.get("cases", []))
     # one charge per mistake: a wrong summary (whatever lists show it) costs SUMMARY_COST, each error case
     # that does not raise ERROR_CASE_COST; the same summary mistake on the instructor's lists is not charged again

@@ -150,7 +150,7 @@ def _disjoint(doc: dict, sel):
     """Row ``disjoint``: the selection shares no image with the acceptance set, by content hash, as reported."""
     if sel is None:
         return check(PART, "disjoint", 1, "not checked: the calibration selection cannot be rebuilt from the "
-                                          f"recipe's parts ({charged_under(PART, 'recipe')})")
+                                          f"recipe's parts ({charged_under(PART, 'recipe')})", assessed=False)
     shared = recipe.shared_with(sel.pixels, acceptance_row_hashes(doc["acceptance"]["split"], scenario_seed(doc)))
     total = sum(shared.values())
     rep = value(doc, "acceptance.shared_rows_with_calibration")
