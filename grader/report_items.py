@@ -143,9 +143,9 @@ def lesson_scores(items: Items) -> str:
             f"<tbody>{table}</tbody></table>" + SCALED_NOTE)
 
 
-SCALED_NOTE = ("<p>A part that spans lessons (the predictions, the hidden checks) counts, for each hand-in, the checks of "
-               "the lessons it attempted, scaled to the part's points: a class not asked for lessons 08 and 09 is not "
-               "marked down here for them, though the gradebook's column counts every check.</p>")
+SCALED_NOTE = ("<p>A part that spans lessons (the predictions, the hidden checks) counts, for each hand-in, the checks "
+               "of the lessons it attempted, scaled to the part's points: a class not asked for lessons 08 and 09 is "
+               "not marked down here for them, though the gradebook's column counts every check.</p>")
 
 
 def table(header: list[str], rows: list[list[str]], table_id: str, numeric: frozenset[int] = frozenset()) -> str:
