@@ -3,11 +3,13 @@
 Everything is read from the two graphs and measured on the given data, nothing assumed about the models:
 
 - first, **validation**: a pair or data the audit cannot measure is refused in one line that names it (a float model
-  given as the INT8 one, different inputs, weights that are not the FP32 model's, non-finite data, missing external
-  data, onnx's own message for a file it cannot read); a doubt is a warning printed first (weights that differ
-  beyond rounding, too few samples, a fixed batch);
+  given as the INT8 one, different inputs, weights that are not the FP32 model's, a model ORT cannot load, empty or
+  non-finite data, an .npz without the array the input or ``labels`` names, labels outside the output's classes,
+  missing external data, onnx's own message for a file it cannot read); a doubt is a warning printed first (weights
+  that differ beyond rounding, too few samples, a fixed batch, quantized types it does not read: int4, 16-bit);
 - every **ruler** (scale, zero point, the interval it covers): the input's and each activation's, from the INT8
-  graph's QuantizeLinear nodes and its QLinear* ops' output quantization (QDQ or QOperator);
+  graph's QuantizeLinear nodes and its QLinear* ops' output quantization (QDQ or QOperator; a dynamic model stores
+  none: it quantizes activations at run time), and each weight's (``lab.weight_rulers``); 8-bit only;
 - on the data, each ruler against the FP32 values of its tensor: the fraction **clipped**, the grid steps
   **used**, and a clipping / squashing diagnosis (``lab.compare.diagnose_summary``);
 - the **error by input size** (``lab.compare.error_by_magnitude``): growing with size is clipping, even is
@@ -16,7 +18,7 @@ Everything is read from the two graphs and measured on the given data, nothing a
 - accuracy (with labels) or agreement with FP32, and the max abs error, under **both kernel families**: this
   machine's kernels and the other family (``lab.hybrid``: ORT for the ops the family does not change, ``lab.kernels``
   for the integer GEMM and Conv kernels), **the difference between the two families** itself, and whether ORT's
-  ``session.x64quantprecision`` closes it;
+  ``session.x64quantprecision`` closes it (claimed only where the samples it runs on differ without it);
 - the **latency on this CPU** (``lab.op_time``): one batch's median wall time on the FP32 and the INT8 model in ORT
   with the audit's session settings, their ratio, and the INT8 model's kernel time split by ORT's profiler into
   integer kernels, QuantizeLinear / DequantizeLinear and float ops;
@@ -160,37 +162,56 @@ class NpyFile:
         return NpyFile(self.path, rows)
 
 
+NPY_MAGIC, ZIP_MAGIC = b"\x93NUMPY", b"PK\x03\x04"   # how a .npy and a .npz (a zip file) begin
+
+
 def _arrays(path: Path, what: str) -> dict:
+    """The arrays in a .npy (key '') or a .npz, told apart by their first bytes, not by the file's suffix."""
     if not path.is_file():
         raise AuditError(f"{path}: no such file; expected {what} as .npy or .npz")
+    with open(path, "rb") as f:
+        start = f.read(len(NPY_MAGIC))
+    if not start.startswith((NPY_MAGIC, ZIP_MAGIC)):
+        raise AuditError(f"{path}: not a numpy .npy or .npz file (it begins with neither numpy's header nor a zip "
+                         f"file's); expected {what}, saved with numpy.save or numpy.savez")
     try:
-        if path.suffix == ".npy":
+        if start.startswith(NPY_MAGIC):
             return {"": NpyFile(path)}   # read batch by batch, never whole
         with np.load(path, allow_pickle=False) as f:
             return {k: f[k] for k in f.files}
     except (OSError, ValueError) as exc:
-        raise AuditError(f"{path}: not a numpy .npy or .npz file ({exc}); expected {what}") from None
+        raise AuditError(f"{path}: a numpy file the audit cannot read ({exc}); expected {what}") from None
+
+
+def _named(path: Path, arrays: dict, name: str, what: str) -> str:
+    """The key of the array to read: a .npy's, or the .npz array ``name``; else an ``AuditError`` naming the arrays
+    found."""
+    if "" in arrays or name in arrays:
+        return "" if "" in arrays else name
+    raise AuditError(f"{path}: no array named '{name}' ({what}); the file holds {sorted(arrays)}: save the array "
+                     f"under the key '{name}', or as a .npy")
 
 
 def load_data(path: str | Path, model: onnx.ModelProto, max_samples: int | None = None):
-    """The model's input from ``path`` (a .npy, or the .npz array named after the input, or its only array), at most
-    ``max_samples`` of it: numbers with the input's rank and fixed sizes, all finite, in the input's own type (int64
-    token ids stay int64). A .npy stays on disk (``NpyFile``) until a batch is read."""
+    """The model's input from ``path`` (a .npy, or the .npz array named after the input), at most ``max_samples``
+    of it: numbers with the input's rank and fixed sizes, at least one sample, all finite, in the input's own type
+    (int64 token ids stay int64). A .npy stays on disk (``NpyFile``) until a batch is read."""
     path = Path(path)
     name, dims = input_spec(model)
     dtype = input_dtype(model)
     shape = "[" + ", ".join("N" if d is None else str(d) for d in dims) + "]"
     arrays = _arrays(path, f"the model's input '{name}' {shape}")
-    key = "" if "" in arrays else name if name in arrays else next(iter(arrays)) if len(arrays) == 1 else None
-    if key is None:
-        raise AuditError(f"{path}: no array named '{name}' (the model's input) among {sorted(arrays)}")
+    key = _named(path, arrays, name, "the model's input")
     x = arrays[key]
     x = x.head(max_samples) if isinstance(x, NpyFile) else x[:max_samples] if max_samples else x
     what = "array " + repr(key) if key else "the array"
     if not np.issubdtype(x.dtype, np.number) or x.ndim != len(dims) or any(
-            d is not None and d != s for d, s in zip(dims[1:], x.shape[1:])) or len(x) == 0:
+            d is not None and d != s for d, s in zip(dims[1:], x.shape[1:])):
         raise AuditError(f"{path}: {what} is {x.dtype} {list(x.shape)}; expected the model's input '{name}': "
                          f"numbers shaped {shape}")
+    if len(x) == 0:
+        raise AuditError(f"{path}: {what} is empty ({x.dtype} {list(x.shape)}: no sample); expected the model's "
+                         f"input '{name}', at least one sample shaped {shape}")
     bad = non_finite(x)
     if bad:
         raise AuditError(f"{path}: {what} holds {bad[0]} NaN or infinite values (the first in sample {bad[1]}); "
@@ -216,28 +237,34 @@ def non_finite(x, chunk: int = 64) -> tuple[int, int] | None:
 
 
 def load_labels(path: str | Path, n: int) -> np.ndarray:
-    """Integer class labels, one per sample: a .npy, or the .npz array ``labels`` (or its only array)."""
+    """Integer class labels, one per sample: a .npy, or the .npz array ``labels``."""
     path = Path(path)
     arrays = _arrays(path, f"{n} integer labels")
-    key = "" if "" in arrays else "labels" if "labels" in arrays else next(iter(arrays)) if len(arrays) == 1 else None
-    y = arrays.get(key) if key is not None else None
+    y = arrays[_named(path, arrays, "labels", f"{n} integer class labels, one per sample")]
     y = y[:len(y)] if isinstance(y, NpyFile) else y
-    if y is not None and len(y) > n and y.ndim == 1:
+    if len(y) > n and y.ndim == 1:
         y = y[:n]   # --max-samples cut the data
-    if y is None or y.shape != (n,) or not np.issubdtype(y.dtype, np.integer):
-        got = f"{y.dtype} {list(y.shape)}" if y is not None else f"arrays {sorted(arrays)}"
-        raise AuditError(f"{path}: {got}; expected 'labels': {n} integers, one per sample of the data")
+    if y.shape != (n,) or not np.issubdtype(y.dtype, np.integer):
+        raise AuditError(f"{path}: {y.dtype} {list(y.shape)}; expected 'labels': {n} integers, one per sample of the "
+                         "data")
     return np.asarray(y, np.int64)
+
+
+def check_labels(labels: np.ndarray, count: int, path) -> None:
+    """Refuse labels that are not class indices of the model's output (``count`` classes; 0: the output is not one
+    vector of classes per sample, and the labels are not read)."""
+    if count and labels.size and (labels.min() < 0 or labels.max() >= count):
+        raise AuditError(f"{path}: labels from {labels.min()} to {labels.max()}; expected class indices 0 to "
+                         f"{count - 1}, one per sample (the model's output has {count} classes)")
 
 
 # --- is this a pair? -------------------------------------------------------------------------------------------
 
 def quantized_weights(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     """Float tensor -> its dequantized value, for each ``<W>_quantized`` initializer with its ``<W>_scale`` and
-    ``<W>_zero_point`` (ORT's names, in QDQ and QOperator models); per-channel on the axis the scale's length fits."""
+    ``<W>_zero_point`` (ORT's names, in QDQ, QOperator and dynamic models); per-channel on ``weight_axes``'s axis."""
     inits = {i.name: i for i in model.graph.initializer}
-    axes = {n.input[0]: next((a.i for a in n.attribute if a.name == "axis"), 1)
-            for n in model.graph.node if n.op_type == "DequantizeLinear"}
+    axes = weight_axes(model)
     out = {}
     for name, tensor in inits.items():
         base = name[: -len("_quantized")] if name.endswith("_quantized") else None
@@ -251,14 +278,21 @@ def quantized_weights(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     return out
 
 
+def weight_axes(model: onnx.ModelProto) -> dict[str, int]:
+    """Quantized weight initializer -> its per-channel axis as the graph records it: its DequantizeLinear's ``axis``
+    (QDQ), else the axis ORT quantizes along for the op that reads it (``weight_rulers.channel_axis``: a Conv's
+    output channels, a MatMul's columns, a Gemm's rows with transB and its columns without)."""
+    axes = {n.input[0]: next((a.i for a in n.attribute if a.name == "axis"), 1)
+            for n in model.graph.node if n.op_type == "DequantizeLinear"}
+    return {**{w["initializer"]: w["axis"] for w in weight_rulers.found(model)}, **axes}
+
+
 def weight_axis(shape: tuple, channels: int, axis: int | None) -> int:
-    """The per-channel axis of a weight: its DequantizeLinear's (QDQ), else a matrix's columns (QLinearMatMul, QGemm)
-    or a convolution's output channels (QLinearConv) where the scale's length fits."""
+    """The per-channel axis of a weight: the one its graph records (``weight_axes``), else the axis whose length
+    is the scale's."""
     if axis is not None:
         return axis + len(shape) if axis < 0 else axis
-    if len(shape) == 2 and shape[1] == channels:
-        return 1
-    return 0
+    return next((a for a in range(len(shape)) if shape[a] == channels), 0)
 
 
 def weight_check(fp32: onnx.ModelProto, int8: onnx.ModelProto) -> dict:
@@ -266,14 +300,14 @@ def weight_check(fp32: onnx.ModelProto, int8: onnx.ModelProto) -> dict:
     those of another shape (a different model) and those further than half a step from the FP32 values in more
     than ``WEIGHT_OFF`` of their elements (different weights, or a pre-processing that folded a BatchNorm)."""
     floats = {i.name: i for i in fp32.graph.initializer}
-    axes = {n.input[0]: next((a.i for a in n.attribute if a.name == "axis"), 1)
-            for n in int8.graph.node if n.op_type == "DequantizeLinear"}
+    axes = weight_axes(int8)
     inits = {i.name: i for i in int8.graph.initializer}
     shapes, off, compared = [], [], 0
-    for name, value in quantized_weights(int8).items():
-        if name not in floats:
+    quantized = quantized_weights(int8)
+    for name, value in quantized.items():
+        w = weight_rulers.fp32_weight(floats, name)
+        if w is None:
             continue
-        w = numpy_helper.to_array(floats[name]).astype(np.float32)
         if w.shape != value.shape:
             shapes.append(f"{name} {list(value.shape)} (FP32 {list(w.shape)})")
             continue
@@ -284,8 +318,7 @@ def weight_check(fp32: onnx.ModelProto, int8: onnx.ModelProto) -> dict:
         far = float(np.mean(np.abs(w - value) > half * 1.001 + 1e-12)) if w.size else 0.0
         if far > WEIGHT_OFF:
             off.append(f"{name} ({far:.0%} of its values)")
-    return {"compared": compared, "other_shape": shapes, "other_values": off,
-            "quantized": len(quantized_weights(int8))}
+    return {"compared": compared, "other_shape": shapes, "other_values": off, "quantized": len(quantized)}
 
 
 def check_pair(fp32_path: Path, fp32: onnx.ModelProto, int8_path: Path, int8: onnx.ModelProto) -> list[str]:
@@ -362,6 +395,46 @@ def read_rulers(model: onnx.ModelProto) -> dict[str, InputRuler]:
                 rulers.setdefault(float_name(tensor), InputRuler(float(s.reshape(())), int(z.reshape(())),
                                                                  _DTYPES[inits[zero].data_type], node.name))
     return rulers
+
+
+# an initializer of these types is no quantized weight (a float one, a bias, shapes, indices)
+NOT_QUANTIZED = frozenset(getattr(onnx.TensorProto, t) for t in ("FLOAT", "FLOAT16", "BFLOAT16", "DOUBLE", "INT32",
+                                                                 "INT64", "UINT32", "UINT64", "BOOL", "STRING"))
+
+
+def quant_types(model: onnx.ModelProto) -> dict[str, list[str]]:
+    """The quantized types the graph uses, by role: ``weights`` (an initializer of 2 or more dimensions, of none of
+    the ``NOT_QUANTIZED`` types, that a DequantizeLinear, a fused QLinear op or a dynamic integer op reads) and
+    ``activations`` (a QuantizeLinear's or a QLinear op's output zero point, uint8 where none is given; a
+    DynamicQuantizeLinear's, uint8)."""
+    inits = {i.name: i for i in model.graph.initializer}
+    weights, acts = set(), set()
+    for node in model.graph.node:
+        at = {"DequantizeLinear": 0, **{op: k[0] for op, k in weight_rulers.FUSED.items()},
+              **weight_rulers.DYNAMIC}.get(node.op_type)
+        w = inits.get(node.input[at]) if at is not None and len(node.input) > at else None
+        if w is not None and len(w.dims) >= 2 and w.data_type not in NOT_QUANTIZED:
+            weights.add(w.data_type)
+        if node.op_type == "QuantizeLinear" and node.input[0] not in inits:
+            zero = inits.get(node.input[2]) if len(node.input) > 2 else None
+            acts.add(zero.data_type if zero is not None else onnx.TensorProto.UINT8)
+        elif node.op_type in OUTPUT_RULERS and len(node.input) > OUTPUT_RULERS[node.op_type][1]:
+            zero = inits.get(node.input[OUTPUT_RULERS[node.op_type][1]])
+            acts.add(zero.data_type if zero is not None else onnx.TensorProto.UINT8)
+        elif node.op_type == "DynamicQuantizeLinear":
+            acts.add(onnx.TensorProto.UINT8)
+    return {role: sorted(onnx.TensorProto.DataType.Name(t).lower() for t in types)
+            for role, types in (("weights", weights), ("activations", acts))}
+
+
+def unread_types(types: dict[str, list[str]]) -> dict[str, list[str]]:
+    """``quant_types``' types the audit does not read: all but int8 and uint8 (int4, 16-bit, float8 ...)."""
+    return {role: [t for t in found if t not in _DTYPES.values()] for role, found in types.items()}
+
+
+def unread_words(unread: dict[str, list[str]]) -> str:
+    """The unread types in words ('' when none): '<types> weights, <types> activations'."""
+    return ", ".join(f"{'/'.join(t)} {role}" for role, t in unread.items() if t)
 
 
 # --- what the audit runs, batch by batch ----------------------------------------------------------------------
@@ -466,7 +539,8 @@ class Scores:
 
 @dataclass
 class Difference:
-    """The two families' outputs against each other: values that differ, the largest difference, top-1 changes."""
+    """The two families' outputs against each other: values that differ, the largest difference, top-1 changes, and
+    the values that differ in each of the first ``X64_SAMPLES`` samples (``head``: the x64 check's samples)."""
 
     values: int = 0
     differ: int = 0
@@ -474,10 +548,12 @@ class Difference:
     max_difference: float = 0.0
     top1_changes: int = 0
     samples: int = 0
+    head: list = field(default_factory=list)
 
     def add(self, here: np.ndarray, other: np.ndarray) -> None:
         a, b = per_sample(here), per_sample(other)
         d = np.abs(a - b)
+        self.head.extend(np.count_nonzero(d[:max(0, X64_SAMPLES - self.samples)], axis=1).tolist())
         self.values += d.size
         self.differ += int(np.count_nonzero(d))
         self.samples_differ += int(np.count_nonzero(d.max(axis=1))) if d.size else 0
@@ -604,6 +680,7 @@ class RulerRow:
     widest_channel: int | None = None
     widest_channel_steps: int | None = None
     channel_outlier: bool = False   # one channel spans over OUTLIER times the median channel's steps
+    fixed: str | None = None   # why calibration cannot change it (``fixed_rulers``), or None
 
 
 def measured_tensors(fp32: onnx.ModelProto, rulers: dict[str, InputRuler]) -> dict[str, str]:
@@ -621,15 +698,31 @@ def measured_tensors(fp32: onnx.ModelProto, rulers: dict[str, InputRuler]) -> di
     return chosen
 
 
+def fixed_rulers(model: onnx.ModelProto) -> dict[str, str]:
+    """Float tensor -> why its ruler is not calibrated: ORT's converter writes QLinearSoftmax's output at scale 1/256
+    (zero point 0, or -128 for int8) whatever the data."""
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    fixed = {}
+    for node in model.graph.node:
+        scale, zero = (inits.get(node.input[k]) if len(node.input) > k else None for k in (3, 4))
+        if node.op_type == "QLinearSoftmax" and scale is not None and zero is not None and scale.size == 1 \
+                and float(scale.reshape(())) == 1 / 256 and int(zero.reshape(())) in (0, -128):
+            fixed[float_name(node.output[0])] = ("fixed by ORT: its converter sets QLinearSoftmax's output ruler to "
+                                                 "1/256 whatever the data; calibration cannot change it")
+    return fixed
+
+
 def ruler_rows(rulers: dict[str, InputRuler], stats: dict, measured_on: dict[str, str],
-               channels: dict | None = None) -> list[RulerRow]:
+               channels: dict | None = None, fixed: dict[str, str] | None = None) -> list[RulerRow]:
     """Each ruler with ``compare.diagnose_summary``'s verdict on the FP32 values it met (``stats``: per tensor the
-    count, the clipped count, the min and the max, from ``Stream``)."""
+    count, the clipped count, the min and the max, from ``Stream``); ``fixed``: the rulers calibration cannot
+    change (``fixed_rulers``)."""
     rows = []
     for tensor, ruler in rulers.items():
         low, high = ruler.interval
         unmeasured = RulerRow(tensor=tensor, node=ruler.node, scale=ruler.scale, zero_point=ruler.zero_point,
-                              dtype=ruler.dtype, low=low, high=high, measured=False)
+                              dtype=ruler.dtype, low=low, high=high, measured=False,
+                              fixed=(fixed or {}).get(tensor))
         if tensor not in stats:
             rows.append(replace(unmeasured, reason="the FP32 model has no tensor of this name"))
             continue
@@ -702,8 +795,12 @@ class Runners:
     debug_names: list
 
 
-def runners(fp32: onnx.ModelProto, int8: onnx.ModelProto, measured_on: dict, parting: dict) -> Runners:
+def runners(fp32: onnx.ModelProto, int8: onnx.ModelProto, measured_on: dict, parting: dict,
+            paths: tuple = ("FP32", "INT8")) -> Runners:
+    """Every session the audit runs, each model's own first (a model ORT cannot load: an ``AuditError`` naming its
+    file, ``paths``) and then the other family's."""
     fp32_model, fp32_names = with_outputs(fp32, [*measured_on.values(), *parting])
+    fp32_session, here = _session(fp32_model, "the FP32 model", paths[0]), _session(int8, "the INT8 model", paths[1])
     name = input_spec(int8)[0]
     other_family = next(f for f in kernels.FAMILIES if f != kernels.machine_family())
     try:
@@ -714,17 +811,16 @@ def runners(fp32: onnx.ModelProto, int8: onnx.ModelProto, measured_on: dict, par
     debug_names: list[str] = []
     if parting:
         debug_model, debug_names = with_outputs(int8, [n for pair in parting.values() for n in pair])
-        debug = _session(debug_model, "the INT8 model's unfused copy")
-    return Runners(_session(fp32_model, "the FP32 model"), fp32_names, _session(int8, "the INT8 model"), other, note,
-                   debug, debug_names)
+        debug = _session(debug_model, "the INT8 model's unfused copy", paths[1])
+    return Runners(fp32_session, fp32_names, here, other, note, debug, debug_names)
 
 
-def _session(model: onnx.ModelProto, what: str):
-    """An ORT session, or an ``AuditError`` with ORT's own first line."""
+def _session(model: onnx.ModelProto, what: str, path) -> ort.InferenceSession:
+    """An ORT session, or an ``AuditError`` naming the file (``path``) with ORT's own first line."""
     try:
         return hybrid.lean_session(model)
     except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types for a model it refuses
-        raise AuditError(f"ONNX Runtime cannot load {what}: {str(exc).splitlines()[0][:300]}") from None
+        raise AuditError(f"{path}: ONNX Runtime cannot load {what}: {str(exc).splitlines()[0][:300]}") from None
 
 
 def measure(r: Runners, x, labels, batch: int, rulers: dict, measured_on: dict, parting: dict,
@@ -819,13 +915,16 @@ def exclude_doc(fp32: onnx.ModelProto, int8: onnx.ModelProto, x, batch: int, sam
     return doc
 
 
-def x64_fix_doc(int8: onnx.ModelProto, x, batch: int, samples: int, dtype, computed: bool) -> dict | None:
+def x64_fix_doc(int8: onnx.ModelProto, x, batch: int, samples: int, dtype, computed: bool,
+                without: list | None = None) -> dict | None:
     """Does ORT's deploy-time fix close the families' difference? Both families with ``kernels.X64_PRECISION_KEY`` =
     "1" (U8U8 kernels for weights beyond [-64, 64]) on the first ``samples`` samples, at most ``X64_SAMPLES``
-    (``lab.hybrid``: numpy for one family, slow on a large model); the difference without it is the audit's own."""
+    (``lab.hybrid``: numpy for one family, slow on a large model); ``without``: the values that differ in each of
+    those samples without it, the audit's own (``Difference.head``)."""
     if not samples or not computed:
         return None
     xs = np.ascontiguousarray(x[0:min(samples, X64_SAMPLES, len(x))], dtype)
+    differ_without = sum((without or [])[:len(xs)])
     try:
         outs = [_hybrid_outputs(int8, f, input_spec(int8)[0], True, xs, batch) for f in kernels.FAMILIES]
     except Exception as exc:  # noqa: BLE001 - ORT refuses the option on S8S8 QOperator models (and fails on others)
@@ -833,7 +932,8 @@ def x64_fix_doc(int8: onnx.ModelProto, x, batch: int, samples: int, dtype, compu
                 short_error(exc) + ")"}
     d = Difference()
     d.add(*outs)
-    return {"samples": len(xs), "with": asdict(d)}
+    return {"samples": len(xs), "without": {"differ": differ_without, "values": d.values},
+            "with": {k: v for k, v in asdict(d).items() if k != "head"}}
 
 
 def short_error(exc: Exception, limit: int = 160) -> str:
@@ -897,11 +997,20 @@ def audit(fp32_path: str | Path, int8_path: str | Path, data_path: str | Path, l
     if len(x) < MIN_SAMPLES:
         warnings.append(f"only {len(x)} samples: each one moves an agreement or accuracy by {1 / len(x):.1%}; "
                         f"audit at least {MIN_SAMPLES}")
+    unread = unread_words(unread_types(quant_types(int8)))
+    if unread:
+        warnings.append(f"the model quantizes with {unread}: types the audit does not read (8-bit rulers only), so "
+                        "their rulers are in neither the ruler tables nor the worst rulers; the scores, the families "
+                        "and the ranking cover the whole model")
     rulers = read_rulers(int8)
     measured_on = measured_tensors(fp32, rulers)
     fp32_names = {input_spec(fp32)[0], *(o for n in fp32.graph.node for o in n.output)}
     parting = parting_names(int8, fp32_names) if graph.quant_format(int8) == "QDQ" else {}
-    r = runners(fp32, int8, measured_on, parting)
+    r = runners(fp32, int8, measured_on, parting, (fp32_path, int8_path))
+    if labels is not None:
+        first = r.fp32.run([r.fp32_names[0]], {input_spec(fp32)[0]: np.ascontiguousarray(x[0:batch],
+                                                                                      input_dtype(fp32))})[0]
+        check_labels(labels, classes(first), labels_path)
     stream = measure(r, x, labels, batch, rulers, measured_on, parting, progress, input_dtype(fp32),
                      feature_maps(fp32, rulers, measured_on))
     computed, other_note, approximate = r.other is not None, r.other_note, approximated(r)
@@ -910,21 +1019,24 @@ def audit(fp32_path: str | Path, int8_path: str | Path, data_path: str | Path, l
     doc = {"schema": SCHEMA,
             "models": {"fp32": {"path": str(fp32_path), "sha256": file_sha256(fp32_path)},
                        "int8": {"path": str(int8_path), "sha256": file_sha256(int8_path),
-                                "format": graph.quant_format(int8), "ops": graph.op_counts(int8)}},
+                                "format": graph.quant_format(int8), "ops": graph.op_counts(int8),
+                                "types": quant_types(int8)}},
             "data": {"path": str(data_path), "samples": len(x), "input": input_spec(int8)[0],
                      "shape": list(x.shape), "dtype": str(input_dtype(fp32)), "batch": batch,
                      "labels": str(labels_path) if labels_path else None},
             "warnings": warnings,
             "machine_family": machine,
             "fp32": {"accuracy": stream.fp32_correct / len(x)} if labels is not None and classified else {},
-            "rulers": [asdict(row) for row in ruler_rows(rulers, stream.rulers, measured_on, stream.channels)],
+            "rulers": [asdict(row) for row in ruler_rows(rulers, stream.rulers, measured_on, stream.channels,
+                                                         fixed_rulers(int8))],
             "weight_rulers": weight_rulers.rows(int8, fp32),
             "error_by_size": error_by_size(stream.sizes, stream.families[machine].sample_errors),
             "parting": parting_doc(stream, fp32, int8, parting),
             "families": family_rows(stream, classified, labels is not None, other_note, approximate),
             "family_difference": difference_doc(stream, computed, approximate),
             "exclude": exclude_doc(fp32, int8, x, batch, options.rank_samples, input_dtype(fp32), options.reconvert),
-            "x64_fix": x64_fix_doc(int8, x, batch, options.rank_samples, input_dtype(fp32), computed),
+            "x64_fix": x64_fix_doc(int8, x, batch, options.rank_samples, input_dtype(fp32), computed,
+                                   stream.difference.head),
             "latency": latency_doc(fp32, int8, x, batch, options.latency_runs, input_dtype(fp32)),
             "recipe": recipe(int8)}
     return {"schema": SCHEMA, "summary": summary(doc, graph.per_channel(int8)), **doc}
@@ -965,19 +1077,41 @@ def _scores_line(doc: dict) -> str:
 # --- the summary: five lines a practitioner reads first ----------------------------------------------------------
 
 def format_fields(doc: dict, per_channel: bool) -> dict:
-    """The INT8 model's format: QDQ or QOperator, per-channel or per-tensor weights, activation and weight types."""
-    weights = doc["weight_rulers"]
+    """The INT8 model's format: QDQ, QOperator or dynamic, per-channel or per-tensor weights, the activation and
+    weight types read, and those the graph uses that the audit does not read (``unread_types``)."""
+    weights, types = doc["weight_rulers"], doc["models"]["int8"]["types"]
+    unread = unread_types(types)
     return {"format": doc["models"]["int8"]["format"],
-            "weights": ("per-channel" if per_channel else "per-tensor") if weights else "none found",
+            "weights": ("per-channel" if per_channel or any(w["per_channel"] for w in weights) else "per-tensor")
+            if weights else "not read" if unread["weights"] else "none found",
             "weight_types": sorted({w["dtype"] for w in weights}),
-            "activation_types": sorted({r["dtype"] for r in doc["rulers"]})}
+            "activation_types": sorted({r["dtype"] for r in doc["rulers"]}),
+            "unread_types": unread,
+            "run_time_activations": doc["models"]["int8"]["format"] == "dynamic"}
+
+
+def format_line(fmt: dict) -> str:
+    """The summary's first line: the format, the weights' and the activations' rulers, and the types not read."""
+    unread = fmt["unread_types"]
+
+    def types(read: list, not_read: list) -> str:
+        return "/".join(read) + ("; " if read and not_read else "") + (f"{'/'.join(not_read)} not read" if not_read
+                                                                       else "")
+
+    weights = (f"{fmt['weights']} weights ({types(fmt['weight_types'], unread['weights'])})"
+               if fmt["weights"] in ("per-channel", "per-tensor") else
+               f"weights {types([], unread['weights'])}" if unread["weights"] else "no quantized weight found")
+    acts = types(fmt["activation_types"], unread["activations"]) or "-"
+    if fmt.get("run_time_activations"):
+        acts = "quantized at run time (DynamicQuantizeLinear: no ruler stored to read)"
+    return f"format: {fmt['format']}, {weights}, activations {acts}"
 
 
 def worst_rulers(doc: dict, top: int = 3) -> list[dict]:
     """Up to ``top`` rulers that hurt, worst kind first, each tensor once: activations that clip ``CLIPS_MUCH`` or
     more, weights whose per-tensor scale pays for an outlier channel, activations one channel sets, the other clips,
     clipped weights, activations squashed; when none hurts, the fewest steps used."""
-    acts = [r for r in doc["rulers"] if r["measured"]]
+    acts = [r for r in doc["rulers"] if r["measured"] and not r.get("fixed")]
     clip = sorted((r for r in acts if r["diagnosis"] == "clipping"), key=lambda r: -r["clipped_fraction"])
     squash = sorted((r for r in acts if r["diagnosis"] == "squashing"), key=lambda r: r["steps_used"])
     outliers = sorted((r for r in acts if r.get("channel_outlier")), key=lambda r: r["channel_steps_median"])
@@ -996,11 +1130,12 @@ def worst_rulers(doc: dict, top: int = 3) -> list[dict]:
         first = [f for i, f in enumerate(found)   # each tensor once, under its worst reason
                  if all(g["tensor"] != f["tensor"] for g in found[:i])]
         return [{**f, "fine": False} for f in first[:top]]
-    fewest = sorted(acts, key=lambda r: r["steps_used"])[:2]
-    return ([{"tensor": r["tensor"], "kind": "activation", "why": f"{r['steps_used']}/{r['steps']} steps",
-              "fine": True} for r in fewest]
-            + [{"tensor": w["weight"], "kind": "weight", "why": f"worst channel {w['steps_worst']}/{w['steps']} "
-                "steps", "fine": True} for w in weights[:1]])[:top]
+    fewest = ([(r["steps_used"] / r["steps"], {"tensor": r["tensor"], "kind": "activation",
+                                                "why": f"{r['steps_used']}/{r['steps']} steps"}) for r in acts]
+              + [(w["steps_worst"] / w["steps"], {"tensor": w["weight"], "kind": "weight",
+                                                  "why": f"worst channel {w['steps_worst']}/{w['steps']} steps"})
+                 for w in weights])
+    return [{**f, "fine": True} for _, f in sorted(fewest, key=lambda pair: pair[0])[:top]]
 
 
 CLIPS_MUCH = 0.01   # an activation clipping this share of its values is named before a channel outlier
@@ -1041,9 +1176,7 @@ def summary_lines(s: dict) -> list[str]:
     """The summary's five lines: format, both families' scores, their difference, the worst rulers, the node to
     exclude."""
     fmt, d, e = s["format"], s["family_difference"], s["exclude"]
-    types = "/".join(fmt["weight_types"]) or "-"
-    first = (f"format: {fmt['format']}, {fmt['weights']} weights ({types}), activations "
-             f"{'/'.join(fmt['activation_types']) or '-'}")
+    first = format_line(fmt)
     scores = "top-1 vs FP32: " if any("agreement" in f for f in s["families"]) else "output vs FP32: "
     if d is None:
         diff = "family difference: not measured (the other family was not computed)"
@@ -1053,35 +1186,57 @@ def summary_lines(s: dict) -> list[str]:
         diff = (f"family difference: {d['values_differ']:,} of {d['values']:,} output values differ (max "
                 f"{d['max_difference']:.4g})" + (f", {d['top1_changes']} top-1 change(s)" if "top1_changes" in d
                                                   else "") + _fix_words(s.get("x64_fix")))
-    named = "; ".join(f"{w['tensor']} ({w['why']})" for w in s["worst_rulers"]) or "none read"
+    unread = unread_words(fmt["unread_types"])
+    named = "; ".join(f"{w['tensor']} ({w['why']})" for w in s["worst_rulers"])
     fine = s["worst_rulers"] and all(w.get("fine") for w in s["worst_rulers"])
-    worst = ("worst rulers: none clips, squashes or pays for an outlier; fewest steps: " if fine else
-             "worst rulers: ") + named
-    weak = e["node"] is not None and e["gain_db"] < SMALL_GAIN_DB
-    excl = (f"exclude: {e['note']}" if e["node"] is None else
-            f"exclude: no single node stands out: the best estimate, nodes_to_exclude=['{e['node']}'], gains "
-            f"{e['gain_db']:+.1f} dB on {e['samples']} samples (the loss is spread, or sits in a ruler: read the worst "
-            "rulers)" + (f"; re-converted with it {e['reconverted_gain_db']:+.1f} dB" if "reconverted_gain_db" in e
-                        else "") if weak else
-            f"exclude: try nodes_to_exclude=['{e['node']}']: {e['estimate']} it gives output SQNR "
-            f"{e['sqnr_db']:.1f} dB ({e['gain_db']:+.1f}), max abs error {e['max_abs_error']:.4g} (now "
-            f"{e['max_abs_error_as_is']:.4g}), on {e['samples']} samples; " + (
-                f"re-converted with it {e['reconverted_gain_db']:+.1f} dB, measured on {e['reconverted_samples']} "
-                "samples" if "reconverted_gain_db" in e else "re-convert and audit to confirm (--reconvert)"))
-    return [first, scores + "; ".join(_family_short(f) for f in s["families"]), diff, worst, excl]
+    fixed = "; ".join(f"{f['tensor']} ({f['why']})" for f in s.get("fixed_rulers", []))
+    if not named:
+        worst = "worst rulers: none read" + (f": the model's {unread} are types the audit does not read (8-bit "
+                                             "rulers only)" if unread else "")
+    else:
+        partial = unread or fmt.get("run_time_activations") or fixed
+        worst = ("worst rulers: " + ("of the rulers ranked, " if fine and partial else "")
+                 + ("none clips, squashes or pays for an outlier; fewest steps: " if fine else "") + named
+                 + (f"; not read: {unread}" if unread else ""))
+    worst += f"; fixed by ORT, not ranked: {fixed}" if fixed else ""
+    return [first, scores + "; ".join(_family_short(f) for f in s["families"]), diff, worst, exclude_line(e)]
 
 
-SMALL_GAIN_DB = 1.0   # an estimated gain below this is no suggestion: the summary says no node stands out
+def exclude_line(e: dict) -> str:
+    """The summary's node to exclude: a node stands out when its gain reaches ``SMALL_GAIN_DB``, re-converted for
+    real where that was measured (it decides), else estimated."""
+    if e["node"] is None:
+        return f"exclude: {e['note']}"
+    reconverted = "reconverted_gain_db" in e
+    gain = e["reconverted_gain_db"] if reconverted else e["gain_db"]
+    estimated = (f"{e['estimate']} it gives output SQNR {e['sqnr_db']:.1f} dB ({e['gain_db']:+.1f}), max abs error "
+                 f"{e['max_abs_error']:.4g} (now {e['max_abs_error_as_is']:.4g}), on {e['samples']} samples")
+    measured = (f"re-converted with it {e['reconverted_gain_db']:+.1f} dB, measured on {e['reconverted_samples']} "
+                "samples" if reconverted else "")
+    if gain < SMALL_GAIN_DB:
+        return ("exclude: no single node stands out: the best " + (
+            f"candidate, nodes_to_exclude=['{e['node']}'], {measured}, estimated {e['gain_db']:+.1f} dB on "
+            f"{e['samples']} samples" if reconverted else
+            f"estimate, nodes_to_exclude=['{e['node']}'], gains {e['gain_db']:+.1f} dB on {e['samples']} samples")
+            + " (the loss is spread, or sits in a ruler: read the worst rulers)")
+    if reconverted and e["gain_db"] < SMALL_GAIN_DB:
+        return (f"exclude: try nodes_to_exclude=['{e['node']}']: {measured}, though its estimate ({e['estimate']}) "
+                f"gained only {e['gain_db']:+.1f} dB on {e['samples']} samples")
+    return (f"exclude: try nodes_to_exclude=['{e['node']}']: {estimated}; "
+            + (measured if reconverted else "re-convert and audit to confirm (--reconvert)"))
+
+
+SMALL_GAIN_DB = 1.0   # a gain (re-converted where measured, else estimated) below this: no node stands out
 
 
 def _fix_words(fix: dict | None) -> str:
-    """The deploy-time fix, where it was measured: '' when not."""
-    if not fix or "with" not in fix:
+    """The deploy-time fix, where it was measured on samples that differ without it: '' when not."""
+    if not fix or "with" not in fix or not fix["without"]["differ"]:
         return ""
     w = fix["with"]
     left = "closes it" if not w["differ"] else f"leaves {w['differ']:,} of {w['values']:,} differing"
-    return (f"; session option {kernels.X64_PRECISION_KEY} = 1 {left} (first {fix['samples']} samples; whoever "
-            "creates the session sets it)")
+    return (f"; session option {kernels.X64_PRECISION_KEY} = 1 {left} (first {fix['samples']} samples, "
+            f"{fix['without']['differ']:,} values differing without it; whoever creates the session sets it)")
 
 
 def summary(doc: dict, per_channel: bool) -> dict:
@@ -1091,6 +1246,9 @@ def summary(doc: dict, per_channel: bool) -> dict:
          "family_difference": doc["family_difference"],
          "x64_fix": doc.get("x64_fix"),
          "worst_rulers": worst_rulers(doc),
+         "fixed_rulers": [{"tensor": r["tensor"], "why": f"clipping {r['clipped_fraction']:.2%} of its values"
+                           if r["diagnosis"] == "clipping" else f"squashing: {r['steps_used']}/{r['steps']} steps used"}
+                          for r in doc["rulers"] if r.get("fixed") and r["diagnosis"] in ("clipping", "squashing")],
          "exclude": exclude_fields(doc["exclude"])}
     return {**s, "lines": summary_lines(s)}
 
@@ -1099,9 +1257,10 @@ def x64_line(fix: dict) -> str:
     """ORT's session option against the families' difference, in one line."""
     if "note" in fix:
         return f"{kernels.X64_PRECISION_KEY} = 1: {fix['note']}"
-    w = fix["with"]
+    w, before = fix["with"], fix["without"]["differ"]
     return (f"with {kernels.X64_PRECISION_KEY} = 1 on both (first {fix['samples']} samples) they differ on "
-            f"{w['differ']:,} of {w['values']:,} values, max difference {w['max_difference']:.4g}")
+            f"{w['differ']:,} of {w['values']:,} values, max difference {w['max_difference']:.4g}; without it on "
+            + (f"{before:,} of them" if before else "none of them: these samples cannot show what it fixes"))
 
 
 def exclude_lines(e: dict, top: int = 5) -> list[str]:
@@ -1168,7 +1327,9 @@ def _ruler_table(rows: list[dict]) -> str:
                               + (" outlier" if r["channel_outlier"] else "")
                               if r.get("channel_steps_median") is not None else None),
               "range": f"[{r['low']:.4g}, {r['high']:.4g}]",
-              "on": r["measured_on"] if r["measured_on"] not in (None, r["tensor"]) else None} for r in rows]
+              "on": r["measured_on"] if r["measured_on"] not in (None, r["tensor"]) else None,
+              "diagnosis": r["diagnosis"] + " (fixed by ORT)" if r.get("fixed") and r["diagnosis"] else r["diagnosis"]}
+             for r in rows]
     columns = [("tensor", "tensor", ""), ("scale", "scale", ".4g"), ("zero_point", "zero point", "d"),
                ("dtype", "type", ""), ("range", "range", ""), ("clipped", "clipped", ".2%"),
                ("used", "steps used", ""), ("per_channel", "channels' steps: median / widest", ""),
@@ -1199,14 +1360,24 @@ def report_sections(doc: dict, top: int = weight_rulers.TOP) -> list[list]:
                + (f", labels {d['labels']}" if d["labels"] else ", no labels (agreement with FP32 only)"),
                f"this machine: {kernels.describe(doc['machine_family'])}",
                f"FP32: accuracy {doc['fp32']['accuracy']:.4f}" if doc["fp32"] else "FP32: no labels, no accuracy"]
+    fmt = doc["summary"]["format"]
+    unread = fmt["unread_types"]
     rulers = [f"rulers ({len(doc['rulers'])}, read from the INT8 graph) against the FP32 values on the data:"]
-    rulers += [_ruler_table(doc["rulers"])] if doc["rulers"] else ["  none: no static 8-bit ruler in the graph"]
-    rulers += [f"  {r['tensor']}: {r['reason']}" for r in doc["rulers"] if r["diagnosis"] in ("clipping", "squashing")]
+    rulers += [_ruler_table(doc["rulers"])] if doc["rulers"] else [
+        "  none: " + ("a dynamic model quantizes each activation at run time (DynamicQuantizeLinear, from each batch's "
+                      "range): no ruler is stored in the graph" if fmt["run_time_activations"] else
+                      "no static 8-bit ruler in the graph")]
+    rulers += [f"  {r['tensor']}: {r['reason']}" + (f"; {r['fixed']}" if r.get("fixed") else "")
+               for r in doc["rulers"] if r["diagnosis"] in ("clipping", "squashing")]
+    rulers += [f"  not read: the model's {'/'.join(unread['activations'])} activation rulers (8-bit only)"] \
+        if unread["activations"] else []
     w = doc["weight_rulers"]
     weights = [f"weight rulers ({len(w)}, worst first" + (f", the first {top}" if len(w) > top else "") + "):"]
     weights += [weight_table(w[:top]), f"  outlier: the largest channel max|w| over the median; '(paid)': above "
                 f"{weight_rulers.OUTLIER:g}x on one per-tensor scale, which every other channel pays for in steps"] \
         if w else ["  none: no 8-bit weight initializer read by a quantized op"]
+    weights += [f"  not read: the model's {'/'.join(unread['weights'])} weights (8-bit only)"] \
+        if unread["weights"] else []
     size = ["error by input size (each sample's largest |input|, as a fraction of the data's largest), "
             f"{doc['machine_family']} kernels:",
             tables.format_rows(doc["error_by_size"], [("low", "from", ".2f"), ("high", "to", ".2f"),

@@ -1,8 +1,10 @@
 """The weights' rulers, read from an INT8 graph: what a per-tensor or per-channel weight scale does to each channel.
 
 A weight's ruler is its scale (one, or one per output channel) and zero point, found where the graph dequantizes an
-initializer (QDQ: a ``DequantizeLinear`` of an initializer) or where a fused op reads it (QOperator: the weight input
-of ``QLinearConv``, ``QLinearMatMul``, ``QGemm``). Per weight, ``rows`` measures:
+initializer (QDQ: a ``DequantizeLinear`` of an initializer), where a fused op reads it (QOperator: the weight input
+of ``QLinearConv``, ``QLinearMatMul``, ``QGemm``) or where a dynamic model's integer op reads it (``MatMulInteger``,
+``ConvInteger``, ``Gather``: the scale is the initializer ORT names ``<weight>_scale``). Per weight, ``rows``
+measures:
 
 - the **scale spread**: the largest channel scale over the smallest (1 for a per-tensor weight);
 - the share of weights **at the grid's ends** (the type's limits, and -127 on ORT's symmetric int8 grid: where the
@@ -29,6 +31,8 @@ OUTLIER = 4.0   # a channel whose max|w| is above this many times the channels' 
 TOP = 10        # rows the report shows
 # fused QOperator op -> (weight input, its scale, its zero point)
 FUSED = {"QLinearConv": (3, 4, 5), "QLinearMatMul": (3, 4, 5), "QGemm": (3, 4, 5)}
+# a dynamic model's integer op -> its weight input (scale and zero point under ORT's names, ``ort_names``)
+DYNAMIC = {"MatMulInteger": 1, "ConvInteger": 1, "Gather": 0}
 _DTYPES = {onnx.TensorProto.INT8: "int8", onnx.TensorProto.UINT8: "uint8"}
 
 
@@ -39,7 +43,7 @@ def _attr(node: onnx.NodeProto, name: str, default: int) -> int:
 def channel_axis(op: str, node: onnx.NodeProto, ndim: int) -> int:
     """The output-channel axis of a weight read by ``op``: a convolution's first (ConvTranspose's second), a
     matrix's columns (MatMul's last axis, Gemm's by its transB), as ORT's per-channel quantization chooses it."""
-    if op in ("Conv", "QLinearConv"):
+    if op in ("Conv", "QLinearConv", "ConvInteger"):
         return 0
     if op == "ConvTranspose":
         return 1
@@ -59,13 +63,16 @@ def found(model: onnx.ModelProto) -> list[dict]:
     out, seen = [], set()
     for node in model.graph.node:
         if node.op_type == "DequantizeLinear":
-            where = (0, 1, 2)
             reader = next((n for n, k in consumers.get(node.output[0], []) if k == 1), None)
+            w, s, z = (node.input[k] if len(node.input) > k else "" for k in (0, 1, 2))
         elif node.op_type in FUSED:
-            where, reader = FUSED[node.op_type], node
+            reader = node
+            w, s, z = (node.input[k] if len(node.input) > k else "" for k in FUSED[node.op_type])
+        elif node.op_type in DYNAMIC and len(node.input) > DYNAMIC[node.op_type]:
+            reader, w = node, node.input[DYNAMIC[node.op_type]]
+            s, z = ort_names(w)
         else:
             continue
-        w, s, z = (node.input[k] if len(node.input) > k else "" for k in where)
         if w not in inits or s not in inits or w in seen or inits[w].data_type not in _DTYPES \
                 or len(inits[w].dims) < 2:
             continue
@@ -79,10 +86,29 @@ def found(model: onnx.ModelProto) -> list[dict]:
             axis = _attr(node, "axis", 1) % q.ndim
         if scale.size > 1 and q.shape[axis] != scale.size:
             axis = next((a for a in range(q.ndim) if q.shape[a] == scale.size), axis)
-        out.append({"weight": w[: -len("_quantized")] if w.endswith("_quantized") else w,
+        out.append({"weight": w[: -len("_quantized")] if w.endswith("_quantized") else w, "initializer": w,
                     "node": (reader.name if reader is not None else node.name) or op, "op": op,
                     "q": q, "scale": scale, "zero_point": zero, "axis": axis, "dtype": _DTYPES[inits[w].data_type]})
     return out
+
+
+def ort_names(weight: str) -> tuple[str, str]:
+    """The scale and zero point ORT's quantizer names for a quantized weight (``W_quantized``: ``W_scale``,
+    ``W_zero_point``)."""
+    base = weight[: -len("_quantized")] if weight.endswith("_quantized") else weight
+    return f"{base}_scale", f"{base}_zero_point"
+
+
+def fp32_weight(floats: dict, name: str) -> np.ndarray | None:
+    """The FP32 value a quantized weight stands for (``floats``: the FP32 model's initializers by name): the
+    initializer of its name, or the transpose of ``W`` for ``W_Transposed`` (ORT's dynamic quantizer turns a Gemm
+    with transB into a MatMul so)."""
+    if name in floats:
+        return numpy_helper.to_array(floats[name]).astype(np.float32)
+    base = name[: -len("_Transposed")] if name.endswith("_Transposed") else None
+    if base in floats and len(floats[base].dims) == 2:
+        return numpy_helper.to_array(floats[base]).astype(np.float32).T
+    return None
 
 
 def measure(q: np.ndarray, scale: np.ndarray, zero: np.ndarray, axis: int, dtype: str,
@@ -133,7 +159,7 @@ def rows(int8: onnx.ModelProto, fp32: onnx.ModelProto | None = None) -> list[dic
     floats = {i.name: i for i in fp32.graph.initializer} if fp32 is not None else {}
     out = []
     for position, w in enumerate(found(int8)):
-        f = numpy_helper.to_array(floats[w["weight"]]).astype(np.float32) if w["weight"] in floats else None
+        f = fp32_weight(floats, w["weight"])
         out.append({"weight": w["weight"], "node": w["node"], "op": w["op"], "dtype": w["dtype"],
                     "shape": list(w["q"].shape), "position": position,
                     **measure(w["q"], w["scale"], w["zero_point"], w["axis"], w["dtype"], f)})

@@ -622,7 +622,9 @@ def test_the_summary_comes_first_in_five_lines_and_in_the_json(cnn, cnn_doc, cap
     doc = json.loads(capsys.readouterr().out)
     assert list(doc)[:2] == ["schema", "summary"]
     assert doc["summary"]["format"] == {"format": "QOperator", "weights": "per-channel", "weight_types": ["int8"],
-                                        "activation_types": ["uint8"]}
+                                        "activation_types": ["uint8"],
+                                        "unread_types": {"weights": [], "activations": []},
+                                        "run_time_activations": False}
     assert doc["summary"]["lines"][4] == "exclude: not measured: --rank-samples 0"
 
 
@@ -755,3 +757,189 @@ def test_a_count_out_of_range_is_one_line_not_a_traceback(option, value, capsys)
     with pytest.raises(SystemExit) as info:
         tool.parser().parse_args(["a.onnx", "b.onnx", "--data", "x.npy", option, value])
     assert info.value.code == 2 and f"argument {option}: invalid integer of at least" in capsys.readouterr().err
+
+
+# --- a practitioner's models: what the audit must read, and say, right --------------------------------------------
+
+def square_gemm(folder: Path, quant_format: QuantFormat, softmax: bool = False, **options) -> dict[str, Path]:
+    """A Gemm with transB = 1 and a square 8 x 8 weight whose rows (ORT's channels for transB) differ 20-fold in
+    size, with a Softmax after it (``softmax``: logits wide enough that it often gives nearly 1), and its model
+    quantized per channel in ``quant_format`` (``options``: more of ``quantize_static``'s)."""
+    rng = np.random.default_rng(13)
+    w = (rng.normal(0, 1, (8, 8)) * np.linspace(0.1, 2.0, 8)[:, None] * (4 if softmax else 1)).astype(np.float32)
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["logits" if softmax else "y"], name="gemm", transB=1)]
+    nodes += [helper.make_node("Softmax", ["logits"], ["y"], name="softmax", axis=1)] if softmax else []
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 8])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 8])],
+                          [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.zeros(8, np.float32), "b")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), folder / "fp32.onnx")
+    x = rng.normal(0, 1, (32, 8)).astype(np.float32)
+    np.save(folder / "x.npy", x)
+    quantize_static(str(folder / "fp32.onnx"), str(folder / "int8.onnx"), ArrayReader(x, 8, "x"),
+                    quant_format=quant_format, per_channel=options.pop("per_channel", True), **options)
+    return {"fp32": folder / "fp32.onnx", "int8": folder / "int8.onnx", "data": folder / "x.npy"}
+
+
+@pytest.mark.parametrize("quant_format", [QuantFormat.QOperator, QuantFormat.QDQ])
+def test_a_square_gemm_weight_with_trans_b_is_checked_along_ort_s_axis(tmp_path, quant_format):
+    """ORT quantizes a Gemm's weight per channel along axis 0 with transB = 1: a square weight's scales, applied
+    along its columns, would put most values "beyond rounding" and warn that this is not the FP32 model's."""
+    m = square_gemm(tmp_path, quant_format)
+    fp32, int8 = onnx.load(str(m["fp32"])), onnx.load(str(m["int8"]))
+    assert audit.weight_axes(int8)["w_quantized"] == 0
+    check = audit.weight_check(fp32, int8)
+    assert check["compared"] == 1 and check["other_values"] == [], check
+    assert audit.check_pair(m["fp32"], fp32, m["int8"], int8) == []
+
+
+def test_the_x64_fix_is_claimed_only_on_samples_that_differ_without_it(tmp_path):
+    """A MatMul whose weights quantize near 127: large inputs overflow the saturating family's int16 pairs, small
+    ones do not. The first 8 samples (the x64 check's) are small: both families agree on them with and without
+    ``session.x64quantprecision``, so the summary does not say that the option closes the difference the other
+    samples show."""
+    rng = np.random.default_rng(1)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+                          [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 16])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 4])],
+                          [numpy_helper.from_array(rng.uniform(0.9, 1.0, (16, 4)).astype(np.float32), "w")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "fp32.onnx")
+    x = np.concatenate([rng.uniform(0, 0.05, (8, 16)), rng.uniform(0.8, 1, (24, 16))]).astype(np.float32)
+    x[0], x[8] = 0, 1
+    np.save(tmp_path / "x.npy", x)
+    quantize_static(str(tmp_path / "fp32.onnx"), str(tmp_path / "int8.onnx"), ArrayReader(x, 8, "x"),
+                    quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8)
+    doc = audit.audit(tmp_path / "fp32.onnx", tmp_path / "int8.onnx", tmp_path / "x.npy",
+                      options=audit.Options(latency_runs=0))
+    assert doc["family_difference"]["values_differ"] > 0 and doc["family_difference"]["samples_differ"] == 24
+    fix = doc["x64_fix"]
+    assert fix["samples"] == 8 and fix["without"]["differ"] == 0 and fix["with"]["differ"] == 0
+    assert "closes it" not in doc["summary"]["lines"][2] and kernels.X64_PRECISION_KEY not in doc["summary"]["lines"][2]
+    assert "without it on none of them: these samples cannot show what it fixes" in audit.x64_line(fix)
+
+
+def test_a_dynamic_model_s_weights_are_read(tmp_path):
+    """quantize_dynamic on an embedding (Gather), a Relu and a Gemm with transB (a DynamicQuantizeLinear and a
+    MatMulInteger on 'W_Transposed'): both int8 weights are read with their scales and compared with the FP32 ones
+    (the Gemm's transposed), and the summary says the activations are quantized at run time, not 'none found'."""
+    from onnxruntime.quantization import quantize_dynamic  # deferred: only this test makes a dynamic model
+
+    rng = np.random.default_rng(4)
+    g = helper.make_graph([helper.make_node("Gather", ["E", "ids"], ["emb"], name="gather"),
+                           helper.make_node("Relu", ["emb"], ["r"], name="relu"),
+                           helper.make_node("Gemm", ["r", "W", "B"], ["y"], name="fc", transB=1)], "g",
+                          [helper.make_tensor_value_info("ids", onnx.TensorProto.INT64, ["N"])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 3])],
+                          [numpy_helper.from_array(rng.normal(0, 1, (50, 8)).astype(np.float32), "E"),
+                           numpy_helper.from_array(rng.normal(0, 1, (3, 8)).astype(np.float32), "W"),
+                           numpy_helper.from_array(np.zeros(3, np.float32), "B")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "fp32.onnx")
+    np.save(tmp_path / "ids.npy", rng.integers(0, 50, 40))
+    quantize_dynamic(str(tmp_path / "fp32.onnx"), str(tmp_path / "dyn.onnx"), weight_type=QuantType.QInt8)
+    doc = audit.audit(tmp_path / "fp32.onnx", tmp_path / "dyn.onnx", tmp_path / "ids.npy",
+                      options=audit.Options(rank_samples=0, latency_runs=0))
+    rows = {w["weight"]: w for w in doc["weight_rulers"]}
+    assert {w: r["op"] for w, r in rows.items()} == {"E": "Gather", "W_Transposed": "MatMulInteger"}
+    assert all(r["clipped"] == 0.0 for r in rows.values())     # compared with the FP32 weights
+    assert not any("quantized weights" in w for w in doc["warnings"]), doc["warnings"]
+    assert doc["summary"]["lines"][0] == ("format: dynamic, per-tensor weights (int8/uint8), activations quantized at "
+                                          "run time (DynamicQuantizeLinear: no ruler stored to read)")
+    assert "none read" not in doc["summary"]["lines"][3]
+    assert "no ruler is stored in the graph" in audit.format_report(doc)
+
+
+def test_a_model_onnx_runtime_cannot_load_is_one_line_naming_the_file(mlp, tmp_path):
+    unknown = onnx.load(str(mlp["int8"]))
+    next(n for n in unknown.graph.node if n.op_type == "Softmax").op_type = "SoftMaxx"
+    onnx.save(unknown, tmp_path / "unknown-op.onnx")
+    dangling = onnx.load(str(mlp["int8"]))
+    next(n for n in dangling.graph.node if n.op_type == "Add").input[1] = "nonexistent_tensor"
+    onnx.save(dangling, tmp_path / "dangling.onnx")
+    for name, reason in (("unknown-op.onnx", "SoftMaxx"), ("dangling.onnx", "nonexistent_tensor")):
+        done = run_audit(str(mlp["fp32"]), str(tmp_path / name), "--data", str(mlp["data"]))
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-800:]
+        assert re.fullmatch(rf"python -m lab audit: \S*{re.escape(name)}: ONNX Runtime cannot load the INT8 model: "
+                            rf".*{reason}.*\n", done.stderr), done.stderr
+
+
+def test_labels_outside_the_output_s_classes_are_refused(mlp, tmp_path):
+    np.save(tmp_path / "shifted.npy", np.load(mlp["labels"]) + 5)
+    with pytest.raises(audit.AuditError, match=r"shifted\.npy: labels from 5 to 14; expected class indices 0 to 9, "
+                                               r"one per sample \(the model's output has 10 classes\)"):
+        audit.audit(mlp["fp32"], mlp["int8"], mlp["data"], tmp_path / "shifted.npy",
+                    options=audit.Options(rank_samples=0, latency_runs=0))
+
+
+def test_empty_misnamed_and_non_numpy_data_are_refused_as_the_help_says(mlp, tmp_path):
+    model = onnx.load(str(mlp["fp32"]))
+    pixels = np.load(mlp["data"])
+    np.save(tmp_path / "empty.npy", np.zeros((0, 64), np.float32))
+    np.savez(tmp_path / "misnamed.npz", input=pixels)
+    np.savez(tmp_path / "labels-misnamed.npz", y=np.load(mlp["labels"]))
+    (tmp_path / "notes.txt").write_text("0.1, 0.2, 0.3\n")
+    with pytest.raises(audit.AuditError, match=r"empty\.npy: the array is empty \(float32 \[0, 64\]: no sample\)"):
+        audit.load_data(tmp_path / "empty.npy", model)
+    with pytest.raises(audit.AuditError, match=r"misnamed\.npz: no array named 'pixels' \(the model's input\); the "
+                                               r"file holds \['input'\]"):
+        audit.load_data(tmp_path / "misnamed.npz", model)
+    with pytest.raises(audit.AuditError, match=r"labels-misnamed\.npz: no array named 'labels' .*the file holds "
+                                               r"\['y'\]"):
+        audit.load_labels(tmp_path / "labels-misnamed.npz", 400)
+    with pytest.raises(audit.AuditError, match=r"notes\.txt: not a numpy \.npy or \.npz file") as info:
+        audit.load_data(tmp_path / "notes.txt", model)
+    assert "pickle" not in str(info.value)
+
+
+@pytest.mark.parametrize("options, unread", [({"weight_type": QuantType.QInt4}, "int4 weights"),
+                                             ({"activation_type": QuantType.QUInt16}, "uint16 activations")])
+def test_types_the_audit_does_not_read_are_named(tmp_path, options, unread):
+    """int4 weights or 16-bit activations: named as not read, in the first line, the worst rulers and a warning,
+    never 'none found' or an unqualified 'none clips'."""
+    m = square_gemm(tmp_path, QuantFormat.QDQ, per_channel=False, **options)
+    doc = audit.audit(m["fp32"], m["int8"], m["data"], options=audit.Options(rank_samples=0, latency_runs=0))
+    lines = doc["summary"]["lines"]
+    assert "not read" in lines[0] and "none found" not in lines[0], lines[0]
+    assert f"not read: {unread}" in lines[3] or f"the model's {unread}" in lines[3], lines[3]
+    assert not lines[3].startswith("worst rulers: none clips"), lines[3]
+    assert any(w.startswith(f"the model quantizes with {unread}: types the audit does not read")
+               for w in doc["warnings"]), doc["warnings"]
+
+
+def test_the_summary_follows_the_re_conversion_where_it_was_measured(cnn_doc):
+    """A node whose estimate gains +0.1 dB but whose real re-conversion gains +2.5 dB stands out (above the 1 dB
+    the README names); one estimated at +3.1 dB that re-converts to +0.1 dB does not."""
+    e = {"node": "fc0", "estimate": "run wholly in float", "sqnr_db": 30.0, "gain_db": 0.1, "max_abs_error": 0.01,
+         "max_abs_error_as_is": 0.02, "samples": 16, "reconverted_gain_db": 2.5, "reconverted_samples": 256}
+    line = audit.summary_lines({**cnn_doc["summary"], "exclude": e})[4]
+    assert line.startswith("exclude: try nodes_to_exclude=['fc0']: re-converted with it +2.5 dB"), line
+    line = audit.summary_lines({**cnn_doc["summary"], "exclude": {**e, "gain_db": 3.1, "reconverted_gain_db": 0.1}})[4]
+    assert line.startswith("exclude: no single node stands out"), line
+
+
+def test_ort_s_fixed_softmax_ruler_is_marked_and_not_ranked(tmp_path):
+    """QOperator: ORT writes QLinearSoftmax's output at 1/256 whatever the data, so the values near 1 clip; the ruler
+    is marked fixed by ORT, left out of the worst rulers, and said apart in the summary."""
+    m = square_gemm(tmp_path, QuantFormat.QOperator, softmax=True)
+    doc = audit.audit(m["fp32"], m["int8"], m["data"], options=audit.Options(rank_samples=0, latency_runs=0))
+    y = by_tensor(doc)["y"]
+    assert y["scale"] == 1 / 256 and y["diagnosis"] == "clipping" and y["fixed"].startswith("fixed by ORT")
+    assert "y" not in {w["tensor"] for w in doc["summary"]["worst_rulers"]}
+    assert "fixed by ORT, not ranked: y (clipping" in doc["summary"]["lines"][3]
+    assert "clipping (fixed by ORT)" in audit.format_report(doc)
+
+
+def test_fewest_steps_lists_the_fewest_first():
+    acts = [{"tensor": t, "measured": True, "diagnosis": "fine", "steps_used": 255, "steps": 255,
+             "clipped_fraction": 0.0} for t in ("a", "b")]
+    weights = [{"weight": "w", "steps_worst": 126, "steps": 255, "paid": False, "clipped": 0.0}]
+    worst = audit.worst_rulers({"rulers": acts, "weight_rulers": weights})
+    assert [w["tensor"] for w in worst] == ["w", "a", "b"] and all(w["fine"] for w in worst)
+
+
+def test_html_to_a_missing_folder_is_refused_before_the_audit_runs(tmp_path, monkeypatch, capsys):
+    def never(*args, **kwargs):
+        raise AssertionError("the audit ran")
+
+    monkeypatch.setattr(audit, "audit", never)
+    page = tmp_path / "missing" / "audit.html"
+    assert audit_tool.main(["a.onnx", "b.onnx", "--data", "x.npy", "--html", str(page)]) == 2
+    assert f"{page}: cannot write the HTML report (no folder {page.parent})" in capsys.readouterr().err

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from tqdm import tqdm
 
@@ -55,6 +56,12 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    page = Path(args.html) if args.html else None
+    if page is not None and (page.is_dir() or not page.parent.is_dir()):   # refused before the audit's minutes
+        why = "it is a folder" if page.is_dir() else f"no folder {page.parent}"
+        print(f"python -m lab audit: {args.html}: cannot write the HTML report ({why}); nothing was audited",
+              file=sys.stderr)
+        return 2
 
     def progress(items):
         return tqdm(items, unit="batch", file=sys.stderr, disable=None, leave=False)
