@@ -50,7 +50,7 @@ from lab.data import file_sha256
 from lab.errors import LabError
 from lab.ruler import InputRuler
 
-SCHEMA = "audit/4"
+SCHEMA = "audit/5"  # 5: the weights of dynamic models, unread types, the Softmax ruler ORT fixes, x64_fix.without
 BATCH = 4            # small: a batch's intermediate tensors of both models are what the audit holds at once
 MIN_SAMPLES = 100    # below this, an agreement or an accuracy moves by 1 % or more per sample: warned
 PARTING_DB = 20.0    # SQNR against FP32 below this: the error is over 10 % of the signal
