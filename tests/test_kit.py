@@ -490,6 +490,11 @@ KIT_CASES = {
         "08_the_quantization_toolbox", "METHOD = ",
         lambda s: s.replace('OPTIONS = {"CalibPercentile": 99.9}', "OPTIONS = {}"),
         "outliers.check_input(", True, ("OutlierChoiceError", "input ruler: it ends at 12.49")),
+    "08 symmetric MinMax, the trap the exercise names": (
+        "08_the_quantization_toolbox", "METHOD = ",
+        lambda s: s.replace('METHOD = "Percentile"', 'METHOD = "MinMax"').replace(
+            'OPTIONS = {"CalibPercentile": 99.9}', 'OPTIONS = {"CalibTensorRangeSymmetric": True}'),
+        "outliers.check_input(", True, ("OutlierChoiceError", "the Relus on its flags")),
     "08 the calibrator's option name": (
         "08_the_quantization_toolbox", "METHOD = ", lambda s: s.replace('OPTIONS = {"CalibPercentile": 99.9}',
                                                                          'OPTIONS = {"percentile": 99.9}'),

@@ -83,6 +83,9 @@ def test_the_stuck_pixels_set_minmax_s_ruler_and_percentile_leaves_them_out(stuc
     ("Percentile", 99.9, "99.9 drops them", "OPTIONS is a float"),
     ("Percentile", {"percentile": 99.9}, "99.9 drops them", "OPTIONS has ['percentile']"),
     ("Percentile", {"CalibPercentile": 99.9}, "it drops them", "citing numbers"),
+    # the trap the exercise names: symmetric calibrated ranges, whose Relus ORT deletes
+    ("Distribution", {}, "99.9 drops them", "METHOD 'Distribution': symmetric calibrated ranges"),
+    ("MinMax", {"CalibTensorRangeSymmetric": True}, "ends at 1.0", "MinMax with OPTIONS[\"CalibTensorRange"),
 ])
 def test_an_answer_of_the_wrong_kind_is_named(method, options, justification, words):
     with pytest.raises(outliers.OutlierChoiceError, match=re.escape(words)):

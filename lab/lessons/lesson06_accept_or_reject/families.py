@@ -280,8 +280,8 @@ def judge_saturating_settings(answer, rows: Sequence[Mapping]) -> predictions.Ve
     right, n = sum((r["name"] in said) == (r["changed"] > 0) for r in rows), len(rows)
     lines = report.split("\n", 1)[1]  # the per-setting table without its head line, which the prefix replaces
     head = ("prediction right on every setting" if matched else "prediction wrong on every setting" if not right else
-            f"prediction wrong on {n - right} of {n} settings, right on {right} (partial credit, {right}/{n} of the "
-            "points); the lines marked NO say why")
+            f"prediction wrong on {n - right} of {n} settings, right on {right} (partial credit: {right}/{n} of the "
+            "points, rounded down to a half point); the lines marked NO say why")
     return predictions.Verdict("saturating_settings", right / n, f"{head}:\n{lines}")
 
 

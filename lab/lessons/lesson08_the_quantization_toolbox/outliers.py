@@ -65,6 +65,13 @@ def check_input(method, options, justification, table: list[dict] | None = None)
     unknown = sorted(set(options) - set(CALIBRATOR_KEYS))
     if unknown:
         raise OutlierChoiceError(f"OPTIONS has {unknown}; expected keys among {sorted(CALIBRATOR_KEYS)}")
+    if method == "Distribution" or (method == "MinMax" and options.get("CalibTensorRangeSymmetric") is True):
+        what = "METHOD 'Distribution'" if method == "Distribution" else \
+            "MinMax with OPTIONS[\"CalibTensorRangeSymmetric\"] = True"
+        raise OutlierChoiceError(f"{what}: symmetric calibrated ranges, which the exercise leaves out. ORT deletes "
+                                 "the Relus on its flags, not on the range, so the negatives pass through (section "
+                                 "1's Relu table), and OPTIONS cannot keep them (QDQKeepRemovableActivations is not "
+                                 "a calibration option): choose Percentile or Entropy, or MinMax without it")
     percentile = options.get("CalibPercentile")
     if percentile is not None and (isinstance(percentile, bool) or not isinstance(percentile, (int, float))
                                    or not 1 < percentile <= 100):

@@ -213,9 +213,9 @@ def ablate(source, pre, model, reader_cls, x: np.ndarray, labels: np.ndarray, ou
             q = answers(m, x, f)
             row[f] = {**_score(fp32, q, labels), "answers": q.argmax(1), "handed": handed[f],
                       "against_handed": evidence.paired(labels, base[f].argmax(1), q.argmax(1)),
-                      "error_change": evidence.bootstrap_difference(
+                      "error_change": evidence.bootstrap_difference(  # counted past one output step, as in 08
                           evidence.per_image_max_abs_error(fp32, base[f]), evidence.per_image_max_abs_error(fp32, q),
-                          np.mean)}
+                          np.mean, floor=evidence.OUTPUT_STEP)}
         rows.append(row)
     return sorted(rows, key=lambda r: (-min(r[f]["against_handed"].difference for f in kernels.FAMILIES),
                                        min(r[f]["against_handed"].p_value for f in kernels.FAMILIES)))
