@@ -61,6 +61,13 @@ def table_numbers(*tables_: object, integers: bool = False) -> list[float]:
     return out
 
 
+def uncited(justification: str, printed: Sequence[float]) -> list[str]:
+    """The ``precise`` decimals of ``justification`` that none of ``printed`` gives (``cites``' rule); a percentage
+    ("0.1 %", a share or an option) is the prose's, not a measurement of the table."""
+    return [m.group(0) for m in CITED.finditer(justification) if precise(m.group(0))
+            and not re.match(r"\s?%", justification[m.end():]) and not cites(m.group(0), printed)]
+
+
 def cites(justification: str, printed: Sequence[float]) -> list[str]:
     """The numbers in ``justification`` that one of ``printed`` gives: a ``precise`` decimal that one rounds to at
     the decimal's own precision, or an integer of three digits or more equal to an int of ``printed``."""

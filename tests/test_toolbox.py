@@ -566,3 +566,17 @@ def test_a_choice_outside_the_table_gets_a_note_and_a_justification_must_cite_th
             choice.check_choice_input({"per_channel": True}, uncited, rows)
 
 
+
+
+def test_a_justification_with_one_real_number_gets_a_note_naming_the_others():
+    """One number of the table lets a justification through; every other decimal it cites that no row gives is
+    named in a note (a percentage is the prose's own: not named)."""
+    rows = [{"name": "pc", "settings": {**tb.BASELINE, "per_channel": True}, "bytes": 9452, "accuracy_loss": 0.0,
+             "time": {"median": 0.81}, "by_family": {"exact": {"max_abs_error": 0.0613}}}]
+    _, notes = choice.check_choice_input({"per_channel": True}, "9452 bytes (40.2 % of FP32), loss 0.0010, "
+                                         "time 0.55", rows)
+    assert notes == ["JUSTIFICATION cites 0.0010, 0.55, which no row of cands gives: quote your own run's numbers "
+                     "as your table printed them"]
+    _, notes = choice.check_choice_input({"per_channel": True}, "9452 bytes, loss 0.0000, time 0.81, error 0.061",
+                                         rows)
+    assert notes == []

@@ -33,7 +33,7 @@ from lab.lessons.lesson08_the_quantization_toolbox.toolbox import (
     settings_name,
 )
 from lab.measure import Evaluation, evaluation, family, input_interval, measure, predict
-from lab.prose import CITED, CITED_INTEGER, cites, table_numbers
+from lab.prose import CITED, CITED_INTEGER, cites, table_numbers, uncited
 from lab.schemas import validate
 from lab.tables import number
 
@@ -433,11 +433,16 @@ class ChoiceError(LabError, ValueError):
     """``CHOICE`` or ``JUSTIFICATION`` is not what the exercise asks for; shown as one line."""
 
 
+def measured_numbers(rows: list[dict]) -> list[float]:
+    """Every number the candidates table ``rows`` measured (bytes, accuracies, losses, errors, times; not its
+    settings)."""
+    return table_numbers([{k: v for k, v in r.items() if k not in ("settings", "name")} for r in rows
+                          if isinstance(r, dict)], integers=True)
+
+
 def cited(justification: object, rows: list[dict]) -> list[str]:
-    """The numbers of ``justification`` that the candidates table ``rows`` measured (bytes, accuracies, losses,
-    errors, times; not its settings): ``lab.prose.cites``."""
-    measured_ = [{k: v for k, v in r.items() if k not in ("settings", "name")} for r in rows if isinstance(r, dict)]
-    return cites(justification, table_numbers(measured_, integers=True)) if isinstance(justification, str) else []
+    """The numbers of ``justification`` that the candidates table ``rows`` measured: ``lab.prose.cites``."""
+    return cites(justification, measured_numbers(rows)) if isinstance(justification, str) else []
 
 
 def check_choice_input(choice, justification, rows: list[dict]) -> tuple[dict | None, list[str]]:
@@ -467,6 +472,10 @@ def check_choice_input(choice, justification, rows: list[dict]) -> tuple[dict | 
         raise ChoiceError("JUSTIFICATION cites no number of cands (" + (", ".join(
             CITED.findall(justification) + CITED_INTEGER.findall(justification)) or "no number") + "): quote the "
             "row's bytes, accuracy, loss or error as your table printed them")
+    stray = uncited(justification, measured_numbers(rows))
+    if rows and stray:
+        notes.append(f"JUSTIFICATION cites {', '.join(stray)}, which no row of cands gives: quote your own run's "
+                     "numbers as your table printed them")
     return row, notes
 
 
