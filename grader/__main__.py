@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from grader.private import write_private
 from grader.report import write_report
 from grader.roster import RosterError, read_roster
 from grader.sandbox import Limits
+from lab.errors import exit_with
 
 
 def parser() -> argparse.ArgumentParser:
@@ -335,8 +335,4 @@ def _export(args) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except BrokenPipeError:  # `python -m grader grade X | head`: the reader left; say nothing more
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(1)
+    exit_with(main)

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
+
+from lab.errors import exit_with
 
 COMMANDS = {
     "run": ("lab.tools.run", "run every lesson headlessly with papermill, then print a summary"),
@@ -28,8 +29,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except BrokenPipeError:  # `python -m lab audit X | head`: the reader left; say nothing more
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(1)
+    exit_with(main)

@@ -1,4 +1,9 @@
 """Errors that lessons and the grader show to people: each names what was expected."""
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
 
 
 class LabError(Exception):
@@ -22,3 +27,13 @@ class ModelContractError(LabError):
 
 class WorkspaceError(LabError):
     """The workspace cannot be created or written."""
+
+
+def exit_with(main: Callable[[], int]) -> None:
+    """``sys.exit(main())`` for a ``python -m`` command; a reader of its output that left early (``| head``) ends
+    it quietly, with no BrokenPipeError traceback."""
+    try:
+        sys.exit(main())
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)

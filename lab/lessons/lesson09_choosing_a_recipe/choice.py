@@ -468,11 +468,12 @@ def check_choice_input(choice, justification, rows: list[dict]) -> tuple[dict | 
     if row is None:
         notes.append("CHOICE is none of the rows measured above; it is measured below all the same, but select "
                      "a row of cands in code so the choice follows the measurements")
-    if rows and not cited(justification, rows):
+    numbers = measured_numbers(rows)
+    if rows and not cites(justification, numbers):
         raise ChoiceError("JUSTIFICATION cites no number of cands (" + (", ".join(
             CITED.findall(justification) + CITED_INTEGER.findall(justification)) or "no number") + "): quote the "
             "row's bytes, accuracy, loss or error as your table printed them")
-    stray = uncited(justification, measured_numbers(rows))
+    stray = uncited(justification, numbers)
     if rows and stray:
         notes.append(f"JUSTIFICATION cites {', '.join(stray)}, which no row of cands gives: quote your own run's "
                      "numbers as your table printed them")
