@@ -139,7 +139,8 @@ class Interval:
     def words(self, fmt: str = ".3f") -> str:
         """One line: the estimate, its interval and the verdict."""
         verdict = "beyond noise" if self.beyond_noise else \
-            f"within noise (under one output step, {self.floor:{fmt}})" if self.under_floor else "within noise"
+            f"within noise (its near end under one output step, {self.floor:{fmt}})" if self.under_floor \
+            else "within noise"
         return f"{self.estimate:+{fmt}} [{self.low:{fmt}}, {self.high:{fmt}}]: {verdict}"
 
     def to_dict(self) -> dict[str, Any]:

@@ -65,7 +65,7 @@ def against_fp32(model: str | Path, ev: Evaluation) -> evidence.Paired:
 def error_change(i: evidence.Interval) -> str:
     """The max abs error's change, its interval and which way it went: higher or lower beyond the noise, or within."""
     way = {1: "higher, beyond the noise", -1: "lower, beyond the noise",
-           0: "under one output step: within the noise" if i.under_floor else "within the noise"}[i.sign]
+           0: "its near end under one output step: within the noise" if i.under_floor else "within the noise"}[i.sign]
     return f"max abs error {i.estimate:+.3f} [{i.low:+.3f}, {i.high:+.3f}]: {way}"
 
 
