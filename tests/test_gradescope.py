@@ -105,7 +105,11 @@ def python_bin(world) -> Path:
                                             text=True).strip())
         (site / "project-venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
         python = str(venv / "bin" / "python3")
-        assert _nobody_can_run(python), "the system Python's venv cannot import this venv's packages as nobody"
+        shut = next((p for p in Path(sysconfig.get_paths()["purelib"]).parents if not os.stat(p).st_mode & 0o001),
+                    None)
+        assert _nobody_can_run(python), "the system Python's venv cannot import this venv's packages as nobody" + (
+            f": {shut} is not searchable by others (mode {os.stat(shut).st_mode & 0o777:o}, as `mktemp -d` makes "
+            "it); clone the project where nobody can reach it, as Gradescope's autograder runs it" if shut else "")
     wrapper = bin_dir / "python3"
     wrapper.write_text(f'#!/bin/sh\nexec "{python}" "$@"\n')
     wrapper.chmod(0o755)
